@@ -1,0 +1,25 @@
+// Package identity verifies bearer tokens and turns their claims into the Execution Context
+// of a call. It also runs the development issuer used when no external issuer is configured.
+package identity
+
+// Subject is who calls: kind is one of user, agent, workflow, service; Ref is "kind:name".
+type Subject struct {
+	Kind string `json:"kind"`
+	Ref  string `json:"ref"`
+}
+
+// ExecContext is the verified Execution Context of one call. It comes only from verified
+// token claims: no header can change it.
+type ExecContext struct {
+	Subject     Subject  `json:"subject"`
+	Groups      []string `json:"groups"`
+	Roles       []string `json:"roles"`
+	OrgRole     string   `json:"orgRole,omitempty"` // org_owner | org_admin | org_member
+	Org         string   `json:"org,omitempty"`
+	Project     string   `json:"project,omitempty"`
+	Environment string   `json:"environment"`
+	Session     string   `json:"session,omitempty"`
+	// Armed holds ref globs the caller is armed for. A token without an armed claim is
+	// armed for all and verification sets ["*"], so Armed is never empty.
+	Armed []string `json:"armed"`
+}
