@@ -5,6 +5,8 @@ const (
 	EffectRead  = "read"
 	EffectWrite = "write"
 	EffectAdmin = "admin"
+	// EffectUnknown is the effect class of a required capability nobody declared.
+	EffectUnknown = "unknown"
 
 	RiskLow      = "low"
 	RiskMedium   = "medium"

@@ -1,0 +1,285 @@
+package grant
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/xemahq/xema/internal/store"
+)
+
+// audienceByKind is the set of output classifications a caller in an environment of each
+// kind may receive. Kinds absent (system, org) admit every classification.
+var audienceByKind = map[string][]string{
+	KindPublic:      {"public"},
+	KindStoreReview: {"public"},
+	KindSession:     {"public", "internal"},
+	KindSandbox:     {"public", "internal"},
+	KindTrustedDev:  {"public", "internal", "confidential"},
+	KindProject:     {"public", "internal", "confidential"},
+	KindApp:         {"public", "internal", "confidential"},
+}
+
+// orgRoleRank orders org roles for humanBaseline's minimumOrgRole.
+var orgRoleRank = map[string]int{"org_member": 1, "org_admin": 2, "org_owner": 3}
+
+// Input is everything the policy data is compiled from.
+type Input struct {
+	Capabilities []store.Capability
+	Grants       []store.Grant
+	// Biomes holds the biome versions the grants name: their requiresCapabilities decide
+	// which refs a grant covers.
+	Biomes       []store.BiomeVersion
+	Environments Environments
+	Profiles     Profiles
+	// Revision is stamped into data.xema.revision; empty means a hash of the compiled
+	// content, so replicas compiling the same store state agree on it.
+	Revision string
+}
+
+// descriptor is the part of a contribution manifest the policy reads. The nested objects
+// stay generic JSON so the Rego sees exactly what the author wrote.
+type descriptor struct {
+	RiskTier             string `json:"riskTier"`
+	EffectClass          string `json:"effectClass"`
+	OutputClassification string `json:"outputClassification"`
+	Reach                string `json:"reach"`
+	AuthorityEffect      string `json:"authorityEffect"`
+	DescriptorKind       string `json:"descriptorKind"`
+	CallerConstraint     string `json:"callerConstraint"`
+	RequiresApproval     bool   `json:"requiresApproval"`
+	SafeForAgents        *bool  `json:"safeForAgents"`
+	HumanBaseline        any    `json:"humanBaseline"`
+	RequiredBindings     []any  `json:"requiredBindings"`
+	InstanceGrade        any    `json:"instanceGrade"`
+}
+
+// Compile builds the data.xema document of docs/policy-data.md (the object under "xema").
+// The result holds only JSON types (map[string]any, []any, string, bool, int, nil) and
+// shares some sub-objects between entries: treat it as read-only. The same input always
+// compiles to the same document. Any record that does not decode fails the whole compile,
+// so a broken store never yields a bundle that silently drops grants.
+func Compile(in Input) (map[string]any, error) {
+	descs := make(map[string]descriptor, len(in.Capabilities))
+	caps := make(map[string]any, len(in.Capabilities))
+	for _, c := range in.Capabilities {
+		var d descriptor
+		if err := json.Unmarshal(c.Manifest, &d); err != nil {
+			return nil, fmt.Errorf("compile capability %s: manifest: %w", c.Ref, err)
+		}
+		descs[c.Ref] = d
+		caps[c.Ref] = capabilityData(c, d)
+	}
+
+	profileEnvs := make(map[string]map[string]any, len(in.Profiles))
+	profiles := make(map[string]any, len(in.Profiles))
+	for name, p := range in.Profiles {
+		profileEnvs[name] = set(in.Environments.OfKinds(p.EnvironmentKinds))
+		profiles[name] = profileData(p, profileEnvs[name])
+	}
+
+	grants, err := compileGrants(in, descs, profileEnvs)
+	if err != nil {
+		return nil, err
+	}
+
+	envs := make(map[string]any)
+	for _, name := range in.Environments.Names() {
+		kind, _ := in.Environments.Lookup(name)
+		envs[name] = map[string]any{"kind": kind}
+	}
+	audience := make(map[string]any, len(audienceByKind))
+	for kind, classes := range audienceByKind {
+		audience[kind] = set(classes)
+	}
+	ranks := make(map[string]any, len(orgRoleRank))
+	for role, rank := range orgRoleRank {
+		ranks[role] = rank
+	}
+
+	data := map[string]any{
+		"environments": envs,
+		"profiles":     profiles,
+		"capabilities": caps,
+		"grants":       grants,
+		"audience":     audience,
+		"orgRoleRank":  ranks,
+	}
+	rev := in.Revision
+	if rev == "" {
+		// encoding/json sorts map keys and the document holds only maps, slices and
+		// scalars, so this encoding is canonical.
+		raw, err := json.Marshal(data)
+		if err != nil {
+			return nil, fmt.Errorf("compile: hash content: %w", err)
+		}
+		sum := sha256.Sum256(raw)
+		rev = "sha256:" + hex.EncodeToString(sum[:8])
+	}
+	data["revision"] = rev
+	return data, nil
+}
+
+func capabilityData(c store.Capability, d descriptor) map[string]any {
+	safe := d.SafeForAgents == nil || *d.SafeForAgents
+	bindings := d.RequiredBindings
+	if bindings == nil {
+		bindings = []any{}
+	}
+	return map[string]any{
+		"biome":                map[string]any{"id": c.BiomeID, "version": c.BiomeVersion},
+		"lifecycle":            c.Lifecycle,
+		"replacedBy":           c.ReplacedBy,
+		"riskTier":             d.RiskTier,
+		"effectClass":          effectiveEffectClass(d.EffectClass),
+		"outputClassification": d.OutputClassification,
+		"reach":                d.Reach,
+		"authorityEffect":      d.AuthorityEffect,
+		"descriptorKind":       d.DescriptorKind,
+		"requiresApproval":     d.RequiresApproval,
+		"safeForAgents":        safe,
+		"callerConstraint":     d.CallerConstraint,
+		"humanBaseline":        d.HumanBaseline,
+		"requiredBindings":     bindings,
+		"instanceGrade":        d.InstanceGrade,
+	}
+}
+
+func profileData(p Profile, envs map[string]any) map[string]any {
+	return map[string]any{
+		"effectClasses":    set(p.EffectClasses),
+		"riskTiers":        set(p.RiskTiers),
+		"environments":     envs,
+		"environmentKinds": set(p.EnvironmentKinds),
+		"rateLimit":        limitData(p.RateLimit),
+		"quota":            limitData(p.Quota),
+		"approval": map[string]any{
+			"effectClasses": set(p.Approval.EffectClasses),
+			"riskTiers":     set(p.Approval.RiskTiers),
+		},
+	}
+}
+
+func limitData(l Limit) map[string]any {
+	return map[string]any{"requests": l.Requests, "per": l.Per}
+}
+
+// compileGrants lays grants out as grants[ref][biomeId] from the newest grant of each biome.
+func compileGrants(in Input, descs map[string]descriptor, profileEnvs map[string]map[string]any) (map[string]any, error) {
+	requires := make(map[string][]string, len(in.Biomes))
+	for _, bv := range in.Biomes {
+		var b struct {
+			RequiresCapabilities []string `json:"requiresCapabilities"`
+		}
+		if err := json.Unmarshal(bv.Manifest, &b); err != nil {
+			return nil, fmt.Errorf("compile biome %s@%s: manifest: %w", bv.ID, bv.Version, err)
+		}
+		requires[bv.ID+"@"+bv.Version] = b.RequiresCapabilities
+	}
+
+	newest := make(map[string]store.Grant)
+	for _, g := range in.Grants {
+		cur, ok := newest[g.BiomeID]
+		if !ok || g.ApprovedAt.After(cur.ApprovedAt) || (g.ApprovedAt.Equal(cur.ApprovedAt) && g.ID > cur.ID) {
+			newest[g.BiomeID] = g
+		}
+	}
+
+	out := make(map[string]any)
+	for _, biomeID := range slices.Sorted(maps.Keys(newest)) {
+		g := newest[biomeID]
+		profile, ok := in.Profiles[g.Profile]
+		if !ok {
+			return nil, fmt.Errorf("compile grant %s: unknown profile %q", g.ID, g.Profile)
+		}
+		refs, ok := requires[g.BiomeID+"@"+g.BiomeVersion]
+		if !ok {
+			return nil, fmt.Errorf("compile grant %s: biome version %s@%s not given", g.ID, g.BiomeID, g.BiomeVersion)
+		}
+		custom, err := DecodeCustomize(g.Customize)
+		if err != nil {
+			return nil, fmt.Errorf("compile grant %s: %w", g.ID, err)
+		}
+		base := grantBase{
+			grant: g, profile: profile, envs: profileEnvs[g.Profile],
+			rateLimit: limitData(profile.RateLimit), quota: limitData(profile.Quota),
+		}
+		for _, ref := range refs {
+			d, known := descs[ref]
+			c, named := custom[ref]
+			entry, ok := base.entry(d, known, c, named)
+			if !ok {
+				continue
+			}
+			byBiome, _ := out[ref].(map[string]any)
+			if byBiome == nil {
+				byBiome = make(map[string]any, 1)
+				out[ref] = byBiome
+			}
+			byBiome[biomeID] = entry
+		}
+	}
+	return out, nil
+}
+
+// grantBase is what every ref of one grant shares (read-only maps included).
+type grantBase struct {
+	grant            store.Grant
+	profile          Profile
+	envs             map[string]any
+	rateLimit, quota map[string]any
+}
+
+// entry is one compiled grant of a ref. A ref the admin named in customize is granted on
+// their say-so; otherwise the profile must admit its effect class and risk tier. The
+// customization wins field by field, except that it cannot waive an approval the
+// capability itself requires.
+func (b grantBase) entry(d descriptor, known bool, c Customization, named bool) (map[string]any, bool) {
+	effect := effectiveEffectClass(d.EffectClass)
+	if !named && (!known || !b.profile.Admits(effect, d.RiskTier)) {
+		return nil, false
+	}
+	// An unknown descriptor is granted only by name, and waits for a human by default.
+	approval := !known || b.profile.NeedsApproval(effect, d.RiskTier)
+	if c.RequiresApproval != nil {
+		approval = *c.RequiresApproval
+	}
+	e := map[string]any{
+		"grantId":          b.grant.ID,
+		"biomeVersion":     b.grant.BiomeVersion,
+		"profile":          b.grant.Profile,
+		"environments":     b.envs,
+		"subjects":         nil,
+		"resources":        nil,
+		"audience":         nil,
+		"requiresApproval": approval || d.RequiresApproval,
+		"rateLimit":        b.rateLimit,
+		"quota":            b.quota,
+	}
+	if c.Environments != nil {
+		e["environments"] = set(c.Environments)
+	}
+	if c.Subjects != nil {
+		e["subjects"] = set(c.Subjects)
+	}
+	if c.Resources != nil {
+		rs := make([]any, len(c.Resources))
+		for i, r := range c.Resources {
+			rs[i] = r
+		}
+		e["resources"] = rs
+	}
+	if c.Audience != nil {
+		e["audience"] = set(c.Audience)
+	}
+	if c.RateLimit != nil {
+		e["rateLimit"] = limitData(*c.RateLimit)
+	}
+	if c.Quota != nil {
+		e["quota"] = limitData(*c.Quota)
+	}
+	return e, true
+}
