@@ -20,6 +20,9 @@ var (
 	ErrConflict = errors.New("conflict")
 	// ErrUnavailable: the engine cannot be reached; callers fail closed.
 	ErrUnavailable = errors.New("store unavailable")
+	// ErrInvalid: the record breaks a rule of the store itself (an empty key, an unknown
+	// lifecycle state, a document that is not JSON); the message names the field.
+	ErrInvalid = errors.New("invalid record")
 )
 
 // Lifecycle states of a capability ref (spec: "Capability lifecycle").
@@ -104,24 +107,35 @@ type AuditRecord struct {
 type Store interface {
 	// PublishBiome stores a biome version and upserts its capabilities in one transaction:
 	// either everything lands or nothing does. Re-submitting identical content is a no-op;
-	// the same id+version with another ContentHash is ErrConflict.
+	// the same id+version with another ContentHash is ErrConflict. A capability with empty
+	// BiomeID/BiomeVersion takes the biome version's; other values are ErrInvalid. A ref twice
+	// in one call, or a ref owned by another biome, is ErrConflict.
 	PublishBiome(ctx context.Context, bv BiomeVersion, caps []Capability) error
 	GetBiomeVersion(ctx context.Context, id, version string) (BiomeVersion, error)
 	// ListBiomeVersions returns the versions of one biome, oldest first.
 	ListBiomeVersions(ctx context.Context, id string) ([]BiomeVersion, error)
 
+	// UpsertCapability inserts c, or updates the stored entry of the same ref and biome
+	// (ErrConflict when another biome owns the ref). An update keeps the stored Lifecycle and
+	// ReplacedBy: the lifecycle moves only through TransitionLifecycle. Same for PublishBiome.
 	UpsertCapability(ctx context.Context, c Capability) error
 	GetCapability(ctx context.Context, ref string) (Capability, error)
+	// ListCapabilities returns the catalog ordered by ref.
 	ListCapabilities(ctx context.Context) ([]Capability, error)
 	// TransitionLifecycle moves ref from state `from` to `to` and records the event.
-	// ErrConflict when the stored state is not `from`.
+	// ErrConflict when the stored state is not `from`; ErrNotFound when ref is unknown.
 	TransitionLifecycle(ctx context.Context, ev LifecycleEvent) error
+	// ListLifecycleEvents returns the transitions of ref, oldest first.
 	ListLifecycleEvents(ctx context.Context, ref string) ([]LifecycleEvent, error)
 
+	// PutGrant records a grant once: a stored ID is ErrConflict, an unknown biome version
+	// ErrNotFound.
 	PutGrant(ctx context.Context, g Grant) error
+	// ListGrants returns every grant, oldest approval first.
 	ListGrants(ctx context.Context) ([]Grant, error)
 
-	// AppendAudit writes durably; there is no update or delete.
+	// AppendAudit writes durably; there is no update or delete (the schema refuses both).
+	// A stored ID is ErrConflict.
 	AppendAudit(ctx context.Context, r AuditRecord) error
 	GetAudit(ctx context.Context, id string) (AuditRecord, error)
 

@@ -1,0 +1,111 @@
+// Package postgres is the production store engine: PostgreSQL through a pgx v5 pool.
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/xemahq/xema/internal/store"
+	"github.com/xemahq/xema/internal/store/sqlstore"
+)
+
+// Store is the PostgreSQL engine of store.Store.
+type Store struct {
+	*sqlstore.Store
+	pool *pgxpool.Pool
+}
+
+// Dialect is how PostgreSQL differs: $n placeholders, timestamptz, SQLSTATE codes, and an
+// advisory lock that serialises migrations across replicas.
+var Dialect = sqlstore.Dialect{
+	Name:           "postgres",
+	NumberedParams: true,
+	TimeArg:        func(t time.Time) any { return t },
+	Classify:       classify,
+	MigrationLock:  `SELECT pg_advisory_xact_lock(7305916246)`,
+}
+
+// Open connects to the server at dsn (postgres://...) and applies pending migrations.
+func Open(ctx context.Context, dsn string) (*Store, error) {
+	pool, db, err := connect(ctx, dsn)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := sqlstore.Migrate(ctx, db, Dialect); err != nil {
+		_ = db.Close() // the migration error is the one to report
+		pool.Close()
+		return nil, fmt.Errorf("open postgres store: %w", err)
+	}
+	return &Store{Store: sqlstore.New(db, Dialect), pool: pool}, nil
+}
+
+// Migrate applies pending migrations on the server at dsn and returns their versions.
+func Migrate(ctx context.Context, dsn string) ([]string, error) {
+	pool, db, err := connect(ctx, dsn)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	defer db.Close()
+	applied, err := sqlstore.Migrate(ctx, db, Dialect)
+	if err != nil {
+		return applied, fmt.Errorf("migrate postgres store: %w", err)
+	}
+	return applied, nil
+}
+
+// Close closes the pool as well as its database/sql view.
+func (s *Store) Close() error {
+	err := s.Store.Close()
+	s.pool.Close()
+	return err
+}
+
+func connect(ctx context.Context, dsn string) (*pgxpool.Pool, *sql.DB, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		// The DSN is not repeated: it may hold a password.
+		return nil, nil, fmt.Errorf("%w: postgres DSN does not parse: %w", store.ErrInvalid, errors.Unwrap(err))
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect postgres store: %w: %w", store.ErrUnavailable, err)
+	}
+	return pool, stdlib.OpenDBFromPool(pool), nil
+}
+
+func classify(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case pe.Code == "23505", pe.Code == "40001", pe.Code == "40P01":
+			return store.ErrConflict
+		case pe.Code == "23503":
+			return store.ErrNotFound
+		case pe.Code == "23514", pe.Code == "23502", strings.HasPrefix(pe.Code, "22"):
+			return store.ErrInvalid
+		case strings.HasPrefix(pe.Code, "08"), strings.HasPrefix(pe.Code, "53"), strings.HasPrefix(pe.Code, "57P"),
+			strings.HasPrefix(pe.Code, "58"):
+			return store.ErrUnavailable
+		}
+		return nil
+	}
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	if errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, driver.ErrBadConn) || pgconn.SafeToRetry(err) || pgconn.Timeout(err) {
+		return store.ErrUnavailable
+	}
+	return nil
+}

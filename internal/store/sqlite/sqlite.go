@@ -1,0 +1,113 @@
+// Package sqlite is the embedded store engine: one SQLite file through the pure-Go
+// modernc.org/sqlite driver, in WAL mode, foreign keys on.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/xemahq/xema/internal/store"
+	"github.com/xemahq/xema/internal/store/sqlstore"
+)
+
+// Store is the SQLite engine of store.Store.
+type Store struct {
+	*sqlstore.Store
+}
+
+// Dialect is how SQLite differs: times are INTEGER microseconds, errors are sqlite codes.
+var Dialect = sqlstore.Dialect{
+	Name:     "sqlite",
+	TimeArg:  func(t time.Time) any { return t.UnixMicro() },
+	Classify: classify,
+}
+
+// busyTimeout is how long a writer waits for another one before the store is unavailable.
+const busyTimeout = 10 * time.Second
+
+// Open opens (creating it 0600, and its directory 0700, if missing) the database file at
+// path and applies pending migrations.
+func Open(ctx context.Context, path string) (*Store, error) {
+	db, err := openDB(path)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := sqlstore.Migrate(ctx, db, Dialect); err != nil {
+		_ = db.Close() // the migration error is the one to report
+		return nil, fmt.Errorf("open sqlite store %s: %w", path, err)
+	}
+	return &Store{sqlstore.New(db, Dialect)}, nil
+}
+
+// Migrate applies pending migrations to the database file at path and returns their versions.
+func Migrate(ctx context.Context, path string) ([]string, error) {
+	db, err := openDB(path)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	applied, err := sqlstore.Migrate(ctx, db, Dialect)
+	if err != nil {
+		return applied, fmt.Errorf("migrate sqlite store %s: %w", path, err)
+	}
+	return applied, nil
+}
+
+// DSN is the driver's connection string for the file at path. Transactions begin
+// IMMEDIATE so that concurrent writers queue on busy_timeout instead of failing to upgrade
+// a read lock.
+func DSN(path string) string {
+	return "file:" + path + fmt.Sprintf("?_txlock=immediate&_busy_timeout=%d&_foreign_keys=1&_journal_mode=WAL",
+		busyTimeout.Milliseconds())
+}
+
+func openDB(path string) (*sql.DB, error) {
+	if path == "" || strings.ContainsAny(path, "?#") {
+		return nil, fmt.Errorf("%w: sqlite path %q: must be non-empty and hold no '?' or '#'", store.ErrInvalid, path)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("create sqlite store directory: %w: %w", store.ErrUnavailable, err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite store %s: %w: %w", path, store.ErrUnavailable, err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("open sqlite store %s: %w: %w", path, store.ErrUnavailable, err)
+	}
+	db, err := sql.Open("sqlite", DSN(path))
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite store %s: %w: %w", path, store.ErrUnavailable, err)
+	}
+	return db, nil
+}
+
+func classify(err error) error {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return nil
+	}
+	switch se.Code() {
+	case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
+		return store.ErrConflict
+	case sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY:
+		return store.ErrNotFound
+	case sqlite3.SQLITE_CONSTRAINT_CHECK, sqlite3.SQLITE_CONSTRAINT_NOTNULL:
+		return store.ErrInvalid
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN,
+		sqlite3.SQLITE_FULL, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB:
+		return store.ErrUnavailable
+	}
+	return nil
+}

@@ -1,0 +1,78 @@
+// Package sqlstore implements store.Store once, over database/sql, for every SQL engine: an
+// engine package (sqlite, postgres) supplies its connection and a Dialect, the few things in
+// which the engines differ.
+package sqlstore
+
+import (
+	"database/sql/driver"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Dialect is what differs between engines.
+type Dialect struct {
+	// Name is the engine's directory under migrations/.
+	Name string
+	// NumberedParams rewrites the '?' placeholders of the shared queries to $1, $2, ...
+	NumberedParams bool
+	// TimeArg turns a stamped time into a query argument of the engine's time column.
+	TimeArg func(time.Time) any
+	// Classify maps an engine error to store.ErrConflict, ErrNotFound, ErrInvalid or
+	// ErrUnavailable, or nil when the error is none of those.
+	Classify func(error) error
+	// MigrationLock, when set, runs first in each migration transaction so that replicas
+	// starting together apply each migration once.
+	MigrationLock string
+}
+
+// bind adapts a shared query to the dialect's placeholders. The shared queries hold no '?'
+// other than placeholders.
+func (d Dialect) bind(q string) string {
+	if !d.NumberedParams {
+		return q
+	}
+	var b strings.Builder
+	n := 0
+	for _, r := range q {
+		if r == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// timeCol scans a time column stored either as a native timestamp or as Unix microseconds.
+type timeCol struct{ t *time.Time }
+
+func (c timeCol) Scan(v any) error {
+	switch v := v.(type) {
+	case time.Time:
+		*c.t = v.UTC()
+	case int64:
+		*c.t = time.UnixMicro(v).UTC()
+	default:
+		return fmt.Errorf("time column holds %T", v)
+	}
+	return nil
+}
+
+// jsonArg is a JSON document as a query argument: NULL when absent.
+func jsonArg(doc []byte) driver.Value {
+	if len(doc) == 0 {
+		return nil
+	}
+	return string(doc)
+}
+
+// jsonCol returns a scanned JSON column as a document: nil for NULL.
+func jsonCol(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}

@@ -1,0 +1,385 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/xemahq/xema/internal/store"
+)
+
+// Store is store.Store over one *sql.DB.
+type Store struct {
+	db *sql.DB
+	d  Dialect
+}
+
+var _ store.Store = (*Store)(nil)
+
+// New wraps db, whose schema must be migrated (see Migrate). The Store owns db: Close closes it.
+func New(db *sql.DB, d Dialect) *Store { return &Store{db: db, d: d} }
+
+// fail wraps an engine error of operation op with the store's typed error it stands for.
+func (s *Store) fail(op string, err error) error {
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("%s: %w", op, store.ErrNotFound)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%s: %w", op, err)
+	case errors.Is(err, sql.ErrConnDone):
+		return fmt.Errorf("%s: %w: %w", op, store.ErrUnavailable, err)
+	}
+	if typed := s.d.Classify(err); typed != nil {
+		return fmt.Errorf("%s: %w: %w", op, typed, err)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// scanner is a *sql.Row or *sql.Rows.
+type scanner interface{ Scan(...any) error }
+
+// conn is what both *sql.DB and *sql.Tx offer.
+type conn interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func (s *Store) exec(ctx context.Context, c conn, q string, args ...any) (int64, error) {
+	res, err := c.ExecContext(ctx, s.d.bind(q), args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// inTx runs fn in one transaction; fn returns errors already wrapped for op.
+func (s *Store) inTx(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return s.fail(op, err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback() // the error of fn is the one that matters
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return s.fail(op, err)
+	}
+	return nil
+}
+
+func (s *Store) bumpRevision(ctx context.Context, tx *sql.Tx, op string) error {
+	if _, err := s.exec(ctx, tx, `UPDATE policy_revision SET revision = revision + 1 WHERE id = 1`); err != nil {
+		return s.fail(op+": bump policy revision", err)
+	}
+	return nil
+}
+
+// PublishBiome implements store.Store.
+func (s *Store) PublishBiome(ctx context.Context, bv store.BiomeVersion, caps []store.Capability) error {
+	op := fmt.Sprintf("publish biome %q version %q", bv.ID, bv.Version)
+	if err := bv.Validate(); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	caps, err := ownCapabilities(bv, caps)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	bv.CreatedAt = store.Stamp(bv.CreatedAt)
+	return s.inTx(ctx, op, func(tx *sql.Tx) error {
+		n, err := s.exec(ctx, tx, `INSERT INTO biome_versions
+			(id, version, manifest, contributions, content_hash, digest_hash, digest, created_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id, version) DO NOTHING`,
+			bv.ID, bv.Version, jsonArg(bv.Manifest), jsonArg(bv.Contributions), bv.ContentHash,
+			bv.DigestHash, jsonArg(bv.Digest), s.d.TimeArg(bv.CreatedAt))
+		if err != nil {
+			return s.fail(op, err)
+		}
+		if n == 0 {
+			return s.samePublished(ctx, tx, op, bv)
+		}
+		for _, c := range caps {
+			if err := s.upsertCapability(ctx, tx, op, c); err != nil {
+				return err
+			}
+		}
+		return s.bumpRevision(ctx, tx, op)
+	})
+}
+
+// ownCapabilities stamps the biome version on caps, and refuses a cap of another biome
+// version, an invalid cap, and a ref given twice.
+func ownCapabilities(bv store.BiomeVersion, caps []store.Capability) ([]store.Capability, error) {
+	out := make([]store.Capability, len(caps))
+	seen := make(map[string]bool, len(caps))
+	for i, c := range caps {
+		if c.BiomeID == "" && c.BiomeVersion == "" {
+			c.BiomeID, c.BiomeVersion = bv.ID, bv.Version
+		}
+		if c.BiomeID != bv.ID || c.BiomeVersion != bv.Version {
+			return nil, fmt.Errorf("%w: capability %q: BiomeID/BiomeVersion %q/%q differ from the published %q/%q",
+				store.ErrInvalid, c.Ref, c.BiomeID, c.BiomeVersion, bv.ID, bv.Version)
+		}
+		if err := c.Validate(); err != nil {
+			return nil, err
+		}
+		if seen[c.Ref] {
+			return nil, fmt.Errorf("%w: capability %q given twice", store.ErrConflict, c.Ref)
+		}
+		seen[c.Ref] = true
+		out[i] = c
+	}
+	return out, nil
+}
+
+// samePublished decides a re-publish: identical content is a no-op, other content a conflict.
+func (s *Store) samePublished(ctx context.Context, tx *sql.Tx, op string, bv store.BiomeVersion) error {
+	var hash string
+	err := tx.QueryRowContext(ctx, s.d.bind(`SELECT content_hash FROM biome_versions WHERE id = ? AND version = ?`),
+		bv.ID, bv.Version).Scan(&hash)
+	if err != nil {
+		return s.fail(op, err)
+	}
+	if hash != bv.ContentHash {
+		return fmt.Errorf("%s: %w: already stored with content hash %q, not %q", op, store.ErrConflict, hash, bv.ContentHash)
+	}
+	return nil
+}
+
+// upsertCapability writes c unless another biome owns its ref. An update keeps the stored
+// lifecycle: it moves only through TransitionLifecycle.
+func (s *Store) upsertCapability(ctx context.Context, tx *sql.Tx, op string, c store.Capability) error {
+	n, err := s.exec(ctx, tx, `INSERT INTO capabilities
+		(ref, biome_id, biome_version, manifest, invocation, runner_kind, lifecycle, replaced_by, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (ref) DO UPDATE SET biome_version = excluded.biome_version, manifest = excluded.manifest,
+			invocation = excluded.invocation, runner_kind = excluded.runner_kind, updated_at = excluded.updated_at
+		WHERE capabilities.biome_id = excluded.biome_id`,
+		c.Ref, c.BiomeID, c.BiomeVersion, jsonArg(c.Manifest), jsonArg(c.Invocation), c.RunnerKind,
+		c.Lifecycle, c.ReplacedBy, s.d.TimeArg(store.Stamp(c.UpdatedAt)))
+	if err != nil {
+		return s.fail(fmt.Sprintf("%s: capability %q", op, c.Ref), err)
+	}
+	if n == 0 {
+		var owner string
+		if err := tx.QueryRowContext(ctx, s.d.bind(`SELECT biome_id FROM capabilities WHERE ref = ?`), c.Ref).Scan(&owner); err != nil {
+			return s.fail(fmt.Sprintf("%s: capability %q", op, c.Ref), err)
+		}
+		return fmt.Errorf("%s: %w: capability %q belongs to biome %q", op, store.ErrConflict, c.Ref, owner)
+	}
+	return nil
+}
+
+const biomeVersionColumns = `id, version, manifest, contributions, content_hash, digest_hash, digest, created_at`
+
+func scanBiomeVersion(sc scanner) (store.BiomeVersion, error) {
+	var bv store.BiomeVersion
+	var manifest, contributions, digest []byte
+	err := sc.Scan(&bv.ID, &bv.Version, &manifest, &contributions, &bv.ContentHash, &bv.DigestHash, &digest,
+		timeCol{&bv.CreatedAt})
+	bv.Manifest, bv.Contributions, bv.Digest = jsonCol(manifest), jsonCol(contributions), jsonCol(digest)
+	return bv, err
+}
+
+// GetBiomeVersion implements store.Store.
+func (s *Store) GetBiomeVersion(ctx context.Context, id, version string) (store.BiomeVersion, error) {
+	row := s.db.QueryRowContext(ctx, s.d.bind(`SELECT `+biomeVersionColumns+` FROM biome_versions WHERE id = ? AND version = ?`), id, version)
+	bv, err := scanBiomeVersion(row)
+	if err != nil {
+		return store.BiomeVersion{}, s.fail(fmt.Sprintf("get biome %q version %q", id, version), err)
+	}
+	return bv, nil
+}
+
+// ListBiomeVersions implements store.Store.
+func (s *Store) ListBiomeVersions(ctx context.Context, id string) ([]store.BiomeVersion, error) {
+	return list(ctx, s, fmt.Sprintf("list versions of biome %q", id), scanBiomeVersion,
+		`SELECT `+biomeVersionColumns+` FROM biome_versions WHERE id = ? ORDER BY created_at, seq`, id)
+}
+
+// list runs a query and scans each row with scan.
+func list[T any](ctx context.Context, s *Store, op string, scan func(scanner) (T, error), q string, args ...any) ([]T, error) {
+	rows, err := s.db.QueryContext(ctx, s.d.bind(q), args...)
+	if err != nil {
+		return nil, s.fail(op, err)
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, s.fail(op, err)
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail(op, err)
+	}
+	return out, nil
+}
+
+// UpsertCapability implements store.Store.
+func (s *Store) UpsertCapability(ctx context.Context, c store.Capability) error {
+	op := fmt.Sprintf("upsert capability %q", c.Ref)
+	if err := c.Validate(); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return s.inTx(ctx, op, func(tx *sql.Tx) error {
+		if err := s.upsertCapability(ctx, tx, op, c); err != nil {
+			return err
+		}
+		return s.bumpRevision(ctx, tx, op)
+	})
+}
+
+const capabilityColumns = `ref, biome_id, biome_version, manifest, invocation, runner_kind, lifecycle, replaced_by, updated_at`
+
+func scanCapability(sc scanner) (store.Capability, error) {
+	var c store.Capability
+	var manifest, invocation []byte
+	err := sc.Scan(&c.Ref, &c.BiomeID, &c.BiomeVersion, &manifest, &invocation, &c.RunnerKind, &c.Lifecycle,
+		&c.ReplacedBy, timeCol{&c.UpdatedAt})
+	c.Manifest, c.Invocation = jsonCol(manifest), jsonCol(invocation)
+	return c, err
+}
+
+// GetCapability implements store.Store.
+func (s *Store) GetCapability(ctx context.Context, ref string) (store.Capability, error) {
+	c, err := scanCapability(s.db.QueryRowContext(ctx, s.d.bind(`SELECT `+capabilityColumns+` FROM capabilities WHERE ref = ?`), ref))
+	if err != nil {
+		return store.Capability{}, s.fail(fmt.Sprintf("get capability %q", ref), err)
+	}
+	return c, nil
+}
+
+// ListCapabilities implements store.Store.
+func (s *Store) ListCapabilities(ctx context.Context) ([]store.Capability, error) {
+	return list(ctx, s, "list capabilities", scanCapability, `SELECT `+capabilityColumns+` FROM capabilities ORDER BY ref`)
+}
+
+// TransitionLifecycle implements store.Store: a compare-and-set on the stored state.
+func (s *Store) TransitionLifecycle(ctx context.Context, ev store.LifecycleEvent) error {
+	op := fmt.Sprintf("transition capability %q from %q to %q", ev.Ref, ev.From, ev.To)
+	if err := ev.Validate(); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	ev.At = store.Stamp(ev.At)
+	return s.inTx(ctx, op, func(tx *sql.Tx) error {
+		n, err := s.exec(ctx, tx, `UPDATE capabilities SET lifecycle = ?, replaced_by = ?, updated_at = ?
+			WHERE ref = ? AND lifecycle = ?`, ev.To, ev.ReplacedBy, s.d.TimeArg(ev.At), ev.Ref, ev.From)
+		if err != nil {
+			return s.fail(op, err)
+		}
+		if n == 0 {
+			var state string
+			if err := tx.QueryRowContext(ctx, s.d.bind(`SELECT lifecycle FROM capabilities WHERE ref = ?`), ev.Ref).Scan(&state); err != nil {
+				return s.fail(op, err)
+			}
+			return fmt.Errorf("%s: %w: capability is %q", op, store.ErrConflict, state)
+		}
+		if _, err := s.exec(ctx, tx, `INSERT INTO lifecycle_events (ref, from_state, to_state, replaced_by, actor, at)
+			VALUES (?, ?, ?, ?, ?, ?)`, ev.Ref, ev.From, ev.To, ev.ReplacedBy, ev.Actor, s.d.TimeArg(ev.At)); err != nil {
+			return s.fail(op, err)
+		}
+		return s.bumpRevision(ctx, tx, op)
+	})
+}
+
+// ListLifecycleEvents implements store.Store.
+func (s *Store) ListLifecycleEvents(ctx context.Context, ref string) ([]store.LifecycleEvent, error) {
+	return list(ctx, s, fmt.Sprintf("list lifecycle events of %q", ref),
+		func(sc scanner) (store.LifecycleEvent, error) {
+			var ev store.LifecycleEvent
+			err := sc.Scan(&ev.Ref, &ev.From, &ev.To, &ev.ReplacedBy, &ev.Actor, timeCol{&ev.At})
+			return ev, err
+		},
+		`SELECT ref, from_state, to_state, replaced_by, actor, at FROM lifecycle_events WHERE ref = ? ORDER BY seq`, ref)
+}
+
+// PutGrant implements store.Store.
+func (s *Store) PutGrant(ctx context.Context, g store.Grant) error {
+	op := fmt.Sprintf("put grant %q of biome %q version %q", g.ID, g.BiomeID, g.BiomeVersion)
+	if err := g.Validate(); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return s.inTx(ctx, op, func(tx *sql.Tx) error {
+		if _, err := s.exec(ctx, tx, `INSERT INTO grants
+			(id, biome_id, biome_version, digest_hash, profile, customize, approved_by, approved_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+			g.ID, g.BiomeID, g.BiomeVersion, g.DigestHash, g.Profile, jsonArg(g.Customize), g.ApprovedBy,
+			s.d.TimeArg(store.Stamp(g.ApprovedAt))); err != nil {
+			return s.fail(op, err)
+		}
+		return s.bumpRevision(ctx, tx, op)
+	})
+}
+
+// ListGrants implements store.Store.
+func (s *Store) ListGrants(ctx context.Context) ([]store.Grant, error) {
+	return list(ctx, s, "list grants", func(sc scanner) (store.Grant, error) {
+		var g store.Grant
+		var customize []byte
+		err := sc.Scan(&g.ID, &g.BiomeID, &g.BiomeVersion, &g.DigestHash, &g.Profile, &customize, &g.ApprovedBy,
+			timeCol{&g.ApprovedAt})
+		g.Customize = jsonCol(customize)
+		return g, err
+	}, `SELECT id, biome_id, biome_version, digest_hash, profile, customize, approved_by, approved_at
+		FROM grants ORDER BY approved_at, id`)
+}
+
+// AppendAudit implements store.Store.
+func (s *Store) AppendAudit(ctx context.Context, r store.AuditRecord) error {
+	op := fmt.Sprintf("append audit record %q", r.ID)
+	if err := r.Validate(); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if _, err := s.exec(ctx, s.db, `INSERT INTO audit_log
+		(id, time, ref, subject_kind, subject_ref, environment, decision, reasons, suggestions, obligations,
+		 bundle_revision, input_hash, runner, outcome, latency_micros, parent_id, detail)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		r.ID, s.d.TimeArg(store.Stamp(r.Time)), r.Ref, r.SubjectKind, r.SubjectRef, r.Environment, r.Decision,
+		jsonArg(r.Reasons), jsonArg(r.Suggestions), jsonArg(r.Obligations), r.BundleRevision, r.InputHash,
+		r.Runner, r.Outcome, r.LatencyMicros, r.ParentID, jsonArg(r.Detail)); err != nil {
+		return s.fail(op, err)
+	}
+	return nil
+}
+
+// GetAudit implements store.Store.
+func (s *Store) GetAudit(ctx context.Context, id string) (store.AuditRecord, error) {
+	var r store.AuditRecord
+	var reasons, suggestions, obligations, detail []byte
+	err := s.db.QueryRowContext(ctx, s.d.bind(`SELECT id, time, ref, subject_kind, subject_ref, environment, decision,
+		reasons, suggestions, obligations, bundle_revision, input_hash, runner, outcome, latency_micros, parent_id, detail
+		FROM audit_log WHERE id = ?`), id).Scan(&r.ID, timeCol{&r.Time}, &r.Ref, &r.SubjectKind, &r.SubjectRef,
+		&r.Environment, &r.Decision, &reasons, &suggestions, &obligations, &r.BundleRevision, &r.InputHash,
+		&r.Runner, &r.Outcome, &r.LatencyMicros, &r.ParentID, &detail)
+	if err != nil {
+		return store.AuditRecord{}, s.fail(fmt.Sprintf("get audit record %q", id), err)
+	}
+	r.Reasons, r.Suggestions, r.Obligations = jsonCol(reasons), jsonCol(suggestions), jsonCol(obligations)
+	r.Detail = jsonCol(detail)
+	return r, nil
+}
+
+// Revision implements store.Store.
+func (s *Store) Revision(ctx context.Context) (int64, error) {
+	var rev int64
+	if err := s.db.QueryRowContext(ctx, `SELECT revision FROM policy_revision WHERE id = 1`).Scan(&rev); err != nil {
+		return 0, s.fail("read policy revision", err)
+	}
+	return rev, nil
+}
+
+// Ping implements store.Store.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.db.PingContext(ctx); err != nil {
+		return fmt.Errorf("ping %s store: %w: %w", s.d.Name, store.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// Close implements store.Store.
+func (s *Store) Close() error { return s.db.Close() }
