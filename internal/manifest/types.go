@@ -37,6 +37,12 @@ type Contribution struct {
 	Kind       string      `json:"kind"`
 	Manifest   Manifest    `json:"manifest"`
 	Invocation *Invocation `json:"invocation,omitempty"`
+
+	// Source is the file the contribution came from (biome.json for inline entries) and
+	// SourcePath the JSON pointer of the contribution in it ("" for a contribution file),
+	// so later errors can point at what the author wrote. Not part of the payload.
+	Source     string `json:"-"`
+	SourcePath string `json:"-"`
 }
 
 // Invocation is a declared invocation binding.
@@ -46,7 +52,8 @@ type Invocation struct {
 	TimeoutMs int    `json:"timeoutMs,omitempty"`
 }
 
-// Manifest mirrors spec/capability-contribution.md field for field.
+// Manifest mirrors spec/capability-contribution.md field for field. Free-form values
+// (inputSchema, outputSchema, examples) hold numbers as json.Number, never rounded floats.
 type Manifest struct {
 	Ref                         string                    `json:"ref"`
 	Title                       string                    `json:"title"`
@@ -100,6 +107,26 @@ type HumanBaseline struct {
 	MinimumOrgRole string              `json:"minimumOrgRole,omitempty"`
 	Environments   []string            `json:"environments,omitempty"`
 	Dimensions     map[string][]string `json:"dimensions,omitempty"`
+}
+
+// MarshalJSON writes environments whenever the kind requires them (even when empty), so a
+// validated HumanBaseline always encodes back to a valid one.
+func (h HumanBaseline) MarshalJSON() ([]byte, error) {
+	type plain HumanBaseline // no MarshalJSON: no recursion
+	if h.Kind == "explicit-only" {
+		return json.Marshal(plain(h))
+	}
+	return json.Marshal(struct {
+		plain
+		Environments []string `json:"environments"`
+	}{plain(h), nonNil(h.Environments)})
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }
 
 // InstanceGrade: grants on individual instances of a resource type.
