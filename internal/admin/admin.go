@@ -1,0 +1,71 @@
+// Package admin registers the gateway's own operations as kernel capabilities (DESIGN.md,
+// "One surface for everything"): submitting a biome and approving a grant run through the
+// same funnel as any capability, authorized by their humanBaseline and audited the same way.
+package admin
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/xemahq/xema/internal/catalog"
+	"github.com/xemahq/xema/internal/kernel"
+	"github.com/xemahq/xema/internal/store"
+)
+
+// Refs of the admin capabilities.
+const (
+	RefSubmit  = "biome:submit-to-store@1"
+	RefInstall = "biome:install@1"
+)
+
+//go:embed contributions/*.json
+var descriptors embed.FS
+
+// GrantView is the answer of biome:install@1, the recorded BiomeInstallGrant.
+type GrantView struct {
+	GrantID    string          `json:"grantId"`
+	BiomeID    string          `json:"biomeId"`
+	Version    string          `json:"version"`
+	DigestHash string          `json:"digestHash"`
+	Profile    string          `json:"profile"`
+	Customize  json.RawMessage `json:"customize,omitempty"`
+	ApprovedBy string          `json:"approvedBy"`
+	ApprovedAt string          `json:"approvedAt"`
+}
+
+// ViewGrant is the public shape of a stored grant.
+func ViewGrant(g store.Grant) GrantView {
+	return GrantView{GrantID: g.ID, BiomeID: g.BiomeID, Version: g.BiomeVersion, DigestHash: g.DigestHash,
+		Profile: g.Profile, Customize: g.Customize, ApprovedBy: g.ApprovedBy, ApprovedAt: g.ApprovedAt.Format(time.RFC3339)}
+}
+
+// Register queues the admin capabilities on reg with their handlers over pub.
+func Register(reg *kernel.Registry, pub *catalog.Publisher) error {
+	handlers := map[string]kernel.Handler{
+		"contributions/biome-submit-to-store.json": func(ctx context.Context, call kernel.Call) (any, error) {
+			var sub catalog.Submission
+			if err := json.Unmarshal(call.Input, &sub); err != nil {
+				return nil, fmt.Errorf("decode validated input: %w", err)
+			}
+			return pub.Submit(ctx, sub)
+		},
+		"contributions/biome-install.json": func(ctx context.Context, call kernel.Call) (any, error) {
+			g, err := pub.Install(ctx, call.Input, call.Exec.Subject.Ref)
+			if err != nil {
+				return nil, err
+			}
+			return ViewGrant(g), nil
+		},
+	}
+	for file, h := range handlers {
+		raw, err := descriptors.ReadFile(file)
+		if err != nil {
+			return fmt.Errorf("admin descriptor %s: %w", file, err)
+		}
+		reg.Register(kernel.Registration{Contribution: raw, Handler: h})
+	}
+	return nil
+}

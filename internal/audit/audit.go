@@ -1,0 +1,128 @@
+// Package audit writes the append-only record of every decision and rebuilds the structured
+// denial a caller can ask for with why-denied. Records never hold raw input, only its hash.
+package audit
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/xemahq/xema/internal/store"
+)
+
+// Log appends to the store's audit log.
+type Log struct {
+	Store store.Store
+}
+
+// NewID returns a fresh audit id: prefix "inv_" for allowed calls and "deny_" for denials,
+// as in the spec's examples, followed by 80 random bits.
+func NewID(prefix string) string {
+	var b [10]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("audit: crypto/rand failed: %v", err)) // the OS RNG never fails on Linux
+	}
+	return prefix + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
+}
+
+// OutcomeID is the id of the record that closes the allowed call auditID: the decision is
+// written before the run (so a crash mid-run still leaves it), the outcome after.
+func OutcomeID(auditID string) string { return auditID + ".outcome" }
+
+// InputHash is the sha256 of the raw input as received.
+func InputHash(raw []byte) string {
+	sum := sha256.Sum256(raw)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// Append writes r durably. The caller must not answer before it returns nil: the auditId in
+// any response can be looked up at once.
+func (l *Log) Append(ctx context.Context, r store.AuditRecord) error {
+	if err := l.Store.AppendAudit(ctx, r); err != nil {
+		return fmt.Errorf("audit %s: %w", r.ID, err)
+	}
+	return nil
+}
+
+// Record is the public view of an audit record (GET /v1/audit/{id}).
+type Record struct {
+	AuditID        string          `json:"auditId"`
+	Time           string          `json:"time"`
+	Ref            string          `json:"capability"`
+	Subject        Subject         `json:"subject"`
+	Environment    string          `json:"environment"`
+	Decision       string          `json:"decision"`
+	Reasons        json.RawMessage `json:"reasons"`
+	Suggestions    json.RawMessage `json:"suggestions,omitempty"`
+	Obligations    json.RawMessage `json:"obligations,omitempty"`
+	BundleRevision string          `json:"policyRevision"`
+	InputHash      string          `json:"inputHash,omitempty"`
+	Runner         string          `json:"runner,omitempty"`
+	Outcome        string          `json:"outcome"`
+	LatencyMicros  int64           `json:"latencyMicros"`
+	ParentID       string          `json:"parentAuditId,omitempty"`
+}
+
+// Subject is who made the call.
+type Subject struct {
+	Kind string `json:"kind"`
+	Ref  string `json:"ref"`
+}
+
+// Denial is the spec's structured denial.
+type Denial struct {
+	AuditID     string          `json:"auditId"`
+	Subject     Subject         `json:"subject"`
+	Capability  string          `json:"capability"`
+	Environment string          `json:"environment"`
+	Decision    string          `json:"decision"`
+	Reasons     json.RawMessage `json:"reasons"`
+	Suggestions json.RawMessage `json:"suggestions"`
+}
+
+// View turns a stored record into its public shape.
+func View(r store.AuditRecord) Record {
+	return Record{
+		AuditID: r.ID, Time: r.Time.UTC().Format("2006-01-02T15:04:05.000000Z07:00"), Ref: r.Ref,
+		Subject:     Subject{Kind: r.SubjectKind, Ref: r.SubjectRef},
+		Environment: r.Environment, Decision: r.Decision,
+		Reasons: orEmpty(r.Reasons), Suggestions: r.Suggestions, Obligations: r.Obligations,
+		BundleRevision: r.BundleRevision, InputHash: r.InputHash, Runner: r.Runner,
+		Outcome: r.Outcome, LatencyMicros: r.LatencyMicros, ParentID: r.ParentID,
+	}
+}
+
+// WhyDenied rebuilds the structured denial of a denied record. ok is false when the record
+// is not a denial.
+func WhyDenied(r store.AuditRecord) (d Denial, ok bool) {
+	if r.Decision != DecisionDenied {
+		return Denial{}, false
+	}
+	return Denial{
+		AuditID: r.ID, Subject: Subject{Kind: r.SubjectKind, Ref: r.SubjectRef},
+		Capability: r.Ref, Environment: r.Environment, Decision: DecisionDenied,
+		Reasons: orEmpty(r.Reasons), Suggestions: orEmpty(r.Suggestions),
+	}, true
+}
+
+// Decisions recorded in the log.
+const (
+	DecisionAllowed         = "allowed"
+	DecisionDenied          = "denied"
+	DecisionPendingApproval = "pending-approval"
+	DecisionInvalid         = "invalid-input"
+	DecisionNotFound        = "unknown-capability"
+	DecisionError           = "error"
+)
+
+func orEmpty(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 {
+		return json.RawMessage("[]")
+	}
+	return raw
+}

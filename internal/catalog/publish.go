@@ -1,0 +1,348 @@
+package catalog
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/xemahq/xema/internal/capref"
+	"github.com/xemahq/xema/internal/grant"
+	"github.com/xemahq/xema/internal/inputschema"
+	"github.com/xemahq/xema/internal/kernel"
+	"github.com/xemahq/xema/internal/manifest"
+	"github.com/xemahq/xema/internal/runner"
+	"github.com/xemahq/xema/internal/store"
+)
+
+// Publisher submits biome versions and records install grants: the two write paths of
+// stage 1. Both end in Changed, which rebuilds the catalog and the policy.
+type Publisher struct {
+	Store    store.Store
+	Kernel   *kernel.Registry
+	Envs     grant.Environments
+	Profiles grant.Profiles
+	// HasBinding reports an org-level provider binding serving ref (nil: none exist).
+	HasBinding func(ref string) bool
+	// Changed is called after every successful write.
+	Changed func(ctx context.Context) error
+}
+
+// Submission is the body of POST /v1/biomes.
+type Submission struct {
+	Manifest      json.RawMessage   `json:"manifest"`
+	Contributions []json.RawMessage `json:"contributions"`
+}
+
+// SubmitResult answers a submission.
+type SubmitResult struct {
+	BiomeID string       `json:"biomeId"`
+	Version string       `json:"version"`
+	Digest  grant.Digest `json:"digest"`
+}
+
+// Submit validates a biome version as a whole (manifest, every contribution, the publish-time
+// envelope, the input schemas) and stores it with its digest in one transaction. Nothing is
+// stored when anything is wrong.
+func (p *Publisher) Submit(ctx context.Context, sub Submission) (*SubmitResult, error) {
+	b, problems := fromSubmission(sub.Manifest, sub.Contributions)
+	if len(problems) > 0 {
+		return nil, problemsError("INVALID_MANIFEST", problems)
+	}
+	return p.publish(ctx, b, sub)
+}
+
+// SubmitDir publishes a biome directory (start-up loading); the whole biome or nothing.
+func (p *Publisher) SubmitDir(ctx context.Context, b *manifest.Biome) (*SubmitResult, error) {
+	sub := Submission{}
+	var err error
+	if sub.Manifest, err = json.Marshal(b); err != nil {
+		return nil, fmt.Errorf("encode biome %s: %w", b.ID, err)
+	}
+	for _, c := range b.Contributions {
+		raw, err := json.Marshal(c)
+		if err != nil {
+			return nil, fmt.Errorf("encode contribution %s: %w", c.Manifest.Ref, err)
+		}
+		sub.Contributions = append(sub.Contributions, raw)
+	}
+	return p.publish(ctx, b, sub)
+}
+
+func (p *Publisher) publish(ctx context.Context, b *manifest.Biome, sub Submission) (*SubmitResult, error) {
+	existing, err := p.Store.ListCapabilities(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("submit %s@%s: %w", b.ID, b.Version, err)
+	}
+	byRef := make(map[string]store.Capability, len(existing))
+	for _, c := range existing {
+		byRef[c.Ref] = c
+	}
+
+	var problems []inputschema.Violation
+	caps := make([]store.Capability, 0, len(b.Contributions))
+	for i, c := range b.Contributions {
+		at := fmt.Sprintf("/contributions/%d", i)
+		ref := c.Manifest.Ref
+		if ways := p.ways(c); len(ways) != 1 {
+			problems = append(problems, inputschema.Violation{Path: at, Message: envelopeMessage(ref, ways)})
+		}
+		if _, err := inputschema.Compile(ref, c.Manifest.InputSchema); err != nil {
+			problems = append(problems, inputschema.Violation{Path: at + "/manifest/inputSchema", Message: err.Error()})
+		}
+		if old, ok := byRef[ref]; ok && old.BiomeID != b.ID {
+			problems = append(problems, inputschema.Violation{Path: at + "/manifest/ref",
+				Message: fmt.Sprintf("%s is already provided by biome %s", ref, old.BiomeID)})
+		}
+		capa, err := p.capability(b, c, byRef[ref])
+		if err != nil {
+			return nil, err
+		}
+		caps = append(caps, capa)
+	}
+	if len(problems) > 0 {
+		return nil, &runner.Error{Status: http.StatusBadRequest, Code: "INVALID_MANIFEST",
+			Message: fmt.Sprintf("biome %s@%s cannot be published (%d problem(s))", b.ID, b.Version, len(problems)), Violations: problems}
+	}
+
+	prev, err := p.previous(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	lookup, err := grant.CatalogLookup(existing)
+	if err != nil {
+		return nil, err
+	}
+	digest := grant.ComputeDigest(b, prev, lookup)
+	digestRaw, err := json.Marshal(digest)
+	if err != nil {
+		return nil, fmt.Errorf("encode digest: %w", err)
+	}
+	contribs, err := json.Marshal(sub.Contributions)
+	if err != nil {
+		return nil, fmt.Errorf("encode contributions: %w", err)
+	}
+	canonical, err := json.Marshal(b)
+	if err != nil {
+		return nil, fmt.Errorf("encode biome: %w", err)
+	}
+	canonicalContribs, err := json.Marshal(b.Contributions)
+	if err != nil {
+		return nil, fmt.Errorf("encode contributions: %w", err)
+	}
+	bv := store.BiomeVersion{
+		ID: b.ID, Version: b.Version, Manifest: sub.Manifest, Contributions: contribs,
+		ContentHash: contentHash(canonical, canonicalContribs), DigestHash: digest.Hash, Digest: digestRaw, CreatedAt: time.Now().UTC(),
+	}
+	if err := p.Store.PublishBiome(ctx, bv, caps); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return nil, runner.ClientError(http.StatusConflict, "BIOME_VERSION_CONFLICT",
+				"biome %s@%s was already submitted with different content; bump /manifest/version", b.ID, b.Version)
+		}
+		return nil, fmt.Errorf("submit %s@%s: %w", b.ID, b.Version, err)
+	}
+	if err := p.Changed(ctx); err != nil {
+		return nil, err
+	}
+	return &SubmitResult{BiomeID: b.ID, Version: b.Version, Digest: digest}, nil
+}
+
+// ways lists how a contribution can be reached: exactly one is required at publish.
+func (p *Publisher) ways(c manifest.Contribution) []string {
+	var ways []string
+	if c.Invocation != nil {
+		ways = append(ways, "a declared invocation ("+c.Invocation.Kind+")")
+	}
+	if p.HasBinding != nil && p.HasBinding(c.Manifest.Ref) {
+		ways = append(ways, "an org-level provider binding")
+	}
+	if _, ok := p.Kernel.Handler(c.Manifest.Ref); ok {
+		ways = append(ways, "a live runner")
+	}
+	return ways
+}
+
+func envelopeMessage(ref string, ways []string) string {
+	if len(ways) == 0 {
+		return fmt.Sprintf("%s has no way to run: declare an invocation, bind a provider, or register a live runner", ref)
+	}
+	return fmt.Sprintf("%s is reachable in %d ways (%s); exactly one is allowed", ref, len(ways), strings.Join(ways, ", "))
+}
+
+// capability builds the catalog entry for a contribution, keeping the lifecycle of an entry
+// the same biome already had.
+func (p *Publisher) capability(b *manifest.Biome, c manifest.Contribution, old store.Capability) (store.Capability, error) {
+	m, err := json.Marshal(c.Manifest)
+	if err != nil {
+		return store.Capability{}, fmt.Errorf("encode manifest %s: %w", c.Manifest.Ref, err)
+	}
+	capa := store.Capability{Ref: c.Manifest.Ref, BiomeID: b.ID, BiomeVersion: b.Version, Manifest: m,
+		RunnerKind: "kernel", Lifecycle: store.LifecycleSeeded, UpdatedAt: time.Now().UTC()}
+	if c.Invocation != nil {
+		if capa.Invocation, err = json.Marshal(c.Invocation); err != nil {
+			return store.Capability{}, fmt.Errorf("encode invocation %s: %w", c.Manifest.Ref, err)
+		}
+		capa.RunnerKind = c.Invocation.Kind
+	}
+	if old.Ref != "" && old.BiomeID == b.ID {
+		capa.Lifecycle, capa.ReplacedBy = old.Lifecycle, old.ReplacedBy
+	}
+	return capa, nil
+}
+
+// previous returns the newest stored version of the biome other than b's own.
+func (p *Publisher) previous(ctx context.Context, b *manifest.Biome) (*manifest.Biome, error) {
+	versions, err := p.Store.ListBiomeVersions(ctx, b.ID)
+	if err != nil {
+		return nil, fmt.Errorf("versions of %s: %w", b.ID, err)
+	}
+	for i := len(versions) - 1; i >= 0; i-- {
+		if versions[i].Version == b.Version {
+			continue
+		}
+		prev, problems := fromSubmission(versions[i].Manifest, contributionsOf(versions[i]))
+		if len(problems) > 0 {
+			return nil, fmt.Errorf("stored biome %s@%s no longer validates: %v", b.ID, versions[i].Version, problems[0])
+		}
+		return prev, nil
+	}
+	return nil, nil
+}
+
+func contributionsOf(bv store.BiomeVersion) []json.RawMessage {
+	var raws []json.RawMessage
+	_ = json.Unmarshal(bv.Contributions, &raws)
+	return raws
+}
+
+// Install records an org admin's approval of a digest and publishes the biome's capabilities:
+// seeded refs become published, and a published @N deprecates older majors of the same
+// capability with replacedBy.
+func (p *Publisher) Install(ctx context.Context, raw json.RawMessage, approvedBy string) (store.Grant, error) {
+	req, err := grant.DecodeRequest(raw)
+	if err != nil {
+		return store.Grant{}, grantError(err)
+	}
+	bv, err := p.Store.GetBiomeVersion(ctx, req.BiomeID, req.Version)
+	var bvp *store.BiomeVersion
+	switch {
+	case err == nil:
+		bvp = &bv
+	case !errors.Is(err, store.ErrNotFound):
+		return store.Grant{}, fmt.Errorf("install: %w", err)
+	}
+	req, err = grant.Validate(req, bvp, p.Envs, p.Profiles)
+	if err != nil {
+		return store.Grant{}, grantError(err)
+	}
+	g, err := grant.NewGrant(req, approvedBy, time.Now())
+	if err != nil {
+		return store.Grant{}, err
+	}
+	if err := p.Store.PutGrant(ctx, g); err != nil {
+		return store.Grant{}, fmt.Errorf("install: %w", err)
+	}
+	if err := p.publishRefs(ctx, bv, approvedBy); err != nil {
+		return store.Grant{}, err
+	}
+	return g, p.Changed(ctx)
+}
+
+func (p *Publisher) publishRefs(ctx context.Context, bv store.BiomeVersion, actor string) error {
+	caps, err := p.Store.ListCapabilities(ctx)
+	if err != nil {
+		return fmt.Errorf("publish %s: %w", bv.ID, err)
+	}
+	byRef := map[string]store.Capability{}
+	for _, c := range caps {
+		byRef[c.Ref] = c
+	}
+	var refs []string
+	for _, c := range caps {
+		if c.BiomeID == bv.ID && c.Lifecycle == store.LifecycleSeeded {
+			refs = append(refs, c.Ref)
+		}
+	}
+	sort.Strings(refs)
+	for _, ref := range refs {
+		if err := p.transition(ctx, ref, store.LifecycleSeeded, store.LifecyclePublished, "", actor); err != nil {
+			return err
+		}
+		r, err := capref.Parse(ref)
+		if err != nil {
+			continue
+		}
+		for m := r.Major - 1; m >= 1; m-- {
+			r.Major = m
+			older := r.String()
+			if o, ok := byRef[older]; ok && o.Lifecycle == store.LifecyclePublished {
+				if err := p.transition(ctx, older, store.LifecyclePublished, store.LifecycleDeprecated, ref, actor); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (p *Publisher) transition(ctx context.Context, ref, from, to, replacedBy, actor string) error {
+	err := p.Store.TransitionLifecycle(ctx, store.LifecycleEvent{Ref: ref, From: from, To: to,
+		ReplacedBy: replacedBy, Actor: actor, At: time.Now().UTC()})
+	if err != nil && !errors.Is(err, store.ErrConflict) {
+		return fmt.Errorf("lifecycle %s %s→%s: %w", ref, from, to, err)
+	}
+	return nil
+}
+
+// grantError turns grant validation errors into a typed client error listing every field.
+func grantError(err error) error {
+	var fes grant.Errors
+	var fe *grant.FieldError
+	switch {
+	case errors.As(err, &fes):
+	case errors.As(err, &fe):
+		fes = grant.Errors{fe}
+	default:
+		return err
+	}
+	out := &runner.Error{Status: fes.Status(), Code: fes[0].Code, Message: fes.Error()}
+	for _, f := range fes {
+		out.Violations = append(out.Violations, inputschema.Violation{Path: f.Path, Message: f.Message})
+	}
+	return out
+}
+
+// fromSubmission validates a submitted biome like a directory, naming each document by its
+// JSON pointer in the request body, so problem paths point into the body.
+func fromSubmission(biome json.RawMessage, contributions []json.RawMessage) (*manifest.Biome, []manifest.Problem) {
+	files := make([]manifest.File, len(contributions))
+	for i, c := range contributions {
+		files[i] = manifest.File{Name: fmt.Sprintf("/contributions/%d", i), Data: c}
+	}
+	return manifest.Check(manifest.File{Name: "/manifest", Data: biome}, files)
+}
+
+func problemsError(code string, problems []manifest.Problem) error {
+	out := &runner.Error{Status: http.StatusBadRequest, Code: code,
+		Message: fmt.Sprintf("%d problem(s) in the submission", len(problems))}
+	for _, pr := range problems {
+		out.Violations = append(out.Violations, inputschema.Violation{Path: pr.File + pr.Path, Message: pr.Message})
+	}
+	return out
+}
+
+// contentHash identifies a biome version's content independent of JSON formatting.
+func contentHash(parts ...[]byte) string {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write(p)
+		h.Write([]byte{0})
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}

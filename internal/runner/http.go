@@ -1,0 +1,88 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/xemahq/xema/internal/kernel"
+)
+
+// MaxResponseBytes bounds what the gateway reads from a provider.
+const MaxResponseBytes = 4 << 20
+
+// DefaultTimeout applies when an invocation declares no timeoutMs.
+const DefaultTimeout = 10 * time.Second
+
+// TokenSource mints the gateway's own service token for outbound calls.
+type TokenSource interface {
+	Token(ctx context.Context) (string, error)
+}
+
+// HTTP POSTs the validated input as JSON to a declared http invocation; a 2xx JSON body is
+// the output.
+type HTTP struct {
+	Client  *http.Client
+	URL     string
+	Timeout time.Duration
+	Tokens  TokenSource
+}
+
+// Kind is "http".
+func (HTTP) Kind() string { return "http" }
+
+// Run performs the call. The service token is required: there is no anonymous fallback.
+func (h HTTP) Run(ctx context.Context, call kernel.Call) (json.RawMessage, error) {
+	timeout := h.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	token, err := h.Tokens.Token(ctx)
+	if err != nil {
+		return nil, &Error{Code: CodeNoToken, Message: "the gateway could not obtain its service token", Err: err}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.URL, bytes.NewReader(call.Input))
+	if err != nil {
+		return nil, &Error{Code: CodeUnreachable, Message: "invalid provider URL", Err: err}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("X-Xema-Ref", call.Ref)
+	req.Header.Set("X-Xema-Audit-Id", call.AuditID)
+	req.Header.Set("Authorization", "Bearer "+token)
+
+	resp, err := h.Client.Do(req)
+	if err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, &Error{Code: CodeProviderTimeout, Message: fmt.Sprintf("provider did not answer within %s", timeout), Err: err}
+		}
+		return nil, &Error{Code: CodeUnreachable, Message: "provider unreachable", Err: err}
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
+	if err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, &Error{Code: CodeProviderTimeout, Message: fmt.Sprintf("provider did not answer within %s", timeout), Err: err}
+		}
+		return nil, &Error{Code: CodeUnreachable, Message: "reading the provider's answer failed", Err: err}
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return nil, &Error{Code: CodeProviderError, ProviderStatus: resp.StatusCode,
+			Message: fmt.Sprintf("provider answered HTTP %d", resp.StatusCode)}
+	}
+	if len(body) > MaxResponseBytes {
+		return nil, &Error{Code: CodeBadResponse, Message: fmt.Sprintf("provider answer exceeds %d bytes", MaxResponseBytes)}
+	}
+	if !json.Valid(body) {
+		return nil, &Error{Code: CodeBadResponse, Message: "provider answered with a body that is not JSON"}
+	}
+	return body, nil
+}

@@ -1,0 +1,75 @@
+// Package runner executes an authorized, validated call: in-process (kernel handlers) or
+// over HTTP to a contribution's declared invocation. Every failure is a typed *Error so the
+// gateway can answer and audit it without leaking provider internals.
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/xemahq/xema/internal/inputschema"
+	"github.com/xemahq/xema/internal/kernel"
+)
+
+// Error codes of a failed run.
+const (
+	CodeProviderError   = "PROVIDER_ERROR"        // the provider answered non-2xx
+	CodeProviderTimeout = "PROVIDER_TIMEOUT"      // no answer in time
+	CodeBadResponse     = "PROVIDER_BAD_RESPONSE" // 2xx but not a JSON value
+	CodeUnreachable     = "PROVIDER_UNREACHABLE"  // connection refused, DNS, TLS
+	CodeNoToken         = "NO_SERVICE_TOKEN"      // outbound credentials could not be minted
+	CodeHandlerFailed   = "HANDLER_FAILED"        // a kernel handler returned an error
+)
+
+// Error is a typed run failure. Message is safe to show to the caller.
+type Error struct {
+	Code           string
+	Message        string
+	ProviderStatus int // HTTP status the provider answered, when there was one
+	// Status, when set by a kernel handler, is the HTTP status to answer (a client error such
+	// as 400, 404 or 409 rather than a provider failure).
+	Status int
+	// Violations name each bad field of a client error by JSON pointer.
+	Violations []inputschema.Violation
+	Err        error
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+func (e *Error) Unwrap() error { return e.Err }
+
+// Runner runs one call.
+type Runner interface {
+	Kind() string
+	Run(ctx context.Context, call kernel.Call) (json.RawMessage, error)
+}
+
+// Kernel runs an in-process handler.
+type Kernel struct{ Handler kernel.Handler }
+
+// Kind is "kernel".
+func (Kernel) Kind() string { return "kernel" }
+
+// Run calls the handler and marshals its result.
+func (k Kernel) Run(ctx context.Context, call kernel.Call) (json.RawMessage, error) {
+	out, err := k.Handler(ctx, call)
+	if err != nil {
+		var re *Error
+		if errors.As(err, &re) {
+			return nil, re
+		}
+		return nil, &Error{Code: CodeHandlerFailed, Message: err.Error(), Err: err}
+	}
+	raw, err := json.Marshal(out)
+	if err != nil {
+		return nil, &Error{Code: CodeHandlerFailed, Message: "handler output is not JSON", Err: err}
+	}
+	return raw, nil
+}
+
+// ClientError is what a kernel handler returns for a bad request it can name: the caller
+// gets status and code as they are.
+func ClientError(status int, code, format string, args ...any) *Error {
+	return &Error{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
+}
