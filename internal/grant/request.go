@@ -92,9 +92,9 @@ func DecodeRequest(data []byte) (Request, error) {
 			errs = append(errs, invalid(path, CodeUnknownField, "unknown field"))
 		}
 	}
-	for _, f := range []struct{ name, val string }{{"biomeId", req.BiomeID}, {"version", req.Version}, {"digestHash", req.DigestHash}} {
-		if f.val == "" {
-			errs = append(errs, invalid(pointer("", f.name), CodeMissingField, "required"))
+	for _, name := range []string{"biomeId", "version", "digestHash"} {
+		if raw, ok := obj[name]; !ok || isNull(raw) || string(raw) == `""` {
+			errs = append(errs, invalid(pointer("", name), CodeMissingField, "required"))
 		}
 	}
 	if err := errs.err(); err != nil {
@@ -249,7 +249,7 @@ func typed(data []byte, path string, dst any, want string) *FieldError {
 		switch {
 		case errors.As(err, &te):
 			return invalid(path, CodeInvalidType, fmt.Sprintf("must be %s, got %s", want, te.Value))
-		case errors.As(err, &se), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		case errors.As(err, &se), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF), errors.Is(err, errTrailing):
 			return invalid(path, CodeInvalidJSON, "not valid JSON: "+err.Error())
 		default:
 			return invalid(path, CodeInvalidType, fmt.Sprintf("must be %s: %v", want, err))
@@ -257,6 +257,8 @@ func typed(data []byte, path string, dst any, want string) *FieldError {
 	}
 	return nil
 }
+
+var errTrailing = errors.New("trailing data after the JSON value")
 
 // strictUnmarshal is json.Unmarshal that also refuses unknown struct fields and trailing data.
 func strictUnmarshal(data []byte, dst any) error {
@@ -266,7 +268,7 @@ func strictUnmarshal(data []byte, dst any) error {
 		return err
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return fmt.Errorf("trailing data after the JSON value")
+		return errTrailing
 	}
 	return nil
 }
