@@ -25,7 +25,7 @@ const Draft2020 = "https://json-schema.org/draft/2020-12/schema"
 
 // schemaURL is where the compiled schema lives for reference resolution: a
 // relative $ref resolves under it, and nothing under it can be loaded.
-const schemaURL = "urn:xema:input-schema"
+const schemaURL = "xema:///input-schema.json"
 
 // ErrRemoteRef is the cause of a compile error for a $ref that does not
 // resolve inside the schema: no schema is ever fetched, so it fails closed.
@@ -80,6 +80,11 @@ func Compile(ref string, schema map[string]any) (*Schema, error) {
 		return nil, &CompileError{Ref: ref, Err: err}
 	}
 	sch, err := c.Compile(schemaURL)
+	var lerr *jsonschema.LoadURLError
+	if errors.As(err, &lerr) && errors.Is(lerr.Err, ErrRemoteRef) {
+		// LoadURLError does not unwrap: name the cause so callers can test it.
+		return nil, &CompileError{Ref: ref, Err: fmt.Errorf("$ref %s: %w", lerr.URL, ErrRemoteRef)}
+	}
 	if err != nil {
 		return nil, &CompileError{Ref: ref, Err: err}
 	}
@@ -153,6 +158,6 @@ func checkDialect(node any) error {
 // (the embedded metaschemas are served before any loader) is refused.
 type refuseLoader struct{}
 
-func (refuseLoader) Load(url string) (any, error) {
-	return nil, fmt.Errorf("%s: %w", url, ErrRemoteRef)
+func (refuseLoader) Load(string) (any, error) {
+	return nil, ErrRemoteRef
 }

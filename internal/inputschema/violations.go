@@ -18,11 +18,13 @@ import (
 var printer = message.NewPrinter(language.English)
 
 // violation is a Violation still carrying its location as tokens (for
-// sorting) and whether it is an unknown-property report.
+// sorting), whether it is an unknown-property report, and for a type
+// mismatch the types wanted (to merge the mismatches of anyOf branches).
 type violation struct {
 	tokens  []string
 	message string
 	unknown bool
+	typ     *kind.Type
 }
 
 // violations flattens the error tree into its leaf causes, deduplicated and
@@ -31,6 +33,7 @@ func violations(root *jsonschema.ValidationError) []Violation {
 	var leaves []violation
 	collect(root, &leaves)
 	leaves = dropShadowedUnknowns(leaves)
+	leaves = mergeTypes(leaves)
 
 	slices.SortFunc(leaves, func(a, b violation) int {
 		if c := comparePaths(a.tokens, b.tokens); c != 0 {
@@ -63,7 +66,7 @@ func collect(e *jsonschema.ValidationError, out *[]violation) {
 		}
 	case *kind.OneOf:
 		if len(k.Subschemas) > 0 {
-			add(at, fmt.Sprintf("must match exactly one oneOf schema, but matches %d and %d", k.Subschemas[0], k.Subschemas[1]))
+			add(at, fmt.Sprintf("must match exactly one oneOf schema, but matches both %d and %d", k.Subschemas[0], k.Subschemas[1]))
 			return
 		}
 		for _, c := range e.Causes {
@@ -94,6 +97,8 @@ func collect(e *jsonschema.ValidationError, out *[]violation) {
 		for _, p := range k.Missing {
 			add(at, fmt.Sprintf("missing required property %s (required when %s is present)", p, k.Prop))
 		}
+	case *kind.Type:
+		*out = append(*out, violation{tokens: at, message: describe(k), typ: k})
 	case *kind.PropertyNames:
 		add(child(at, k.Property), "invalid property name "+k.Property)
 	default:
@@ -160,6 +165,8 @@ func describe(k jsonschema.ErrorKind) string {
 		return fmt.Sprintf("must have at most %d properties", k.Want)
 	case *kind.Not:
 		return "must not match the schema under not"
+	case *kind.RefCycle:
+		return "cannot be validated: the schema refers to itself in a cycle"
 	default:
 		return k.LocalizedString(printer)
 	}
@@ -181,6 +188,34 @@ func dropShadowedUnknowns(vs []violation) []violation {
 		}
 		return false
 	})
+}
+
+// mergeTypes folds the type mismatches found at one path (one per anyOf or
+// oneOf branch) into one: "must be a string or an integer, got boolean".
+func mergeTypes(vs []violation) []violation {
+	first := map[string]int{} // pointer → index in out of its first mismatch
+	out := vs[:0]
+	for _, v := range vs {
+		if v.typ == nil {
+			out = append(out, v)
+			continue
+		}
+		p := pointer(v.tokens)
+		i, seen := first[p]
+		if !seen {
+			first[p] = len(out)
+			out = append(out, v)
+			continue
+		}
+		merged := &kind.Type{Got: v.typ.Got, Want: slices.Clone(out[i].typ.Want)}
+		for _, w := range v.typ.Want {
+			if !slices.Contains(merged.Want, w) {
+				merged.Want = append(merged.Want, w)
+			}
+		}
+		out[i].typ, out[i].message = merged, describe(merged)
+	}
+	return out
 }
 
 // keyword is the last keyword of a schema location, "" when it is the
