@@ -122,7 +122,7 @@ func TestValidate(t *testing.T) {
 		{"big integers stay exact", `{"properties": {"n": {"type": "integer", "maximum": 9007199254740992}}}`,
 			`{"n": 9007199254740993}`, []Violation{{"/n", "must be <= 9007199254740992"}}},
 		{"anyOf type mismatches merged", `{"properties": {"v": {"anyOf": [{"type": "string"}, {"type": ["integer", "null"]}]}}}`,
-			`{"v": true}`, []Violation{{"/v", "must be a string or an integer or null, got boolean"}}},
+			`{"v": true}`, []Violation{{"/v", "must be an integer or null or a string, got boolean"}}},
 		{"const", `{"properties": {"v": {"const": 2}}}`, `{"v": 3}`, []Violation{{"/v", "must be 2"}}},
 		{"explicit additionalProperties false", `{"properties": {"a": {}}, "additionalProperties": false}`, `{"a": 1, "b": 2, "c": 3}`,
 			[]Violation{{"/b", "unknown property b"}, {"/c", "unknown property c"}}},

@@ -213,6 +213,7 @@ func mergeTypes(vs []violation) []violation {
 				merged.Want = append(merged.Want, w)
 			}
 		}
+		slices.Sort(merged.Want) // branch order is not stable
 		out[i].typ, out[i].message = merged, describe(merged)
 	}
 	return out
