@@ -21,7 +21,9 @@ func TestDigestHashIgnoresOrder(t *testing.T) {
 			b.RequiresCapabilities[i], b.RequiresCapabilities[j] = b.RequiresCapabilities[j], b.RequiresCapabilities[i]
 		})
 		rng.Shuffle(len(b.Contributions), func(i, j int) { b.Contributions[i], b.Contributions[j] = b.Contributions[j], b.Contributions[i] })
-		rng.Shuffle(len(b.PermissionHints), func(i, j int) { b.PermissionHints[i], b.PermissionHints[j] = b.PermissionHints[j], b.PermissionHints[i] })
+		rng.Shuffle(len(b.PermissionHints), func(i, j int) {
+			b.PermissionHints[i], b.PermissionHints[j] = b.PermissionHints[j], b.PermissionHints[i]
+		})
 		got := ComputeDigest(b, nil, kernelLookup)
 		if got.Hash != want.Hash || !reflect.DeepEqual(got, want) {
 			t.Fatalf("shuffle %d: digest differs: %s vs %s", i, got.Hash, want.Hash)
