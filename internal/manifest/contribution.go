@@ -148,7 +148,7 @@ func schemaProblems(file, path string, doc map[string]any) []Problem {
 	case errors.As(err, &pnf):
 		return []Problem{{File: file, Path: path, Message: "unresolvable $ref " + relative(pnf.URL) + ": no such location in the schema"}}
 	case errors.As(err, &anf):
-		return []Problem{{File: file, Path: path, Message: "unresolvable $ref " + relative(anf.URL) + ": no such anchor in the schema"}}
+		return []Problem{{File: file, Path: path, Message: "unresolvable $ref " + relative(anf.Reference) + ": no such anchor in the schema"}}
 	}
 	return []Problem{{File: file, Path: path, Message: "invalid JSON Schema: " + relative(err.Error())}}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,6 +73,9 @@ func validate(sch *jsonschema.Schema, file, prefix string, v any) []Problem {
 }
 
 func leafProblems(ve *jsonschema.ValidationError, file, prefix string, out []Problem) []Problem {
+	if alt := alternatives(ve, file, prefix); alt != nil {
+		return append(out, *alt)
+	}
 	if len(ve.Causes) > 0 {
 		for _, c := range ve.Causes {
 			out = leafProblems(c, file, prefix, out)
@@ -92,6 +96,30 @@ func leafProblems(ve *jsonschema.ValidationError, file, prefix string, out []Pro
 		out = append(out, Problem{File: file, Path: loc, Message: phrase(ve)})
 	}
 	return out
+}
+
+// alternatives folds a failed anyOf/oneOf whose branches all complain about the same value
+// into one Problem ("must be X or must be Y") instead of one per branch.
+func alternatives(ve *jsonschema.ValidationError, file, prefix string) *Problem {
+	switch ve.ErrorKind.(type) {
+	case *kind.AnyOf, *kind.OneOf:
+	default:
+		return nil
+	}
+	leaves := leafProblems(&jsonschema.ValidationError{Causes: ve.Causes}, file, prefix, nil)
+	if len(leaves) == 0 {
+		return nil
+	}
+	msgs := make([]string, 0, len(leaves))
+	for _, l := range leaves {
+		if l.Path != leaves[0].Path {
+			return nil
+		}
+		if !slices.Contains(msgs, l.Message) {
+			msgs = append(msgs, l.Message)
+		}
+	}
+	return &Problem{File: file, Path: leaves[0].Path, Message: strings.Join(msgs, " or ")}
 }
 
 var english = message.NewPrinter(language.English)
