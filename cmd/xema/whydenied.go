@@ -1,0 +1,88 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+
+	"github.com/spf13/cobra"
+
+	"github.com/xemahq/xema/internal/audit"
+	"github.com/xemahq/xema/internal/client"
+)
+
+func init() {
+	var server, token, format string
+	cmd := &cobra.Command{
+		Use:   "why-denied AUDIT_ID",
+		Short: "Explain a denial: its reasons in words and what to do next",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := client.New(server, token)
+			if err != nil {
+				return &exitError{code: 2, err: err}
+			}
+			var d denial
+			if err := c.Do(cmd.Context(), "GET", "/v1/audit/"+url.PathEscape(args[0])+"/why-denied", nil, &d); err != nil {
+				return err
+			}
+			if format == "json" {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(d)
+			}
+			printDenial(cmd.OutOrStdout(), d)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&server, "server", "http://127.0.0.1:8181", "gateway URL")
+	cmd.Flags().StringVar(&token, "token", "", "bearer token")
+	cmd.Flags().StringVar(&format, "format", "text", "text or json")
+	rootCmd.AddCommand(cmd)
+}
+
+type reason struct {
+	Code   string `json:"code"`
+	Detail string `json:"detail"`
+}
+
+type denial struct {
+	audit.Denial
+	Reasons     []reason         `json:"reasons"`
+	Suggestions []map[string]any `json:"suggestions"`
+}
+
+// advice says in words what a suggestion asks the caller to do.
+func advice(s map[string]any) string {
+	str := func(k string) string { v, _ := s[k].(string); return v }
+	switch str("kind") {
+	case "request-grant":
+		return fmt.Sprintf("ask an org admin to grant %s in environment %s", str("capability"), str("environment"))
+	case "switch-environment":
+		return fmt.Sprintf("call from environment %s instead of %s", str("to"), str("from"))
+	case "request-approval":
+		return fmt.Sprintf("ask for a human approval of %s", str("capability"))
+	case "use-successor":
+		return fmt.Sprintf("call %s instead", str("successor"))
+	}
+	raw, _ := json.Marshal(s)
+	return string(raw)
+}
+
+func printDenial(w io.Writer, d denial) {
+	fmt.Fprintf(w, "%s (%s) was denied %s in environment %s (audit %s).\n",
+		d.Subject.Ref, d.Subject.Kind, d.Capability, d.Environment, d.AuditID)
+	fmt.Fprintln(w, "\nWhy:")
+	for _, r := range d.Reasons {
+		fmt.Fprintf(w, "  - %s: %s\n", r.Code, r.Detail)
+	}
+	if len(d.Suggestions) == 0 {
+		fmt.Fprintln(w, "\nNo grant or change of environment would allow this call.")
+		return
+	}
+	fmt.Fprintln(w, "\nWhat to do next:")
+	for _, s := range d.Suggestions {
+		fmt.Fprintf(w, "  - %s\n", advice(s))
+	}
+}

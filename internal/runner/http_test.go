@@ -1,0 +1,89 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xemahq/xema/internal/kernel"
+)
+
+type staticToken string
+
+func (s staticToken) Token(context.Context) (string, error) { return string(s), nil }
+
+type failingToken struct{}
+
+func (failingToken) Token(context.Context) (string, error) { return "", errors.New("token endpoint down") }
+
+func TestHTTPRunner(t *testing.T) {
+	var got struct {
+		body    string
+		headers http.Header
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/ok", func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got.body, got.headers = string(b), r.Header.Clone()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"echo":true}`))
+	})
+	mux.HandleFunc("/500", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "boom", 500) })
+	mux.HandleFunc("/html", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("<html>")) })
+	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(500 * time.Millisecond):
+		}
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	call := kernel.Call{Ref: "acme:thing.do@1", Input: json.RawMessage(`{"a":1}`), AuditID: "inv_x"}
+	tests := []struct {
+		name     string
+		path     string
+		tokens   TokenSource
+		timeout  time.Duration
+		wantCode string
+		wantOut  string
+	}{
+		{"2xx JSON is the output", "/ok", staticToken("svc-token"), 0, "", `{"echo":true}`},
+		{"non-2xx is a provider error", "/500", staticToken("t"), 0, CodeProviderError, ""},
+		{"non-JSON is a bad response", "/html", staticToken("t"), 0, CodeBadResponse, ""},
+		{"timeout is typed", "/slow", staticToken("t"), 50 * time.Millisecond, CodeProviderTimeout, ""},
+		{"no service token fails fast", "/ok", failingToken{}, 0, CodeNoToken, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := HTTP{Client: srv.Client(), URL: srv.URL + tc.path, Timeout: tc.timeout, Tokens: tc.tokens}
+			out, err := r.Run(context.Background(), call)
+			if tc.wantCode == "" {
+				if err != nil {
+					t.Fatalf("Run: %v", err)
+				}
+				if string(out) != tc.wantOut {
+					t.Fatalf("output %s, want %s", out, tc.wantOut)
+				}
+				return
+			}
+			var re *Error
+			if !errors.As(err, &re) || re.Code != tc.wantCode {
+				t.Fatalf("error %v, want code %s", err, tc.wantCode)
+			}
+			if strings.Contains(re.Error(), "svc-token") {
+				t.Fatalf("error leaks the token: %v", re)
+			}
+		})
+	}
+	if got.body != `{"a":1}` || got.headers.Get("X-Xema-Ref") != call.Ref ||
+		got.headers.Get("X-Xema-Audit-Id") != "inv_x" || got.headers.Get("Authorization") != "Bearer svc-token" {
+		t.Fatalf("provider saw body %q headers %v", got.body, got.headers)
+	}
+}
