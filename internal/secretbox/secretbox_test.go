@@ -1,0 +1,150 @@
+package secretbox
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func newKey(t *testing.T) string {
+	t.Helper()
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return base64.StdEncoding.EncodeToString(b)
+}
+
+func TestSealOpenRotation(t *testing.T) {
+	oldKey, newK := newKey(t), newKey(t)
+	oldRing, err := Parse("k1=" + oldKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	aad := []byte("purpose")
+	sealedOld, err := oldRing.Seal([]byte("s3cret"), aad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(sealedOld, "s3cret") || !strings.HasPrefix(sealedOld, "sb1.k1.") {
+		t.Fatalf("sealed value %q", sealedOld)
+	}
+	rotated, err := Parse("k2=" + newK + ",k1=" + oldKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := rotated.Open(sealedOld, aad)
+	if err != nil || string(got) != "s3cret" {
+		t.Fatalf("open old under rotated ring: %q %v", got, err)
+	}
+	sealedNew, err := rotated.Seal([]byte("s3cret"), aad)
+	if err != nil || !strings.HasPrefix(sealedNew, "sb1.k2.") {
+		t.Fatalf("rotated ring must seal with newest key: %q %v", sealedNew, err)
+	}
+	if _, err := oldRing.Open(sealedNew, aad); !errors.Is(err, ErrOpen) || !strings.Contains(err.Error(), `"k2"`) {
+		t.Fatalf("old ring opened a value sealed under k2: %v", err)
+	}
+}
+
+func TestOpenRejects(t *testing.T) {
+	kr, err := Parse(newKey(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed, err := kr.Seal([]byte("value"), []byte("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := strings.Split(sealed, ".")
+	raw, _ := base64.RawURLEncoding.DecodeString(parts[2])
+	raw[len(raw)-1] ^= 1
+	tampered := parts[0] + "." + parts[1] + "." + base64.RawURLEncoding.EncodeToString(raw)
+	for name, tc := range map[string]struct{ sealed, aad string }{
+		"wrong aad":     {sealed, "b"},
+		"tampered":      {tampered, "a"},
+		"kid swapped":   {parts[0] + ".other." + parts[2], "a"},
+		"not sealed":    {"value", "a"},
+		"bad base64":    {parts[0] + "." + parts[1] + ".!!", "a"},
+		"short":         {parts[0] + "." + parts[1] + ".AAAA", "a"},
+		"wrong version": {"sb0." + parts[1] + "." + parts[2], "a"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := kr.Open(tc.sealed, []byte(tc.aad)); !errors.Is(err, ErrOpen) {
+				t.Fatalf("want ErrOpen, got %v", err)
+			}
+		})
+	}
+}
+
+func TestParseRejects(t *testing.T) {
+	k := newKey(t)
+	for name, spec := range map[string]string{
+		"empty":      "",
+		"only space": " \n# comment\n",
+		"short key":  base64.StdEncoding.EncodeToString([]byte("short")),
+		"not base64": "k1=@@@",
+		"dup id":     "a=" + k + ",a=" + newKey(t),
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Parse(spec)
+			if !errors.Is(err, ErrBadKey) && !errors.Is(err, ErrNoKey) {
+				t.Fatalf("want ErrBadKey or ErrNoKey, got %v", err)
+			}
+			if strings.Contains(fmtErr(err), k) {
+				t.Fatal("error leaks key material")
+			}
+		})
+	}
+}
+
+func fmtErr(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func TestFromEnvAndFile(t *testing.T) {
+	k := newKey(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "keys")
+	if err := os.WriteFile(file, []byte("# newest first\nk9="+k+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(EnvKey, "")
+	t.Setenv(EnvKeyFile, file)
+	if _, err := FromEnv(); !errors.Is(err, ErrBadKey) {
+		t.Fatalf("world-readable key file accepted: %v", err)
+	}
+	if err := os.Chmod(file, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kr, err := FromEnv()
+	if err != nil || kr.KeyID() != "k9" {
+		t.Fatalf("from file: %v", err)
+	}
+	t.Setenv(EnvKey, k)
+	if _, err := FromEnv(); !errors.Is(err, ErrBadKey) {
+		t.Fatalf("both env vars set accepted: %v", err)
+	}
+	t.Setenv(EnvKeyFile, "")
+	kr2, err := FromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The bare key's derived id is stable, so a value sealed by one process opens in the next.
+	sealed, _ := kr2.Seal([]byte("x"), nil)
+	kr3, _ := Parse(k)
+	if got, err := kr3.Open(sealed, nil); err != nil || !bytes.Equal(got, []byte("x")) {
+		t.Fatalf("derived kid not stable: %v", err)
+	}
+	t.Setenv(EnvKey, "")
+	if _, err := FromEnv(); !errors.Is(err, ErrNoKey) {
+		t.Fatalf("want ErrNoKey, got %v", err)
+	}
+}
