@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
+	"time"
 
 	"github.com/xemahq/xema/internal/store"
 )
@@ -35,8 +37,8 @@ type Input struct {
 	Biomes       []store.BiomeVersion
 	Environments Environments
 	Profiles     Profiles
-	// Revision is stamped into data.xema.revision; empty means a hash of the compiled
-	// content, so replicas compiling the same store state agree on it.
+	// Revision is stamped into data.xema.revision; empty means a hash of this input taken
+	// in a canonical order, so replicas compiling the same store state agree on it.
 	Revision string
 }
 
@@ -110,14 +112,7 @@ func Compile(in Input) (map[string]any, error) {
 	}
 	rev := in.Revision
 	if rev == "" {
-		// encoding/json sorts map keys and the document holds only maps, slices and
-		// scalars, so this encoding is canonical.
-		raw, err := json.Marshal(data)
-		if err != nil {
-			return nil, fmt.Errorf("compile: hash content: %w", err)
-		}
-		sum := sha256.Sum256(raw)
-		rev = "sha256:" + hex.EncodeToString(sum[:8])
+		rev = inputRevision(in)
 	}
 	data["revision"] = rev
 	return data, nil
@@ -282,4 +277,38 @@ func (b grantBase) entry(d descriptor, known bool, c Customization, named bool) 
 		e["quota"] = limitData(*c.Quota)
 	}
 	return e, true
+}
+
+// inputRevision hashes everything the document is compiled from, records sorted by key and
+// every string length-prefixed, so equal store states give equal revisions whatever the
+// order the store listed them in. Cheaper than hashing the compiled document.
+func inputRevision(in Input) string {
+	h := sha256.New()
+	put := func(parts ...string) {
+		for _, p := range parts {
+			fmt.Fprintf(h, "%d:%s", len(p), p)
+		}
+	}
+	caps := slices.SortedFunc(slices.Values(in.Capabilities), func(a, b store.Capability) int { return strings.Compare(a.Ref, b.Ref) })
+	for _, c := range caps {
+		put("cap", c.Ref, c.BiomeID, c.BiomeVersion, c.Lifecycle, c.ReplacedBy, string(c.Manifest))
+	}
+	grants := slices.SortedFunc(slices.Values(in.Grants), func(a, b store.Grant) int { return strings.Compare(a.ID, b.ID) })
+	for _, g := range grants {
+		put("grant", g.ID, g.BiomeID, g.BiomeVersion, g.Profile, string(g.Customize), g.ApprovedAt.UTC().Format(time.RFC3339Nano))
+	}
+	biomes := slices.SortedFunc(slices.Values(in.Biomes), func(a, b store.BiomeVersion) int {
+		return strings.Compare(a.ID+"@"+a.Version, b.ID+"@"+b.Version)
+	})
+	for _, bv := range biomes {
+		put("biome", bv.ID, bv.Version, string(bv.Manifest))
+	}
+	for _, name := range in.Environments.Names() {
+		kind, _ := in.Environments.Lookup(name)
+		put("env", name, kind)
+	}
+	// Maps encode with sorted keys; these cannot fail to encode.
+	fixed, _ := json.Marshal([]any{in.Profiles, audienceByKind, orgRoleRank})
+	put("fixed", string(fixed))
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)[:8])
 }

@@ -241,15 +241,17 @@ func strList(data []byte, path string, dst *[]string) *FieldError {
 	return nil
 }
 
-// typed unmarshals one JSON value into dst, reporting a type mismatch at path.
+// typed unmarshals one JSON value into dst, reporting a type mismatch at path. dst is never
+// a struct (objects decode into maps of raw members, checked key by key), so plain
+// json.Unmarshal is strict enough: it also refuses trailing data.
 func typed(data []byte, path string, dst any, want string) *FieldError {
-	if err := strictUnmarshal(data, dst); err != nil {
+	if err := json.Unmarshal(data, dst); err != nil {
 		var te *json.UnmarshalTypeError
 		var se *json.SyntaxError
 		switch {
 		case errors.As(err, &te):
 			return invalid(path, CodeInvalidType, fmt.Sprintf("must be %s, got %s", want, te.Value))
-		case errors.As(err, &se), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF), errors.Is(err, errTrailing):
+		case errors.As(err, &se), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 			return invalid(path, CodeInvalidJSON, "not valid JSON: "+err.Error())
 		default:
 			return invalid(path, CodeInvalidType, fmt.Sprintf("must be %s: %v", want, err))
@@ -257,8 +259,6 @@ func typed(data []byte, path string, dst any, want string) *FieldError {
 	}
 	return nil
 }
-
-var errTrailing = errors.New("trailing data after the JSON value")
 
 // strictUnmarshal is json.Unmarshal that also refuses unknown struct fields and trailing data.
 func strictUnmarshal(data []byte, dst any) error {
@@ -268,7 +268,7 @@ func strictUnmarshal(data []byte, dst any) error {
 		return err
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return errTrailing
+		return errors.New("trailing data after the JSON value")
 	}
 	return nil
 }
