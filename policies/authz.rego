@@ -1,0 +1,66 @@
+# The runtime decision of the permission model (stage 2). The contract for input and
+# data.xema is docs/policy-data.md. Every lookup below is an object-key lookup: nothing
+# iterates over all grants, so decision time does not grow with their number.
+package xema.authz
+
+# The one query the gateway prepares.
+decision := {
+	"allow": count(reasons) == 0,
+	"reasons": reasons,
+	"suggestions": [s | some s in suggestion],
+	"obligations": [o | some o in obligation],
+	"revision": revision,
+}
+
+reasons := [r | some r in deny]
+
+# Platform teams' own Rego (package xema.custom) joins through its `deny` set. A malformed
+# entry still denies: it is reported, never dropped.
+deny contains reason if {
+	some r in data.xema.custom.deny
+	reason := custom_reason(r)
+}
+
+custom_reason(r) := {"code": r.code, "detail": object.get(r, "detail", "")} if {
+	is_object(r)
+	is_string(r.code)
+}
+
+custom_reason(r) := {"code": "CUSTOM_DENY", "detail": sprintf("malformed custom deny entry: %v", [r])} if {
+	not is_object(r)
+}
+
+custom_reason(r) := {"code": "CUSTOM_DENY", "detail": sprintf("malformed custom deny entry: %v", [r])} if {
+	is_object(r)
+	not is_string(r.code)
+}
+
+cap := data.xema.capabilities[input.ref]
+
+# The biome whose install grant applies: the one the call runs for, else the declaring biome.
+grant_biome := input.biome if {
+	is_string(input.biome)
+	input.biome != ""
+} else := cap.biome.id
+
+grant := data.xema.grants[input.ref][grant_biome]
+
+env_kind := data.xema.environments[input.environment].kind
+
+default revision := ""
+
+revision := data.xema.revision
+
+# Unclassified output is treated as internal: never as public.
+default classification := "internal"
+
+classification := cap.outputClassification if {
+	is_string(cap.outputClassification)
+	cap.outputClassification != ""
+}
+
+default org_role_rank := {"org_member": 1, "org_admin": 2, "org_owner": 3}
+
+org_role_rank := data.xema.orgRoleRank
+
+profile := data.xema.profiles[grant.profile]

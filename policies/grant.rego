@@ -1,0 +1,72 @@
+package xema.authz
+
+# The grant path: checks against the biome's install grant. A human who meets the
+# capability's org-role or org-administrators baseline holds it without a grant.
+
+grant_required if {
+	cap
+	not human_baseline_met
+}
+
+deny contains {"code": "MISSING_GRANT", "detail": sprintf("%s is not granted to biome %s", [input.ref, grant_biome])} if {
+	grant_required
+	not grant
+}
+
+grant_environments := grant.environments if {
+	is_object(grant.environments)
+} else := profile.environments
+
+deny contains {"code": "ENVIRONMENT_NOT_ALLOWED", "detail": sprintf("%s is not granted in %s", [input.ref, input.environment])} if {
+	grant_required
+	grant
+	env_kind
+	not grant_environments[input.environment]
+}
+
+deny contains {"code": "SUBJECT_NOT_COVERED", "detail": sprintf("%s is not granted to %s", [input.ref, input.subject.ref])} if {
+	grant_required
+	grant
+	not subject_covered
+}
+
+subject_covered if grant.subjects == null
+
+subject_covered if explicitly_covered
+
+explicitly_covered if grant.subjects[input.subject.ref]
+
+explicitly_covered if {
+	some g in input.groups
+	grant.subjects[concat(":", ["group", g])]
+}
+
+explicitly_covered if {
+	some r in input.roles
+	grant.subjects[concat(":", ["role", r])]
+}
+
+deny contains {"code": "RESOURCE_NOT_REACHABLE", "detail": sprintf("%s is outside the resources granted for %s", [input.resource, input.ref])} if {
+	grant_required
+	is_string(input.resource)
+	is_array(grant.resources)
+	not resource_granted
+}
+
+resource_granted if {
+	some pattern in grant.resources
+	glob.match(pattern, ["/"], input.resource)
+}
+
+# reach "owner": the named resource must belong to the caller.
+deny contains {"code": "RESOURCE_NOT_REACHABLE", "detail": sprintf("%s is not owned by %s", [input.resource, input.subject.ref])} if {
+	cap.reach == "owner"
+	is_string(input.resource)
+	object.get(input, ["resourceOwner"], "") != input.subject.ref
+}
+
+deny contains {"code": "AUDIENCE_INCOMPATIBLE", "detail": sprintf("the grant for %s does not admit %s output", [input.ref, classification])} if {
+	grant_required
+	is_object(grant.audience)
+	not grant.audience[classification]
+}

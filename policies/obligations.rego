@@ -1,0 +1,28 @@
+package xema.authz
+
+# Obligations the gateway must honour when it runs an allowed call. They are present on
+# denials too, so the gateway knows the limits it counts against.
+
+obligation contains {"kind": "approval"} if approval_required
+
+approval_required if cap.requiresApproval == true
+
+approval_required if grant.requiresApproval == true
+
+approval_required if profile.approval.effectClasses[cap.effectClass] == true
+
+approval_required if profile.approval.riskTiers[cap.riskTier] == true
+
+obligation contains object.union({"kind": "rate-limit"}, limit) if {
+	limit := effective_rate_limit
+}
+
+effective_rate_limit := grant.rateLimit if {
+	is_object(grant.rateLimit)
+} else := profile.rateLimit if {
+	is_object(profile.rateLimit)
+}
+
+obligation contains object.union({"kind": "quota"}, grant.quota) if {
+	is_object(grant.quota)
+}

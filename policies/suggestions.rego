@@ -1,0 +1,60 @@
+package xema.authz
+
+# Suggestions computed from the data, so an agent can self-correct.
+
+reason_codes contains r.code if some r in deny
+
+suggestion contains {"kind": "use-successor", "capability": cap.replacedBy} if {
+	cap.lifecycle in {"retired", "deprecated"}
+	is_string(cap.replacedBy)
+	cap.replacedBy != ""
+}
+
+suggestion contains {"kind": "request-approval", "capability": input.ref} if approval_required
+
+# No grant: name the environment where a grant would make this call pass.
+suggestion contains {"kind": "request-grant", "capability": input.ref, "environment": env} if {
+	"MISSING_GRANT" in reason_codes
+	env := grantable_environment
+}
+
+# Granted, but not here: extend the grant to this environment, or move to one it admits.
+suggestion contains {"kind": "request-grant", "capability": input.ref, "environment": input.environment} if {
+	"ENVIRONMENT_NOT_ALLOWED" in reason_codes
+	audience_admits(env_kind)
+}
+
+suggestion contains {"kind": "switch-environment", "from": input.environment, "to": to} if {
+	"ENVIRONMENT_NOT_ALLOWED" in reason_codes
+	candidates := [name |
+		some name, on in grant_environments
+		on == true
+		audience_admits(data.xema.environments[name].kind)
+	]
+	count(candidates) > 0
+	to := min(candidates)
+}
+
+suggestion contains {"kind": "establish-binding", "capability": b.remedyCapabilityRef, "binding": key} if {
+	some b in cap.requiredBindings
+	key := binding_key(b.roleKey)
+	not input.bindings[key]
+	is_string(b.remedyCapabilityRef)
+	b.remedyCapabilityRef != ""
+}
+
+# The current environment if a grant here would do; otherwise the first (by name) whose
+# kind may receive the capability's output. Environments are few: this is not a grant scan.
+grantable_environment := input.environment if {
+	audience_admits(env_kind)
+} else := min(names) if {
+	names := [name |
+		some name, e in data.xema.environments
+		audience_admits(e.kind)
+	]
+	count(names) > 0
+}
+
+audience_admits(kind) if not data.xema.audience[kind]
+
+audience_admits(kind) if data.xema.audience[kind][classification]
