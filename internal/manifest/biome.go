@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/xemahq/xema/internal/capref"
 )
 
 const (
@@ -139,11 +141,13 @@ func Check(biome File, contributions []File) (*Biome, []Problem) {
 	}
 	problems := validate(builtin().biome, biome.Name, "", v)
 	top, _ := v.(map[string]any)
-	required := stringsAt(top["requiresCapabilities"])
-	problems = append(problems, hintProblems(biome.Name, required, top["permissionHints"])...)
-	for i, r := range required {
+	for i, r := range list(top["requiresCapabilities"]) {
 		problems = append(problems, refProblem(biome.Name, pointer("/requiresCapabilities", strconv.Itoa(i)), r)...)
 	}
+	// Cross-document rules compare against requiresCapabilities only once it is well-formed,
+	// so one typo is reported once, not again as every mismatch it causes.
+	required, requiredOK := refs(top["requiresCapabilities"])
+	problems = append(problems, hintProblems(biome.Name, required, requiredOK, top["permissionHints"])...)
 
 	var seen []entry
 	for _, f := range contributions {
@@ -170,7 +174,7 @@ func Check(biome File, contributions []File) (*Biome, []Problem) {
 		}
 		seen = append(seen, entry{c: c, file: biome.Name, prefix: prefix, ref: refOf(e)})
 	}
-	problems = append(problems, crossProblems(required, seen)...)
+	problems = append(problems, crossProblems(required, requiredOK, seen)...)
 	if len(problems) > 0 {
 		return nil, sortProblems(problems)
 	}
@@ -200,16 +204,16 @@ func (f entry) where() string {
 }
 
 // crossProblems checks contributed refs against requiresCapabilities and each other.
-func crossProblems(required []any, contributions []entry) []Problem {
+func crossProblems(required []string, requiredOK bool, contributions []entry) []Problem {
 	var out []Problem
 	first := map[string]entry{}
 	for _, f := range contributions {
-		ref, ok := f.ref.(string)
+		ref, ok := validRef(f.ref)
 		if !ok {
 			continue
 		}
 		path := pointer(f.prefix, "manifest", "ref")
-		if !slices.Contains(required, any(ref)) {
+		if requiredOK && !slices.Contains(required, ref) {
 			out = append(out, Problem{File: f.file, Path: path, Message: ref + " is not in biome.json requiresCapabilities"})
 		}
 		if prev, dup := first[ref]; dup {
@@ -222,18 +226,22 @@ func crossProblems(required []any, contributions []entry) []Problem {
 }
 
 // hintProblems checks that permission hints and required capabilities match one to one.
-func hintProblems(file string, required []any, hints any) []Problem {
+func hintProblems(file string, required []string, requiredOK bool, hints any) []Problem {
 	var out []Problem
 	hinted := map[string]int{}
-	list, _ := hints.([]any)
-	for j, h := range list {
+	hintsOK := hints != nil
+	if _, isList := hints.([]any); !isList {
+		hintsOK = false
+	}
+	for j, h := range list(hints) {
 		hm, _ := h.(map[string]any)
-		c, ok := hm["capability"].(string)
+		c, ok := validRef(hm["capability"])
 		if !ok {
+			hintsOK = false
 			continue
 		}
 		path := pointer("/permissionHints", strconv.Itoa(j), "capability")
-		if !slices.Contains(required, any(c)) {
+		if requiredOK && !slices.Contains(required, c) {
 			out = append(out, Problem{File: file, Path: path, Message: c + " is not in requiresCapabilities"})
 		}
 		if k, dup := hinted[c]; dup {
@@ -242,19 +250,44 @@ func hintProblems(file string, required []any, hints any) []Problem {
 		}
 		hinted[c] = j
 	}
+	if !hintsOK || !requiredOK {
+		return out
+	}
 	for i, r := range required {
-		if s, ok := r.(string); ok {
-			if _, ok := hinted[s]; !ok {
-				out = append(out, Problem{File: file, Path: pointer("/requiresCapabilities", strconv.Itoa(i)), Message: "no permissionHints entry for " + s})
-			}
+		if _, ok := hinted[r]; !ok {
+			out = append(out, Problem{File: file, Path: pointer("/requiresCapabilities", strconv.Itoa(i)), Message: "no permissionHints entry for " + r})
 		}
 	}
 	return out
 }
 
-func stringsAt(v any) []any {
-	list, _ := v.([]any)
-	return list
+func list(v any) []any {
+	l, _ := v.([]any)
+	return l
+}
+
+// refs returns v as a list of refs, and whether every entry is a valid ref.
+func refs(v any) ([]string, bool) {
+	l, ok := v.([]any)
+	out := make([]string, 0, len(l))
+	for _, r := range l {
+		s, valid := validRef(r)
+		ok = ok && valid
+		out = append(out, s)
+	}
+	return out, ok
+}
+
+// validRef returns v as a string when it is a valid capability ref.
+func validRef(v any) (string, bool) {
+	s, ok := v.(string)
+	if !ok {
+		return "", false
+	}
+	if _, err := capref.Parse(s); err != nil {
+		return "", false
+	}
+	return s, true
 }
 
 func inlineEntries(top map[string]any) []any {

@@ -308,3 +308,19 @@ func TestEveryProblemIsReported(t *testing.T) {
 		}
 	}
 }
+
+// extractInline returns the first inline contribution of a biome.json as standalone JSON.
+func extractInline(t testing.TB, biome []byte) []byte {
+	t.Helper()
+	var doc struct {
+		Xema struct {
+			Contributions struct {
+				Inline []json.RawMessage `json:"inline"`
+			} `json:"contributions"`
+		} `json:"xema"`
+	}
+	if err := json.Unmarshal(biome, &doc); err != nil || len(doc.Xema.Contributions.Inline) == 0 {
+		t.Fatalf("no inline contribution: %v", err)
+	}
+	return doc.Xema.Contributions.Inline[0]
+}

@@ -97,7 +97,13 @@ func describe(file string, data []byte, d *json.Decoder, err error) *Problem {
 	case errors.As(err, &de):
 		return &Problem{File: file, Path: de.path, Message: de.msg + " at " + position(data, de.offset)}
 	case errors.As(err, &se):
-		return &Problem{File: file, Message: "invalid JSON at " + position(data, se.Offset) + ": " + se.Error()}
+		// The streaming decoder's offsets are approximate; a one-shot scan pins the byte.
+		var exact *json.SyntaxError
+		if errors.As(json.Unmarshal(data, new(any)), &exact) {
+			se = exact
+		}
+		// Offset counts the bytes read, the offending one included.
+		return &Problem{File: file, Message: "invalid JSON at " + position(data, se.Offset-1) + ": " + se.Error()}
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 		return &Problem{File: file, Message: "truncated JSON: unexpected end of input at " + position(data, int64(len(data)))}
 	default:
