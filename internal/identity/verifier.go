@@ -1,0 +1,250 @@
+package identity
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/MicahParks/jwkset"
+	"github.com/MicahParks/keyfunc/v3"
+	"github.com/golang-jwt/jwt/v5"
+	"golang.org/x/time/rate"
+)
+
+// Leeway bounds: clocks drift a little, tokens must not live much past their exp.
+const (
+	DefaultLeeway = 30 * time.Second
+	MaxLeeway     = 2 * time.Minute
+)
+
+// asymmetricAlgs are the only algorithms a verifier may allow: a shared-secret (HS*) or
+// unsigned (none) token can be forged by anyone holding the public JWKS.
+var asymmetricAlgs = []string{"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
+
+// Config configures a Verifier.
+type Config struct {
+	// Issuer and Audience are required; iss must equal Issuer and aud must hold Audience.
+	Issuer   string
+	Audience string
+	// JWKSURL is where the issuer publishes its keys. Exactly one of JWKSURL and LocalJWKS.
+	JWKSURL string
+	// LocalJWKS is a JWK Set held in memory (the development issuer's).
+	LocalJWKS json.RawMessage
+	// Algorithms allowed in the token header; required, asymmetric ones only.
+	Algorithms []string
+	// Leeway for exp, nbf and iat; 0 means DefaultLeeway, at most MaxLeeway.
+	Leeway time.Duration
+	// Mapping turns claims into the Execution Context; the zero value means DevMapping.
+	Mapping *ClaimMapping
+	// RefreshInterval is how often the JWKS is fetched again (default 1h).
+	RefreshInterval time.Duration
+	// UnknownKIDRefreshEvery rate-limits the refresh an unknown kid triggers (default 1m).
+	UnknownKIDRefreshEvery time.Duration
+	// HTTPClient fetches the JWKS (default: a client with a 10s timeout).
+	HTTPClient *http.Client
+}
+
+// Verifier checks bearer tokens and maps their claims to an Execution Context. It is safe for
+// concurrent use.
+type Verifier struct {
+	issuer   string
+	audience string
+	algs     []string
+	keys     keyfunc.Keyfunc
+	parser   *jwt.Parser
+	mapping  ClaimMapping
+}
+
+// NewVerifier builds a verifier. With JWKSURL it fetches the JWKS before returning: a JWKS
+// that cannot be fetched, or holds no usable key, is an error (never a verifier that rejects
+// everything later). ctx bounds that first fetch and the lifetime of the background refresh.
+func NewVerifier(ctx context.Context, cfg Config) (*Verifier, error) {
+	if cfg.Issuer == "" || cfg.Audience == "" {
+		return nil, errors.New("identity verifier: issuer and audience are required")
+	}
+	if len(cfg.Algorithms) == 0 {
+		return nil, errors.New("identity verifier: an algorithm allow-list is required")
+	}
+	for _, a := range cfg.Algorithms {
+		if !slices.Contains(asymmetricAlgs, a) {
+			return nil, fmt.Errorf("identity verifier: algorithm %q not allowed (asymmetric only: %v)", a, asymmetricAlgs)
+		}
+	}
+	leeway := cfg.Leeway
+	switch {
+	case leeway == 0:
+		leeway = DefaultLeeway
+	case leeway < 0 || leeway > MaxLeeway:
+		return nil, fmt.Errorf("identity verifier: leeway %v out of range (0, %v]", leeway, MaxLeeway)
+	}
+	mapping := DevMapping()
+	if cfg.Mapping != nil {
+		mapping = *cfg.Mapping
+	}
+	if err := mapping.Validate(); err != nil {
+		return nil, fmt.Errorf("identity verifier: %w", err)
+	}
+	var (
+		keys keyfunc.Keyfunc
+		err  error
+	)
+	switch {
+	case cfg.JWKSURL != "" && cfg.LocalJWKS != nil:
+		return nil, errors.New("identity verifier: set JWKSURL or LocalJWKS, not both")
+	case cfg.JWKSURL != "":
+		keys, err = remoteKeys(ctx, cfg)
+	case cfg.LocalJWKS != nil:
+		keys, err = keyfunc.NewJWKSetJSON(cfg.LocalJWKS)
+	default:
+		return nil, errors.New("identity verifier: JWKSURL or LocalJWKS is required")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("identity verifier: JWKS: %w", err)
+	}
+	all, err := keys.Storage().KeyReadAll(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("identity verifier: JWKS: %w", err)
+	}
+	if len(all) == 0 {
+		return nil, errors.New("identity verifier: the JWKS holds no usable key")
+	}
+	return &Verifier{
+		issuer:   cfg.Issuer,
+		audience: cfg.Audience,
+		algs:     slices.Clone(cfg.Algorithms),
+		keys:     keys,
+		mapping:  mapping,
+		// The alg allow-list is enforced in keyfunc (before any signature check) rather than
+		// by jwt.WithValidMethods, so a refused alg gets its own reason code.
+		parser: jwt.NewParser(
+			jwt.WithIssuer(cfg.Issuer),
+			jwt.WithAudience(cfg.Audience),
+			jwt.WithLeeway(leeway),
+			jwt.WithExpirationRequired(),
+			jwt.WithIssuedAt(),
+		),
+	}, nil
+}
+
+func remoteKeys(ctx context.Context, cfg Config) (keyfunc.Keyfunc, error) {
+	refresh := cfg.RefreshInterval
+	if refresh <= 0 {
+		refresh = time.Hour
+	}
+	unknownEvery := cfg.UnknownKIDRefreshEvery
+	if unknownEvery <= 0 {
+		unknownEvery = time.Minute
+	}
+	client := cfg.HTTPClient
+	if client == nil {
+		client = &http.Client{Timeout: 10 * time.Second}
+	}
+	failFirst := false
+	return keyfunc.NewDefaultOverrideCtx(ctx, []string{cfg.JWKSURL}, keyfunc.Override{
+		Client:                    client,
+		HTTPTimeout:               10 * time.Second,
+		NoErrorReturnFirstHTTPReq: &failFirst,
+		RefreshInterval:           refresh,
+		RefreshUnknownKID:         rate.NewLimiter(rate.Every(unknownEvery), 1),
+		// A request with an unknown kid refreshes only if the limiter allows it now; it
+		// never waits for the limiter (an attacker could otherwise park requests).
+		RateLimitWaitMax: time.Millisecond,
+		RefreshErrorHandlerFunc: func(u string) func(context.Context, error) {
+			return func(ctx context.Context, err error) {
+				slog.WarnContext(ctx, "JWKS refresh failed; keeping the previous keys", "url", u, "error", err)
+			}
+		},
+	})
+}
+
+// Authenticate verifies the request's "Authorization: Bearer" token.
+func (v *Verifier) Authenticate(r *http.Request) (ExecContext, error) {
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return ExecContext{}, reject(ReasonMissingToken, "no Authorization header")
+	}
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
+		return ExecContext{}, reject(ReasonMissingToken, "Authorization header is not \"Bearer <token>\"")
+	}
+	return v.Verify(r.Context(), strings.TrimSpace(tok))
+}
+
+// Verify checks the token (signature, kid, alg, iss, aud, exp, nbf, iat) and maps its claims.
+// Every failure is a *TokenError (errors.Is ErrTokenInvalid) that never contains the token.
+func (v *Verifier) Verify(ctx context.Context, raw string) (ExecContext, error) {
+	claims := jwt.MapClaims{}
+	_, err := v.parser.ParseWithClaims(raw, claims, v.keyfunc(ctx))
+	if err != nil {
+		return ExecContext{}, classify(err)
+	}
+	ec, err := v.mapping.Map(claims)
+	if err != nil {
+		return ExecContext{}, reject(ReasonBadClaims, "%v", err)
+	}
+	return ec, nil
+}
+
+// keyfunc requires a kid and an allowed alg before looking the key up, so a token without a
+// kid is never tried against every key of the set.
+func (v *Verifier) keyfunc(ctx context.Context) jwt.Keyfunc {
+	lookup := v.keys.KeyfuncCtx(ctx)
+	return func(t *jwt.Token) (any, error) {
+		alg, _ := t.Header["alg"].(string)
+		if !slices.Contains(v.algs, alg) {
+			return nil, reject(ReasonAlgNotAllowed, "alg %q is not in the allow-list %v", truncate(alg, 20), v.algs)
+		}
+		kid, _ := t.Header[jwkset.HeaderKID].(string)
+		if kid == "" {
+			return nil, reject(ReasonMissingKID, "the token header has no kid")
+		}
+		key, err := lookup(t)
+		if err != nil {
+			if errors.Is(err, jwkset.ErrKeyNotFound) {
+				return nil, reject(ReasonUnknownKID, "kid %q is not in the issuer's key set", truncate(kid, 64))
+			}
+			if strings.Contains(err.Error(), "does not match token") {
+				return nil, reject(ReasonAlgNotAllowed, "alg %q does not match the key's alg", alg)
+			}
+			return nil, reject(ReasonKeySet, "key lookup failed")
+		}
+		return key, nil
+	}
+}
+
+// classify turns a jwt error into a TokenError. It never copies the library's message, which
+// may quote token content.
+func classify(err error) error {
+	var te *TokenError
+	if errors.As(err, &te) {
+		return te
+	}
+	switch {
+	case errors.Is(err, jwt.ErrTokenMalformed):
+		return reject(ReasonMalformed, "not a well-formed JWT")
+	case errors.Is(err, jwt.ErrTokenSignatureInvalid):
+		return reject(ReasonBadSignature, "signature does not verify")
+	case errors.Is(err, jwt.ErrTokenUnverifiable):
+		// Only reached for an alg name jwt does not know; keyfunc errors are TokenErrors.
+		return reject(ReasonAlgNotAllowed, "signing method unavailable")
+	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
+		return reject(ReasonMissingExp, "the token has no exp")
+	case errors.Is(err, jwt.ErrTokenExpired):
+		return reject(ReasonExpired, "exp is in the past")
+	case errors.Is(err, jwt.ErrTokenNotValidYet), errors.Is(err, jwt.ErrTokenUsedBeforeIssued):
+		return reject(ReasonNotYetValid, "nbf or iat is in the future")
+	case errors.Is(err, jwt.ErrTokenInvalidIssuer):
+		return reject(ReasonWrongIssuer, "iss is not the configured issuer")
+	case errors.Is(err, jwt.ErrTokenInvalidAudience):
+		return reject(ReasonWrongAudience, "aud does not hold the configured audience")
+	case errors.Is(err, jwt.ErrTokenInvalidClaims):
+		return reject(ReasonBadClaims, "registered claims have the wrong type")
+	}
+	return reject(ReasonMalformed, "token rejected")
+}
