@@ -1,0 +1,102 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/xemahq/xema/internal/store"
+	"github.com/xemahq/xema/internal/store/storetest"
+)
+
+// rawStore adds the suite's raw-SQL hook, through a connection of its own to the same file.
+type rawStore struct {
+	*Store
+	raw *sql.DB
+}
+
+func (s rawStore) ExecRaw(ctx context.Context, q string) error {
+	_, err := s.raw.ExecContext(ctx, q)
+	return err
+}
+
+func open(t *testing.T) store.Store {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "xema.db")
+	s, err := Open(context.Background(), path)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	raw, err := sql.Open("sqlite", DSN(path))
+	if err != nil {
+		t.Fatalf("open raw connection: %v", err)
+	}
+	t.Cleanup(func() {
+		raw.Close()
+		s.Close()
+	})
+	return rawStore{Store: s, raw: raw}
+}
+
+func TestConformance(t *testing.T) { storetest.Run(t, open) }
+
+func TestOpen(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "nested", "data")
+	path := filepath.Join(dir, "xema.db")
+
+	applied, err := Migrate(ctx, path)
+	if err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	if len(applied) == 0 || applied[0] != "0001_init" {
+		t.Fatalf("first Migrate applied %v, want 0001_init first", applied)
+	}
+	again, err := Migrate(ctx, path)
+	if err != nil || len(again) != 0 {
+		t.Fatalf("second Migrate applied %v, %v; want nothing", again, err)
+	}
+	for p, want := range map[string]os.FileMode{dir: 0o700, path: 0o600} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != want {
+			t.Errorf("%s has mode %v, want %v", p, fi.Mode().Perm(), want)
+		}
+	}
+
+	s, err := Open(ctx, path)
+	if err != nil {
+		t.Fatalf("Open after Migrate: %v", err)
+	}
+	defer s.Close()
+	// The store's connections are opened with DSN(path); one more shows what they get.
+	db, err := sql.Open("sqlite", DSN(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var mode string
+	var fk int
+	if err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QueryRowContext(ctx, "PRAGMA foreign_keys").Scan(&fk); err != nil {
+		t.Fatal(err)
+	}
+	if mode != "wal" || fk != 1 {
+		t.Fatalf("journal_mode %q, foreign_keys %d; want wal, 1", mode, fk)
+	}
+}
+
+func TestOpenRefusesBadPath(t *testing.T) {
+	for _, path := range []string{"", "x.db?mode=memory", "x#y"} {
+		if _, err := Open(context.Background(), path); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("Open(%q) = %v, want ErrInvalid", path, err)
+		}
+	}
+}
