@@ -324,3 +324,25 @@ func extractInline(t testing.TB, biome []byte) []byte {
 	}
 	return doc.Xema.Contributions.Inline[0]
 }
+
+// The ingestion API validates from many goroutines at once; run under -race.
+func TestParseContributionConcurrently(t *testing.T) {
+	data := readTestdata(t, validFile)
+	broken := apply(t, data, set("/manifest/riskTier", "x"))
+	done := make(chan []Problem)
+	for i := range 8 {
+		go func() {
+			in := data
+			if i%2 == 1 {
+				in = broken
+			}
+			_, ps := ParseContribution("c.json", in)
+			done <- ps
+		}()
+	}
+	for i := 0; i < 8; i++ {
+		if ps := <-done; len(ps) > 1 {
+			t.Errorf("unexpected problems: %v", ps)
+		}
+	}
+}
