@@ -177,16 +177,16 @@ func describe(k jsonschema.ErrorKind) string {
 // branch or a $ref that fails its own schema is also left unevaluated, and
 // calling it unknown as well would send the caller after the wrong fix.
 func dropShadowedUnknowns(vs []violation) []violation {
-	return slices.DeleteFunc(vs, func(u violation) bool {
-		if !u.unknown {
-			return false
-		}
-		for _, o := range vs {
-			if !o.unknown && len(o.tokens) >= len(u.tokens) && slices.Equal(o.tokens[:len(u.tokens)], u.tokens) {
-				return true
+	shadowed := map[string]bool{} // pointers at or above a violation other than unknown
+	for _, v := range vs {
+		if !v.unknown {
+			for i := range len(v.tokens) + 1 {
+				shadowed[pointer(v.tokens[:i])] = true
 			}
 		}
-		return false
+	}
+	return slices.DeleteFunc(vs, func(v violation) bool {
+		return v.unknown && shadowed[pointer(v.tokens)]
 	})
 }
 
