@@ -54,7 +54,6 @@ type Violation struct {
 // Schema is a compiled, closed input schema. It is immutable and safe for
 // concurrent use.
 type Schema struct {
-	ref string
 	sch *jsonschema.Schema
 }
 
@@ -88,11 +87,8 @@ func Compile(ref string, schema map[string]any) (*Schema, error) {
 	if err != nil {
 		return nil, &CompileError{Ref: ref, Err: err}
 	}
-	return &Schema{ref: ref, sch: sch}, nil
+	return &Schema{sch: sch}, nil
 }
-
-// Ref is the capability ref the schema was compiled for.
-func (s *Schema) Ref() string { return s.ref }
 
 // Validate checks input against the schema and returns every violation,
 // sorted by path, or nil when the input is valid. Malformed JSON is one

@@ -83,6 +83,7 @@ func TestValidate(t *testing.T) {
 			}},
 		{"not an object", "", `["a"]`, []Violation{{"", "must be an object, got array"}}},
 		{"malformed JSON", "", `{"sourceBranch": `, []Violation{{"", "malformed JSON: unexpected end of input"}}},
+		{"empty input", "", ``, []Violation{{"", "malformed JSON: unexpected end of input"}}},
 		{"trailing data", "", `{} {}`, []Violation{{"", "malformed JSON: unexpected data after the top-level value"}}},
 		{"invalid UTF-8", "", "{\"title\": \"\xff\"}", []Violation{{"", "malformed JSON: not valid UTF-8"}}},
 		{"duplicate property", "", `{"sourceBranch": "a", "targetBranch": "b", "title": "c", "title": "d"}`,

@@ -15,6 +15,10 @@ import (
 // suiteDir is the vendored copy of the official JSON-Schema-Test-Suite data.
 const suiteDir = "../../test/testdata/JSON-Schema-Test-Suite"
 
+// suiteTests is how many required draft 2020-12 tests the vendored copy
+// holds, so that a file lost from it fails the test instead of shrinking it.
+const suiteTests = 1238
+
 // suiteRemotes serves the suite's remotes/ directory at
 // http://localhost:1234/, as the suite requires, from disk: no network.
 type suiteRemotes string
@@ -99,5 +103,8 @@ func TestJSONSchemaTestSuiteDraft2020(t *testing.T) {
 	t.Logf("%d of %d required draft 2020-12 tests passed (%d files)", passed, total, len(files))
 	if passed != total {
 		t.Errorf("%d of %d required tests failed", total-passed, total)
+	}
+	if total != suiteTests {
+		t.Errorf("the vendored suite holds %d tests, want %d", total, suiteTests)
 	}
 }
