@@ -49,10 +49,12 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each subtest has a store of its own
 			tc.fn(t, open(t))
 		})
 	}
 	t.Run("PingAfterClose", func(t *testing.T) {
+		t.Parallel()
 		s := open(t)
 		if err := s.Close(); err != nil {
 			t.Fatalf("Close: %v", err)

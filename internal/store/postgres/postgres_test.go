@@ -1,0 +1,116 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/xemahq/xema/internal/store"
+	"github.com/xemahq/xema/internal/store/storetest"
+	"github.com/xemahq/xema/internal/testpg"
+)
+
+func TestMain(m *testing.M) { testpg.Main(m) }
+
+// rawStore adds the suite's raw-SQL hook, straight on the engine's pool.
+type rawStore struct{ *Store }
+
+func (s rawStore) ExecRaw(ctx context.Context, q string) error {
+	_, err := s.pool.Exec(ctx, q)
+	return err
+}
+
+func open(t *testing.T) store.Store {
+	t.Helper()
+	s, err := Open(context.Background(), testpg.NewDatabase(t))
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return rawStore{s}
+}
+
+func TestConformance(t *testing.T) { storetest.Run(t, open) }
+
+func TestAuditRefusesTruncate(t *testing.T) {
+	s := open(t).(rawStore)
+	ctx := context.Background()
+	if err := s.AppendAudit(ctx, store.AuditRecord{ID: "a-1", Decision: "allowed"}); err != nil {
+		t.Fatalf("AppendAudit: %v", err)
+	}
+	if err := s.ExecRaw(ctx, "TRUNCATE audit_log"); err == nil || !strings.Contains(err.Error(), "append-only") {
+		t.Fatalf("TRUNCATE audit_log = %v, want the append-only refusal", err)
+	}
+	if _, err := s.GetAudit(ctx, "a-1"); err != nil {
+		t.Fatalf("GetAudit after refused TRUNCATE: %v", err)
+	}
+}
+
+// TestRevisionIsAnnounced shows replicas can LISTEN for policy changes instead of polling.
+func TestRevisionIsAnnounced(t *testing.T) {
+	url := testpg.NewDatabase(t)
+	ctx := context.Background()
+	s, err := Open(ctx, url)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer s.Close()
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "LISTEN xema_policy_revision"); err != nil {
+		t.Fatal(err)
+	}
+	c := store.Capability{Ref: "kb:page.read@1", BiomeID: "demo", Manifest: []byte(`{}`), Lifecycle: store.LifecycleSeeded}
+	if err := s.UpsertCapability(ctx, c); err != nil {
+		t.Fatalf("UpsertCapability: %v", err)
+	}
+	n, err := conn.Conn().WaitForNotification(ctx)
+	if err != nil {
+		t.Fatalf("WaitForNotification: %v", err)
+	}
+	rev, err := s.Revision(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Payload != "1" || rev != 1 {
+		t.Fatalf("notified revision %q, stored %d; want 1 and 1", n.Payload, rev)
+	}
+}
+
+func TestMigrateIsIdempotent(t *testing.T) {
+	url := testpg.NewDatabase(t)
+	ctx := context.Background()
+	applied, err := Migrate(ctx, url)
+	if err != nil || len(applied) == 0 || applied[0] != "0001_init" {
+		t.Fatalf("first Migrate = %v, %v; want 0001_init first", applied, err)
+	}
+	again, err := Migrate(ctx, url)
+	if err != nil || len(again) != 0 {
+		t.Fatalf("second Migrate = %v, %v; want nothing", again, err)
+	}
+}
+
+func TestOpenFailsClosed(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name, dsn string
+		want      error
+	}{
+		{"no server", "postgres://postgres:s3cret@127.0.0.1:1/x?connect_timeout=2&sslmode=disable", store.ErrUnavailable},
+		{"not a DSN", "postgres://u:s3cret@[::1/x", store.ErrInvalid},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Open(ctx, tc.dsn)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("Open = %v, want %v", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "s3cret") {
+				t.Fatalf("the error repeats the password: %v", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,267 @@
+// Package testpg starts a real PostgreSQL server for tests: one per test binary, in a
+// directory of its own on a free port, with a fresh database per test.
+//
+// A package using it has
+//
+//	func TestMain(m *testing.M) { testpg.Main(m) }
+//
+// and calls NewDatabase(t) for a database URL. XEMA_TEST_POSTGRES_URL points the tests at an
+// existing server instead (its role needs CREATEDB). When no server can be started the
+// tests fail, naming what is missing, unless XEMA_TEST_SKIP_POSTGRES=1.
+package testpg
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Environment variables read by the harness.
+const (
+	EnvURL  = "XEMA_TEST_POSTGRES_URL"
+	EnvSkip = "XEMA_TEST_SKIP_POSTGRES"
+)
+
+var (
+	mainRunning bool
+	once        sync.Once
+	srv         *server
+	startErr    error
+)
+
+// Main runs the tests of m and then stops the server if one was started. Call it from
+// TestMain: it does not return.
+func Main(m *testing.M) {
+	mainRunning = true
+	code := m.Run()
+	if srv != nil {
+		if err := srv.stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "testpg:", err)
+			if code == 0 {
+				code = 1
+			}
+		}
+	}
+	os.Exit(code)
+}
+
+// Start returns the URL of the test binary's server (database "postgres"), starting it on
+// first use.
+func Start(tb testing.TB) string {
+	tb.Helper()
+	if !mainRunning {
+		tb.Fatal("testpg: the package's TestMain must call testpg.Main(m), which stops the server")
+	}
+	once.Do(func() { srv, startErr = startServer() })
+	if startErr != nil {
+		if os.Getenv(EnvSkip) == "1" {
+			tb.Skipf("testpg: %v (skipped: %s=1)", startErr, EnvSkip)
+		}
+		tb.Fatalf("testpg: %v\n(set %s to an existing server, or %s=1 to skip PostgreSQL tests)", startErr, EnvURL, EnvSkip)
+	}
+	return srv.url
+}
+
+// NewDatabase creates an empty database on the server, dropped when tb ends, and returns its URL.
+func NewDatabase(tb testing.TB) string {
+	tb.Helper()
+	admin := Start(tb)
+	var b [6]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	name := "xema_test_" + hex.EncodeToString(b[:])
+	if err := adminExec(admin, "CREATE DATABASE "+name); err != nil {
+		tb.Fatalf("testpg: create database: %v", err)
+	}
+	tb.Cleanup(func() {
+		if err := adminExec(admin, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			tb.Errorf("testpg: drop database %s: %v", name, err)
+		}
+	})
+	u, err := url.Parse(admin)
+	if err != nil {
+		tb.Fatalf("testpg: server URL does not parse: %v", err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+func adminExec(admin, sql string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, sql)
+	return err
+}
+
+// server is a started PostgreSQL: dir holds its data directory, socket and log.
+type server struct {
+	url    string
+	bin    string // directory of initdb and pg_ctl; "" for an external server
+	dir    string
+	asRoot bool
+}
+
+func startServer() (*server, error) {
+	if u := os.Getenv(EnvURL); u != "" {
+		return &server{url: u}, nil
+	}
+	bin, err := findBinaries()
+	if err != nil {
+		return nil, err
+	}
+	s := &server{bin: bin, asRoot: os.Geteuid() == 0}
+	if err := s.initdb(); err != nil {
+		return nil, errors.Join(err, s.remove())
+	}
+	// A free port can be taken between choosing it and binding it: try a few.
+	for range 3 {
+		if err = s.start(); err == nil {
+			return s, nil
+		}
+	}
+	return nil, errors.Join(err, s.remove())
+}
+
+// findBinaries returns the directory holding initdb and pg_ctl: from PATH, else the
+// newest /usr/lib/postgresql/*/bin.
+func findBinaries() (string, error) {
+	if initdb, err := exec.LookPath("initdb"); err == nil {
+		if _, err := exec.LookPath("pg_ctl"); err == nil {
+			return filepath.Dir(initdb), nil
+		}
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin") // the pattern is valid
+	sort.Slice(dirs, func(i, j int) bool { return majorOf(dirs[i]) > majorOf(dirs[j]) })
+	for _, d := range dirs {
+		if isFile(filepath.Join(d, "initdb")) && isFile(filepath.Join(d, "pg_ctl")) {
+			return d, nil
+		}
+	}
+	return "", errors.New("PostgreSQL server binaries (initdb, pg_ctl) are on neither PATH nor /usr/lib/postgresql/*/bin: install them (e.g. apt-get install postgresql)")
+}
+
+func majorOf(binDir string) int {
+	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir))) // not a number sorts last
+	return n
+}
+
+func isFile(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular()
+}
+
+// maxSocketPath is the room for a unix socket path (sun_path, 108 bytes with the NUL).
+const maxSocketPath = 107
+
+func (s *server) initdb() error {
+	base := os.TempDir()
+	// The socket is DIR/.s.PGSQL.PORT; a long TMPDIR would overflow sun_path.
+	if len(base)+len("/xema-pg-0123456789/.s.PGSQL.65535") > maxSocketPath {
+		base = "/tmp"
+	}
+	// Not t.TempDir: its parent is 0700 and the postgres user could not enter it.
+	dir, err := os.MkdirTemp(base, "xema-pg-")
+	if err != nil {
+		return fmt.Errorf("make server directory: %w", err)
+	}
+	s.dir = dir
+	if s.asRoot {
+		// initdb refuses to run as root: the cluster belongs to the postgres user.
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			return fmt.Errorf("running as root, the cluster must belong to user postgres: %w", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid) // numeric on unix
+		gid, _ := strconv.Atoi(u.Gid)
+		if err := os.Chown(dir, uid, gid); err != nil {
+			return fmt.Errorf("hand %s to postgres: %w", dir, err)
+		}
+	}
+	return s.run("initdb", "-D", s.dataDir(), "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8", "--locale=C")
+}
+
+func (s *server) dataDir() string { return filepath.Join(s.dir, "data") }
+
+func (s *server) start() error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	opts := fmt.Sprintf("-k %s -p %d -h 127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off", s.dir, port)
+	if err := s.run("pg_ctl", "-D", s.dataDir(), "-l", filepath.Join(s.dir, "log"), "-w", "-t", "60", "-o", opts, "start"); err != nil {
+		return fmt.Errorf("%w\nserver log:\n%s", err, s.logTail())
+	}
+	s.url = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+	return nil
+}
+
+func (s *server) stop() error {
+	if s.bin == "" {
+		return nil
+	}
+	err := s.run("pg_ctl", "-D", s.dataDir(), "-m", "immediate", "-w", "stop")
+	return errors.Join(err, s.remove())
+}
+
+func (s *server) remove() error {
+	if s.dir == "" {
+		return nil
+	}
+	if err := os.RemoveAll(s.dir); err != nil {
+		return fmt.Errorf("remove server directory: %w", err)
+	}
+	return nil
+}
+
+// run runs a PostgreSQL program, as the postgres user when we are root.
+func (s *server) run(prog string, args ...string) error {
+	name, argv := filepath.Join(s.bin, prog), args
+	if s.asRoot {
+		name, argv = "runuser", append([]string{"-u", "postgres", "--", filepath.Join(s.bin, prog)}, args...)
+	}
+	cmd := exec.Command(name, argv...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s %s: %w\n%s", prog, strings.Join(args, " "), err, out.String())
+	}
+	return nil
+}
+
+func (s *server) logTail() string {
+	b, _ := os.ReadFile(filepath.Join(s.dir, "log")) // best effort, for the error message
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
