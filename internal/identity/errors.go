@@ -23,7 +23,6 @@ const (
 	ReasonWrongIssuer   = "wrong_issuer"    // iss is not the configured issuer
 	ReasonWrongAudience = "wrong_audience"  // aud does not hold the configured audience
 	ReasonBadClaims     = "bad_claims"      // claims do not map to a valid Execution Context
-	ReasonKeySet        = "keyset_error"    // the key store failed (not the caller's fault)
 )
 
 // TokenError is a rejected token: a reason code and a short detail written by this package

@@ -2,6 +2,7 @@ package identity
 
 import (
 	"context"
+	"crypto"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -182,7 +183,7 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (ExecContext, error) 
 	claims := jwt.MapClaims{}
 	_, err := v.parser.ParseWithClaims(raw, claims, v.keyfunc(ctx))
 	if err != nil {
-		return ExecContext{}, classify(err)
+		return ExecContext{}, classify(err, claims)
 	}
 	ec, err := v.mapping.Map(claims)
 	if err != nil {
@@ -192,9 +193,9 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (ExecContext, error) 
 }
 
 // keyfunc requires a kid and an allowed alg before looking the key up, so a token without a
-// kid is never tried against every key of the set.
+// kid is never tried against every key of the set, and a key published for one alg is never
+// used with another.
 func (v *Verifier) keyfunc(ctx context.Context) jwt.Keyfunc {
-	lookup := v.keys.KeyfuncCtx(ctx)
 	return func(t *jwt.Token) (any, error) {
 		alg, _ := t.Header["alg"].(string)
 		if !slices.Contains(v.algs, alg) {
@@ -204,23 +205,31 @@ func (v *Verifier) keyfunc(ctx context.Context) jwt.Keyfunc {
 		if kid == "" {
 			return nil, reject(ReasonMissingKID, "the token header has no kid")
 		}
-		key, err := lookup(t)
+		// The storage refreshes from the JWKS URL on a miss when its rate limiter allows; any
+		// failure here (not found, refresh refused or failed) means the kid is not known.
+		jwk, err := v.keys.Storage().KeyRead(ctx, kid)
 		if err != nil {
-			if errors.Is(err, jwkset.ErrKeyNotFound) {
-				return nil, reject(ReasonUnknownKID, "kid %q is not in the issuer's key set", truncate(kid, 64))
-			}
-			if strings.Contains(err.Error(), "does not match token") {
-				return nil, reject(ReasonAlgNotAllowed, "alg %q does not match the key's alg", alg)
-			}
-			return nil, reject(ReasonKeySet, "key lookup failed")
+			return nil, reject(ReasonUnknownKID, "kid %q is not in the issuer's key set", truncate(kid, 64))
+		}
+		m := jwk.Marshal()
+		if a := m.ALG.String(); a != "" && a != alg {
+			return nil, reject(ReasonAlgNotAllowed, "alg %q does not match the key's alg %q", alg, a)
+		}
+		if m.USE != "" && m.USE != jwkset.UseSig {
+			return nil, reject(ReasonUnknownKID, "key %q is not a signing key", truncate(kid, 64))
+		}
+		key := jwk.Key()
+		if pk, ok := key.(interface{ Public() crypto.PublicKey }); ok {
+			key = pk.Public()
 		}
 		return key, nil
 	}
 }
 
 // classify turns a jwt error into a TokenError. It never copies the library's message, which
-// may quote token content.
-func classify(err error) error {
+// may quote token content. claims are the unverified claims, used only to tell which
+// required claim was missing.
+func classify(err error, claims jwt.MapClaims) error {
 	var te *TokenError
 	if errors.As(err, &te) {
 		return te
@@ -234,7 +243,14 @@ func classify(err error) error {
 		// Only reached for an alg name jwt does not know; keyfunc errors are TokenErrors.
 		return reject(ReasonAlgNotAllowed, "signing method unavailable")
 	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
-		return reject(ReasonMissingExp, "the token has no exp")
+		switch {
+		case claims["exp"] == nil:
+			return reject(ReasonMissingExp, "the token has no exp")
+		case claims["iss"] == nil:
+			return reject(ReasonWrongIssuer, "the token has no iss")
+		default:
+			return reject(ReasonWrongAudience, "the token has no aud")
+		}
 	case errors.Is(err, jwt.ErrTokenExpired):
 		return reject(ReasonExpired, "exp is in the past")
 	case errors.Is(err, jwt.ErrTokenNotValidYet), errors.Is(err, jwt.ErrTokenUsedBeforeIssued):

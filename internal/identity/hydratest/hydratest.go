@@ -44,7 +44,7 @@ func Binary(t testing.TB) string {
 	if err != nil {
 		t.Fatalf("hydra: no cache dir: %v", err)
 	}
-	bin := filepath.Join(dir, "hydra-"+Version)
+	bin := filepath.Join(dir, "hydra-"+Version+"-sqlite")
 	if _, err := os.Stat(bin); err == nil {
 		return bin
 	}
@@ -68,7 +68,8 @@ func Binary(t testing.TB) string {
 	toolsDir := filepath.Join(filepath.Dir(self), "..", "..", "..", "tools", "hydra")
 	tmp := bin + ".tmp"
 	t.Logf("hydra: building %s from %s (first run only, takes minutes)", Version, toolsDir)
-	cmd := exec.Command("go", "build", "-o", tmp, "github.com/ory/hydra/v2")
+	// DSN=memory is SQLite in memory, which hydra only compiles in with these tags (cgo).
+	cmd := exec.Command("go", "build", "-tags", "sqlite,sqlite_omit_load_extension", "-o", tmp, "github.com/ory/hydra/v2")
 	cmd.Dir = toolsDir
 	out, err := cmd.CombinedOutput()
 	if err != nil {
