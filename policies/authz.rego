@@ -5,7 +5,7 @@ package xema.authz
 
 # The one query the gateway prepares.
 decision := {
-	"allow": count(reasons) == 0,
+	"allow": allow,
 	"reasons": reasons,
 	"suggestions": [s | some s in suggestion],
 	"obligations": [o | some o in obligation],
@@ -13,6 +13,32 @@ decision := {
 }
 
 reasons := [r | some r in deny]
+
+# A rule whose body is undefined denies nothing, so allow also needs the call to be
+# well-formed and to name a known capability in a known environment: fail closed.
+default allow := false
+
+allow if {
+	count(reasons) == 0
+	cap
+	env_kind
+}
+
+required_strings := [["ref"], ["environment"], ["subject", "kind"], ["subject", "ref"]]
+
+deny contains {"code": "INVALID_INPUT", "detail": sprintf("input.%s must be a non-empty string", [concat(".", path)])} if {
+	some path in required_strings
+	not non_empty_string(object.get(input, path, null))
+}
+
+deny contains {"code": "INVALID_INPUT", "detail": "input.armed must be an array of globs"} if {
+	not is_array(object.get(input, "armed", null))
+}
+
+non_empty_string(x) if {
+	is_string(x)
+	x != ""
+}
 
 # Platform teams' own Rego (package xema.custom) joins through its `deny` set. A malformed
 # entry still denies: it is reported, never dropped.

@@ -314,7 +314,7 @@ test_not_published if denied_only_by(object.union(agent, {"ref": "kb:draft.read@
 test_not_armed if {
 	denied_only_by(object.union(agent, {"armed": ["connector:*", "kb:page.write@1"]}), "NOT_ARMED")
 	decide(object.union(agent, {"armed": ["kb:*"]})).allow == true
-	denied_only_by(object.remove(agent, ["armed"]), "NOT_ARMED")
+	codes(decide(object.remove(agent, ["armed"]))) == {"INVALID_INPUT", "NOT_ARMED"}
 }
 
 # humanBaseline
@@ -417,4 +417,24 @@ test_custom_deny_malformed_still_denies if {
 	dec.allow == false
 	codes(dec) == {"CUSTOM_DENY"}
 	count(dec.reasons) == 2
+}
+
+# malformed input never allows
+
+test_empty_input_denied if {
+	dec := decide({})
+	dec.allow == false
+	codes(dec) == {"INVALID_INPUT"}
+	count(dec.reasons) == 5
+}
+
+test_missing_subject_ref_denied if {
+	dec := decide(object.union(agent, {"subject": {"kind": "agent", "ref": ""}}))
+	dec.allow == false
+	dec.reasons == [{"code": "INVALID_INPUT", "detail": "input.subject.ref must be a non-empty string"}]
+}
+
+test_armed_not_array_denied if {
+	dec := decide(object.union(agent, {"armed": "*"}))
+	codes(dec) == {"INVALID_INPUT", "NOT_ARMED"}
 }

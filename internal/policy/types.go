@@ -1,0 +1,75 @@
+package policy
+
+// Input is one call as the Rego sees it (docs/policy-data.md, "input").
+type Input struct {
+	Ref string `json:"ref"`
+	// Biome names the installed biome the call runs for, whose grant applies; empty means
+	// the biome that declares Ref.
+	Biome       string   `json:"biome,omitempty"`
+	Subject     Subject  `json:"subject"`
+	Groups      []string `json:"groups"`
+	Roles       []string `json:"roles"`
+	OrgRole     string   `json:"orgRole,omitempty"`
+	Org         string   `json:"org,omitempty"`
+	Project     string   `json:"project,omitempty"`
+	Session     string   `json:"session,omitempty"`
+	Environment string   `json:"environment"`
+	// Resource is the named resource, empty when the call names none.
+	Resource string `json:"resource,omitempty"`
+	// ResourceOwner is the subject ref owning Resource, as resolved by the gateway.
+	ResourceOwner string   `json:"resourceOwner,omitempty"`
+	Armed         []string `json:"armed"`
+	// Usage is set by the rate limiter; nil means within limits.
+	Usage *Usage `json:"usage,omitempty"`
+	// Bindings holds the caller's role bindings, keyed "resourceKind/role[/qualifier]".
+	Bindings map[string]bool `json:"bindings,omitempty"`
+	// InstanceRelations holds the caller's relations on Resource, keyed "resourceType#relation".
+	InstanceRelations map[string]bool `json:"instanceRelations,omitempty"`
+}
+
+// Subject is who calls: Kind is user, agent, workflow or service; Ref is "kind:name".
+type Subject struct {
+	Kind string `json:"kind"`
+	Ref  string `json:"ref"`
+}
+
+// Usage is the counting state the rate limiter owns.
+type Usage struct {
+	RateExceeded      bool `json:"rateExceeded"`
+	QuotaExceeded     bool `json:"quotaExceeded"`
+	RetryAfterSeconds int  `json:"retryAfterSeconds"`
+}
+
+// Decision is data.xema.authz.decision.
+type Decision struct {
+	Allow       bool         `json:"allow"`
+	Reasons     []Reason     `json:"reasons"`
+	Suggestions []Suggestion `json:"suggestions"`
+	Obligations []Obligation `json:"obligations"`
+	// Revision is the bundle revision that decided, for the audit record.
+	Revision string `json:"revision"`
+}
+
+// Reason is one denial: a stable code and a sentence for people.
+type Reason struct {
+	Code   string `json:"code"`
+	Detail string `json:"detail"`
+}
+
+// Suggestion kinds: request-grant, switch-environment, request-approval, use-successor,
+// establish-binding.
+type Suggestion struct {
+	Kind        string `json:"kind"`
+	Capability  string `json:"capability,omitempty"`
+	Environment string `json:"environment,omitempty"`
+	From        string `json:"from,omitempty"`
+	To          string `json:"to,omitempty"`
+	Binding     string `json:"binding,omitempty"`
+}
+
+// Obligation kinds: approval, rate-limit and quota (with Requests per Per).
+type Obligation struct {
+	Kind     string `json:"kind"`
+	Requests int    `json:"requests,omitempty"`
+	Per      string `json:"per,omitempty"`
+}
