@@ -22,7 +22,7 @@ var (
 	ErrUnavailable = errors.New("store unavailable")
 	// ErrInvalid: the record breaks a rule of the store itself (an empty key, an unknown
 	// lifecycle state, a document that is not JSON); the message names the field.
-	ErrInvalid = errors.New("invalid record")
+	ErrInvalid = errors.New("invalid")
 )
 
 // Lifecycle states of a capability ref (spec: "Capability lifecycle").
