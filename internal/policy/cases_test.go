@@ -73,15 +73,15 @@ func decisionCases() []decisionCase {
 	}
 }
 
-func testData(t testing.TB) map[string]any {
-	t.Helper()
+// testData reads testdata/data.json; a broken fixture panics (also outside a test).
+func testData(testing.TB) map[string]any {
 	raw, err := os.ReadFile(filepath.Join("testdata", "data.json"))
 	if err != nil {
-		t.Fatal(err)
+		panic(err)
 	}
 	var data map[string]any
 	if err := json.Unmarshal(raw, &data); err != nil {
-		t.Fatal(err)
+		panic(err)
 	}
 	return data
 }

@@ -1,0 +1,79 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"testing"
+)
+
+// syntheticData lays out n grants in the contract's layout: n/4 capabilities over 50
+// domains, each granted to 4 biomes.
+func syntheticData(n int) map[string]any {
+	const biomesPerRef = 4
+	refs := max(n/biomesPerRef, 1)
+	caps := make(map[string]any, refs)
+	grants := make(map[string]any, refs)
+	for i := range refs {
+		ref := syntheticRef(i)
+		caps[ref] = map[string]any{
+			"biome": map[string]any{"id": "b0", "version": "1.0.0"}, "lifecycle": "published",
+			"riskTier": "low", "effectClass": "read", "outputClassification": "internal",
+			"requiresApproval": false, "safeForAgents": true, "humanBaseline": nil,
+			"requiredBindings": []any{}, "instanceGrade": nil,
+		}
+		perBiome := make(map[string]any, biomesPerRef)
+		for b := range biomesPerRef {
+			perBiome[fmt.Sprintf("b%d", b)] = map[string]any{
+				"grantId": fmt.Sprintf("g_%d_%d", i, b), "biomeVersion": "1.0.0",
+				"profile": "read-only-assistant", "environments": map[string]any{"project": true},
+				"subjects":  map[string]any{"group:support": true, fmt.Sprintf("agent:a%d", b): true},
+				"resources": []any{fmt.Sprintf("kb/%d/*", i)}, "requiresApproval": false,
+				"audience":  map[string]any{"internal": true},
+				"rateLimit": map[string]any{"requests": 60, "per": "1m"},
+			}
+		}
+		grants[ref] = perBiome
+	}
+	data := testData(nil)
+	data["capabilities"] = caps
+	data["grants"] = grants
+	return data
+}
+
+func syntheticRef(i int) string { return fmt.Sprintf("d%d:res%d.read@1", i%50, i) }
+
+func BenchmarkDecision(b *testing.B) {
+	ctx := context.Background()
+	for _, n := range []int{100, 10_000, 100_000} {
+		e, err := New(ctx, Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := e.Load(ctx, syntheticData(n), "bench"); err != nil {
+			b.Fatal(err)
+		}
+		i := n / 8 // a ref in the middle of the key space
+		allow := agentCall(syntheticRef(i))
+		allow.Biome = "b2"
+		allow.Resource = fmt.Sprintf("kb/%d/page", i)
+		deny := with(allow, func(in *Input) {
+			in.Resource = "kb/other/page"
+			in.Environment = "app"
+		})
+		for _, c := range []struct {
+			name  string
+			in    Input
+			allow bool
+		}{{"allow", allow, true}, {"deny", deny, false}} {
+			b.Run(fmt.Sprintf("grants=%d/%s", n, c.name), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					d, err := e.Decide(ctx, c.in)
+					if err != nil || d.Allow != c.allow {
+						b.Fatalf("decision %+v, %v", d, err)
+					}
+				}
+			})
+		}
+	}
+}
