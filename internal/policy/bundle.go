@@ -29,7 +29,7 @@ func writeBundle(revision string, dataJSON []byte, mods []module) ([]byte, strin
 	gz := gzip.NewWriter(&buf)
 	tw := tar.NewWriter(gz)
 	add := func(name string, body []byte) error {
-		if err := tw.WriteHeader(&tar.Header{Name: "/" + name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg}); err != nil {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg}); err != nil {
 			return fmt.Errorf("write %s: %w", name, err)
 		}
 		if _, err := tw.Write(body); err != nil {

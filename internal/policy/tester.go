@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -97,6 +98,7 @@ func Test(ctx context.Context, dirs []string, coverage bool) (TestReport, error)
 				rep.NotCoveredRow[file] = append(rep.NotCoveredRow[file], rng.Start.Row)
 			}
 			sort.Ints(rep.NotCoveredRow[file])
+			rep.NotCoveredRow[file] = slices.Compact(rep.NotCoveredRow[file])
 		}
 	}
 	return rep, nil
