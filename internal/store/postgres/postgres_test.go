@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/xemahq/xema/internal/store"
+	"github.com/xemahq/xema/internal/store/sqlstore"
 	"github.com/xemahq/xema/internal/store/storetest"
 	"github.com/xemahq/xema/internal/testpg"
 )
@@ -21,7 +23,7 @@ func (s rawStore) ExecRaw(ctx context.Context, q string) error {
 	return err
 }
 
-func open(t *testing.T) store.Store {
+func open(t testing.TB) store.Store {
 	t.Helper()
 	s, err := Open(context.Background(), testpg.NewDatabase(t))
 	if err != nil {
@@ -31,7 +33,11 @@ func open(t *testing.T) store.Store {
 	return rawStore{s}
 }
 
-func TestConformance(t *testing.T) { storetest.Run(t, open) }
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store { return open(t) })
+}
+
+func BenchmarkStore(b *testing.B) { storetest.Bench(b, open) }
 
 func TestAuditRefusesTruncate(t *testing.T) {
 	s := open(t).(rawStore)
@@ -78,6 +84,33 @@ func TestRevisionIsAnnounced(t *testing.T) {
 	}
 	if n.Payload != "1" || rev != 1 {
 		t.Fatalf("notified revision %q, stored %d; want 1 and 1", n.Payload, rev)
+	}
+}
+
+// TestMigrateConcurrently shows replicas starting together apply each migration once.
+func TestMigrateConcurrently(t *testing.T) {
+	url := testpg.NewDatabase(t)
+	const n = 4
+	applied := make([][]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { applied[i], errs[i] = Migrate(context.Background(), url) })
+	}
+	wg.Wait()
+	total := 0
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("Migrate %d: %v", i, errs[i])
+		}
+		total += len(applied[i])
+	}
+	all, err := sqlstore.Migrations("postgres")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total != len(all) {
+		t.Fatalf("%d migrations applied by %d racing replicas, want each of the %d once", total, n, len(all))
 	}
 }
 

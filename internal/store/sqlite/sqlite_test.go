@@ -23,7 +23,7 @@ func (s rawStore) ExecRaw(ctx context.Context, q string) error {
 	return err
 }
 
-func open(t *testing.T) store.Store {
+func open(t testing.TB) store.Store {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "xema.db")
 	s, err := Open(context.Background(), path)
@@ -41,7 +41,11 @@ func open(t *testing.T) store.Store {
 	return rawStore{Store: s, raw: raw}
 }
 
-func TestConformance(t *testing.T) { storetest.Run(t, open) }
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store { return open(t) })
+}
+
+func BenchmarkStore(b *testing.B) { storetest.Bench(b, open) }
 
 func TestOpen(t *testing.T) {
 	ctx := context.Background()

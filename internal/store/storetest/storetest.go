@@ -283,17 +283,22 @@ func testPublishAtomic(t *testing.T, s store.Store) {
 		})
 	}
 
-	t.Run("invalid biome version", func(t *testing.T) {
-		for _, bv := range []store.BiomeVersion{
-			func() store.BiomeVersion { b := biome("", "1.0.0", "h"); return b }(),
-			func() store.BiomeVersion { b := biome("x", "", "h"); return b }(),
-			func() store.BiomeVersion { b := biome("x", "1.0.0", ""); return b }(),
-			func() store.BiomeVersion { b := biome("x", "1.0.0", "h"); b.Manifest = nil; return b }(),
-			func() store.BiomeVersion { b := biome("x", "1.0.0", "h"); b.Digest = json.RawMessage("nope"); return b }(),
-		} {
-			wantErr(t, fmt.Sprintf("PublishBiome(%q, %q, hash %q)", bv.ID, bv.Version, bv.ContentHash), s.PublishBiome(ctx, bv, nil), store.ErrInvalid)
-		}
-	})
+	for _, tc := range []struct {
+		name   string
+		mutate func(*store.BiomeVersion)
+	}{
+		{"no id", func(bv *store.BiomeVersion) { bv.ID = "" }},
+		{"no version", func(bv *store.BiomeVersion) { bv.Version = "" }},
+		{"no content hash", func(bv *store.BiomeVersion) { bv.ContentHash = "" }},
+		{"no manifest", func(bv *store.BiomeVersion) { bv.Manifest = nil }},
+		{"digest not JSON", func(bv *store.BiomeVersion) { bv.Digest = json.RawMessage("nope") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bv := biome("x", "1.0.0", "h")
+			tc.mutate(&bv)
+			wantErr(t, "PublishBiome", s.PublishBiome(ctx, bv, nil), store.ErrInvalid)
+		})
+	}
 }
 
 func testListBiomeVersions(t *testing.T, s store.Store) {
