@@ -126,7 +126,7 @@ func startServer() (*server, error) {
 	if u := os.Getenv(EnvURL); u != "" {
 		return &server{url: u}, nil
 	}
-	bin, err := findBinaries()
+	bin, err := findBinaries(debianRoot)
 	if err != nil {
 		return nil, err
 	}
@@ -143,22 +143,25 @@ func startServer() (*server, error) {
 	return nil, errors.Join(err, s.remove())
 }
 
+// debianRoot holds one <major>/bin per installed PostgreSQL version (Debian, Ubuntu).
+const debianRoot = "/usr/lib/postgresql"
+
 // findBinaries returns the directory holding initdb and pg_ctl: from PATH, else the
-// newest /usr/lib/postgresql/*/bin.
-func findBinaries() (string, error) {
+// newest root/*/bin.
+func findBinaries(root string) (string, error) {
 	if initdb, err := exec.LookPath("initdb"); err == nil {
 		if _, err := exec.LookPath("pg_ctl"); err == nil {
 			return filepath.Dir(initdb), nil
 		}
 	}
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin") // the pattern is valid
+	dirs, _ := filepath.Glob(filepath.Join(root, "*", "bin")) // the pattern is valid
 	sort.Slice(dirs, func(i, j int) bool { return majorOf(dirs[i]) > majorOf(dirs[j]) })
 	for _, d := range dirs {
 		if isFile(filepath.Join(d, "initdb")) && isFile(filepath.Join(d, "pg_ctl")) {
 			return d, nil
 		}
 	}
-	return "", errors.New("PostgreSQL server binaries (initdb, pg_ctl) are on neither PATH nor /usr/lib/postgresql/*/bin: install them (e.g. apt-get install postgresql)")
+	return "", fmt.Errorf("PostgreSQL server binaries (initdb, pg_ctl) are on neither PATH nor %s/*/bin: install them (e.g. apt-get install postgresql)", root)
 }
 
 func majorOf(binDir string) int {
