@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -142,7 +143,7 @@ func TestBootstrapRegistersOnceAndMintsFromHydra(t *testing.T) {
 		t.Fatalf("restart: %v %v calls=%d", again, err, calls.Load())
 	}
 	// Under another key the stored secret does not open: an error, not a re-registration.
-	if _, err := Bootstrap(t.Context(), BootstrapConfig{DataDir: dataDir, Keyring: keyring(t)}); err == nil || !strings.Contains(err.Error(), "not in the keyring") {
+	if _, err := Bootstrap(t.Context(), BootstrapConfig{DataDir: dataDir, Keyring: keyring(t)}); !errors.Is(err, secretbox.ErrOpen) {
 		t.Fatalf("foreign keyring: %v", err)
 	}
 }
