@@ -62,7 +62,8 @@ const (
 	ClaimSubjectKind = "xema_kind"
 )
 
-// DevMapping reads the tokens of the development issuer: sub is "kind:name".
+// DevMapping is the default mapping, and the one the development issuer's tokens follow:
+// sub is "kind:name", the rest are xema_* claims plus groups and roles.
 func DevMapping() ClaimMapping {
 	return ClaimMapping{
 		SubjectRef:  "sub",
@@ -98,11 +99,11 @@ func KeycloakMapping() ClaimMapping {
 	}
 }
 
-// LoadMapping reads a mapping from a JSON file; the names "dev" and "keycloak" select the
-// built-in ones.
+// LoadMapping reads a mapping from a JSON file; "" and "default" select DevMapping, "keycloak"
+// KeycloakMapping.
 func LoadMapping(nameOrPath string) (ClaimMapping, error) {
 	switch nameOrPath {
-	case "dev":
+	case "", "default":
 		return DevMapping(), nil
 	case "keycloak":
 		return KeycloakMapping(), nil

@@ -1,0 +1,183 @@
+package identity
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/xemahq/xema/internal/oauth"
+	"github.com/xemahq/xema/internal/secretbox"
+)
+
+// JWKSPath is where the gateway serves the development issuer's keys.
+const JWKSPath = "/.well-known/jwks.json"
+
+// EnvIdentityURL is the identity service URL the gateway registers with.
+const EnvIdentityURL = "XEMA_IDENTITY_URL"
+
+// ServerConfig is what `xema serve` passes: an external issuer, or none for the development
+// issuer under DataDir.
+type ServerConfig struct {
+	DataDir string
+	// Issuer is the external OIDC issuer; "" runs the development issuer.
+	Issuer   string
+	Audience string
+	// JWKSURL defaults to the jwks_uri of the issuer's OpenID discovery document.
+	JWKSURL string
+	// ClaimMapping is "default", "keycloak" or a JSON file (docs/identity.md).
+	ClaimMapping string
+	// Algorithms defaults to RS256 and ES256.
+	Algorithms []string
+	// IdentityURL (default $XEMA_IDENTITY_URL) with $IDENTITY_API_INTERNAL_TOKEN registers the
+	// gateway for outbound client credentials (oauth.Bootstrap).
+	IdentityURL string
+}
+
+// TokenSource mints the gateway's own outbound bearer token.
+type TokenSource interface {
+	Token(ctx context.Context) (string, error)
+}
+
+// ServerIdentity is the gateway's identity: the inbound Verifier, the outbound token source and
+// the handlers to mount.
+type ServerIdentity struct {
+	*Verifier
+	tokens TokenSource
+	mounts map[string]http.Handler
+	cancel context.CancelFunc
+}
+
+// NewServerIdentity sets up inbound verification and outbound tokens. Any failure is fatal
+// for the server: it must not start unable to tell callers apart.
+func NewServerIdentity(ctx context.Context, cfg ServerConfig) (*ServerIdentity, error) {
+	mapping, err := LoadMapping(cfg.ClaimMapping)
+	if err != nil {
+		return nil, err
+	}
+	// The verifier's JWKS refresh runs until Close, not until the start-up ctx ends.
+	life, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	si := &ServerIdentity{cancel: cancel, mounts: map[string]http.Handler{}}
+	var vcfg Config
+	var dev *Issuer
+	if cfg.Issuer == "" {
+		if dev, err = OpenIssuer(cfg.DataDir, ""); err != nil {
+			cancel()
+			return nil, err
+		}
+		vcfg = dev.VerifierConfig()
+		si.mounts[JWKSPath] = dev.JWKSHandler()
+	} else {
+		vcfg = Config{Issuer: cfg.Issuer, Audience: cfg.Audience, JWKSURL: cfg.JWKSURL, Algorithms: cfg.Algorithms, Mapping: &mapping}
+		if len(vcfg.Algorithms) == 0 {
+			vcfg.Algorithms = []string{"RS256", "ES256"}
+		}
+		if vcfg.JWKSURL == "" {
+			if vcfg.JWKSURL, err = discoverJWKS(ctx, cfg.Issuer); err != nil {
+				cancel()
+				return nil, err
+			}
+		}
+	}
+	if si.Verifier, err = NewVerifier(life, vcfg); err != nil {
+		cancel()
+		return nil, err
+	}
+	if si.tokens, err = outboundTokens(ctx, cfg, dev); err != nil {
+		cancel()
+		return nil, err
+	}
+	return si, nil
+}
+
+// ServiceTokens is the outbound token source for non-best-effort calls.
+func (s *ServerIdentity) ServiceTokens() TokenSource { return s.tokens }
+
+// Mounts are the handlers the server serves by path (the dev issuer's JWKS).
+func (s *ServerIdentity) Mounts() map[string]http.Handler { return s.mounts }
+
+// Close stops the background JWKS refresh.
+func (s *ServerIdentity) Close() { s.cancel() }
+
+// outboundTokens picks the outbound identity: a registration with the identity service
+// (stored or new), else in development the dev issuer's own service token, else none (every
+// outbound call then fails with oauth.ErrNoToken).
+func outboundTokens(ctx context.Context, cfg ServerConfig, dev *Issuer) (TokenSource, error) {
+	identityURL := cfg.IdentityURL
+	if identityURL == "" {
+		identityURL = os.Getenv(EnvIdentityURL)
+	}
+	_, statErr := os.Stat(oauth.RegistrationFile(cfg.DataDir))
+	if identityURL != "" || statErr == nil {
+		kr, err := secretbox.FromEnv()
+		if err != nil {
+			return nil, fmt.Errorf("outbound identity: %w", err)
+		}
+		reg, err := oauth.Bootstrap(ctx, oauth.BootstrapConfig{
+			IdentityURL: identityURL, BootstrapToken: os.Getenv(oauth.EnvBootstrapToken), DataDir: cfg.DataDir, Keyring: kr,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("outbound identity: %w", err)
+		}
+		return reg.TokenSource()
+	}
+	if dev != nil {
+		return devServiceTokens{dev}, nil
+	}
+	return noTokens{}, nil
+}
+
+// devServiceTokens signs the gateway's own short-lived token with the development issuer.
+type devServiceTokens struct{ iss *Issuer }
+
+func (d devServiceTokens) Token(context.Context) (string, error) {
+	tok, err := d.iss.Mint(DevClaims{Subject: "service:xema-gateway", Environment: "service", TTL: 5 * time.Minute})
+	if err != nil {
+		return "", &oauth.NoTokenError{Detail: err.Error()}
+	}
+	return tok, nil
+}
+
+type noTokens struct{}
+
+func (noTokens) Token(context.Context) (string, error) {
+	return "", &oauth.NoTokenError{Detail: "no outbound identity configured (set " + EnvIdentityURL + " and " + oauth.EnvBootstrapToken + ")"}
+}
+
+// discoverJWKS reads jwks_uri from the issuer's OpenID discovery document.
+func discoverJWKS(ctx context.Context, issuer string) (string, error) {
+	u := strings.TrimSuffix(issuer, "/") + "/.well-known/openid-configuration"
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return "", fmt.Errorf("issuer discovery %s: %w", u, err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("issuer discovery: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("issuer discovery %s: status %d", u, resp.StatusCode)
+	}
+	var doc struct {
+		Issuer  string `json:"issuer"`
+		JWKSURI string `json:"jwks_uri"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&doc); err != nil {
+		return "", fmt.Errorf("issuer discovery %s: %w", u, err)
+	}
+	if doc.Issuer != issuer {
+		return "", fmt.Errorf("issuer discovery %s: document names issuer %q, not %q", u, doc.Issuer, issuer)
+	}
+	if doc.JWKSURI == "" {
+		return "", errors.New("issuer discovery: no jwks_uri")
+	}
+	return doc.JWKSURI, nil
+}

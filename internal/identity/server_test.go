@@ -1,0 +1,87 @@
+package identity_test
+
+import (
+	"crypto/rsa"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/xemahq/xema/internal/identity"
+	"github.com/xemahq/xema/internal/oauth"
+)
+
+func TestServerIdentityDev(t *testing.T) {
+	t.Setenv(identity.EnvIdentityURL, "")
+	dir := t.TempDir()
+	si, err := identity.NewServerIdentity(t.Context(), identity.ServerConfig{DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer si.Close()
+	if si.Mounts()[identity.JWKSPath] == nil {
+		t.Fatal("dev mode must mount the JWKS")
+	}
+	iss, err := identity.OpenIssuer(dir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := iss.Mint(identity.DevClaims{Subject: "user:ada", Environment: "project", TTL: time.Minute})
+	r := httptest.NewRequest(http.MethodPost, "/v1/capabilities/invoke", nil)
+	r.Header.Set("Authorization", "Bearer "+tok)
+	if ec, err := si.Authenticate(r); err != nil || ec.Subject.Ref != "user:ada" {
+		t.Fatalf("%+v %v", ec, err)
+	}
+	// The gateway's own outbound token in development is a dev token for service:xema-gateway.
+	own, err := si.ServiceTokens().Token(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ec, err := si.Verify(t.Context(), own); err != nil || ec.Subject.Ref != "service:xema-gateway" {
+		t.Fatalf("%+v %v", ec, err)
+	}
+}
+
+func TestServerIdentityExternalDiscovery(t *testing.T) {
+	t.Setenv(identity.EnvIdentityURL, "")
+	k := rsaKey(t, 0)
+	ks := newKeyServer(t, map[string]*rsa.PrivateKey{"k1": k})
+	var issuer string
+	disco := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, "/.well-known/openid-configuration") {
+			http.NotFound(w, r)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]string{"issuer": issuer, "jwks_uri": ks.URL})
+	}))
+	defer disco.Close()
+	issuer = disco.URL
+	si, err := identity.NewServerIdentity(t.Context(), identity.ServerConfig{DataDir: t.TempDir(), Issuer: issuer, Audience: testAudience, ClaimMapping: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer si.Close()
+	if len(si.Mounts()) != 0 {
+		t.Fatal("an external issuer mounts nothing")
+	}
+	tok := sign(t, jwt.SigningMethodRS256, k, "k1", with(baseClaims(), "iss", issuer))
+	if _, err := si.Verify(t.Context(), tok); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := si.ServiceTokens().Token(t.Context()); !errors.Is(err, oauth.ErrNoToken) {
+		t.Fatalf("no outbound identity configured must be ErrNoToken, got %v", err)
+	}
+
+	// A discovery document naming another issuer is refused at start.
+	if _, err := identity.NewServerIdentity(t.Context(), identity.ServerConfig{DataDir: t.TempDir(), Issuer: issuer + "/x", Audience: testAudience}); err == nil || !strings.Contains(err.Error(), "names issuer") {
+		t.Fatal("accepted a discovery document for another issuer")
+	}
+	if _, err := identity.NewServerIdentity(t.Context(), identity.ServerConfig{DataDir: t.TempDir(), Issuer: issuer, Audience: testAudience, ClaimMapping: "nope.json"}); err == nil {
+		t.Fatal("accepted a missing claim mapping file")
+	}
+}
