@@ -64,10 +64,10 @@ type Schema struct {
 	sch *jsonschema.Schema
 }
 
-// Compile closes a copy of schema (see the package documentation) and compiles it with
-// format assertion on and no loader: only the schema itself and the embedded
-// JSON Schema metaschemas can be referenced. schema is not modified. Compile
-// once per capability, when it is published.
+// Compile closes a copy of schema (see the package documentation) and
+// compiles it with format assertion on and no loader: only the schema itself
+// and the embedded JSON Schema metaschemas can be referenced. schema is not
+// modified. Compile once per capability, when it is published.
 func Compile(ref string, schema map[string]any) (*Schema, error) {
 	doc, err := normalize(schema)
 	if err != nil {
