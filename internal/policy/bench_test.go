@@ -45,35 +45,37 @@ func syntheticRef(i int) string { return fmt.Sprintf("d%d:res%d.read@1", i%50, i
 func BenchmarkDecision(b *testing.B) {
 	ctx := context.Background()
 	for _, n := range []int{100, 10_000, 100_000} {
-		e, err := New(ctx, Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := e.Load(ctx, syntheticData(n), "bench"); err != nil {
-			b.Fatal(err)
-		}
-		i := n / 8 // a ref in the middle of the key space
-		allow := agentCall(syntheticRef(i))
-		allow.Biome = "b2"
-		allow.Resource = fmt.Sprintf("kb/%d/page", i)
-		deny := with(allow, func(in *Input) {
-			in.Resource = "kb/other/page"
-			in.Environment = "app"
-		})
-		for _, c := range []struct {
-			name  string
-			in    Input
-			allow bool
-		}{{"allow", allow, true}, {"deny", deny, false}} {
-			b.Run(fmt.Sprintf("grants=%d/%s", n, c.name), func(b *testing.B) {
-				b.ReportAllocs()
-				for b.Loop() {
-					d, err := e.Decide(ctx, c.in)
-					if err != nil || d.Allow != c.allow {
-						b.Fatalf("decision %+v, %v", d, err)
-					}
-				}
+		b.Run(fmt.Sprintf("grants=%d", n), func(b *testing.B) {
+			e, err := New(ctx, Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := e.Load(ctx, syntheticData(n), "bench"); err != nil {
+				b.Fatal(err)
+			}
+			i := n / 8 // a ref in the middle of the key space
+			allow := agentCall(syntheticRef(i))
+			allow.Biome = "b2"
+			allow.Resource = fmt.Sprintf("kb/%d/page", i)
+			deny := with(allow, func(in *Input) {
+				in.Resource = "kb/other/page"
+				in.Environment = "app"
 			})
-		}
+			for _, c := range []struct {
+				name  string
+				in    Input
+				allow bool
+			}{{"allow", allow, true}, {"deny", deny, false}} {
+				b.Run(c.name, func(b *testing.B) {
+					b.ReportAllocs()
+					for b.Loop() {
+						d, err := e.Decide(ctx, c.in)
+						if err != nil || d.Allow != c.allow {
+							b.Fatalf("decision %+v, %v", d, err)
+						}
+					}
+				})
+			}
+		})
 	}
 }
