@@ -1,0 +1,319 @@
+// Package app assembles a running gateway from its configuration: store, kernel handlers,
+// catalog, policy, identity and the HTTP surface. cmd/xema/serve.go is a thin shell over it.
+package app
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/xemahq/xema/internal/admin"
+	"github.com/xemahq/xema/internal/audit"
+	"github.com/xemahq/xema/internal/catalog"
+	"github.com/xemahq/xema/internal/demo"
+	"github.com/xemahq/xema/internal/gateway"
+	"github.com/xemahq/xema/internal/grant"
+	"github.com/xemahq/xema/internal/kernel"
+	"github.com/xemahq/xema/internal/manifest"
+	"github.com/xemahq/xema/internal/policy"
+	"github.com/xemahq/xema/internal/store"
+	"github.com/xemahq/xema/internal/store/engine"
+)
+
+// KernelBiome is the built-in biome the Go-registered capabilities belong to.
+const KernelBiome = "xema"
+
+// Config is what `xema serve` takes.
+type Config struct {
+	DataDir   string
+	BiomesDir string
+	StoreDSN  string
+	// DevGrants names biomes from BiomesDir approved with their default profile when they
+	// have no grant yet (the demo's first start). Never for production.
+	DevGrants []string
+	// PolicyDir holds the platform team's own Rego (package xema.custom).
+	PolicyDir string
+	// ReloadEvery is how often the store's revision is polled so changes made through
+	// another replica take effect here.
+	ReloadEvery time.Duration
+}
+
+// App is a running gateway.
+type App struct {
+	Store     store.Store
+	Kernel    *kernel.Registry
+	Catalog   *catalog.Catalog
+	Policy    *policy.Engine
+	Publisher *catalog.Publisher
+	Gateway   *gateway.Gateway
+	Outbox    *demo.Outbox
+
+	envs     grant.Environments
+	profiles grant.Profiles
+
+	mu       sync.Mutex // serializes rebuilds
+	loadedAt int64
+}
+
+// New opens the store, registers the kernel capabilities, loads the biomes directory and
+// compiles the first policy bundle. Any failure is fatal: a gateway that cannot decide does
+// not start.
+func New(ctx context.Context, cfg Config) (*App, error) {
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
+	}
+	st, err := engine.Open(ctx, cfg.StoreDSN, cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	eng, err := policy.New(ctx, policy.Options{ExtraDir: cfg.PolicyDir})
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	a := &App{Store: st, Kernel: kernel.New(), Catalog: catalog.New(st), Policy: eng,
+		envs: grant.DefaultEnvironments(), profiles: grant.Builtin(), loadedAt: -1}
+	a.Publisher = &catalog.Publisher{Store: st, Kernel: a.Kernel, Envs: a.envs, Profiles: a.profiles, Changed: a.Rebuild}
+	if a.Outbox, err = demo.Serve(a.Kernel); err != nil {
+		return nil, a.closeWith(err)
+	}
+	if err := admin.Register(a.Kernel, a.Publisher); err != nil {
+		return nil, a.closeWith(err)
+	}
+	if err := a.publishKernel(ctx); err != nil {
+		return nil, a.closeWith(err)
+	}
+	if cfg.BiomesDir != "" {
+		a.loadBiomes(ctx, cfg.BiomesDir)
+	}
+	if err := a.devGrants(ctx, cfg.DevGrants); err != nil {
+		return nil, a.closeWith(err)
+	}
+	if err := a.Rebuild(ctx); err != nil {
+		return nil, a.closeWith(err)
+	}
+	a.Gateway = &gateway.Gateway{Catalog: a.Catalog, Policy: eng, Audit: &audit.Log{Store: st},
+		Kernel: a.Kernel, HTTP: &http.Client{}}
+	return a, nil
+}
+
+func (a *App) closeWith(err error) error {
+	a.Store.Close()
+	return err
+}
+
+// Close releases the store.
+func (a *App) Close() error { return a.Store.Close() }
+
+// publishKernel stores the Go-registered capabilities as the built-in biome, published at
+// once: they are held through their humanBaseline, not through grants.
+func (a *App) publishKernel(ctx context.Context) error {
+	accepted, skipped := a.Kernel.Scan(validateRegistration)
+	for _, s := range skipped {
+		slog.Error("kernel capability skipped: partial or invalid descriptor", "ref", s.Ref, "reason", s.Reason)
+	}
+	b := &manifest.Biome{ID: KernelBiome, DefaultProfile: "unrestricted"}
+	h := sha256.New()
+	for _, reg := range accepted {
+		c, _ := manifest.ValidateContribution("kernel", reg.Contribution)
+		b.Contributions = append(b.Contributions, c)
+		b.RequiresCapabilities = append(b.RequiresCapabilities, c.Manifest.Ref)
+		h.Write(reg.Contribution)
+	}
+	sort.Strings(b.RequiresCapabilities)
+	b.Version = "0.0.0+" + hex.EncodeToString(h.Sum(nil))[:12]
+	manifestRaw, err := json.Marshal(b)
+	if err != nil {
+		return fmt.Errorf("kernel biome: %w", err)
+	}
+	caps := make([]store.Capability, 0, len(b.Contributions))
+	for _, c := range b.Contributions {
+		m, err := json.Marshal(c.Manifest)
+		if err != nil {
+			return fmt.Errorf("kernel capability %s: %w", c.Manifest.Ref, err)
+		}
+		caps = append(caps, store.Capability{Ref: c.Manifest.Ref, BiomeID: KernelBiome, BiomeVersion: b.Version,
+			Manifest: m, RunnerKind: "kernel", Lifecycle: store.LifecyclePublished, UpdatedAt: time.Now().UTC()})
+	}
+	bv := store.BiomeVersion{ID: KernelBiome, Version: b.Version, Manifest: manifestRaw,
+		Contributions: json.RawMessage("[]"), ContentHash: b.Version, DigestHash: b.Version, Digest: json.RawMessage("{}"),
+		CreatedAt: time.Now().UTC()}
+	if err := a.Store.PublishBiome(ctx, bv, caps); err != nil {
+		return fmt.Errorf("publish kernel capabilities: %w", err)
+	}
+	return nil
+}
+
+// validateRegistration checks a Go-registered descriptor exactly like a contribution file.
+func validateRegistration(raw json.RawMessage) (string, []string) {
+	c, problems := manifest.ValidateContribution("kernel registration", raw)
+	msgs := make([]string, 0, len(problems))
+	for _, p := range problems {
+		msgs = append(msgs, p.Path+": "+p.Message)
+	}
+	return c.Manifest.Ref, msgs
+}
+
+// loadBiomes publishes every biome directory under dir. A biome that fails validation is
+// reported and skipped as a whole, never half-registered.
+func (a *App) loadBiomes(ctx context.Context, dir string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		slog.Error("biomes directory unreadable; no biome loaded", "dir", dir, "err", err)
+		return
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		path := filepath.Join(dir, e.Name())
+		b, problems, err := manifest.LoadDir(path)
+		if err != nil || len(problems) > 0 {
+			slog.Error("biome skipped: invalid", "dir", path, "err", err, "problems", len(problems))
+			for _, p := range problems {
+				slog.Error("biome problem", "dir", path, "file", p.File, "path", p.Path, "message", p.Message)
+			}
+			continue
+		}
+		res, err := a.Publisher.SubmitDir(ctx, b)
+		if err != nil {
+			slog.Error("biome skipped: not published", "dir", path, "err", err)
+			continue
+		}
+		slog.Info("biome loaded", "id", res.BiomeID, "version", res.Version, "digest", res.Digest.Hash)
+	}
+}
+
+// devGrants approves each named biome's newest version with its default profile, unless a
+// grant for the biome exists already.
+func (a *App) devGrants(ctx context.Context, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	grants, err := a.Store.ListGrants(ctx)
+	if err != nil {
+		return fmt.Errorf("dev grants: %w", err)
+	}
+	granted := map[string]bool{}
+	for _, g := range grants {
+		granted[g.BiomeID] = true
+	}
+	for _, id := range ids {
+		if granted[id] {
+			continue
+		}
+		versions, err := a.Store.ListBiomeVersions(ctx, id)
+		if err != nil || len(versions) == 0 {
+			return fmt.Errorf("dev grant: biome %q is not loaded", id)
+		}
+		bv := versions[len(versions)-1]
+		req, _ := json.Marshal(map[string]string{"biomeId": id, "version": bv.Version, "digestHash": bv.DigestHash})
+		if _, err := a.Publisher.Install(ctx, req, "dev-grant"); err != nil {
+			return fmt.Errorf("dev grant %s: %w", id, err)
+		}
+		slog.Warn("development grant recorded", "biome", id, "version", bv.Version)
+	}
+	return nil
+}
+
+// Rebuild reloads the catalog and compiles a new policy bundle from the store. A bundle that
+// fails to compile never replaces the serving one.
+func (a *App) Rebuild(ctx context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	snap, err := a.Catalog.Reload(ctx)
+	if err != nil {
+		return err
+	}
+	grants, err := a.Store.ListGrants(ctx)
+	if err != nil {
+		return fmt.Errorf("rebuild: %w", err)
+	}
+	biomes, err := a.grantedBiomes(ctx, grants)
+	if err != nil {
+		return err
+	}
+	caps := make([]store.Capability, 0, len(snap.All()))
+	for _, e := range snap.All() {
+		caps = append(caps, e.Capability)
+	}
+	rev := fmt.Sprintf("r%d", snap.Revision)
+	data, err := grant.Compile(grant.Input{Capabilities: caps, Grants: grants, Biomes: biomes,
+		Environments: a.envs, Profiles: a.profiles, Revision: rev})
+	if err != nil {
+		return fmt.Errorf("rebuild: %w", err)
+	}
+	if err := a.Policy.Load(ctx, data, rev); err != nil {
+		return fmt.Errorf("rebuild: %w", err)
+	}
+	a.loadedAt = snap.Revision
+	return nil
+}
+
+func (a *App) grantedBiomes(ctx context.Context, grants []store.Grant) ([]store.BiomeVersion, error) {
+	seen := map[string]bool{}
+	var out []store.BiomeVersion
+	for _, g := range grants {
+		key := g.BiomeID + "@" + g.BiomeVersion
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		bv, err := a.Store.GetBiomeVersion(ctx, g.BiomeID, g.BiomeVersion)
+		if err != nil {
+			return nil, fmt.Errorf("rebuild: grant %s: %w", g.ID, err)
+		}
+		out = append(out, bv)
+	}
+	return out, nil
+}
+
+// Watch rebuilds whenever the store's revision moves (a change made through another
+// replica), until ctx ends. A store error leaves the serving bundle in place and is retried.
+func (a *App) Watch(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rev, err := a.Store.Revision(ctx)
+		if err != nil {
+			if !errors.Is(err, context.Canceled) {
+				slog.Warn("store revision poll failed", "err", err)
+			}
+			continue
+		}
+		a.mu.Lock()
+		stale := rev != a.loadedAt
+		a.mu.Unlock()
+		if stale {
+			if err := a.Rebuild(ctx); err != nil {
+				slog.Error("policy rebuild failed; keeping the serving bundle", "err", err)
+			}
+		}
+	}
+}
+
+// Ready reports whether the store answers and a policy bundle is loaded.
+func (a *App) Ready(ctx context.Context) error {
+	if err := a.Store.Ping(ctx); err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	if a.Policy.Revision() == "" {
+		return errors.New("policy: no bundle loaded")
+	}
+	return nil
+}

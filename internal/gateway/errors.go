@@ -1,0 +1,80 @@
+package gateway
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"github.com/xemahq/xema/internal/audit"
+	"github.com/xemahq/xema/internal/inputschema"
+)
+
+// Error codes the funnel answers with (the HTTP layer maps Status, MCP maps isError).
+const (
+	CodeUnauthenticated   = "UNAUTHENTICATED"
+	CodeUnknownCapability = "UNKNOWN_CAPABILITY"
+	CodeInvalidInput      = "INVALID_INPUT"
+	CodeDenied            = "DENIED"
+	CodeRateLimited       = "RATE_LIMITED"
+	CodeNoRunner          = "NO_RUNNER"
+	CodePolicyUnavailable = "POLICY_UNAVAILABLE"
+	CodeAuditUnavailable  = "AUDIT_UNAVAILABLE"
+	CodeStoreUnavailable  = "STORE_UNAVAILABLE"
+)
+
+// Error is a typed answer of the funnel: never a stack trace, never a provider secret.
+type Error struct {
+	Status     int                     `json:"-"`
+	Code       string                  `json:"code"`
+	Message    string                  `json:"message"`
+	AuditID    string                  `json:"auditId,omitempty"`
+	Violations []inputschema.Violation `json:"violations,omitempty"`
+	RetryAfter int                     `json:"retryAfter,omitempty"`
+	// Denial is the structured denial body answered as is for a policy denial.
+	Denial *audit.Denial `json:"-"`
+	// ProviderStatus is the upstream HTTP status of a provider failure, when known.
+	ProviderStatus int `json:"providerStatus,omitempty"`
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }
+
+// Body is what the HTTP layer writes for e.
+func (e *Error) Body() any {
+	if e.Denial != nil {
+		return denialBody{Denial: *e.Denial, Code: e.Code, Message: e.Message, RetryAfter: e.RetryAfter}
+	}
+	return e
+}
+
+// denialBody is the spec's structured denial plus the common error fields.
+type denialBody struct {
+	audit.Denial
+	Code       string `json:"code"`
+	Message    string `json:"message"`
+	RetryAfter int    `json:"retryAfter,omitempty"`
+}
+
+func unknownCapability(ref string) *Error {
+	return &Error{Status: http.StatusNotFound, Code: CodeUnknownCapability,
+		Message: fmt.Sprintf("no capability %q", ref)}
+}
+
+func invalidInput(v []inputschema.Violation) *Error {
+	return &Error{Status: http.StatusBadRequest, Code: CodeInvalidInput,
+		Message: fmt.Sprintf("input does not match the capability's schema (%d violation(s))", len(v)), Violations: v}
+}
+
+func unavailable(code, what string, err error) *Error {
+	slog.Error("dependency unavailable, denying", "what", what, "err", err)
+	return &Error{Status: http.StatusServiceUnavailable, Code: code,
+		Message: fmt.Sprintf("%s unavailable; the call was denied (fail closed)", what)}
+}
+
+func reasonsJSON(v any) json.RawMessage {
+	raw, err := json.Marshal(v)
+	if err != nil || string(raw) == "null" {
+		return json.RawMessage("[]")
+	}
+	return raw
+}

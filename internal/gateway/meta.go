@@ -1,0 +1,303 @@
+package gateway
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+
+	"github.com/xemahq/xema/internal/catalog"
+	"github.com/xemahq/xema/internal/identity"
+	"github.com/xemahq/xema/internal/policy"
+	"github.com/xemahq/xema/internal/store"
+)
+
+// Schema annotations authors use to place a capability in the capability graph:
+// "x-xema-resourceType" on an inputSchema property means the capability consumes that
+// resource type; on the outputSchema (its root or a property) it produces that type.
+const ResourceTypeAnnotation = "x-xema-resourceType"
+
+// Limits of the meta-tools.
+const (
+	MaxDescribeRefs    = 50
+	DefaultSearchLimit = 20
+	MaxSearchLimit     = 100
+	DefaultPlanDepth   = 5
+	MaxPlanDepth       = 10
+)
+
+// invocable reports whether the caller is armed and authorized for entry (an approval
+// obligation still counts as invocable: the call can be made, it waits for a person).
+func (g *Gateway) invocable(ctx context.Context, ec identity.ExecContext, e *catalog.Entry) (policy.Decision, bool) {
+	d, err := g.Policy.Decide(ctx, policyInput(ec, e.Ref(), ""))
+	if err != nil {
+		return policy.Decision{}, false
+	}
+	return d, d.Allow
+}
+
+// visible reports whether search may show entry at all, before asking the policy.
+func visible(e *catalog.Entry) bool {
+	switch e.Capability.Lifecycle {
+	case store.LifecyclePublished, store.LifecycleDeprecated:
+		return true
+	}
+	return false
+}
+
+// SearchRequest is the flat, all-optional argument object of xema_capabilities_search.
+type SearchRequest struct {
+	Query        string `json:"query,omitempty"`
+	Domain       string `json:"domain,omitempty"`
+	ResourceType string `json:"resourceType,omitempty"`
+	Mutating     *bool  `json:"mutating,omitempty"`
+	Limit        int    `json:"limit,omitempty"`
+	Cursor       string `json:"cursor,omitempty"`
+}
+
+// SearchHit is one capability in a search answer.
+type SearchHit struct {
+	Ref              string `json:"ref"`
+	Biome            string `json:"biome"`
+	Title            string `json:"title"`
+	Summary          string `json:"summary"`
+	RiskTier         string `json:"riskTier"`
+	Mutating         bool   `json:"mutating"`
+	RequiresApproval bool   `json:"requiresApproval"`
+	Deprecated       bool   `json:"deprecated,omitempty"`
+	ReplacedBy       string `json:"replacedBy,omitempty"`
+}
+
+// Anchor says how a search was scoped.
+type Anchor struct {
+	ResourceType *string `json:"resourceType"`
+	Source       string  `json:"source"` // argument | query | none
+}
+
+// SearchResult is the answer of xema_capabilities_search.
+type SearchResult struct {
+	Capabilities    []SearchHit `json:"capabilities"`
+	Anchor          Anchor      `json:"anchor"`
+	ConsideredCount int         `json:"consideredCount"`
+	NextCursor      string      `json:"nextCursor,omitempty"`
+}
+
+// Search returns only the capabilities the caller is both armed and authorized to invoke.
+func (g *Gateway) Search(ctx context.Context, ec identity.ExecContext, req SearchRequest) (*SearchResult, error) {
+	limit := req.Limit
+	switch {
+	case limit == 0:
+		limit = DefaultSearchLimit
+	case limit < 0 || limit > MaxSearchLimit:
+		return nil, badRequest("INVALID_ARGUMENT", fmt.Sprintf("/limit must be between 1 and %d", MaxSearchLimit))
+	}
+	snap := g.Catalog.Snapshot()
+	graph := buildGraph(snap.All())
+	anchor := Anchor{Source: "none"}
+	switch {
+	case req.ResourceType != "":
+		rt := req.ResourceType
+		anchor = Anchor{ResourceType: &rt, Source: "argument"}
+	default:
+		if rt, ok := graph.nounIn(req.Query); ok {
+			anchor = Anchor{ResourceType: &rt, Source: "query"}
+		}
+	}
+	queryKey := fmt.Sprintf("%s|%s|%v|%s|%v|%d", ec.Subject.Ref, req.Query, anchor.ResourceType != nil && *anchor.ResourceType != "", req.Domain, req.Mutating, limit)
+	if anchor.ResourceType != nil {
+		queryKey += "|" + *anchor.ResourceType
+	}
+	offset, err := g.cursors().open(req.Cursor, queryKey)
+	if err != nil {
+		return nil, err
+	}
+
+	terms := strings.Fields(strings.ToLower(req.Query))
+	type scored struct {
+		hit   SearchHit
+		score int
+	}
+	var hits []scored
+	for _, e := range candidates(snap, graph, anchor) {
+		m := e.Manifest
+		mutating := m.EffectClass == "write" || m.EffectClass == "admin"
+		if !visible(e) || (req.Domain != "" && domainOf(e.Ref()) != req.Domain) ||
+			(req.Mutating != nil && *req.Mutating != mutating) {
+			continue
+		}
+		score := relevance(terms, e, anchor.Source == "query")
+		if len(terms) > 0 && anchor.Source != "query" && score == 0 {
+			continue
+		}
+		if _, ok := g.invocable(ctx, ec, e); !ok {
+			continue
+		}
+		hits = append(hits, scored{score: score, hit: SearchHit{
+			Ref: e.Ref(), Biome: e.Capability.BiomeID, Title: m.Title, Summary: m.Summary,
+			RiskTier: m.RiskTier, Mutating: mutating, RequiresApproval: m.RequiresApproval,
+			Deprecated: e.Capability.Lifecycle == store.LifecycleDeprecated, ReplacedBy: e.Capability.ReplacedBy,
+		}})
+	}
+	sort.SliceStable(hits, func(i, j int) bool { return hits[i].score > hits[j].score })
+	res := &SearchResult{Capabilities: []SearchHit{}, Anchor: anchor, ConsideredCount: len(hits)}
+	if offset > len(hits) {
+		offset = len(hits)
+	}
+	end := min(offset+limit, len(hits))
+	for _, h := range hits[offset:end] {
+		res.Capabilities = append(res.Capabilities, h.hit)
+	}
+	if end < len(hits) {
+		res.NextCursor = g.cursors().seal(end, queryKey)
+	}
+	return res, nil
+}
+
+// candidates is the anchored neighbourhood (capabilities consuming or producing the anchor
+// type) or, without an anchor, the whole catalogue (bounded by the page size).
+func candidates(snap *catalog.Snapshot, gr *graph, a Anchor) []*catalog.Entry {
+	if a.ResourceType == nil {
+		return snap.All()
+	}
+	return gr.neighbourhood(*a.ResourceType)
+}
+
+func relevance(terms []string, e *catalog.Entry, anchored bool) int {
+	score := 0
+	if anchored {
+		score = 1
+	}
+	ref, title, summary := strings.ToLower(e.Ref()), strings.ToLower(e.Manifest.Title), strings.ToLower(e.Manifest.Summary)
+	for _, t := range terms {
+		if strings.Contains(ref, t) {
+			score += 3
+		}
+		if strings.Contains(title, t) {
+			score += 2
+		}
+		if strings.Contains(summary, t) {
+			score++
+		}
+	}
+	return score
+}
+
+func domainOf(ref string) string {
+	d, _, _ := strings.Cut(ref, ":")
+	return d
+}
+
+// DescribeRequest is the argument of xema_capabilities_describe.
+type DescribeRequest struct {
+	Refs []string `json:"refs"`
+}
+
+// Description is one described capability.
+type Description struct {
+	Ref              string           `json:"ref"`
+	InputSchema      map[string]any   `json:"inputSchema"`
+	OutputSchema     map[string]any   `json:"outputSchema"`
+	Examples         []map[string]any `json:"examples"`
+	SideEffects      string           `json:"sideEffects"`
+	RequiresApproval bool             `json:"requiresApproval"`
+	Biome            BiomeRef         `json:"biome"`
+	ReplacedBy       string           `json:"replacedBy,omitempty"`
+}
+
+// BiomeRef names the biome version that provides a capability.
+type BiomeRef struct {
+	ID      string `json:"id"`
+	Version string `json:"version"`
+}
+
+// Describe returns the full schemas of up to MaxDescribeRefs refs. A ref the caller may not
+// invoke is answered exactly like an unknown one.
+func (g *Gateway) Describe(ctx context.Context, ec identity.ExecContext, req DescribeRequest) ([]Description, error) {
+	switch {
+	case len(req.Refs) == 0:
+		return nil, badRequest("INVALID_ARGUMENT", "/refs must name at least one ref")
+	case len(req.Refs) > MaxDescribeRefs:
+		return nil, badRequest("INVALID_ARGUMENT", fmt.Sprintf("/refs names %d refs; at most %d per call", len(req.Refs), MaxDescribeRefs))
+	}
+	snap := g.Catalog.Snapshot()
+	out := make([]Description, 0, len(req.Refs))
+	var unknown []string
+	for _, ref := range req.Refs {
+		e, ok := snap.Get(ref)
+		if ok {
+			_, ok = g.invocable(ctx, ec, e)
+		}
+		if !ok {
+			unknown = append(unknown, ref)
+			continue
+		}
+		m := e.Manifest
+		examples := m.Examples
+		if examples == nil {
+			examples = []map[string]any{}
+		}
+		out = append(out, Description{
+			Ref: ref, InputSchema: m.InputSchema, OutputSchema: m.OutputSchema, Examples: examples,
+			SideEffects: m.SideEffects, RequiresApproval: m.RequiresApproval,
+			Biome:      BiomeRef{ID: e.Capability.BiomeID, Version: e.Capability.BiomeVersion},
+			ReplacedBy: e.Capability.ReplacedBy,
+		})
+	}
+	if len(unknown) > 0 {
+		return nil, &Error{Status: http.StatusNotFound, Code: CodeUnknownCapability,
+			Message: fmt.Sprintf("no capability %s", strings.Join(unknown, ", "))}
+	}
+	return out, nil
+}
+
+func badRequest(code, msg string) *Error {
+	return &Error{Status: http.StatusBadRequest, Code: code, Message: msg}
+}
+
+func (g *Gateway) cursors() cursorSealer { return cursorSealer{key: g.CursorKey} }
+
+// cursorSealer makes opaque pagination cursors bound to the query that produced them.
+type cursorSealer struct{ key []byte }
+
+type cursorBody struct {
+	Offset int    `json:"o"`
+	Query  string `json:"q"`
+}
+
+func (s cursorSealer) seal(offset int, queryKey string) string {
+	body, _ := json.Marshal(cursorBody{Offset: offset, Query: queryHash(queryKey)})
+	mac := hmac.New(sha256.New, s.key)
+	mac.Write(body)
+	return base64.RawURLEncoding.EncodeToString(append(mac.Sum(nil), body...))
+}
+
+func (s cursorSealer) open(cursor, queryKey string) (int, error) {
+	if cursor == "" {
+		return 0, nil
+	}
+	invalid := badRequest("INVALID_CURSOR", "/cursor is not a cursor this query issued")
+	raw, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil || len(raw) <= sha256.Size {
+		return 0, invalid
+	}
+	mac := hmac.New(sha256.New, s.key)
+	mac.Write(raw[sha256.Size:])
+	if !hmac.Equal(mac.Sum(nil), raw[:sha256.Size]) {
+		return 0, invalid
+	}
+	var body cursorBody
+	if json.Unmarshal(raw[sha256.Size:], &body) != nil || body.Query != queryHash(queryKey) || body.Offset < 0 {
+		return 0, invalid
+	}
+	return body.Offset, nil
+}
+
+func queryHash(q string) string {
+	sum := sha256.Sum256([]byte(q))
+	return base64.RawURLEncoding.EncodeToString(sum[:12])
+}

@@ -1,0 +1,130 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/xemahq/xema/internal/identity"
+	"github.com/xemahq/xema/internal/policy"
+	"github.com/xemahq/xema/internal/store"
+)
+
+// PreflightRequest is `{ref}`.
+type PreflightRequest struct {
+	Ref string `json:"ref"`
+}
+
+// Requirement is one condition a call needs; Met says whether it holds now.
+type Requirement struct {
+	Kind   string `json:"kind"` // grant | runner | lifecycle | binding | approval
+	Detail string `json:"detail"`
+	Met    bool   `json:"met"`
+}
+
+// Blocker is a requirement that does not hold, with the denial code it would produce.
+type Blocker struct {
+	Code   string `json:"code"`
+	Detail string `json:"detail"`
+}
+
+// PreflightResult is `{ready, requirements, blockers}`.
+type PreflightResult struct {
+	Ready        bool          `json:"ready"`
+	Requirements []Requirement `json:"requirements"`
+	Blockers     []Blocker     `json:"blockers"`
+}
+
+// Preflight checks, without running anything, whether a call to ref could succeed now.
+func (g *Gateway) Preflight(ctx context.Context, ec identity.ExecContext, req PreflightRequest) (*PreflightResult, error) {
+	e, ok := g.Catalog.Snapshot().Get(req.Ref)
+	if !ok {
+		return nil, unknownCapability(req.Ref)
+	}
+	d, err := g.Policy.Decide(ctx, policyInput(ec, e.Ref(), ""))
+	if err != nil {
+		return nil, unavailable(CodePolicyUnavailable, "policy", err)
+	}
+	res := &PreflightResult{Requirements: []Requirement{}, Blockers: []Blocker{}}
+	add := func(kind, detail string, met bool, code string) {
+		res.Requirements = append(res.Requirements, Requirement{Kind: kind, Detail: detail, Met: met})
+		if !met {
+			res.Blockers = append(res.Blockers, Blocker{Code: code, Detail: detail})
+		}
+	}
+	lifecycleOK := e.Capability.Lifecycle == store.LifecyclePublished || e.Capability.Lifecycle == store.LifecycleDeprecated
+	add("lifecycle", fmt.Sprintf("%s is %s", e.Ref(), e.Capability.Lifecycle), lifecycleOK, "NOT_PUBLISHED")
+	_, runErr := g.resolve(e)
+	add("runner", "a runner serves "+e.Ref(), runErr == nil, CodeNoRunner)
+	add("grant", "the policy admits this caller in "+ec.Environment, d.Allow, CodeDenied)
+	for _, r := range d.Reasons {
+		res.Blockers = append(res.Blockers, Blocker{Code: r.Code, Detail: r.Detail})
+	}
+	for _, o := range d.Obligations {
+		if o.Kind == obligationApproval {
+			res.Requirements = append(res.Requirements, Requirement{Kind: "approval", Detail: "each call waits for a human approval", Met: true})
+		}
+	}
+	res.Ready = len(res.Blockers) == 0
+	return res, nil
+}
+
+// ExplainRequest is `{capabilityRef, denialCode}`.
+type ExplainRequest struct {
+	CapabilityRef string `json:"capabilityRef"`
+	DenialCode    string `json:"denialCode"`
+}
+
+// Permission is the exact grant that would unlock a capability.
+type Permission struct {
+	BiomeID      string   `json:"biomeId"`
+	BiomeVersion string   `json:"biomeVersion"`
+	Capability   string   `json:"capability"`
+	Environments []string `json:"environments"`
+	Subjects     []string `json:"subjects"`
+	Profile      string   `json:"profile,omitempty"`
+}
+
+// ExplainResult is `{permissions, domain, biome, suggestions}`.
+type ExplainResult struct {
+	Permissions []Permission        `json:"permissions"`
+	Domain      string              `json:"domain"`
+	Biome       BiomeRef            `json:"biome"`
+	DenialCode  string              `json:"denialCode"`
+	Reasons     []policy.Reason     `json:"reasons"`
+	Suggestions []policy.Suggestion `json:"suggestions"`
+}
+
+// Explain turns a denial code into the grant that would unlock the capability for this
+// caller in its current environment.
+func (g *Gateway) Explain(ctx context.Context, ec identity.ExecContext, req ExplainRequest) (*ExplainResult, error) {
+	if req.DenialCode == "" {
+		return nil, badRequest("INVALID_ARGUMENT", "missing required field /denialCode")
+	}
+	e, ok := g.Catalog.Snapshot().Get(req.CapabilityRef)
+	if !ok {
+		return nil, unknownCapability(req.CapabilityRef)
+	}
+	d, err := g.Policy.Decide(ctx, policyInput(ec, e.Ref(), ""))
+	if err != nil {
+		return nil, unavailable(CodePolicyUnavailable, "policy", err)
+	}
+	res := &ExplainResult{
+		Domain: domainOf(e.Ref()), DenialCode: req.DenialCode,
+		Biome:       BiomeRef{ID: e.Capability.BiomeID, Version: e.Capability.BiomeVersion},
+		Reasons:     []policy.Reason{},
+		Suggestions: d.Suggestions,
+		Permissions: []Permission{{
+			BiomeID: e.Capability.BiomeID, BiomeVersion: e.Capability.BiomeVersion, Capability: e.Ref(),
+			Environments: []string{ec.Environment}, Subjects: []string{ec.Subject.Ref},
+		}},
+	}
+	for _, r := range d.Reasons {
+		if r.Code == req.DenialCode {
+			res.Reasons = append(res.Reasons, r)
+		}
+	}
+	if res.Suggestions == nil {
+		res.Suggestions = []policy.Suggestion{}
+	}
+	return res, nil
+}

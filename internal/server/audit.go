@@ -1,0 +1,67 @@
+package server
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/xemahq/xema/internal/audit"
+	"github.com/xemahq/xema/internal/gateway"
+	"github.com/xemahq/xema/internal/identity"
+	"github.com/xemahq/xema/internal/store"
+)
+
+func (s *Server) auditRoutes(g *echo.Group) {
+	g.GET("/audit/:id", s.auditRecord)
+	g.GET("/audit/:id/why-denied", s.whyDenied)
+}
+
+// loadAudit returns the record if the caller may read it: its own calls, or any call for an
+// org administrator. Anything else is answered like an unknown id.
+func (s *Server) loadAudit(c echo.Context) (store.AuditRecord, error) {
+	id := c.Param("id")
+	rec, err := s.Gateway.Audit.Store.GetAudit(c.Request().Context(), id)
+	notFound := &gateway.Error{Status: http.StatusNotFound, Code: "UNKNOWN_AUDIT_ID", Message: "no audit record " + id}
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return rec, notFound
+	case err != nil:
+		return rec, &gateway.Error{Status: http.StatusServiceUnavailable, Code: gateway.CodeStoreUnavailable, Message: "audit log unavailable"}
+	}
+	ec := execOf(c)
+	if rec.SubjectRef != ec.Subject.Ref && !isOrgAdmin(ec) {
+		return rec, notFound
+	}
+	return rec, nil
+}
+
+func (s *Server) auditRecord(c echo.Context) error {
+	rec, err := s.loadAudit(c)
+	if err != nil {
+		return err
+	}
+	view := audit.View(rec)
+	if outcome, err := s.Gateway.Audit.Store.GetAudit(c.Request().Context(), audit.OutcomeID(rec.ID)); err == nil {
+		view.Runner, view.Outcome, view.LatencyMicros = outcome.Runner, outcome.Outcome, outcome.LatencyMicros
+	}
+	return c.JSON(http.StatusOK, view)
+}
+
+func (s *Server) whyDenied(c echo.Context) error {
+	rec, err := s.loadAudit(c)
+	if err != nil {
+		return err
+	}
+	d, ok := audit.WhyDenied(rec)
+	if !ok {
+		return &gateway.Error{Status: http.StatusConflict, Code: "NOT_A_DENIAL",
+			Message: "audit record " + rec.ID + " is a " + rec.Decision + " decision, not a denial"}
+	}
+	return c.JSON(http.StatusOK, d)
+}
+
+// isOrgAdmin: who may read other subjects' audit records.
+func isOrgAdmin(ec identity.ExecContext) bool {
+	return ec.OrgRole == "org_owner" || ec.OrgRole == "org_admin"
+}

@@ -1,0 +1,35 @@
+package server
+
+import (
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/xemahq/xema/internal/gateway"
+)
+
+// BundleSource is the policy engine's current bundle in OPA's format.
+type BundleSource interface {
+	Bundle() (tarGz []byte, etag string)
+}
+
+// bundle serves GET /v1/bundles/xema.tar.gz so a stock OPA (sidecar, Envoy ext_authz) can
+// enforce the same decisions. The bundle holds every grant, so only services and org
+// administrators may fetch it.
+func (s *Server) bundle(c echo.Context) error {
+	ec := execOf(c)
+	if ec.Subject.Kind != "service" && !isOrgAdmin(ec) {
+		return &gateway.Error{Status: http.StatusForbidden, Code: gateway.CodeDenied,
+			Message: "the policy bundle is served to service subjects and org administrators only"}
+	}
+	body, etag := s.Bundles.Bundle()
+	if len(body) == 0 {
+		return &gateway.Error{Status: http.StatusServiceUnavailable, Code: gateway.CodePolicyUnavailable, Message: "no policy bundle loaded"}
+	}
+	quoted := `"` + etag + `"`
+	c.Response().Header().Set("ETag", quoted)
+	if match := c.Request().Header.Get("If-None-Match"); match == quoted || match == etag {
+		return c.NoContent(http.StatusNotModified)
+	}
+	return c.Blob(http.StatusOK, "application/gzip", body)
+}

@@ -1,0 +1,131 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/xemahq/xema/internal/gateway"
+	"github.com/xemahq/xema/internal/identity"
+)
+
+// Version is reported to MCP clients.
+var Version = "dev"
+
+const execKey = "xema.exec"
+
+// MCPHandler serves the six meta-tools over MCP (streamable HTTP). Every request carries the
+// same bearer token as the HTTP API and every tool call runs the same gateway code.
+func (s *Server) MCPHandler() http.Handler {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "xema", Version: Version}, nil)
+	gw := s.Gateway
+	addTool(srv, "xema_capabilities_search", "Find the capabilities you are armed and authorized to invoke. All arguments are optional; anchor with resourceType (or a resource noun in query); page with cursor from nextCursor.", searchSchema, gw.Search)
+	addTool(srv, "xema_capabilities_describe", "Full input/output schemas, examples and side effects of up to 50 refs.", describeSchema,
+		func(ctx context.Context, ec identity.ExecContext, req gateway.DescribeRequest) (describeResult, error) {
+			d, err := gw.Describe(ctx, ec, req)
+			return describeResult{Capabilities: d}, err
+		})
+	addTool(srv, "xema_capabilities_invoke", "Invoke a capability: {ref, input}; input must match the described inputSchema exactly.", invokeSchema,
+		func(ctx context.Context, ec identity.ExecContext, req gateway.Request) (*gateway.Result, error) {
+			if len(req.Input) == 0 {
+				return nil, &gateway.Error{Status: http.StatusBadRequest, Code: "INVALID_REQUEST", Message: "missing required field /input"}
+			}
+			return gw.Invoke(ctx, ec, req)
+		})
+	addTool(srv, "xema_capabilities_plan", "Shortest runnable sequence of capabilities to a goal capability from the resource types you hold.", planSchema, gw.Plan)
+	addTool(srv, "xema_capabilities_preflight", "Check whether a call to ref could succeed now: requirements and blockers.", preflightSchema, gw.Preflight)
+	addTool(srv, "xema_capabilities_explain", "Turn a denial code into the grant that would unlock the capability.", explainSchema, gw.Explain)
+
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{Stateless: true})
+	return auth.RequireBearerToken(s.verifyMCP, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h)
+}
+
+// describeResult wraps describe's array: MCP structured content is an object.
+type describeResult struct {
+	Capabilities []gateway.Description `json:"capabilities"`
+}
+
+// verifyMCP adapts the gateway's authenticator to the SDK's bearer middleware.
+func (s *Server) verifyMCP(_ context.Context, _ string, r *http.Request) (*auth.TokenInfo, error) {
+	ec, err := s.Auth.Authenticate(r)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", auth.ErrInvalidToken, err.Error())
+	}
+	return &auth.TokenInfo{UserID: ec.Subject.Ref, Extra: map[string]any{execKey: ec}}, nil
+}
+
+// addTool registers one meta-tool: arguments decoded strictly, the caller taken from the
+// verified token, errors answered as isError results carrying the typed error body.
+func addTool[Req, Res any](srv *mcp.Server, name, description string, schema json.RawMessage,
+	tool func(context.Context, identity.ExecContext, Req) (Res, error)) {
+	srv.AddTool(&mcp.Tool{Name: name, Description: description, InputSchema: schema},
+		func(ctx context.Context, call *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			ec, ok := execFromMCP(call)
+			if !ok {
+				return toolError(&gateway.Error{Status: http.StatusUnauthorized, Code: gateway.CodeUnauthenticated, Message: "no verified caller"}), nil
+			}
+			var req Req
+			args := call.Params.Arguments
+			if len(args) == 0 {
+				args = json.RawMessage("{}")
+			}
+			dec := json.NewDecoder(bytes.NewReader(args))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&req); err != nil {
+				return toolError(&gateway.Error{Status: http.StatusBadRequest, Code: "MALFORMED_ARGUMENTS", Message: "arguments: " + jsonError(err)}), nil
+			}
+			res, err := tool(ctx, ec, req)
+			if err != nil {
+				return toolError(err), nil
+			}
+			raw, err := json.Marshal(res)
+			if err != nil {
+				return nil, fmt.Errorf("%s: encode result: %w", name, err)
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(raw)}}, StructuredContent: json.RawMessage(raw)}, nil
+		})
+}
+
+func execFromMCP(call *mcp.CallToolRequest) (identity.ExecContext, bool) {
+	if call.Extra == nil || call.Extra.TokenInfo == nil {
+		return identity.ExecContext{}, false
+	}
+	ec, ok := call.Extra.TokenInfo.Extra[execKey].(identity.ExecContext)
+	return ec, ok
+}
+
+// toolError is a tool-level error: the same typed body the HTTP API answers.
+func toolError(err error) *mcp.CallToolResult {
+	var ge *gateway.Error
+	if !errors.As(err, &ge) {
+		ge = &gateway.Error{Status: http.StatusInternalServerError, Code: "INTERNAL", Message: "internal error"}
+	}
+	raw, _ := json.Marshal(ge.Body())
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: string(raw)}}}
+}
+
+var (
+	searchSchema = json.RawMessage(`{"type":"object","additionalProperties":false,"properties":{
+		"query":{"type":"string","description":"Free text over ref, title and summary; a resource noun anchors the search."},
+		"domain":{"type":"string","description":"Only refs of this domain, e.g. connector."},
+		"resourceType":{"type":"string","description":"Anchor: walk this resource type's capability-graph neighbourhood."},
+		"mutating":{"type":"boolean","description":"true: only capabilities that write; false: only reads."},
+		"limit":{"type":"integer","minimum":1,"maximum":100},
+		"cursor":{"type":"string","description":"nextCursor of the previous page of the same query."}}}`)
+	describeSchema = json.RawMessage(`{"type":"object","additionalProperties":false,"required":["refs"],"properties":{
+		"refs":{"type":"array","minItems":1,"maxItems":50,"items":{"type":"string"}}}}`)
+	invokeSchema = json.RawMessage(`{"type":"object","additionalProperties":false,"required":["ref","input"],"properties":{
+		"ref":{"type":"string"},"input":{"type":"object","description":"Exactly the shape describe returns as inputSchema."}}}`)
+	planSchema = json.RawMessage(`{"type":"object","additionalProperties":false,"required":["goalCapabilityRef"],"properties":{
+		"goalCapabilityRef":{"type":"string"},"fromResourceTypes":{"type":"array","items":{"type":"string"}},
+		"maxDepth":{"type":"integer","minimum":1,"maximum":10}}}`)
+	preflightSchema = json.RawMessage(`{"type":"object","additionalProperties":false,"required":["ref"],"properties":{"ref":{"type":"string"}}}`)
+	explainSchema   = json.RawMessage(`{"type":"object","additionalProperties":false,"required":["capabilityRef","denialCode"],"properties":{
+		"capabilityRef":{"type":"string"},"denialCode":{"type":"string"}}}`)
+)

@@ -1,0 +1,180 @@
+// Package server is the HTTP surface of the gateway (Echo): thin routes onto the funnel and
+// the meta-tools, typed JSON errors, bearer-token authentication, health and metrics.
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/xemahq/xema/internal/gateway"
+	"github.com/xemahq/xema/internal/identity"
+)
+
+// MaxBodyBytes is the documented limit of a request body.
+const MaxBodyBytes = 1 << 20
+
+// Authenticator verifies a request's bearer token.
+type Authenticator interface {
+	Authenticate(r *http.Request) (identity.ExecContext, error)
+}
+
+// Readiness reports whether the store answers and a policy is loaded.
+type Readiness func(ctx context.Context) error
+
+// Server holds the routes' dependencies.
+type Server struct {
+	Gateway *gateway.Gateway
+	Auth    Authenticator
+	Ready   Readiness
+	Bundles BundleSource
+	// Extra mounts (JWKS of the development issuer, metrics, MCP, bundle) by path.
+	Mounts map[string]http.Handler
+}
+
+// errorBody is every error answer: a code and a human message.
+type errorBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Handler builds the Echo router.
+func (s *Server) Handler() http.Handler {
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = httpError
+	e.Use(measure)
+	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
+	e.GET("/readyz", s.readyz)
+	for path, h := range s.Mounts {
+		e.Any(path, echo.WrapHandler(h))
+	}
+	v1 := e.Group("/v1", s.authenticate)
+	v1.POST("/capabilities/invoke", s.invoke)
+	s.metaRoutes(v1)
+	s.adminRoutes(v1)
+	s.auditRoutes(v1)
+	v1.GET("/bundles/xema.tar.gz", s.bundle)
+	return e
+}
+
+func (s *Server) readyz(c echo.Context) error {
+	if err := s.Ready(c.Request().Context()); err != nil {
+		return c.JSON(http.StatusServiceUnavailable, errorBody{Code: "NOT_READY", Message: err.Error()})
+	}
+	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
+}
+
+const ctxKey = "xema.exec"
+
+// authenticate verifies the bearer token; nothing behind it runs without a verified caller.
+func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		ec, err := s.Auth.Authenticate(c.Request())
+		if err != nil {
+			slog.Info("unauthenticated request", "path", c.Path(), "reason", err.Error())
+			return c.JSON(http.StatusUnauthorized, errorBody{Code: gateway.CodeUnauthenticated, Message: err.Error()})
+		}
+		c.Set(ctxKey, ec)
+		return next(c)
+	}
+}
+
+func execOf(c echo.Context) identity.ExecContext {
+	ec, _ := c.Get(ctxKey).(identity.ExecContext)
+	return ec
+}
+
+// bind decodes a JSON body strictly: JSON content type, size-limited, one value, no unknown
+// fields.
+func bind(c echo.Context, v any) error {
+	ct := c.Request().Header.Get("Content-Type")
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil || mt != "application/json" {
+		return &gateway.Error{Status: http.StatusUnsupportedMediaType, Code: "UNSUPPORTED_MEDIA_TYPE",
+			Message: fmt.Sprintf("Content-Type must be application/json, got %q", ct)}
+	}
+	body, err := io.ReadAll(io.LimitReader(c.Request().Body, MaxBodyBytes+1))
+	if err != nil {
+		return &gateway.Error{Status: http.StatusBadRequest, Code: "BAD_REQUEST", Message: "reading the body failed"}
+	}
+	if len(body) > MaxBodyBytes {
+		return &gateway.Error{Status: http.StatusRequestEntityTooLarge, Code: "BODY_TOO_LARGE",
+			Message: fmt.Sprintf("body exceeds %d bytes", MaxBodyBytes)}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return &gateway.Error{Status: http.StatusBadRequest, Code: "MALFORMED_JSON", Message: "malformed request body: " + jsonError(err)}
+	}
+	if dec.More() {
+		return &gateway.Error{Status: http.StatusBadRequest, Code: "MALFORMED_JSON", Message: "malformed request body: more than one JSON value"}
+	}
+	return nil
+}
+
+// jsonError turns a decoding error into a message naming the field, without echoing input.
+func jsonError(err error) string {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Sprintf("invalid JSON at byte %d", se.Offset)
+	case errors.As(err, &te):
+		return fmt.Sprintf("field %q must be %s, got %s", "/"+strings.ReplaceAll(te.Field, ".", "/"), te.Type, te.Value)
+	case errors.Is(err, io.EOF):
+		return "empty body"
+	case strings.HasPrefix(err.Error(), "json: unknown field"):
+		return strings.TrimPrefix(err.Error(), "json: ")
+	}
+	return "invalid JSON"
+}
+
+// httpError writes every error as a typed JSON body, never a stack trace.
+func httpError(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	var ge *gateway.Error
+	var he *echo.HTTPError
+	switch {
+	case errors.As(err, &ge):
+		if ge.RetryAfter > 0 {
+			c.Response().Header().Set("Retry-After", fmt.Sprint(ge.RetryAfter))
+		}
+		_ = c.JSON(ge.Status, ge.Body())
+	case errors.As(err, &he):
+		_ = c.JSON(he.Code, errorBody{Code: strings.ToUpper(strings.ReplaceAll(http.StatusText(he.Code), " ", "_")), Message: fmt.Sprint(he.Message)})
+	default:
+		slog.Error("request failed", "path", c.Path(), "err", err)
+		_ = c.JSON(http.StatusInternalServerError, errorBody{Code: "INTERNAL", Message: "internal error"})
+	}
+}
+
+// invoke is POST /v1/capabilities/invoke.
+func (s *Server) invoke(c echo.Context) error {
+	var req gateway.Request
+	if err := bind(c, &req); err != nil {
+		return err
+	}
+	if req.Ref == "" {
+		return &gateway.Error{Status: http.StatusBadRequest, Code: "INVALID_REQUEST", Message: "missing required field /ref"}
+	}
+	if len(req.Input) == 0 {
+		return &gateway.Error{Status: http.StatusBadRequest, Code: "INVALID_REQUEST", Message: "missing required field /input"}
+	}
+	res, err := s.Gateway.Invoke(c.Request().Context(), execOf(c), req)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, res)
+}

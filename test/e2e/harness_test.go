@@ -1,0 +1,227 @@
+// Package e2e holds black-box tests: they build the xema binary, start `xema serve` on a
+// free port with a temp data dir (once on SQLite, once on PostgreSQL) and talk to it only
+// over HTTP and the CLI, as a user would.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/xemahq/xema/internal/testpg"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// repoRoot is two levels above this file.
+func repoRoot(t testing.TB) string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// xemaBinary builds cmd/xema once per test binary.
+func xemaBinary(t testing.TB) string {
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "xema-e2e-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "xema")
+		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/xema")
+		cmd.Dir = repoRoot(t)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+func freePort(t testing.TB) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// gateway is one running `xema serve`.
+type gateway struct {
+	t       testing.TB
+	bin     string
+	URL     string
+	DataDir string
+	Store   string
+	logs    *bytes.Buffer
+	cmd     *exec.Cmd
+}
+
+type engineCase struct {
+	name  string
+	store func(t testing.TB) string // the --store DSN, "" for SQLite
+}
+
+// engines are the two storage engines every e2e test runs on.
+var engines = []engineCase{
+	{"sqlite", func(testing.TB) string { return "" }},
+	{"postgres", func(t testing.TB) string { return testpg.NewDatabase(t) }},
+}
+
+func forEachEngine(t *testing.T, fn func(t *testing.T, e engineCase)) {
+	for _, e := range engines {
+		t.Run(e.name, func(t *testing.T) { fn(t, e) })
+	}
+}
+
+// startGateway runs `xema serve` with the repo's biomes and the demo dev grant, plus args.
+func startGateway(t testing.TB, storeDSN string, args ...string) *gateway {
+	t.Helper()
+	g := &gateway{t: t, bin: xemaBinary(t), DataDir: t.TempDir(), Store: storeDSN, logs: &bytes.Buffer{}}
+	g.start(args...)
+	return g
+}
+
+func (g *gateway) start(args ...string) {
+	t := g.t
+	port := freePort(t)
+	g.URL = fmt.Sprintf("http://127.0.0.1:%d", port)
+	full := []string{"serve", "--addr", fmt.Sprintf("127.0.0.1:%d", port), "--data-dir", g.DataDir,
+		"--biomes", filepath.Join(repoRoot(t), "biomes"), "--dev-grant", "demo"}
+	if g.Store != "" {
+		full = append(full, "--store", g.Store)
+	}
+	full = append(full, args...)
+	g.cmd = exec.Command(g.bin, full...)
+	g.cmd.Stdout, g.cmd.Stderr = g.logs, g.logs
+	if err := g.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.stop)
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(g.URL + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if g.cmd.ProcessState != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("gateway did not become ready; logs:\n%s", g.logs.String())
+}
+
+func (g *gateway) stop() {
+	if g.cmd == nil || g.cmd.Process == nil || g.cmd.ProcessState != nil {
+		return
+	}
+	_ = g.cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { _ = g.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = g.cmd.Process.Kill()
+		<-done
+	}
+	if g.t.Failed() {
+		g.t.Logf("gateway logs:\n%s", g.logs.String())
+	}
+}
+
+// token mints a development token with `xema dev token`.
+func (g *gateway) token(args ...string) string {
+	g.t.Helper()
+	out, err := g.run(append([]string{"dev", "token", "--data-dir", g.DataDir}, args...)...)
+	if err != nil {
+		g.t.Fatalf("dev token %v: %v\n%s", args, err, out)
+	}
+	return strings.TrimSpace(out)
+}
+
+// run runs the xema CLI and returns its combined output.
+func (g *gateway) run(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, g.bin, args...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// response is a decoded answer.
+type response struct {
+	Status int
+	Header http.Header
+	Body   map[string]any
+	Raw    []byte
+}
+
+// post sends a JSON body (a string is sent as is) with a bearer token.
+func (g *gateway) post(path, token string, body any) response {
+	g.t.Helper()
+	var raw []byte
+	switch b := body.(type) {
+	case string:
+		raw = []byte(b)
+	default:
+		var err error
+		if raw, err = json.Marshal(b); err != nil {
+			g.t.Fatal(err)
+		}
+	}
+	req, _ := http.NewRequest(http.MethodPost, g.URL+path, bytes.NewReader(raw))
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	return g.do(req)
+}
+
+func (g *gateway) get(path, token string) response {
+	g.t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, g.URL+path, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	return g.do(req)
+}
+
+func (g *gateway) do(req *http.Request) response {
+	g.t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	r := response{Status: resp.StatusCode, Header: resp.Header, Raw: raw}
+	_ = json.Unmarshal(raw, &r.Body)
+	return r
+}
+
+func TestMain(m *testing.M) {
+	testpg.Main(m)
+}
