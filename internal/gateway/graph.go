@@ -91,7 +91,9 @@ func (g *graph) nounIn(query string) (string, bool) {
 	if len(found) == 0 {
 		return "", false
 	}
-	sort.Slice(found, func(i, j int) bool { return len(found[i]) > len(found[j]) || (len(found[i]) == len(found[j]) && found[i] < found[j]) })
+	sort.Slice(found, func(i, j int) bool {
+		return len(found[i]) > len(found[j]) || (len(found[i]) == len(found[j]) && found[i] < found[j])
+	})
 	return found[0], true
 }
 

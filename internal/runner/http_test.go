@@ -20,7 +20,9 @@ func (s staticToken) Token(context.Context) (string, error) { return string(s), 
 
 type failingToken struct{}
 
-func (failingToken) Token(context.Context) (string, error) { return "", errors.New("token endpoint down") }
+func (failingToken) Token(context.Context) (string, error) {
+	return "", errors.New("token endpoint down")
+}
 
 func TestHTTPRunner(t *testing.T) {
 	var got struct {
