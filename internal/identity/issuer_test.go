@@ -259,3 +259,25 @@ func TestParseMapping(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkVerifyDevES256 is the per-request cost with the development issuer (ES256).
+func BenchmarkVerifyDevES256(b *testing.B) {
+	iss, err := identity.OpenIssuer(b.TempDir(), "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	v, err := identity.NewVerifier(b.Context(), iss.VerifierConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	tok, err := iss.Mint(identity.DevClaims{Subject: "agent:support-bot", Environment: "project", Groups: []string{"support"}, Armed: []string{"kb:*"}, TTL: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := v.Verify(b.Context(), tok); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
