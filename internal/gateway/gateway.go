@@ -32,6 +32,15 @@ type Gateway struct {
 	HTTP    *http.Client
 	// CursorKey signs search cursors; replicas sharing it accept each other's cursors.
 	CursorKey []byte
+	// Resolvers serve refs that neither a declared invocation nor a kernel handler serves
+	// (org-level provider bindings, federated MCP servers). The first that claims a ref wins.
+	Resolvers []Resolver
+}
+
+// Resolver finds the runner for an entry in the caller's context. ok is false when the
+// resolver does not serve the entry; an error is a typed *Error (e.g. a missing binding).
+type Resolver interface {
+	Resolve(ctx context.Context, ec identity.ExecContext, entry *catalog.Entry) (r runner.Runner, ok bool, err error)
 }
 
 // Request is one invocation: `{ref, input}` of the spec.
@@ -78,7 +87,7 @@ func (g *Gateway) Invoke(ctx context.Context, ec identity.ExecContext, req Reque
 	if err := g.obligations(decision); err != nil {
 		return nil, g.fail(ctx, c, audit.DecisionPendingApproval, err)
 	}
-	run, err := g.resolve(entry)
+	run, err := g.resolve(ctx, c.exec, entry)
 	if err != nil {
 		return nil, g.fail(ctx, c, audit.DecisionError, err)
 	}
@@ -148,15 +157,24 @@ func (g *Gateway) obligations(d policy.Decision) error {
 	return nil
 }
 
-// resolve picks the runner serving the entry: a declared invocation or a live kernel
-// handler. Publishing guaranteed exactly one; none at call time is a typed error, never a
-// fallback.
-func (g *Gateway) resolve(entry *catalog.Entry) (runner.Runner, error) {
+// resolve picks the runner serving the entry: a declared invocation, a live kernel handler,
+// or a resolver (bindings, federated servers). Publishing guaranteed exactly one way; none
+// at call time is a typed error, never a fallback.
+func (g *Gateway) resolve(ctx context.Context, ec identity.ExecContext, entry *catalog.Entry) (runner.Runner, error) {
 	if inv := entry.Invocation; inv != nil && inv.Kind == "http" {
 		return runner.HTTP{Client: g.HTTP, URL: inv.URL, Timeout: time.Duration(inv.TimeoutMs) * time.Millisecond, Tokens: g.Tokens}, nil
 	}
 	if h, ok := g.Kernel.Handler(entry.Ref()); ok {
 		return runner.Kernel{Handler: h}, nil
+	}
+	for _, r := range g.Resolvers {
+		run, ok, err := r.Resolve(ctx, ec, entry)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return run, nil
+		}
 	}
 	return nil, &Error{Status: http.StatusBadGateway, Code: CodeNoRunner,
 		Message: fmt.Sprintf("%s has no runner in this environment", entry.Ref())}

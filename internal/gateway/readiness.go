@@ -53,7 +53,7 @@ func (g *Gateway) Preflight(ctx context.Context, ec identity.ExecContext, req Pr
 	}
 	lifecycleOK := e.Capability.Lifecycle == store.LifecyclePublished || e.Capability.Lifecycle == store.LifecycleDeprecated
 	add("lifecycle", fmt.Sprintf("%s is %s", e.Ref(), e.Capability.Lifecycle), lifecycleOK, "NOT_PUBLISHED")
-	_, runErr := g.resolve(e)
+	_, runErr := g.resolve(ctx, ec, e)
 	add("runner", "a runner serves "+e.Ref(), runErr == nil, CodeNoRunner)
 	add("grant", "the policy admits this caller in "+ec.Environment, d.Allow, CodeDenied)
 	for _, r := range d.Reasons {
