@@ -41,7 +41,7 @@ type Config struct {
 	Algorithms []string
 	// Leeway for exp, nbf and iat; 0 means DefaultLeeway, at most MaxLeeway.
 	Leeway time.Duration
-	// Mapping turns claims into the Execution Context; the zero value means DevMapping.
+	// Mapping turns claims into the Execution Context; nil means DevMapping.
 	Mapping *ClaimMapping
 	// RefreshInterval is how often the JWKS is fetched again (default 1h).
 	RefreshInterval time.Duration
