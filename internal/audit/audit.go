@@ -118,6 +118,7 @@ const (
 	DecisionInvalid         = "invalid-input"
 	DecisionNotFound        = "unknown-capability"
 	DecisionError           = "error"
+	DecisionUnauthenticated = "unauthenticated"
 )
 
 func orEmpty(raw json.RawMessage) json.RawMessage {

@@ -246,6 +246,20 @@ func (g *Gateway) record(ctx context.Context, c *call, decision, outcome string)
 	return nil
 }
 
+// RecordUnauthenticated audits a request refused at authentication (no, expired, forged or
+// foreign token). Nothing of the token is recorded: reason is the verifier's code.
+func (g *Gateway) RecordUnauthenticated(ctx context.Context, route, reason string) (string, error) {
+	rec := store.AuditRecord{
+		ID: audit.NewID("unauth_"), Time: time.Now(), Ref: route, Decision: audit.DecisionUnauthenticated,
+		Reasons:        reasonsJSON([]policy.Reason{{Code: CodeUnauthenticated, Detail: reason}}),
+		BundleRevision: g.Policy.Revision(), Outcome: "not-run",
+	}
+	if err := g.Audit.Append(ctx, rec); err != nil {
+		return "", unavailable(CodeAuditUnavailable, "audit log", err)
+	}
+	return rec.ID, nil
+}
+
 // obligationApproval is the obligation a decision carries when a person must approve the call.
 const obligationApproval = "approval"
 

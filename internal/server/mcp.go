@@ -55,6 +55,9 @@ type describeResult struct {
 func (s *Server) verifyMCP(_ context.Context, _ string, r *http.Request) (*auth.TokenInfo, error) {
 	ec, err := s.Auth.Authenticate(r)
 	if err != nil {
+		if aerr := s.unauthenticated(r.Context(), "/mcp", err); !isStatus(aerr, http.StatusUnauthorized) {
+			return nil, aerr
+		}
 		return nil, fmt.Errorf("%w: %s", auth.ErrInvalidToken, err.Error())
 	}
 	return &auth.TokenInfo{UserID: ec.Subject.Ref, Extra: map[string]any{execKey: ec}}, nil
@@ -90,6 +93,11 @@ func addTool[Req, Res any](srv *mcp.Server, name, description string, schema jso
 			}
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(raw)}}, StructuredContent: json.RawMessage(raw)}, nil
 		})
+}
+
+func isStatus(err error, status int) bool {
+	var ge *gateway.Error
+	return errors.As(err, &ge) && ge.Status == status
 }
 
 func execFromMCP(call *mcp.CallToolRequest) (identity.ExecContext, bool) {

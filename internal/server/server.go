@@ -81,12 +81,23 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		ec, err := s.Auth.Authenticate(c.Request())
 		if err != nil {
-			slog.Info("unauthenticated request", "path", c.Path(), "reason", err.Error())
-			return c.JSON(http.StatusUnauthorized, errorBody{Code: gateway.CodeUnauthenticated, Message: err.Error()})
+			return s.unauthenticated(c.Request().Context(), c.Path(), err)
 		}
 		c.Set(ctxKey, ec)
 		return next(c)
 	}
+}
+
+// unauthenticated audits the refused attempt and answers 401. The verifier's messages never
+// contain the token.
+func (s *Server) unauthenticated(ctx context.Context, route string, err error) error {
+	reason := identity.Reason(err)
+	id, aerr := s.Gateway.RecordUnauthenticated(ctx, route, reason)
+	if aerr != nil {
+		return aerr
+	}
+	slog.Info("unauthenticated request", "route", route, "reason", reason, "auditId", id)
+	return &gateway.Error{Status: http.StatusUnauthorized, Code: gateway.CodeUnauthenticated, Message: err.Error(), AuditID: id}
 }
 
 func execOf(c echo.Context) identity.ExecContext {
