@@ -118,17 +118,16 @@ func (a *App) Close() error { return a.Store.Close() }
 // publishKernel stores the Go-registered capabilities as the built-in biome, published at
 // once: they are held through their humanBaseline, not through grants.
 func (a *App) publishKernel(ctx context.Context) error {
-	accepted, skipped := a.Kernel.Scan(validateRegistration)
+	accepted, skipped := a.Kernel.Scan()
 	for _, s := range skipped {
 		slog.Error("kernel capability skipped: partial or invalid descriptor", "ref", s.Ref, "reason", s.Reason)
 	}
 	b := &manifest.Biome{ID: KernelBiome, DefaultProfile: "unrestricted"}
 	h := sha256.New()
 	for _, reg := range accepted {
-		c, _ := manifest.ValidateContribution("kernel", reg.Contribution)
-		b.Contributions = append(b.Contributions, c)
-		b.RequiresCapabilities = append(b.RequiresCapabilities, c.Manifest.Ref)
-		h.Write(reg.Contribution)
+		b.Contributions = append(b.Contributions, reg.Contribution)
+		b.RequiresCapabilities = append(b.RequiresCapabilities, reg.Contribution.Manifest.Ref)
+		h.Write(reg.Raw)
 	}
 	sort.Strings(b.RequiresCapabilities)
 	b.Version = "0.0.0+" + hex.EncodeToString(h.Sum(nil))[:12]
@@ -152,16 +151,6 @@ func (a *App) publishKernel(ctx context.Context) error {
 		return fmt.Errorf("publish kernel capabilities: %w", err)
 	}
 	return nil
-}
-
-// validateRegistration checks a Go-registered descriptor exactly like a contribution file.
-func validateRegistration(raw json.RawMessage) (string, []string) {
-	c, problems := manifest.ValidateContribution("kernel registration", raw)
-	msgs := make([]string, 0, len(problems))
-	for _, p := range problems {
-		msgs = append(msgs, p.Path+": "+p.Message)
-	}
-	return c.Manifest.Ref, msgs
 }
 
 // loadBiomes publishes every biome directory under dir. A biome that fails validation is

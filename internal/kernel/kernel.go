@@ -11,9 +11,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/xemahq/xema/internal/identity"
+	"github.com/xemahq/xema/internal/manifest"
 )
 
 // Call is what a handler receives: the validated input and who asked.
@@ -82,36 +84,58 @@ func (r *Registry) Refs() []string {
 	return refs
 }
 
-// Validator checks a contribution object and returns human-readable problems (empty = valid).
-type Validator func(raw json.RawMessage) (ref string, problems []string)
-
 // Skipped names a registration the scan left out and why.
 type Skipped struct {
 	Ref    string
 	Reason string
 }
 
-// Scan validates every queued registration. Valid ones become live runners and are
-// returned for publishing; invalid ones are skipped with their reasons.
-func (r *Registry) Scan(validate Validator) (accepted []Registration, skipped []Skipped) {
+// Accepted is a registration that passed the scan, with its validated contribution.
+type Accepted struct {
+	Contribution manifest.Contribution
+	Raw          json.RawMessage
+}
+
+// Scan validates every queued registration exactly like a contribution file. Valid ones
+// become live runners and are returned for publishing; a partial or invalid descriptor is
+// skipped with reasons naming each missing or bad field, never defaulted.
+func (r *Registry) Scan() (accepted []Accepted, skipped []Skipped) {
 	r.mu.Lock()
 	regs := r.registrations
 	r.registrations = nil
 	r.mu.Unlock()
 	for _, reg := range regs {
-		ref, problems := validate(reg.Contribution)
-		if reg.Handler == nil {
-			problems = append(problems, "no handler")
+		c, problems := manifest.ValidateContribution("kernel registration", reg.Contribution)
+		reasons := make([]string, 0, len(problems)+1)
+		for _, p := range problems {
+			reasons = append(reasons, p.Path+": "+p.Message)
 		}
-		if len(problems) > 0 {
-			skipped = append(skipped, Skipped{Ref: ref, Reason: fmt.Sprint(problems)})
+		if reg.Handler == nil {
+			reasons = append(reasons, "no handler")
+		}
+		ref := refOf(reg.Contribution)
+		if len(reasons) > 0 {
+			skipped = append(skipped, Skipped{Ref: ref, Reason: strings.Join(reasons, "; ")})
 			continue
 		}
 		if err := r.Serve(ref, reg.Handler); err != nil {
 			skipped = append(skipped, Skipped{Ref: ref, Reason: err.Error()})
 			continue
 		}
-		accepted = append(accepted, reg)
+		accepted = append(accepted, Accepted{Contribution: c, Raw: reg.Contribution})
 	}
 	return accepted, skipped
+}
+
+// refOf reads the ref of a descriptor even when the descriptor is invalid, to name it.
+func refOf(raw json.RawMessage) string {
+	var d struct {
+		Manifest struct {
+			Ref string `json:"ref"`
+		} `json:"manifest"`
+	}
+	if json.Unmarshal(raw, &d) != nil || d.Manifest.Ref == "" {
+		return "(no ref)"
+	}
+	return d.Manifest.Ref
 }
