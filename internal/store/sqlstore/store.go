@@ -89,24 +89,34 @@ func (s *Store) PublishBiome(ctx context.Context, bv store.BiomeVersion, caps []
 	}
 	bv.CreatedAt = store.Stamp(bv.CreatedAt)
 	return s.inTx(ctx, op, func(tx *sql.Tx) error {
-		n, err := s.exec(ctx, tx, `INSERT INTO biome_versions
-			(id, version, manifest, contributions, content_hash, digest_hash, digest, created_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id, version) DO NOTHING`,
-			bv.ID, bv.Version, jsonArg(bv.Manifest), jsonArg(bv.Contributions), bv.ContentHash,
-			bv.DigestHash, jsonArg(bv.Digest), s.d.TimeArg(bv.CreatedAt))
-		if err != nil {
-			return s.fail(op, err)
-		}
-		if n == 0 {
-			return s.samePublished(ctx, tx, op, bv)
-		}
-		for _, c := range caps {
-			if err := s.upsertCapability(ctx, tx, op, c); err != nil {
-				return err
-			}
+		stored, err := s.publishTx(ctx, tx, op, bv, caps)
+		if err != nil || !stored {
+			return err
 		}
 		return s.bumpRevision(ctx, tx, op)
 	})
+}
+
+// publishTx is PublishBiome inside tx, for caps already checked by ownCapabilities. stored
+// is false for an identical re-publish, which changes nothing.
+func (s *Store) publishTx(ctx context.Context, tx *sql.Tx, op string, bv store.BiomeVersion, caps []store.Capability) (stored bool, err error) {
+	n, err := s.exec(ctx, tx, `INSERT INTO biome_versions
+		(id, version, manifest, contributions, content_hash, digest_hash, digest, created_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id, version) DO NOTHING`,
+		bv.ID, bv.Version, jsonArg(bv.Manifest), jsonArg(bv.Contributions), bv.ContentHash,
+		bv.DigestHash, jsonArg(bv.Digest), s.d.TimeArg(bv.CreatedAt))
+	if err != nil {
+		return false, s.fail(op, err)
+	}
+	if n == 0 {
+		return false, s.samePublished(ctx, tx, op, bv)
+	}
+	for _, c := range caps {
+		if err := s.upsertCapability(ctx, tx, op, c); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
 }
 
 // ownCapabilities stamps the biome version on caps, and refuses a cap of another biome
@@ -267,24 +277,32 @@ func (s *Store) TransitionLifecycle(ctx context.Context, ev store.LifecycleEvent
 	}
 	ev.At = store.Stamp(ev.At)
 	return s.inTx(ctx, op, func(tx *sql.Tx) error {
-		n, err := s.exec(ctx, tx, `UPDATE capabilities SET lifecycle = ?, replaced_by = ?, updated_at = ?
-			WHERE ref = ? AND lifecycle = ?`, ev.To, ev.ReplacedBy, s.d.TimeArg(ev.At), ev.Ref, ev.From)
-		if err != nil {
-			return s.fail(op, err)
-		}
-		if n == 0 {
-			var state string
-			if err := tx.QueryRowContext(ctx, s.d.bind(`SELECT lifecycle FROM capabilities WHERE ref = ?`), ev.Ref).Scan(&state); err != nil {
-				return s.fail(op, err)
-			}
-			return fmt.Errorf("%s: %w: capability is %q", op, store.ErrConflict, state)
-		}
-		if _, err := s.exec(ctx, tx, `INSERT INTO lifecycle_events (ref, from_state, to_state, replaced_by, actor, at)
-			VALUES (?, ?, ?, ?, ?, ?)`, ev.Ref, ev.From, ev.To, ev.ReplacedBy, ev.Actor, s.d.TimeArg(ev.At)); err != nil {
-			return s.fail(op, err)
+		if err := s.transitionTx(ctx, tx, op, ev); err != nil {
+			return err
 		}
 		return s.bumpRevision(ctx, tx, op)
 	})
+}
+
+// transitionTx is TransitionLifecycle inside tx, for a validated, stamped event.
+func (s *Store) transitionTx(ctx context.Context, tx *sql.Tx, op string, ev store.LifecycleEvent) error {
+	n, err := s.exec(ctx, tx, `UPDATE capabilities SET lifecycle = ?, replaced_by = ?, updated_at = ?
+		WHERE ref = ? AND lifecycle = ?`, ev.To, ev.ReplacedBy, s.d.TimeArg(ev.At), ev.Ref, ev.From)
+	if err != nil {
+		return s.fail(op, err)
+	}
+	if n == 0 {
+		var state string
+		if err := tx.QueryRowContext(ctx, s.d.bind(`SELECT lifecycle FROM capabilities WHERE ref = ?`), ev.Ref).Scan(&state); err != nil {
+			return s.fail(op, err)
+		}
+		return fmt.Errorf("%s: %w: capability is %q", op, store.ErrConflict, state)
+	}
+	if _, err := s.exec(ctx, tx, `INSERT INTO lifecycle_events (ref, from_state, to_state, replaced_by, actor, at)
+		VALUES (?, ?, ?, ?, ?, ?)`, ev.Ref, ev.From, ev.To, ev.ReplacedBy, ev.Actor, s.d.TimeArg(ev.At)); err != nil {
+		return s.fail(op, err)
+	}
+	return nil
 }
 
 // ListLifecycleEvents implements store.Store.
