@@ -9,7 +9,7 @@ build:
 run: build
 	./$(BIN) serve --addr 127.0.0.1:8181 --data-dir .xema --biomes biomes
 
-test: build
+test: build policy-test
 	$(GO) test -count=1 ./...
 
 lint:
@@ -19,6 +19,7 @@ lint:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
+# Stock OPA (a tool dependency in go.mod) runs the Rego tests; coverage must stay at 90% or more.
 policy-test:
-	$(GO) run github.com/open-policy-agent/opa test policies/ -v --coverage --format=json > /dev/null
-	$(GO) run github.com/open-policy-agent/opa test policies/ -v
+	$(GO) tool opa test policies/ --coverage --threshold 90 > /dev/null
+	$(GO) tool opa test policies/
