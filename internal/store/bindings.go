@@ -1,0 +1,78 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Credential is a brokered provider credential as stored: only its sealed form (see
+// internal/secretbox) and metadata. The plaintext never reaches the store.
+type Credential struct {
+	ID        string
+	Org       string
+	Name      string
+	Provider  string
+	Sealed    string // secretbox sealed value
+	KeyID     string // id of the key Sealed is sealed under
+	CreatedBy string
+	CreatedAt time.Time
+}
+
+// Binding is an org-level provider binding: the provider, base URL and credential that
+// serve the refs matching RefPattern for callers in Org (and Project, Environment when set).
+// Chat bindings name a Conversation: one binding per conversation.
+type Binding struct {
+	ID           string
+	Org          string
+	Project      string // "" = every project of the org
+	Environment  string // "" = every environment
+	RefPattern   string // a ref glob, e.g. "connector:scm.*"
+	Conversation string // chat only: the conversation this binding serves
+	Provider     string
+	BaseURL      string
+	CredentialID string
+	Config       json.RawMessage // provider settings, e.g. {"repository": "owner/name"}
+	CreatedBy    string
+	CreatedAt    time.Time
+}
+
+// BindingStore holds credentials and bindings. It is part of Store.
+type BindingStore interface {
+	// PutCredential stores a new credential: a stored ID is ErrConflict.
+	PutCredential(ctx context.Context, c Credential) error
+	GetCredential(ctx context.Context, id string) (Credential, error)
+	// ListCredentials returns the credentials of org ("" = all), oldest first.
+	ListCredentials(ctx context.Context, org string) ([]Credential, error)
+	// DeleteCredential removes a credential: ErrNotFound when unknown, ErrConflict while a
+	// binding uses it.
+	DeleteCredential(ctx context.Context, id string) error
+	// ResealCredentials replaces every credential's sealed value with reseal's result in one
+	// transaction (key rotation): either all are resealed or none is.
+	ResealCredentials(ctx context.Context, reseal func(Credential) (sealed, keyID string, err error)) (int, error)
+
+	// PutBinding stores a new binding: a stored ID, or another binding with the same org,
+	// project, environment, ref pattern and conversation, is ErrConflict; an unknown
+	// credential is ErrNotFound.
+	PutBinding(ctx context.Context, b Binding) error
+	GetBinding(ctx context.Context, id string) (Binding, error)
+	// ListBindings returns the bindings of org ("" = all), oldest first.
+	ListBindings(ctx context.Context, org string) ([]Binding, error)
+	// DeleteBinding removes a binding: ErrNotFound when unknown.
+	DeleteBinding(ctx context.Context, id string) error
+}
+
+// Validate checks the fields the store itself requires.
+func (c Credential) Validate() error {
+	return required("credential", field{"ID", c.ID}, field{"Org", c.Org}, field{"Provider", c.Provider},
+		field{"Sealed", c.Sealed}, field{"KeyID", c.KeyID})
+}
+
+// Validate checks the fields the store itself requires.
+func (b Binding) Validate() error {
+	if err := required("binding", field{"ID", b.ID}, field{"Org", b.Org}, field{"RefPattern", b.RefPattern},
+		field{"Provider", b.Provider}, field{"BaseURL", b.BaseURL}, field{"CredentialID", b.CredentialID}); err != nil {
+		return err
+	}
+	return jsonDocs("binding", true, doc{"Config", b.Config})
+}

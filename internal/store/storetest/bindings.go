@@ -1,0 +1,200 @@
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/xemahq/xema/internal/store"
+)
+
+// runBindings is the conformance suite of store.BindingStore.
+func runBindings(t *testing.T, open func(t *testing.T) store.Store) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s store.Store)
+	}{
+		{"CredentialRoundTrip", testCredentialRoundTrip},
+		{"BindingRoundTrip", testBindingRoundTrip},
+		{"BindingNeedsKnownCredential", testBindingUnknownCredential},
+		{"BindingScopeIsUnique", testBindingScopeUnique},
+		{"CredentialInUseCannotBeDeleted", testCredentialInUse},
+		{"ResealIsAtomic", testResealAtomic},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, open(t))
+		})
+	}
+}
+
+func credential(id, org string) store.Credential {
+	return store.Credential{ID: id, Org: org, Name: "ci token", Provider: "gitea", Sealed: "sb1.k1." + id,
+		KeyID: "k1", CreatedBy: "user:admin", CreatedAt: t0}
+}
+
+func binding(id, org, project, credID string) store.Binding {
+	return store.Binding{ID: id, Org: org, Project: project, Environment: "project", RefPattern: "connector:scm.*",
+		Provider: "gitea", BaseURL: "http://127.0.0.1:3000", CredentialID: credID,
+		Config: json.RawMessage(`{"repository": "acme/app"}`), CreatedBy: "user:admin", CreatedAt: t0}
+}
+
+func mustPutCredential(t *testing.T, s store.Store, c store.Credential) {
+	t.Helper()
+	if err := s.PutCredential(context.Background(), c); err != nil {
+		t.Fatalf("PutCredential(%s): %v", c.ID, err)
+	}
+}
+
+func testCredentialRoundTrip(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	c := credential("cred_1", "acme")
+	mustPutCredential(t, s, c)
+	mustPutCredential(t, s, credential("cred_2", "other"))
+	got, err := s.GetCredential(ctx, "cred_1")
+	if err != nil {
+		t.Fatalf("GetCredential: %v", err)
+	}
+	equal(t, "credential", got, c)
+	wantErr(t, "PutCredential same id", s.PutCredential(ctx, c), store.ErrConflict)
+	_, err = s.GetCredential(ctx, "cred_none")
+	wantErr(t, "GetCredential unknown", err, store.ErrNotFound)
+	bad := c
+	bad.ID, bad.Sealed = "cred_3", ""
+	wantErr(t, "PutCredential without Sealed", s.PutCredential(ctx, bad), store.ErrInvalid)
+
+	acme, err := s.ListCredentials(ctx, "acme")
+	if err != nil {
+		t.Fatalf("ListCredentials: %v", err)
+	}
+	equal(t, "credentials of acme", acme, []store.Credential{c})
+	all, err := s.ListCredentials(ctx, "")
+	if err != nil {
+		t.Fatalf("ListCredentials all: %v", err)
+	}
+	equal(t, "count of all credentials", len(all), 2)
+
+	wantErr(t, "DeleteCredential unknown", s.DeleteCredential(ctx, "cred_none"), store.ErrNotFound)
+	if err := s.DeleteCredential(ctx, "cred_2"); err != nil {
+		t.Fatalf("DeleteCredential: %v", err)
+	}
+	_, err = s.GetCredential(ctx, "cred_2")
+	wantErr(t, "GetCredential deleted", err, store.ErrNotFound)
+}
+
+func testBindingRoundTrip(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustPutCredential(t, s, credential("cred_1", "acme"))
+	b := binding("bnd_1", "acme", "p1", "cred_1")
+	chat := binding("bnd_2", "acme", "", "cred_1")
+	chat.RefPattern, chat.Conversation, chat.Provider, chat.Environment = "connector:channel.*", "support", "telegram", ""
+	chat.Config = json.RawMessage(`{"chatId":"-100"}`)
+	for _, x := range []store.Binding{b, chat} {
+		if err := s.PutBinding(ctx, x); err != nil {
+			t.Fatalf("PutBinding(%s): %v", x.ID, err)
+		}
+	}
+	got, err := s.GetBinding(ctx, "bnd_1")
+	if err != nil {
+		t.Fatalf("GetBinding: %v", err)
+	}
+	equal(t, "binding", got, b)
+	list, err := s.ListBindings(ctx, "acme")
+	if err != nil {
+		t.Fatalf("ListBindings: %v", err)
+	}
+	equal(t, "bindings of acme", list, []store.Binding{b, chat})
+	none, err := s.ListBindings(ctx, "other")
+	if err != nil {
+		t.Fatalf("ListBindings other: %v", err)
+	}
+	equal(t, "bindings of another org", len(none), 0)
+
+	wantErr(t, "PutBinding same id", s.PutBinding(ctx, b), store.ErrConflict)
+	bad := b
+	bad.ID, bad.Config = "bnd_3", json.RawMessage(`{`)
+	wantErr(t, "PutBinding bad config", s.PutBinding(ctx, bad), store.ErrInvalid)
+
+	if err := s.DeleteBinding(ctx, "bnd_1"); err != nil {
+		t.Fatalf("DeleteBinding: %v", err)
+	}
+	_, err = s.GetBinding(ctx, "bnd_1")
+	wantErr(t, "GetBinding deleted", err, store.ErrNotFound)
+	wantErr(t, "DeleteBinding again", s.DeleteBinding(ctx, "bnd_1"), store.ErrNotFound)
+}
+
+func testBindingUnknownCredential(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	wantErr(t, "PutBinding unknown credential", s.PutBinding(ctx, binding("bnd_1", "acme", "", "cred_none")), store.ErrNotFound)
+	list, err := s.ListBindings(ctx, "")
+	if err != nil {
+		t.Fatalf("ListBindings: %v", err)
+	}
+	equal(t, "bindings after refused put", len(list), 0)
+}
+
+func testBindingScopeUnique(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustPutCredential(t, s, credential("cred_1", "acme"))
+	if err := s.PutBinding(ctx, binding("bnd_1", "acme", "p1", "cred_1")); err != nil {
+		t.Fatalf("PutBinding: %v", err)
+	}
+	wantErr(t, "PutBinding same scope", s.PutBinding(ctx, binding("bnd_2", "acme", "p1", "cred_1")), store.ErrConflict)
+	if err := s.PutBinding(ctx, binding("bnd_3", "acme", "p2", "cred_1")); err != nil {
+		t.Fatalf("PutBinding other project: %v", err)
+	}
+}
+
+func testCredentialInUse(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustPutCredential(t, s, credential("cred_1", "acme"))
+	if err := s.PutBinding(ctx, binding("bnd_1", "acme", "", "cred_1")); err != nil {
+		t.Fatalf("PutBinding: %v", err)
+	}
+	wantErr(t, "DeleteCredential in use", s.DeleteCredential(ctx, "cred_1"), store.ErrConflict)
+	if err := s.DeleteBinding(ctx, "bnd_1"); err != nil {
+		t.Fatalf("DeleteBinding: %v", err)
+	}
+	if err := s.DeleteCredential(ctx, "cred_1"); err != nil {
+		t.Fatalf("DeleteCredential after unbinding: %v", err)
+	}
+}
+
+func testResealAtomic(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	for _, id := range []string{"cred_a", "cred_b", "cred_c"} {
+		mustPutCredential(t, s, credential(id, "acme"))
+	}
+	boom := errors.New("boom")
+	_, err := s.ResealCredentials(ctx, func(c store.Credential) (string, string, error) {
+		if c.ID == "cred_c" {
+			return "", "", boom
+		}
+		return "sb1.k2." + c.ID, "k2", nil
+	})
+	wantErr(t, "failing reseal", err, boom)
+	for _, id := range []string{"cred_a", "cred_b", "cred_c"} {
+		c, err := s.GetCredential(ctx, id)
+		if err != nil {
+			t.Fatalf("GetCredential: %v", err)
+		}
+		equal(t, "key id after failed reseal of "+id, c.KeyID, "k1")
+	}
+	n, err := s.ResealCredentials(ctx, func(c store.Credential) (string, string, error) {
+		return "sb1.k2." + c.ID, "k2", nil
+	})
+	if err != nil {
+		t.Fatalf("ResealCredentials: %v", err)
+	}
+	equal(t, "resealed", n, 3)
+	for _, id := range []string{"cred_a", "cred_b", "cred_c"} {
+		c, err := s.GetCredential(ctx, id)
+		if err != nil {
+			t.Fatalf("GetCredential: %v", err)
+		}
+		equal(t, "resealed "+id, fmt.Sprint(c.KeyID, " ", c.Sealed), "k2 sb1.k2."+id)
+	}
+}
