@@ -53,6 +53,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 			tc.fn(t, open(t))
 		})
 	}
+	t.Run("Bindings", func(t *testing.T) { runBindings(t, open) })
 	t.Run("PingAfterClose", func(t *testing.T) {
 		t.Parallel()
 		s := open(t)

@@ -1,0 +1,148 @@
+// Package store holds the system of record of the gateway: biome versions, the capability
+// catalog, install grants and the append-only audit log. One interface, two engines
+// (sqlite for the embedded default, postgres for production), one conformance suite
+// (package storetest) that both must pass.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// Typed errors every engine returns (wrapped) so callers can map them to HTTP answers.
+var (
+	// ErrNotFound: the record does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: the write contradicts a stored record (same biome version with other
+	// content, a lifecycle transition from a state the record is not in, a duplicate id).
+	ErrConflict = errors.New("conflict")
+	// ErrUnavailable: the engine cannot be reached; callers fail closed.
+	ErrUnavailable = errors.New("store unavailable")
+	// ErrInvalid: the record breaks a rule of the store itself (an empty key, an unknown
+	// lifecycle state, a document that is not JSON); the message names the field.
+	ErrInvalid = errors.New("invalid")
+)
+
+// Lifecycle states of a capability ref (spec: "Capability lifecycle").
+const (
+	LifecycleProposed   = "proposed"
+	LifecycleSeeded     = "seeded"
+	LifecyclePublished  = "published"
+	LifecycleDeprecated = "deprecated"
+	LifecycleRetired    = "retired"
+)
+
+// BiomeVersion is one submitted version of a biome: its biome.json, its contributions and
+// the permission digest computed at submission.
+type BiomeVersion struct {
+	ID            string
+	Version       string
+	Manifest      json.RawMessage // biome.json as submitted
+	Contributions json.RawMessage // JSON array of contribution objects
+	ContentHash   string          // hash of manifest+contributions; same version, other hash = ErrConflict
+	DigestHash    string
+	Digest        json.RawMessage
+	CreatedAt     time.Time
+}
+
+// Capability is one catalog entry, keyed by its ref.
+type Capability struct {
+	Ref          string
+	BiomeID      string
+	BiomeVersion string
+	Manifest     json.RawMessage // the contribution manifest, provenance not included
+	Invocation   json.RawMessage // nil when not declared
+	RunnerKind   string          // kernel | http | connector | mcp-external
+	Lifecycle    string
+	ReplacedBy   string
+	UpdatedAt    time.Time
+}
+
+// LifecycleEvent records one explicit lifecycle transition.
+type LifecycleEvent struct {
+	Ref        string
+	From       string
+	To         string
+	ReplacedBy string
+	Actor      string
+	At         time.Time
+}
+
+// Grant is a recorded BiomeInstallGrant: an org admin's approval of one digest.
+type Grant struct {
+	ID           string
+	BiomeID      string
+	BiomeVersion string
+	DigestHash   string
+	Profile      string
+	Customize    json.RawMessage // per-ref customization object, may be nil
+	ApprovedBy   string
+	ApprovedAt   time.Time
+}
+
+// AuditRecord is one decision of the funnel. Never the raw input: only its hash.
+type AuditRecord struct {
+	ID             string
+	Time           time.Time
+	Ref            string
+	SubjectKind    string
+	SubjectRef     string
+	Environment    string
+	Decision       string          // allowed | denied | pending-approval | error
+	Reasons        json.RawMessage // [{code, detail}]
+	Suggestions    json.RawMessage
+	Obligations    json.RawMessage
+	BundleRevision string
+	InputHash      string
+	Runner         string
+	Outcome        string // ok | provider-error | timeout | not-run | ...
+	LatencyMicros  int64
+	ParentID       string          // links follow-up records (approval, run) to the original call
+	Detail         json.RawMessage // subject and context needed to rebuild why-denied
+}
+
+// Store is the one storage interface both engines implement.
+type Store interface {
+	BindingStore
+	// PublishBiome stores a biome version and upserts its capabilities in one transaction:
+	// either everything lands or nothing does. Re-submitting identical content is a no-op;
+	// the same id+version with another ContentHash is ErrConflict. A capability with empty
+	// BiomeID/BiomeVersion takes the biome version's; other values are ErrInvalid. A ref twice
+	// in one call, or a ref owned by another biome, is ErrConflict.
+	PublishBiome(ctx context.Context, bv BiomeVersion, caps []Capability) error
+	GetBiomeVersion(ctx context.Context, id, version string) (BiomeVersion, error)
+	// ListBiomeVersions returns the versions of one biome, oldest first.
+	ListBiomeVersions(ctx context.Context, id string) ([]BiomeVersion, error)
+
+	// UpsertCapability inserts c, or updates the stored entry of the same ref and biome
+	// (ErrConflict when another biome owns the ref). An update keeps the stored Lifecycle and
+	// ReplacedBy: the lifecycle moves only through TransitionLifecycle. Same for PublishBiome.
+	UpsertCapability(ctx context.Context, c Capability) error
+	GetCapability(ctx context.Context, ref string) (Capability, error)
+	// ListCapabilities returns the catalog ordered by ref.
+	ListCapabilities(ctx context.Context) ([]Capability, error)
+	// TransitionLifecycle moves ref from state `from` to `to` and records the event.
+	// ErrConflict when the stored state is not `from`; ErrNotFound when ref is unknown.
+	TransitionLifecycle(ctx context.Context, ev LifecycleEvent) error
+	// ListLifecycleEvents returns the transitions of ref, oldest first.
+	ListLifecycleEvents(ctx context.Context, ref string) ([]LifecycleEvent, error)
+
+	// PutGrant records a grant once: a stored ID is ErrConflict, an unknown biome version
+	// ErrNotFound.
+	PutGrant(ctx context.Context, g Grant) error
+	// ListGrants returns every grant, oldest approval first.
+	ListGrants(ctx context.Context) ([]Grant, error)
+
+	// AppendAudit writes durably; there is no update or delete (the schema refuses both).
+	// A stored ID is ErrConflict.
+	AppendAudit(ctx context.Context, r AuditRecord) error
+	GetAudit(ctx context.Context, id string) (AuditRecord, error)
+
+	// Revision increases with every change to data the policy is compiled from
+	// (capabilities, lifecycle, grants), so replicas can tell when to rebuild.
+	Revision(ctx context.Context) (int64, error)
+	Ping(ctx context.Context) error
+	Close() error
+}
