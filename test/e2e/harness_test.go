@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,9 +36,13 @@ func repoRoot(t testing.TB) string {
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }
 
-// xemaBinary builds cmd/xema once per test binary.
+// xemaBinary builds cmd/xema once per test binary, or uses $XEMA_E2E_BIN when set (a binary
+// built elsewhere, e.g. from a clean checkout while the tree is mid-edit).
 func xemaBinary(t testing.TB) string {
 	buildOnce.Do(func() {
+		if binPath = os.Getenv("XEMA_E2E_BIN"); binPath != "" {
+			return
+		}
 		dir, err := os.MkdirTemp("", "xema-e2e-bin-")
 		if err != nil {
 			buildErr = err
@@ -224,4 +229,156 @@ func (g *gateway) do(req *http.Request) response {
 
 func TestMain(m *testing.M) {
 	testpg.Main(m)
+}
+
+// expect fails the test unless r has status want, printing the body.
+func expect(t testing.TB, r response, want int) {
+	t.Helper()
+	if r.Status != want {
+		t.Fatalf("status %d, want %d; body: %s", r.Status, want, r.Raw)
+	}
+}
+
+// str reads a string at a dotted path of a decoded body ("" if absent).
+func str(body map[string]any, path string) string {
+	var cur any = body
+	for _, k := range strings.Split(path, ".") {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return ""
+		}
+		cur = m[k]
+	}
+	s, _ := cur.(string)
+	return s
+}
+
+// refsOf lists the "ref" of each object in body[key].
+func refsOf(body map[string]any, key string) []string {
+	items, _ := body[key].([]any)
+	refs := []string{}
+	for _, it := range items {
+		if m, ok := it.(map[string]any); ok {
+			refs = append(refs, fmt.Sprint(m["ref"]))
+		}
+	}
+	return refs
+}
+
+// adminToken is an org administrator's token in the org environment.
+func (g *gateway) adminToken() string {
+	return g.token("--subject", "user:alice", "--org-role", "org_admin", "--env", "org")
+}
+
+// biomeDir copies testdata/NAME to a temp dir with every "http://PROVIDER" replaced by url.
+func biomeDir(t testing.TB, name, url string) string {
+	t.Helper()
+	src := filepath.Join(repoRoot(t), "test", "e2e", "testdata", name)
+	dst := filepath.Join(t.TempDir(), name)
+	err := filepath.WalkDir(src, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, path)
+		if d.IsDir() {
+			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
+		}
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dst, rel), bytes.ReplaceAll(raw, []byte("http://PROVIDER"), []byte(url)), 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+// submission is the body of POST /v1/biomes for a biome directory.
+func submission(t testing.TB, dir string) map[string]any {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(dir, "biome.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "contributions", "*.capability.contribution.json"))
+	contribs := []json.RawMessage{}
+	for _, f := range files {
+		c, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		contribs = append(contribs, c)
+	}
+	return map[string]any{"manifest": json.RawMessage(raw), "contributions": contribs}
+}
+
+// install submits a biome directory and approves its digest with the default profile; it
+// returns the submission's answer.
+func (g *gateway) install(admin, dir string) response {
+	g.t.Helper()
+	sub := g.post("/v1/biomes", admin, submission(g.t, dir))
+	expect(g.t, sub, http.StatusCreated)
+	grant := g.post("/v1/grants", admin, map[string]any{
+		"biomeId": str(sub.Body, "biomeId"), "version": str(sub.Body, "version"), "digestHash": str(sub.Body, "digest.hash")})
+	expect(g.t, grant, http.StatusCreated)
+	return sub
+}
+
+// providerCall is one request an http provider received.
+type providerCall struct {
+	Path   string
+	Header http.Header
+	Body   []byte
+}
+
+// provider is an http capability provider: it records each call and answers per path
+// ("/fail500" with a 500, "/notjson" with text, anything else with a JSON echo).
+type provider struct {
+	URL   string
+	mu    sync.Mutex
+	calls []providerCall
+}
+
+func newProvider(t testing.TB) *provider {
+	p := &provider{}
+	srv := httptest.NewServer(http.HandlerFunc(p.serve))
+	t.Cleanup(srv.Close)
+	p.URL = srv.URL
+	return p
+}
+
+func (p *provider) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	p.mu.Lock()
+	p.calls = append(p.calls, providerCall{Path: r.URL.Path, Header: r.Header.Clone(), Body: body})
+	p.mu.Unlock()
+	switch r.URL.Path {
+	case "/fail500":
+		http.Error(w, `{"error":"internal"}`, http.StatusInternalServerError)
+	case "/notjson":
+		w.Header().Set("Content-Type", "text/html")
+		_, _ = w.Write([]byte("<html>oops</html>"))
+	default:
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = fmt.Fprintf(w, `{"ticketId":"3f1c2a9e-8b4d-4c57-9a61-2b7e0f4d5c88","path":%q,"received":%s}`, r.URL.Path, body)
+	}
+}
+
+// last returns the most recent call.
+func (p *provider) last(t testing.TB) providerCall {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.calls) == 0 {
+		t.Fatal("the provider received no call")
+	}
+	return p.calls[len(p.calls)-1]
+}
+
+func (p *provider) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.calls)
 }
