@@ -17,8 +17,9 @@ import (
 
 // Refs of the admin capabilities.
 const (
-	RefSubmit  = "biome:submit-to-store@1"
-	RefInstall = "biome:install@1"
+	RefSubmit    = "biome:submit-to-store@1"
+	RefInstall   = "biome:install@1"
+	RefLifecycle = "capability:lifecycle.transition@1"
 )
 
 //go:embed contributions/*.json
@@ -58,6 +59,13 @@ func Register(reg *kernel.Registry, pub *catalog.Publisher) error {
 				return nil, err
 			}
 			return ViewGrant(g), nil
+		},
+		"contributions/capability-lifecycle.json": func(ctx context.Context, call kernel.Call) (any, error) {
+			var t catalog.Transition
+			if err := json.Unmarshal(call.Input, &t); err != nil {
+				return nil, fmt.Errorf("decode validated input: %w", err)
+			}
+			return pub.Transition(ctx, t, call.Exec.Subject.Ref)
 		},
 	}
 	for file, h := range handlers {

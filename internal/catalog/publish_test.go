@@ -167,3 +167,41 @@ func TestInstallPublishesAndDeprecatesOlderMajor(t *testing.T) {
 		t.Fatalf("@1 %s replacedBy %q, @2 %s; want deprecated→@2 and published", old.Lifecycle, old.ReplacedBy, cur.Lifecycle)
 	}
 }
+
+func TestTransition(t *testing.T) {
+	ctx := context.Background()
+	p, _ := newPublisher(t)
+	_, err := p.Submit(ctx, Submission{Manifest: biomeJSON("acme", "1.0.0", "acme:thing.read@1", "acme:thing.read@2"),
+		Contributions: []json.RawMessage{contribution("acme:thing.read@1", "Read", true), contribution("acme:thing.read@2", "Read 2", true)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		tr      Transition
+		status  int // 0 = succeeds
+		message string
+	}{
+		{Transition{Ref: "acme:nope@1", To: "published"}, http.StatusNotFound, "no capability"},
+		{Transition{Ref: "acme:thing.read@1", To: "deprecated"}, http.StatusConflict, "cannot move to deprecated"},
+		{Transition{Ref: "acme:thing.read@1", To: "published"}, 0, ""},
+		{Transition{Ref: "acme:thing.read@1", To: "retired"}, http.StatusBadRequest, "needs the successor"},
+		{Transition{Ref: "acme:thing.read@1", To: "retired", ReplacedBy: "acme:gone@9"}, http.StatusBadRequest, "no capability"},
+		{Transition{Ref: "acme:thing.read@1", To: "retired", ReplacedBy: "acme:thing.read@2"}, 0, ""},
+		{Transition{Ref: "acme:thing.read@1", To: "published"}, http.StatusConflict, "cannot move"},
+	}
+	for i, s := range steps {
+		_, err := p.Transition(ctx, s.tr, "user:alice")
+		if s.status == 0 {
+			if err != nil {
+				t.Fatalf("step %d: %v", i, err)
+			}
+			continue
+		}
+		clientError(t, err, s.status, s.message)
+	}
+	c, _ := p.Store.GetCapability(ctx, "acme:thing.read@1")
+	events, _ := p.Store.ListLifecycleEvents(ctx, "acme:thing.read@1")
+	if c.Lifecycle != store.LifecycleRetired || c.ReplacedBy != "acme:thing.read@2" || len(events) != 2 || events[1].Actor != "user:alice" {
+		t.Fatalf("capability %+v events %+v: want retired → @2 after 2 recorded transitions by user:alice", c, events)
+	}
+}

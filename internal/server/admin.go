@@ -15,6 +15,7 @@ import (
 func (s *Server) adminRoutes(g *echo.Group) {
 	g.POST("/biomes", s.kernelRoute(admin.RefSubmit))
 	g.POST("/grants", s.kernelRoute(admin.RefInstall))
+	g.POST("/lifecycle", s.kernelRoute(admin.RefLifecycle))
 }
 
 func (s *Server) kernelRoute(ref string) echo.HandlerFunc {

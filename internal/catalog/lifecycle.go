@@ -1,0 +1,70 @@
+package catalog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/xemahq/xema/internal/runner"
+	"github.com/xemahq/xema/internal/store"
+)
+
+// nextStates are the explicit lifecycle transitions an admin may make (spec: "Capability
+// lifecycle"). Retiring needs a successor; deprecating may name one.
+var nextStates = map[string][]string{
+	store.LifecycleProposed:   {store.LifecycleSeeded},
+	store.LifecycleSeeded:     {store.LifecyclePublished, store.LifecycleRetired},
+	store.LifecyclePublished:  {store.LifecycleDeprecated, store.LifecycleRetired},
+	store.LifecycleDeprecated: {store.LifecycleRetired, store.LifecyclePublished},
+}
+
+// Transition is one requested lifecycle move.
+type Transition struct {
+	Ref        string `json:"ref"`
+	To         string `json:"to"`
+	From       string `json:"from,omitempty"`
+	ReplacedBy string `json:"replacedBy,omitempty"`
+}
+
+// Transition moves a ref to its next state, compare-and-set on the state it is in now, and
+// records the event with its actor.
+func (p *Publisher) Transition(ctx context.Context, t Transition, actor string) (Transition, error) {
+	cur, err := p.Store.GetCapability(ctx, t.Ref)
+	if errors.Is(err, store.ErrNotFound) {
+		return t, runner.ClientError(http.StatusNotFound, "UNKNOWN_CAPABILITY", "/ref: no capability %q", t.Ref)
+	}
+	if err != nil {
+		return t, fmt.Errorf("lifecycle %s: %w", t.Ref, err)
+	}
+	t.From = cur.Lifecycle
+	allowed := false
+	for _, s := range nextStates[cur.Lifecycle] {
+		allowed = allowed || s == t.To
+	}
+	if !allowed {
+		return t, runner.ClientError(http.StatusConflict, "INVALID_TRANSITION",
+			"/to: %s is %s and cannot move to %s (allowed: %v)", t.Ref, cur.Lifecycle, t.To, nextStates[cur.Lifecycle])
+	}
+	if t.To == store.LifecycleRetired && t.ReplacedBy == "" {
+		return t, runner.ClientError(http.StatusBadRequest, "MISSING_SUCCESSOR", "/replacedBy: retiring %s needs the successor callers should move to", t.Ref)
+	}
+	if t.ReplacedBy != "" {
+		if t.ReplacedBy == t.Ref {
+			return t, runner.ClientError(http.StatusBadRequest, "INVALID_SUCCESSOR", "/replacedBy: a ref cannot replace itself")
+		}
+		if _, err := p.Store.GetCapability(ctx, t.ReplacedBy); errors.Is(err, store.ErrNotFound) {
+			return t, runner.ClientError(http.StatusBadRequest, "UNKNOWN_SUCCESSOR", "/replacedBy: no capability %q", t.ReplacedBy)
+		}
+	}
+	err = p.Store.TransitionLifecycle(ctx, store.LifecycleEvent{Ref: t.Ref, From: cur.Lifecycle, To: t.To,
+		ReplacedBy: t.ReplacedBy, Actor: actor, At: time.Now().UTC()})
+	if errors.Is(err, store.ErrConflict) {
+		return t, runner.ClientError(http.StatusConflict, "CONCURRENT_TRANSITION", "%s changed state while this transition was made; read it again", t.Ref)
+	}
+	if err != nil {
+		return t, fmt.Errorf("lifecycle %s: %w", t.Ref, err)
+	}
+	return t, p.Changed(ctx)
+}
