@@ -46,6 +46,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"RevisionBumpsOnPolicyData", testRevision},
 		{"ConcurrentPublish", testConcurrentPublish},
 		{"Ping", testPing},
+		{"Federation", testFederation},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -54,6 +55,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		})
 	}
 	t.Run("Bindings", func(t *testing.T) { runBindings(t, open) })
+	t.Run("Obligations", func(t *testing.T) { runObligations(t, open) })
 	t.Run("PingAfterClose", func(t *testing.T) {
 		t.Parallel()
 		s := open(t)
