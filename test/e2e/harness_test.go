@@ -333,12 +333,19 @@ type providerCall struct {
 	Body   []byte
 }
 
-// provider is an http capability provider: it records each call and answers per path
-// ("/fail500" with a 500, "/notjson" with text, anything else with a JSON echo).
+// provider is an http capability provider: it records each call and answers by its mode
+// ("500" with a 500, "notjson" with HTML, otherwise a JSON echo of the input).
 type provider struct {
 	URL   string
 	mu    sync.Mutex
+	mode  string
 	calls []providerCall
+}
+
+func (p *provider) setMode(mode string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.mode = mode
 }
 
 func newProvider(t testing.TB) *provider {
@@ -353,11 +360,12 @@ func (p *provider) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	p.mu.Lock()
 	p.calls = append(p.calls, providerCall{Path: r.URL.Path, Header: r.Header.Clone(), Body: body})
+	mode := p.mode
 	p.mu.Unlock()
-	switch r.URL.Path {
-	case "/fail500":
+	switch mode {
+	case "500":
 		http.Error(w, `{"error":"internal"}`, http.StatusInternalServerError)
-	case "/notjson":
+	case "notjson":
 		w.Header().Set("Content-Type", "text/html")
 		_, _ = w.Write([]byte("<html>oops</html>"))
 	default:
