@@ -7,11 +7,10 @@ obligation contains {"kind": "approval"} if approval_required
 
 approval_required if cap.requiresApproval == true
 
+# The grant compiler folds the profile's approval rules and the admin's customization into
+# grant.requiresApproval, so a customization can lift a profile's rule (never the
+# capability's own flag, above).
 approval_required if grant.requiresApproval == true
-
-approval_required if profile.approval.effectClasses[cap.effectClass] == true
-
-approval_required if profile.approval.riskTiers[cap.riskTier] == true
 
 obligation contains object.union({"kind": "rate-limit"}, limit) if {
 	limit := effective_rate_limit
