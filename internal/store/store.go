@@ -105,6 +105,7 @@ type AuditRecord struct {
 
 // Store is the one storage interface both engines implement.
 type Store interface {
+	FederationStore
 	BindingStore
 	// PublishBiome stores a biome version and upserts its capabilities in one transaction:
 	// either everything lands or nothing does. Re-submitting identical content is a no-op;
@@ -139,6 +140,8 @@ type Store interface {
 	// A stored ID is ErrConflict.
 	AppendAudit(ctx context.Context, r AuditRecord) error
 	GetAudit(ctx context.Context, id string) (AuditRecord, error)
+
+	ObligationStore
 
 	// Revision increases with every change to data the policy is compiled from
 	// (capabilities, lifecycle, grants), so replicas can tell when to rebuild.

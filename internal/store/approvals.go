@@ -1,0 +1,121 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Approval states. A call moves pending → approved → running → done (or failed), or
+// pending → rejected, or pending → expired; each move is a compare-and-set in the store, so
+// an approved call runs once however many replicas are asked to approve it.
+const (
+	ApprovalPending  = "pending"
+	ApprovalApproved = "approved"
+	ApprovalRejected = "rejected"
+	ApprovalExpired  = "expired"
+	ApprovalRunning  = "running"
+	ApprovalDone     = "done"
+	ApprovalFailed   = "failed"
+)
+
+var approvalStates = map[string]bool{ApprovalPending: true, ApprovalApproved: true, ApprovalRejected: true,
+	ApprovalExpired: true, ApprovalRunning: true, ApprovalDone: true, ApprovalFailed: true}
+
+// Approval is a call held until a person approves it, with its validated input.
+type Approval struct {
+	ID           string
+	AuditID      string // the audit record of the original call; every later step links to it
+	Ref          string
+	Biome        string
+	RequesterRef string
+	Environment  string
+	Exec         json.RawMessage // the requester's execution context, to run the call as them
+	Input        json.RawMessage // the validated input
+	Status       string
+	DecidedBy    string
+	Reason       string
+	Outcome      string
+	Output       json.RawMessage // set once the call has run
+	CreatedAt    time.Time
+	ExpiresAt    time.Time
+	UpdatedAt    time.Time
+}
+
+// Validate checks what the store itself requires of a new approval.
+func (a Approval) Validate() error {
+	for _, f := range []struct{ name, v string }{{"ID", a.ID}, {"AuditID", a.AuditID}, {"Ref", a.Ref},
+		{"RequesterRef", a.RequesterRef}, {"Environment", a.Environment}} {
+		if f.v == "" {
+			return fmt.Errorf("%w: approval %s is empty", ErrInvalid, f.name)
+		}
+	}
+	if a.Status != ApprovalPending {
+		return fmt.Errorf("%w: a new approval is %q, want %q", ErrInvalid, a.Status, ApprovalPending)
+	}
+	if !json.Valid(a.Input) || !json.Valid(a.Exec) {
+		return fmt.Errorf("%w: approval Input and Exec must be JSON documents", ErrInvalid)
+	}
+	if !a.ExpiresAt.After(a.CreatedAt) {
+		return fmt.Errorf("%w: approval ExpiresAt must be after CreatedAt", ErrInvalid)
+	}
+	return nil
+}
+
+// ApprovalFilter narrows ListApprovals; empty fields match everything.
+type ApprovalFilter struct {
+	Status       string
+	Biome        string
+	Ref          string
+	RequesterRef string
+	Limit        int // 0 means 100
+}
+
+// ApprovalTransition is one compare-and-set move of an approval.
+type ApprovalTransition struct {
+	ID   string
+	From string
+	To   string
+	At   time.Time
+	// Live refuses the move when the approval has expired at At (ExpiresAt <= At).
+	Live bool
+	// DecidedBy and Reason are written when non-empty; Outcome and Output likewise.
+	DecidedBy string
+	Reason    string
+	Outcome   string
+	Output    json.RawMessage
+}
+
+// Validate checks the states named by t.
+func (t ApprovalTransition) Validate() error {
+	if t.ID == "" {
+		return fmt.Errorf("%w: approval transition ID is empty", ErrInvalid)
+	}
+	if !approvalStates[t.From] || !approvalStates[t.To] {
+		return fmt.Errorf("%w: approval transition %q → %q names an unknown state", ErrInvalid, t.From, t.To)
+	}
+	if len(t.Output) > 0 && !json.Valid(t.Output) {
+		return fmt.Errorf("%w: approval Output is not JSON", ErrInvalid)
+	}
+	return nil
+}
+
+// ObligationStore holds the state behind a decision's obligations: calls waiting for
+// approval and the rate-limit and quota counters shared by every replica.
+type ObligationStore interface {
+	// PutApproval stores a new pending approval; a stored ID is ErrConflict.
+	PutApproval(ctx context.Context, a Approval) error
+	GetApproval(ctx context.Context, id string) (Approval, error)
+	// ListApprovals returns the approvals matching f, newest first.
+	ListApprovals(ctx context.Context, f ApprovalFilter) ([]Approval, error)
+	// TransitionApproval moves an approval if, and only if, it is in state t.From (and, with
+	// t.Live, not expired). ErrNotFound for an unknown id, ErrConflict otherwise; the
+	// returned approval is the stored one after the move, or as it is on ErrConflict.
+	TransitionApproval(ctx context.Context, t ApprovalTransition) (Approval, error)
+
+	// AddUsage adds n to the counter of (key, window) unless the sum would pass limit, in
+	// one atomic statement. ok tells whether it was added; count is the counter afterwards
+	// (when ok) or the value that refused it. expires is when the window's row may be dropped.
+	AddUsage(ctx context.Context, key string, window int64, n, limit int64, expires time.Time) (count int64, ok bool, err error)
+}

@@ -1,0 +1,106 @@
+package sqlstore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/xemahq/xema/internal/store"
+)
+
+const approvalColumns = `id, audit_id, ref, biome, requester_ref, environment, exec, input, status, decided_by,
+	reason, outcome, output, created_at, expires_at, updated_at`
+
+func scanApproval(sc scanner) (store.Approval, error) {
+	var a store.Approval
+	var exec, input, output []byte
+	err := sc.Scan(&a.ID, &a.AuditID, &a.Ref, &a.Biome, &a.RequesterRef, &a.Environment, &exec, &input, &a.Status,
+		&a.DecidedBy, &a.Reason, &a.Outcome, &output, timeCol{&a.CreatedAt}, timeCol{&a.ExpiresAt}, timeCol{&a.UpdatedAt})
+	a.Exec, a.Input, a.Output = jsonCol(exec), jsonCol(input), jsonCol(output)
+	return a, err
+}
+
+// PutApproval implements store.ObligationStore.
+func (s *Store) PutApproval(ctx context.Context, a store.Approval) error {
+	op := fmt.Sprintf("put approval %q of %q", a.ID, a.Ref)
+	a.CreatedAt = store.Stamp(a.CreatedAt)
+	a.ExpiresAt = a.ExpiresAt.UTC()
+	if err := a.Validate(); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if _, err := s.exec(ctx, s.db, `INSERT INTO approvals (`+approvalColumns+`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		a.ID, a.AuditID, a.Ref, a.Biome, a.RequesterRef, a.Environment, jsonArg(a.Exec), jsonArg(a.Input), a.Status,
+		a.DecidedBy, a.Reason, a.Outcome, jsonArg(a.Output), s.d.TimeArg(a.CreatedAt), s.d.TimeArg(a.ExpiresAt),
+		s.d.TimeArg(a.CreatedAt)); err != nil {
+		return s.fail(op, err)
+	}
+	return nil
+}
+
+// GetApproval implements store.ObligationStore.
+func (s *Store) GetApproval(ctx context.Context, id string) (store.Approval, error) {
+	a, err := scanApproval(s.db.QueryRowContext(ctx, s.d.bind(`SELECT `+approvalColumns+` FROM approvals WHERE id = ?`), id))
+	if err != nil {
+		return store.Approval{}, s.fail(fmt.Sprintf("get approval %q", id), err)
+	}
+	return a, nil
+}
+
+// ListApprovals implements store.ObligationStore.
+func (s *Store) ListApprovals(ctx context.Context, f store.ApprovalFilter) ([]store.Approval, error) {
+	var where []string
+	var args []any
+	for _, c := range []struct{ col, v string }{{"status", f.Status}, {"biome", f.Biome}, {"ref", f.Ref},
+		{"requester_ref", f.RequesterRef}} {
+		if c.v != "" {
+			where = append(where, c.col+" = ?")
+			args = append(args, c.v)
+		}
+	}
+	q := `SELECT ` + approvalColumns + ` FROM approvals`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	q += ` ORDER BY created_at DESC, id LIMIT ?`
+	args = append(args, limit)
+	return list(ctx, s, "list approvals", scanApproval, q, args...)
+}
+
+// TransitionApproval implements store.ObligationStore: one conditional UPDATE, so of any
+// number of concurrent movers exactly one wins.
+func (s *Store) TransitionApproval(ctx context.Context, t store.ApprovalTransition) (store.Approval, error) {
+	op := fmt.Sprintf("move approval %q from %q to %q", t.ID, t.From, t.To)
+	if err := t.Validate(); err != nil {
+		return store.Approval{}, fmt.Errorf("%s: %w", op, err)
+	}
+	at := s.d.TimeArg(store.Stamp(t.At))
+	q := `UPDATE approvals SET status = ?, updated_at = ?,
+		decided_by = CASE WHEN ? = '' THEN decided_by ELSE ? END,
+		reason = CASE WHEN ? = '' THEN reason ELSE ? END,
+		outcome = CASE WHEN ? = '' THEN outcome ELSE ? END,
+		output = COALESCE(?, output)
+		WHERE id = ? AND status = ?`
+	args := []any{t.To, at, t.DecidedBy, t.DecidedBy, t.Reason, t.Reason, t.Outcome, t.Outcome, jsonArg(t.Output),
+		t.ID, t.From}
+	if t.Live {
+		q += ` AND expires_at > ?`
+		args = append(args, at)
+	}
+	n, err := s.exec(ctx, s.db, q, args...)
+	if err != nil {
+		return store.Approval{}, s.fail(op, err)
+	}
+	a, err := s.GetApproval(ctx, t.ID)
+	if err != nil {
+		return store.Approval{}, fmt.Errorf("%s: %w", op, err)
+	}
+	if n == 0 {
+		return a, fmt.Errorf("%s: %w: approval is %q", op, store.ErrConflict, a.Status)
+	}
+	return a, nil
+}

@@ -1,0 +1,261 @@
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/xemahq/xema/internal/store"
+)
+
+// runObligations is the conformance of store.ObligationStore: approvals move by
+// compare-and-set and usage counters never pass their limit, however many callers race.
+func runObligations(t *testing.T, open func(t *testing.T) store.Store) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s store.Store)
+	}{
+		{"ApprovalRoundTrip", testApprovalRoundTrip},
+		{"ApprovalInvalid", testApprovalInvalid},
+		{"ApprovalList", testApprovalList},
+		{"ApprovalTransitions", testApprovalTransitions},
+		{"ApprovalExpiry", testApprovalExpiry},
+		{"ApprovalConcurrentApproveOneWinner", testApprovalConcurrent},
+		{"UsageLimit", testUsageLimit},
+		{"UsageConcurrentNeverPassesLimit", testUsageConcurrent},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, open(t))
+		})
+	}
+}
+
+func newApproval(id, ref, requester string, created time.Time) store.Approval {
+	return store.Approval{ID: id, AuditID: "inv_" + id, Ref: ref, Biome: "demo", RequesterRef: requester,
+		Environment: "project", Exec: json.RawMessage(`{"subject":{"kind":"agent","ref":"` + requester + `"}}`),
+		Input: json.RawMessage(`{"pageId":"welcome"}`), Status: store.ApprovalPending,
+		CreatedAt: created, ExpiresAt: created.Add(time.Hour)}
+}
+
+func testApprovalRoundTrip(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	a := newApproval("apr_1", "kb:page.read@1", "agent:bot", now)
+	if err := s.PutApproval(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetApproval(ctx, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Ref != a.Ref || got.RequesterRef != a.RequesterRef || string(got.Input) != string(a.Input) ||
+		string(got.Exec) != string(a.Exec) || got.Status != store.ApprovalPending || !got.CreatedAt.Equal(now) ||
+		!got.ExpiresAt.Equal(a.ExpiresAt) || got.Output != nil {
+		t.Fatalf("round trip: got %+v, want %+v", got, a)
+	}
+	if err := s.PutApproval(ctx, a); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("second put of %s: %v, want ErrConflict", a.ID, err)
+	}
+	if _, err := s.GetApproval(ctx, "apr_missing"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("get unknown: %v, want ErrNotFound", err)
+	}
+	_, err = s.TransitionApproval(ctx, store.ApprovalTransition{ID: "apr_missing", From: store.ApprovalPending, To: store.ApprovalApproved})
+	if !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("transition unknown: %v, want ErrNotFound", err)
+	}
+}
+
+func testApprovalInvalid(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	now := time.Now()
+	base := newApproval("apr_x", "kb:page.read@1", "agent:bot", now)
+	cases := map[string]func(a *store.Approval){
+		"no id":           func(a *store.Approval) { a.ID = "" },
+		"no requester":    func(a *store.Approval) { a.RequesterRef = "" },
+		"not pending":     func(a *store.Approval) { a.Status = store.ApprovalApproved },
+		"input not JSON":  func(a *store.Approval) { a.Input = json.RawMessage("{") },
+		"already expired": func(a *store.Approval) { a.ExpiresAt = now.Add(-time.Second) },
+	}
+	for name, mutate := range cases {
+		a := base
+		mutate(&a)
+		if err := s.PutApproval(ctx, a); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+	if _, err := s.TransitionApproval(ctx, store.ApprovalTransition{ID: "apr_x", From: "pending", To: "gone"}); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("unknown state: %v, want ErrInvalid", err)
+	}
+}
+
+func testApprovalList(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	now := time.Now()
+	for i, spec := range []struct{ ref, requester string }{{"a:x.y@1", "agent:one"}, {"a:x.y@1", "agent:two"}, {"b:x.y@1", "agent:one"}} {
+		if err := s.PutApproval(ctx, newApproval(fmt.Sprintf("apr_%d", i), spec.ref, spec.requester, now.Add(time.Duration(i)*time.Second))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.TransitionApproval(ctx, store.ApprovalTransition{ID: "apr_2", From: store.ApprovalPending,
+		To: store.ApprovalRejected, DecidedBy: "user:ann", Reason: "no"}); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		f    store.ApprovalFilter
+		want []string
+	}{
+		{store.ApprovalFilter{}, []string{"apr_2", "apr_1", "apr_0"}},
+		{store.ApprovalFilter{Status: store.ApprovalPending}, []string{"apr_1", "apr_0"}},
+		{store.ApprovalFilter{Ref: "a:x.y@1", RequesterRef: "agent:one"}, []string{"apr_0"}},
+		{store.ApprovalFilter{Biome: "other"}, nil},
+		{store.ApprovalFilter{Limit: 1}, []string{"apr_2"}},
+	}
+	for _, tc := range cases {
+		got, err := s.ListApprovals(ctx, tc.f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, a := range got {
+			ids = append(ids, a.ID)
+		}
+		if fmt.Sprint(ids) != fmt.Sprint(tc.want) {
+			t.Errorf("filter %+v: got %v, want %v", tc.f, ids, tc.want)
+		}
+	}
+}
+
+func testApprovalTransitions(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	if err := s.PutApproval(ctx, newApproval("apr_t", "kb:page.read@1", "agent:bot", time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	move := func(from, to string, tr store.ApprovalTransition) (store.Approval, error) {
+		tr.ID, tr.From, tr.To, tr.At = "apr_t", from, to, time.Now()
+		return s.TransitionApproval(ctx, tr)
+	}
+	if _, err := move(store.ApprovalPending, store.ApprovalApproved, store.ApprovalTransition{Live: true, DecidedBy: "user:ann"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := move(store.ApprovalPending, store.ApprovalRejected, store.ApprovalTransition{DecidedBy: "user:bob", Reason: "late"})
+	if !errors.Is(err, store.ErrConflict) || got.Status != store.ApprovalApproved || got.DecidedBy != "user:ann" {
+		t.Fatalf("second decision: %v, %+v; want ErrConflict and the first decision kept", err, got)
+	}
+	if _, err := move(store.ApprovalApproved, store.ApprovalRunning, store.ApprovalTransition{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err = move(store.ApprovalRunning, store.ApprovalDone, store.ApprovalTransition{Outcome: "ok", Output: json.RawMessage(`{"n":1}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != store.ApprovalDone || got.DecidedBy != "user:ann" || got.Outcome != "ok" || string(got.Output) != `{"n":1}` {
+		t.Fatalf("after done: %+v", got)
+	}
+}
+
+func testApprovalExpiry(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	created := time.Now().Add(-2 * time.Hour)
+	if err := s.PutApproval(ctx, newApproval("apr_e", "kb:page.read@1", "agent:bot", created)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.TransitionApproval(ctx, store.ApprovalTransition{ID: "apr_e", From: store.ApprovalPending,
+		To: store.ApprovalApproved, At: time.Now(), Live: true, DecidedBy: "user:ann"})
+	if !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("approving an expired approval: %v, want ErrConflict", err)
+	}
+	got, err := s.TransitionApproval(ctx, store.ApprovalTransition{ID: "apr_e", From: store.ApprovalPending,
+		To: store.ApprovalExpired, At: time.Now()})
+	if err != nil || got.Status != store.ApprovalExpired || got.DecidedBy != "" {
+		t.Fatalf("expire: %v, %+v", err, got)
+	}
+}
+
+func testApprovalConcurrent(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	if err := s.PutApproval(ctx, newApproval("apr_c", "kb:page.read@1", "agent:bot", time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	var wins, conflicts atomic.Int32
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := s.TransitionApproval(ctx, store.ApprovalTransition{ID: "apr_c", From: store.ApprovalPending,
+				To: store.ApprovalApproved, At: time.Now(), Live: true, DecidedBy: fmt.Sprintf("user:u%d", i)})
+			switch {
+			case err == nil:
+				wins.Add(1)
+			case errors.Is(err, store.ErrConflict):
+				conflicts.Add(1)
+			default:
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if wins.Load() != 1 || conflicts.Load() != 19 {
+		t.Fatalf("20 concurrent approvals: %d won, %d conflicted; want 1 and 19", wins.Load(), conflicts.Load())
+	}
+}
+
+func testUsageLimit(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	exp := time.Now().Add(time.Minute)
+	for i := int64(1); i <= 3; i++ {
+		n, ok, err := s.AddUsage(ctx, "k", 7, 1, 3, exp)
+		if err != nil || !ok || n != i {
+			t.Fatalf("add %d: count %d ok %v err %v", i, n, ok, err)
+		}
+	}
+	n, ok, err := s.AddUsage(ctx, "k", 7, 1, 3, exp)
+	if err != nil || ok || n != 3 {
+		t.Fatalf("past the limit: count %d ok %v err %v; want 3, refused", n, ok, err)
+	}
+	if n, ok, err := s.AddUsage(ctx, "k", 8, 1, 3, exp); err != nil || !ok || n != 1 {
+		t.Fatalf("next window: count %d ok %v err %v", n, ok, err)
+	}
+	if n, ok, err := s.AddUsage(ctx, "other", 7, 2, 3, exp); err != nil || !ok || n != 2 {
+		t.Fatalf("other key: count %d ok %v err %v", n, ok, err)
+	}
+	if _, ok, err := s.AddUsage(ctx, "big", 7, 4, 3, exp); err != nil || ok {
+		t.Fatalf("n above the limit: ok %v err %v; want refused", ok, err)
+	}
+	for _, bad := range []struct{ n, limit int64 }{{0, 3}, {1, 0}, {1, -1}} {
+		if _, _, err := s.AddUsage(ctx, "k", 7, bad.n, bad.limit, exp); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("n %d limit %d: %v, want ErrInvalid", bad.n, bad.limit, err)
+		}
+	}
+}
+
+func testUsageConcurrent(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	const limit, callers = 25, 60
+	var passed atomic.Int32
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, ok, err := s.AddUsage(ctx, "race", 1, 1, limit, time.Now().Add(time.Minute))
+			if err != nil {
+				t.Error(err)
+			}
+			if ok {
+				passed.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if passed.Load() != limit {
+		t.Fatalf("%d concurrent adds under limit %d: %d passed", callers, limit, passed.Load())
+	}
+}
