@@ -31,6 +31,9 @@ type Error struct {
 	AuditID    string                  `json:"auditId,omitempty"`
 	Violations []inputschema.Violation `json:"violations,omitempty"`
 	RetryAfter int                     `json:"retryAfter,omitempty"`
+	// State and ApprovalID answer a call held for approval (202): status "pending-approval".
+	State      string `json:"status,omitempty"`
+	ApprovalID string `json:"approvalId,omitempty"`
 	// Denial is the structured denial body answered as is for a policy denial.
 	Denial *audit.Denial `json:"-"`
 	// ProviderStatus is the upstream HTTP status of a provider failure, when known.

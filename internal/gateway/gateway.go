@@ -18,6 +18,7 @@ import (
 	"github.com/xemahq/xema/internal/inputschema"
 	"github.com/xemahq/xema/internal/kernel"
 	"github.com/xemahq/xema/internal/policy"
+	"github.com/xemahq/xema/internal/ratelimit"
 	"github.com/xemahq/xema/internal/runner"
 	"github.com/xemahq/xema/internal/store"
 )
@@ -35,6 +36,27 @@ type Gateway struct {
 	// Resolvers serve refs that neither a declared invocation nor a kernel handler serves
 	// (org-level provider bindings, federated MCP servers). The first that claims a ref wins.
 	Resolvers []Resolver
+	// Limiter counts the decision's rate-limit and quota obligations before a call runs;
+	// nil counts nothing.
+	Limiter *ratelimit.Limiter
+	// Approvals holds the calls whose decision carries the approval obligation; nil
+	// refuses them (fail closed).
+	Approvals ApprovalQueue
+}
+
+// ApprovalQueue keeps a call until a person approves it.
+type ApprovalQueue interface {
+	Hold(ctx context.Context, p Pending) error
+}
+
+// Pending is a call held for approval: who asked, what, with the validated input.
+type Pending struct {
+	ID      string // the approval id the caller is answered
+	AuditID string // the audit record of the call
+	Ref     string
+	Biome   string
+	Exec    identity.ExecContext
+	Input   json.RawMessage
 }
 
 // Resolver finds the runner for an entry in the caller's context. ok is false when the
@@ -68,25 +90,52 @@ type call struct {
 // is audited before Invoke returns; an error is always a *Error.
 func (g *Gateway) Invoke(ctx context.Context, ec identity.ExecContext, req Request) (*Result, error) {
 	c := g.begin(ec, req)
+	entry, decision, err := g.admit(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	if err := g.obligations(ctx, c, entry, decision); err != nil {
+		return nil, err
+	}
+	return g.dispatch(ctx, c, entry, decision)
+}
 
+// RunApproved runs a call a person has approved, as its requester: route, validate and
+// authorize again under the policy serving now (a grant revoked meanwhile denies), then
+// resolve and run, without counting limits or asking for approval a second time. Its
+// records link to parentAuditID, the audit record of the original call.
+func (g *Gateway) RunApproved(ctx context.Context, ec identity.ExecContext, req Request, parentAuditID string) (*Result, error) {
+	c := g.begin(ec, req)
+	c.rec.ParentID = parentAuditID
+	entry, decision, err := g.admit(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	return g.dispatch(ctx, c, entry, decision)
+}
+
+// admit is route → validate → authorize; every refusal is audited.
+func (g *Gateway) admit(ctx context.Context, c *call) (*catalog.Entry, policy.Decision, error) {
 	entry, err := g.route(c)
 	if err != nil {
-		return nil, g.fail(ctx, c, audit.DecisionNotFound, err)
+		return nil, policy.Decision{}, g.fail(ctx, c, audit.DecisionNotFound, err)
 	}
-	violations := g.validate(entry, req.Input)
-	decision, err := g.authorize(ctx, c, entry)
+	violations := g.validate(entry, c.req.Input)
+	decision, err := g.authorize(ctx, c, entry, nil)
 	if err != nil {
-		return nil, g.fail(ctx, c, audit.DecisionError, err)
+		return nil, decision, g.fail(ctx, c, audit.DecisionError, err)
 	}
 	if !decision.Allow {
-		return nil, g.fail(ctx, c, audit.DecisionDenied, g.denial(c, decision))
+		return nil, decision, g.fail(ctx, c, audit.DecisionDenied, g.denial(c, decision))
 	}
 	if len(violations) > 0 {
-		return nil, g.fail(ctx, c, audit.DecisionInvalid, invalidInput(violations))
+		return nil, decision, g.fail(ctx, c, audit.DecisionInvalid, invalidInput(violations))
 	}
-	if err := g.obligations(decision); err != nil {
-		return nil, g.fail(ctx, c, audit.DecisionPendingApproval, err)
-	}
+	return entry, decision, nil
+}
+
+// dispatch is resolve → run, with the decision recorded before the run.
+func (g *Gateway) dispatch(ctx context.Context, c *call, entry *catalog.Entry, decision policy.Decision) (*Result, error) {
 	run, err := g.resolve(ctx, c.exec, entry)
 	if err != nil {
 		return nil, g.fail(ctx, c, audit.DecisionError, err)
@@ -125,9 +174,12 @@ func (g *Gateway) validate(entry *catalog.Entry, input json.RawMessage) []inputs
 	return entry.Input.Validate(input)
 }
 
-// authorize asks the embedded OPA for the decision. No decision means deny (fail closed).
-func (g *Gateway) authorize(ctx context.Context, c *call, entry *catalog.Entry) (policy.Decision, error) {
-	d, err := g.Policy.Decide(ctx, policyInput(c.exec, entry.Ref(), entry.Resource(c.req.Input)))
+// authorize asks the embedded OPA for the decision, with the counting state of the rate
+// limiter when it has refused the call. No decision means deny (fail closed).
+func (g *Gateway) authorize(ctx context.Context, c *call, entry *catalog.Entry, usage *policy.Usage) (policy.Decision, error) {
+	in := policyInput(c.exec, entry.Ref(), entry.Resource(c.req.Input))
+	in.Usage = usage
+	d, err := g.Policy.Decide(ctx, in)
 	if err != nil {
 		return policy.Decision{}, unavailable(CodePolicyUnavailable, "policy", err)
 	}
@@ -146,15 +198,63 @@ func (g *Gateway) denial(c *call, d policy.Decision) *Error {
 		Message: fmt.Sprintf("%s denied: %s", c.req.Ref, summary(d.Reasons)), Denial: &den}
 }
 
-// obligations enforces what an allowing decision demands before the call may run.
-func (g *Gateway) obligations(d policy.Decision) error {
+// obligations enforces what an allowing decision demands before the call may run: the
+// rate limits and quotas are counted (over them the policy, told the usage, names the
+// denial), then a call that needs a person's approval is held instead of run.
+func (g *Gateway) obligations(ctx context.Context, c *call, entry *catalog.Entry, d policy.Decision) error {
+	if g.Limiter != nil {
+		key := ratelimit.Key{Ref: entry.Ref(), Subject: c.exec.Subject.Ref, Environment: c.exec.Environment}
+		usage, err := g.Limiter.Take(ctx, key, d.Obligations)
+		if err != nil {
+			return g.fail(ctx, c, audit.DecisionError, unavailable(CodeStoreUnavailable, "rate limiter", err))
+		}
+		if usage != nil {
+			return g.limited(ctx, c, entry, usage)
+		}
+	}
 	for _, o := range d.Obligations {
 		if o.Kind == obligationApproval {
-			return &Error{Status: http.StatusAccepted, Code: "PENDING_APPROVAL",
-				Message: "this call requires a human approval before it runs"}
+			return g.hold(ctx, c, entry)
 		}
 	}
 	return nil
+}
+
+// limited denies a call over a limit with 429, the reasons of the policy told the usage,
+// and the seconds until the limit's window ends.
+func (g *Gateway) limited(ctx context.Context, c *call, entry *catalog.Entry, u *policy.Usage) error {
+	d, err := g.authorize(ctx, c, entry, u)
+	if err != nil {
+		return g.fail(ctx, c, audit.DecisionError, err)
+	}
+	e := g.denial(c, d)
+	e.Status, e.Code, e.RetryAfter = http.StatusTooManyRequests, CodeRateLimited, u.RetryAfterSeconds
+	if u.QuotaExceeded {
+		e.Code = CodeQuotaExceeded
+	}
+	return g.fail(ctx, c, audit.DecisionDenied, e)
+}
+
+// hold records the call as pending approval, then stores it with its validated input. The
+// audit record comes first: a call whose request is not audited is never held, so never run.
+func (g *Gateway) hold(ctx context.Context, c *call, entry *catalog.Entry) error {
+	if g.Approvals == nil {
+		return g.fail(ctx, c, audit.DecisionError, &Error{Status: http.StatusServiceUnavailable,
+			Code: CodeApprovalUnavailable, Message: "this call requires a human approval and no approval queue is configured"})
+	}
+	pending := &Error{Status: http.StatusAccepted, Code: CodePendingApproval, State: StatePendingApproval,
+		ApprovalID: audit.NewID("apr_"), Message: "this call requires a human approval before it runs"}
+	if err := g.fail(ctx, c, audit.DecisionPendingApproval, pending); err != pending {
+		return err
+	}
+	p := Pending{ID: pending.ApprovalID, AuditID: c.rec.ID, Ref: entry.Ref(), Biome: entry.Capability.BiomeID,
+		Exec: c.exec, Input: c.req.Input}
+	if err := g.Approvals.Hold(ctx, p); err != nil {
+		e := unavailable(CodeStoreUnavailable, "approval store", err)
+		e.AuditID = c.rec.ID
+		return e
+	}
+	return pending
 }
 
 // resolve picks the runner serving the entry: a declared invocation, a live kernel handler,
@@ -262,6 +362,15 @@ func (g *Gateway) RecordUnauthenticated(ctx context.Context, route, reason strin
 
 // obligationApproval is the obligation a decision carries when a person must approve the call.
 const obligationApproval = "approval"
+
+// Answers of the obligations step.
+const (
+	CodeQuotaExceeded       = "QUOTA_EXCEEDED"
+	CodePendingApproval     = "PENDING_APPROVAL"
+	CodeApprovalUnavailable = "APPROVAL_UNAVAILABLE"
+	// StatePendingApproval is the `status` of the 202 answer of a held call.
+	StatePendingApproval = "pending-approval"
+)
 
 // policyInput is the call as the Rego sees it: only verified claims, never headers.
 func policyInput(ec identity.ExecContext, ref, resource string) policy.Input {
