@@ -21,11 +21,13 @@ import (
 	"github.com/xemahq/xema/internal/audit"
 	"github.com/xemahq/xema/internal/catalog"
 	"github.com/xemahq/xema/internal/demo"
+	"github.com/xemahq/xema/internal/federation"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/grant"
 	"github.com/xemahq/xema/internal/kernel"
 	"github.com/xemahq/xema/internal/manifest"
 	"github.com/xemahq/xema/internal/policy"
+	"github.com/xemahq/xema/internal/runner"
 	"github.com/xemahq/xema/internal/store"
 	"github.com/xemahq/xema/internal/store/engine"
 )
@@ -57,6 +59,8 @@ type App struct {
 	Publisher *catalog.Publisher
 	Gateway   *gateway.Gateway
 	Outbox    *demo.Outbox
+	// Federation registers and runs external MCP servers (internal/federation).
+	Federation *federation.Federation
 
 	envs     grant.Environments
 	profiles grant.Profiles
@@ -90,6 +94,10 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err := admin.Register(a.Kernel, a.Publisher); err != nil {
 		return nil, a.closeWith(err)
 	}
+	a.Federation = federation.New(st, a.Rebuild, func() runner.TokenSource { return a.Gateway.Tokens })
+	if err := a.Federation.Register(a.Kernel); err != nil {
+		return nil, a.closeWith(err)
+	}
 	if err := a.publishKernel(ctx); err != nil {
 		return nil, a.closeWith(err)
 	}
@@ -103,7 +111,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, a.closeWith(err)
 	}
 	a.Gateway = &gateway.Gateway{Catalog: a.Catalog, Policy: eng, Audit: &audit.Log{Store: st},
-		Kernel: a.Kernel, HTTP: &http.Client{}}
+		Kernel: a.Kernel, HTTP: &http.Client{}, Resolvers: []gateway.Resolver{a.Federation}}
 	return a, nil
 }
 
@@ -112,8 +120,11 @@ func (a *App) closeWith(err error) error {
 	return err
 }
 
-// Close releases the store.
-func (a *App) Close() error { return a.Store.Close() }
+// Close ends the federated servers' sessions and releases the store.
+func (a *App) Close() error {
+	a.Federation.Close()
+	return a.Store.Close()
+}
 
 // publishKernel stores the Go-registered capabilities as the built-in biome, published at
 // once: they are held through their humanBaseline, not through grants.

@@ -62,6 +62,7 @@ func (s *Server) Handler() http.Handler {
 	v1.POST("/capabilities/invoke", s.invoke)
 	s.metaRoutes(v1)
 	s.adminRoutes(v1)
+	s.mcpServerRoutes(v1)
 	s.auditRoutes(v1)
 	v1.GET("/bundles/xema.tar.gz", s.bundle)
 	return e

@@ -1,0 +1,251 @@
+package federation
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/xemahq/xema/internal/kernel"
+	"github.com/xemahq/xema/internal/runner"
+	"github.com/xemahq/xema/internal/store"
+)
+
+// Error codes of registration, sync and calls.
+const (
+	CodeInvalidServer = "INVALID_MCP_SERVER"
+	CodeServerExists  = "MCP_SERVER_EXISTS"
+	CodeProviderTaken = "PROVIDER_ID_TAKEN"
+	CodeUnknownServer = "UNKNOWN_MCP_SERVER"
+	CodeToolCollision = "TOOL_NAME_COLLISION"
+	CodeInvalidTool   = "INVALID_TOOL"
+	CodeSyncConflict  = "SYNC_CONFLICT"
+	CodeToolError     = "TOOL_ERROR"
+	CodeProtocolError = "PROTOCOL_ERROR"
+	CodeUnreachable   = runner.CodeUnreachable
+	CodeTimeout       = runner.CodeProviderTimeout
+)
+
+// dialer opens client sessions to registered servers.
+type dialer struct {
+	// Tokens is the gateway's outbound token source (auth kind service-token); read at each
+	// connection because the server identity is wired after the federation.
+	Tokens func() runner.TokenSource
+	client *mcp.Client
+}
+
+func newDialer(tokens func() runner.TokenSource) *dialer {
+	return &dialer{Tokens: tokens, client: mcp.NewClient(&mcp.Implementation{Name: "xema-gateway", Version: "1"}, nil)}
+}
+
+// connect opens a session; the caller closes it. A stdio server runs with a minimal
+// environment: the gateway's own variables (keys, DSNs) never reach it.
+func (d *dialer) connect(ctx context.Context, srv store.MCPServer) (*mcp.ClientSession, error) {
+	var t mcp.Transport
+	switch srv.Transport {
+	case TransportHTTP:
+		hc := &http.Client{Timeout: time.Duration(srv.TimeoutMs) * time.Millisecond}
+		if srv.Auth == AuthServiceToken {
+			hc.Transport = bearer{tokens: d.Tokens, next: http.DefaultTransport}
+		}
+		t = &mcp.StreamableClientTransport{Endpoint: srv.URL, HTTPClient: hc, MaxRetries: -1, DisableStandaloneSSE: true}
+	case TransportStdio:
+		cmd := exec.Command(srv.Command, srv.Args...)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir()}
+		t = &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
+	default:
+		return nil, &runner.Error{Status: http.StatusBadRequest, Code: CodeInvalidServer, Message: fmt.Sprintf("unknown transport %q", srv.Transport)}
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(srv.TimeoutMs)*time.Millisecond)
+	defer cancel()
+	cs, err := d.client.Connect(ctx, t, nil)
+	if err != nil {
+		return nil, callError(ctx, srv.ProviderID, "initialize", err)
+	}
+	return cs, nil
+}
+
+// listTools connects, reads every page of tools/list within the server's timeout, and closes.
+func (d *dialer) listTools(ctx context.Context, srv store.MCPServer) ([]*mcp.Tool, error) {
+	cs, err := d.connect(ctx, srv)
+	if err != nil {
+		return nil, err
+	}
+	defer cs.Close()
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(srv.TimeoutMs)*time.Millisecond)
+	defer cancel()
+	var tools []*mcp.Tool
+	for t, err := range cs.Tools(ctx, nil) {
+		if err != nil {
+			return nil, callError(ctx, srv.ProviderID, "tools/list", err)
+		}
+		tools = append(tools, t)
+	}
+	return tools, nil
+}
+
+// bearer adds the gateway's service token to every request to the server.
+type bearer struct {
+	tokens func() runner.TokenSource
+	next   http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	ts := b.tokens()
+	if ts == nil {
+		return nil, &runner.Error{Code: runner.CodeNoToken, Message: "the gateway has no outbound token source"}
+	}
+	tok, err := ts.Token(r.Context())
+	if err != nil {
+		return nil, &runner.Error{Code: runner.CodeNoToken, Message: "the gateway could not mint its service token", Err: err}
+	}
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+tok)
+	return b.next.RoundTrip(r)
+}
+
+// callError types a failed exchange with the server. The server's own JSON-RPC error message
+// is passed on (clipped); transport details are logged, not answered.
+func callError(ctx context.Context, provider, op string, err error) *runner.Error {
+	var re *runner.Error
+	if errors.As(err, &re) {
+		return re
+	}
+	var je *jsonrpc.Error
+	switch {
+	case errors.As(err, &je):
+		return &runner.Error{Status: http.StatusBadGateway, Code: CodeProtocolError, Err: err,
+			Message: fmt.Sprintf("%s answered %s with JSON-RPC error %d: %s", provider, op, je.Code, clip(je.Message, 300))}
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return &runner.Error{Status: http.StatusGatewayTimeout, Code: CodeTimeout, Err: err,
+			Message: fmt.Sprintf("%s did not answer %s in time", provider, op)}
+	}
+	slog.Warn("mcp server unreachable", "provider", provider, "op", op, "err", err)
+	return &runner.Error{Status: http.StatusBadGateway, Code: CodeUnreachable, Err: err,
+		Message: fmt.Sprintf("%s could not be reached for %s (connection failed or the server exited)", provider, op)}
+}
+
+// pool keeps one client session per server and generation, reconnecting after a session
+// ends. A failed call is never retried: tools/call is not known to be idempotent.
+type pool struct {
+	d  *dialer
+	mu sync.Mutex
+	by map[string]*pooled
+}
+
+type pooled struct {
+	gen  int64
+	cs   *mcp.ClientSession
+	dead chan struct{}
+}
+
+func (p *pool) session(ctx context.Context, srv store.MCPServer) (*mcp.ClientSession, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e, ok := p.by[srv.ProviderID]; ok {
+		select {
+		case <-e.dead:
+		default:
+			if e.gen == srv.Generation {
+				return e.cs, nil
+			}
+			_ = e.cs.Close()
+		}
+		delete(p.by, srv.ProviderID)
+	}
+	cs, err := p.d.connect(ctx, srv)
+	if err != nil {
+		return nil, err
+	}
+	e := &pooled{gen: srv.Generation, cs: cs, dead: make(chan struct{})}
+	go func() { _ = cs.Wait(); close(e.dead) }()
+	p.by[srv.ProviderID] = e
+	return cs, nil
+}
+
+// drop forgets cs so the next call reconnects.
+func (p *pool) drop(provider string, cs *mcp.ClientSession) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e, ok := p.by[provider]; ok && e.cs == cs {
+		delete(p.by, provider)
+	}
+	_ = cs.Close()
+}
+
+func (p *pool) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id, e := range p.by {
+		_ = e.cs.Close()
+		delete(p.by, id)
+	}
+}
+
+// toolRunner runs one federated capability as tools/call.
+type toolRunner struct {
+	pool *pool
+	srv  store.MCPServer
+	name string
+}
+
+// Kind is "mcp-external".
+func (toolRunner) Kind() string { return RunnerKind }
+
+// Run calls the tool with the validated input as arguments. The output is the result's
+// structuredContent when present, else its content array; an isError result is TOOL_ERROR.
+func (r toolRunner) Run(ctx context.Context, call kernel.Call) (json.RawMessage, error) {
+	cs, err := r.pool.session(ctx, r.srv)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(r.srv.TimeoutMs)*time.Millisecond)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: r.name, Arguments: call.Input})
+	if err != nil {
+		var je *jsonrpc.Error
+		if !errors.As(err, &je) {
+			r.pool.drop(r.srv.ProviderID, cs) // the session may be broken: reconnect next time
+		}
+		return nil, callError(ctx, r.srv.ProviderID, "tools/call "+r.name, err)
+	}
+	if res.IsError {
+		return nil, &runner.Error{Status: http.StatusBadGateway, Code: CodeToolError,
+			Message: fmt.Sprintf("tool %q of %s reported an error: %s", r.name, r.srv.ProviderID, clip(text(res.Content), 500))}
+	}
+	var out any = res.Content
+	if res.StructuredContent != nil {
+		out = res.StructuredContent
+	}
+	if out == nil {
+		out = []mcp.Content{}
+	}
+	raw, err := json.Marshal(out)
+	if err != nil {
+		return nil, &runner.Error{Code: runner.CodeBadResponse, Message: "the tool's result is not JSON", Err: err}
+	}
+	return raw, nil
+}
+
+func text(content []mcp.Content) string {
+	var parts []string
+	for _, c := range content {
+		if t, ok := c.(*mcp.TextContent); ok {
+			parts = append(parts, t.Text)
+		}
+	}
+	if len(parts) == 0 {
+		return "(no text)"
+	}
+	return strings.Join(parts, " ")
+}

@@ -1,0 +1,471 @@
+// Package federation registers external MCP servers as capability providers (spec:
+// "External MCP servers as capability providers"): each tool of a server's tools/list becomes
+// the capability <provider-id>:<tool-name>@1, runner kind mcp-external, seeded under a biome
+// whose id is the provider id, so that approving its digest (POST /v1/grants) publishes the
+// tools. Every tool's definition is pinned; a re-sync that finds a changed definition moves
+// that capability back to seeded until a new digest is approved.
+package federation
+
+import (
+	"context"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/xemahq/xema/internal/catalog"
+	"github.com/xemahq/xema/internal/gateway"
+	"github.com/xemahq/xema/internal/grant"
+	"github.com/xemahq/xema/internal/identity"
+	"github.com/xemahq/xema/internal/kernel"
+	"github.com/xemahq/xema/internal/manifest"
+	"github.com/xemahq/xema/internal/runner"
+	"github.com/xemahq/xema/internal/store"
+)
+
+// Refs of the admin capabilities, the runner kind of federated tools, transports and auth.
+const (
+	RefRegister = "mcp-server:register@1"
+	RefSync     = "mcp-server:sync@1"
+	RefList     = "mcp-server:list@1"
+
+	RunnerKind       = "mcp-external"
+	TransportHTTP    = "streamable-http"
+	TransportStdio   = "stdio"
+	AuthServiceToken = "service-token"
+
+	// DefaultTimeout bounds tools/list at registration and every tools/call.
+	DefaultTimeout = 10 * time.Second
+)
+
+//go:embed contributions/*.json
+var descriptors embed.FS
+
+// Federation registers, syncs and runs external MCP servers.
+type Federation struct {
+	store   store.Store
+	changed func(ctx context.Context) error
+	dialer  *dialer
+	pool    *pool
+
+	mu      sync.Mutex // serializes registrations and syncs of this replica
+	cacheMu sync.Mutex
+	cache   map[string]store.MCPServer // by provider id, the last server record read
+}
+
+// New returns a federation over st. changed rebuilds catalog and policy after a write (the
+// Publisher's Changed); tokens returns the gateway's outbound token source.
+func New(st store.Store, changed func(ctx context.Context) error, tokens func() runner.TokenSource) *Federation {
+	d := newDialer(tokens)
+	return &Federation{store: st, changed: changed, dialer: d, pool: &pool{d: d, by: map[string]*pooled{}},
+		cache: map[string]store.MCPServer{}}
+}
+
+// Close ends every pooled session (and so every stdio server process).
+func (f *Federation) Close() { f.pool.close() }
+
+// Register queues the admin capabilities on reg.
+func (f *Federation) Register(reg *kernel.Registry) error {
+	handlers := map[string]kernel.Handler{
+		"contributions/mcp-server-register.json": func(ctx context.Context, call kernel.Call) (any, error) {
+			var req Registration
+			if err := json.Unmarshal(call.Input, &req); err != nil {
+				return nil, fmt.Errorf("decode validated input: %w", err)
+			}
+			return f.RegisterServer(ctx, req, call.Exec.Subject.Ref)
+		},
+		"contributions/mcp-server-sync.json": func(ctx context.Context, call kernel.Call) (any, error) {
+			var req struct {
+				ProviderID string `json:"providerId"`
+			}
+			if err := json.Unmarshal(call.Input, &req); err != nil {
+				return nil, fmt.Errorf("decode validated input: %w", err)
+			}
+			return f.Sync(ctx, req.ProviderID, call.Exec.Subject.Ref)
+		},
+		"contributions/mcp-server-list.json": func(ctx context.Context, _ kernel.Call) (any, error) {
+			return f.List(ctx)
+		},
+	}
+	for file, h := range handlers {
+		raw, err := descriptors.ReadFile(file)
+		if err != nil {
+			return fmt.Errorf("federation descriptor %s: %w", file, err)
+		}
+		reg.Register(kernel.Registration{Contribution: raw, Handler: h})
+	}
+	return nil
+}
+
+// Registration is the body of POST /v1/mcp-servers.
+type Registration struct {
+	ProviderID string   `json:"providerId"`
+	Transport  string   `json:"transport"`
+	URL        string   `json:"url,omitempty"`
+	Command    string   `json:"command,omitempty"`
+	Args       []string `json:"args,omitempty"`
+	Auth       *struct {
+		Kind string `json:"kind"`
+	} `json:"auth,omitempty"`
+	TimeoutMs int `json:"timeoutMs,omitempty"`
+}
+
+// ToolView is one pinned tool with its capability's lifecycle.
+type ToolView struct {
+	Ref       string `json:"ref"`
+	Name      string `json:"name"`
+	Pin       string `json:"pin"`
+	Lifecycle string `json:"lifecycle"`
+}
+
+// ServerView is a registered server as answered (no credential: auth is only its kind).
+type ServerView struct {
+	ProviderID   string     `json:"providerId"`
+	Transport    string     `json:"transport"`
+	URL          string     `json:"url,omitempty"`
+	Command      string     `json:"command,omitempty"`
+	Args         []string   `json:"args,omitempty"`
+	Auth         string     `json:"auth,omitempty"`
+	TimeoutMs    int        `json:"timeoutMs"`
+	Version      string     `json:"version"`
+	Tools        []ToolView `json:"tools"`
+	RegisteredBy string     `json:"registeredBy"`
+	RegisteredAt string     `json:"registeredAt"`
+	SyncedAt     string     `json:"syncedAt"`
+}
+
+// SyncResult answers a registration or a sync. Digest is what an org admin approves with
+// POST /v1/grants {biomeId: providerId, version, digestHash: digest.hash}; nil when a sync
+// found nothing changed.
+type SyncResult struct {
+	Server    ServerView    `json:"server"`
+	Changed   bool          `json:"changed"`
+	Added     []string      `json:"added"`
+	Redefined []string      `json:"redefined"`
+	Removed   []string      `json:"removed"`
+	Digest    *grant.Digest `json:"digest,omitempty"`
+}
+
+// server checks a registration and turns it into the record it would store.
+func (r Registration) server(by string, now time.Time) (store.MCPServer, error) {
+	srv := store.MCPServer{ProviderID: r.ProviderID, Transport: r.Transport, URL: r.URL, Command: r.Command, Args: r.Args,
+		TimeoutMs: r.TimeoutMs, Generation: 1, RegisteredBy: by, RegisteredAt: now, SyncedAt: now}
+	if srv.TimeoutMs == 0 {
+		srv.TimeoutMs = int(DefaultTimeout / time.Millisecond)
+	}
+	if r.Auth != nil {
+		srv.Auth = r.Auth.Kind
+	}
+	bad := func(path, msg string) error {
+		return invalidServer(path, msg)
+	}
+	switch r.Transport {
+	case TransportHTTP:
+		u, err := url.Parse(r.URL)
+		switch {
+		case r.URL == "":
+			return srv, bad("/url", "a streamable-http server needs url")
+		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+			return srv, bad("/url", "url must be an absolute http(s) URL")
+		case u.User != nil:
+			return srv, bad("/url", "url must not carry credentials; use auth")
+		case r.Command != "" || len(r.Args) > 0:
+			return srv, bad("/command", "command and args are for stdio servers only")
+		}
+	case TransportStdio:
+		switch {
+		case r.Command == "":
+			return srv, bad("/command", "a stdio server needs command")
+		case r.URL != "":
+			return srv, bad("/url", "url is for streamable-http servers only")
+		case srv.Auth != "":
+			return srv, bad("/auth", "auth applies to streamable-http servers only")
+		}
+	default:
+		return srv, bad("/transport", "transport must be streamable-http or stdio")
+	}
+	return srv, nil
+}
+
+func invalidServer(path, msg string) error {
+	return &runner.Error{Status: http.StatusBadRequest, Code: CodeInvalidServer, Message: path + ": " + msg}
+}
+
+// RegisterServer registers a new server: tools/list within the timeout, every tool
+// translated, the whole set seeded in one transaction, or nothing stored.
+func (f *Federation) RegisterServer(ctx context.Context, req Registration, by string) (*SyncResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	srv, err := req.server(by, time.Now().UTC())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := f.store.GetMCPServer(ctx, srv.ProviderID); err == nil {
+		return nil, runner.ClientError(http.StatusConflict, CodeServerExists, "MCP server %q is already registered; sync it instead", srv.ProviderID)
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("register %s: %w", srv.ProviderID, err)
+	}
+	if versions, err := f.store.ListBiomeVersions(ctx, srv.ProviderID); err != nil {
+		return nil, fmt.Errorf("register %s: %w", srv.ProviderID, err)
+	} else if len(versions) > 0 {
+		return nil, runner.ClientError(http.StatusConflict, CodeProviderTaken, "provider id %q is already a biome id", srv.ProviderID)
+	}
+	listed, err := f.dialer.listTools(ctx, srv)
+	if err != nil {
+		return nil, err
+	}
+	tools, err := translate(srv.ProviderID, listed)
+	if err != nil {
+		return nil, err
+	}
+	return f.save(ctx, srv, nil, tools, map[string]store.Capability{}, by)
+}
+
+// Sync re-reads a registered server's tools/list and applies the differences (see package doc).
+func (f *Federation) Sync(ctx context.Context, providerID, by string) (*SyncResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	old, err := f.store.GetMCPServer(ctx, providerID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, runner.ClientError(http.StatusNotFound, CodeUnknownServer, "no MCP server %q is registered", providerID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sync %s: %w", providerID, err)
+	}
+	listed, err := f.dialer.listTools(ctx, old)
+	if err != nil {
+		return nil, err
+	}
+	tools, err := translate(providerID, listed)
+	if err != nil {
+		return nil, err
+	}
+	caps, err := f.store.ListCapabilities(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sync %s: %w", providerID, err)
+	}
+	byRef := map[string]store.Capability{}
+	for _, c := range caps {
+		byRef[c.Ref] = c
+	}
+	next := old
+	next.Generation, next.SyncedAt = old.Generation+1, time.Now().UTC()
+	return f.save(ctx, next, &old, tools, byRef, by)
+}
+
+// save stores a new generation of srv with tools. prev is the stored generation (nil at
+// registration); caps holds the current catalog by ref.
+func (f *Federation) save(ctx context.Context, srv store.MCPServer, prev *store.MCPServer, tools []tool,
+	caps map[string]store.Capability, by string) (*SyncResult, error) {
+	res := &SyncResult{Added: []string{}, Redefined: []string{}, Removed: []string{}}
+	pinned := map[string]store.MCPTool{}
+	if prev != nil {
+		for _, t := range prev.Tools {
+			pinned[t.Ref] = t
+		}
+	}
+	now := time.Now().UTC()
+	var events []store.LifecycleEvent
+	move := func(ref, to string) {
+		if c, ok := caps[ref]; ok && c.Lifecycle != to {
+			events = append(events, store.LifecycleEvent{Ref: ref, From: c.Lifecycle, To: to, Actor: by, At: now})
+		}
+	}
+	current := map[string]bool{}
+	srv.Tools = srv.Tools[:0:0]
+	for _, t := range tools {
+		current[t.Ref] = true
+		srv.Tools = append(srv.Tools, store.MCPTool{Ref: t.Ref, Name: t.Name, Pin: t.Pin})
+		old, ok := pinned[t.Ref]
+		switch {
+		case !ok:
+			res.Added = append(res.Added, t.Ref)
+			if c, ok := caps[t.Ref]; ok && c.BiomeID == srv.ProviderID {
+				move(t.Ref, store.LifecycleSeeded) // a retired tool that came back
+			}
+		case old.Pin != t.Pin || old.Name != t.Name:
+			res.Redefined = append(res.Redefined, t.Ref)
+			move(t.Ref, store.LifecycleSeeded)
+		}
+	}
+	for ref := range pinned {
+		if !current[ref] {
+			res.Removed = append(res.Removed, ref)
+			move(ref, store.LifecycleRetired)
+		}
+	}
+	sort.Strings(res.Removed)
+	res.Changed = prev == nil || len(res.Added)+len(res.Redefined)+len(res.Removed) > 0
+	if !res.Changed {
+		res.Server = f.view(*prev, caps)
+		return res, nil
+	}
+
+	b, bv, err := biomeOf(srv, tools, prev)
+	if err != nil {
+		return nil, err
+	}
+	var prevBiome *manifest.Biome
+	if prev != nil {
+		if prevBiome, err = f.storedBiome(ctx, *prev); err != nil {
+			return nil, err
+		}
+	}
+	digest := grant.ComputeDigest(b, prevBiome, nil)
+	if bv.Digest, err = json.Marshal(digest); err != nil {
+		return nil, fmt.Errorf("encode digest: %w", err)
+	}
+	bv.DigestHash = digest.Hash
+	newCaps := make([]store.Capability, 0, len(tools))
+	for _, t := range tools {
+		m, err := json.Marshal(t.Contribution.Manifest)
+		if err != nil {
+			return nil, fmt.Errorf("encode manifest %s: %w", t.Ref, err)
+		}
+		newCaps = append(newCaps, store.Capability{Ref: t.Ref, BiomeID: srv.ProviderID, BiomeVersion: bv.Version,
+			Manifest: m, RunnerKind: RunnerKind, Lifecycle: store.LifecycleSeeded, UpdatedAt: now})
+	}
+	if err := f.store.SaveMCPServer(ctx, srv, bv, newCaps, events); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return nil, runner.ClientError(http.StatusConflict, CodeSyncConflict,
+				"%s changed concurrently, or one of its refs belongs to another biome; nothing was stored", srv.ProviderID)
+		}
+		return nil, fmt.Errorf("save %s: %w", srv.ProviderID, err)
+	}
+	f.remember(srv)
+	if err := f.changed(ctx); err != nil {
+		return nil, err
+	}
+	after, err := f.store.ListCapabilities(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("save %s: %w", srv.ProviderID, err)
+	}
+	byRef := map[string]store.Capability{}
+	for _, c := range after {
+		byRef[c.Ref] = c
+	}
+	res.Server, res.Digest = f.view(srv, byRef), &digest
+	return res, nil
+}
+
+// biomeOf is the biome a generation of srv publishes its tools under.
+func biomeOf(srv store.MCPServer, tools []tool, prev *store.MCPServer) (*manifest.Biome, store.BiomeVersion, error) {
+	b := &manifest.Biome{ID: srv.ProviderID, Version: version(srv.Generation), DefaultProfile: DefaultProfile,
+		RequiresCapabilities: []string{}, PermissionHints: []manifest.PermissionHint{}}
+	for _, t := range tools {
+		b.RequiresCapabilities = append(b.RequiresCapabilities, t.Ref)
+		b.PermissionHints = append(b.PermissionHints, manifest.PermissionHint{Capability: t.Ref,
+			Reason: fmt.Sprintf("MCP tool %q of %s, definition %s", t.Name, srv.ProviderID, t.Pin)})
+		b.Contributions = append(b.Contributions, t.Contribution)
+	}
+	mraw, err := json.Marshal(b)
+	if err != nil {
+		return nil, store.BiomeVersion{}, fmt.Errorf("encode biome %s: %w", b.ID, err)
+	}
+	contribs := b.Contributions
+	if contribs == nil {
+		contribs = []manifest.Contribution{}
+	}
+	craw, err := json.Marshal(contribs)
+	if err != nil {
+		return nil, store.BiomeVersion{}, fmt.Errorf("encode contributions of %s: %w", b.ID, err)
+	}
+	h := sha256.New()
+	h.Write(mraw)
+	h.Write([]byte{0})
+	h.Write(craw)
+	return b, store.BiomeVersion{ID: b.ID, Version: b.Version, Manifest: mraw, Contributions: craw,
+		ContentHash: "sha256:" + hex.EncodeToString(h.Sum(nil)), CreatedAt: time.Now().UTC()}, nil
+}
+
+func version(gen int64) string { return fmt.Sprintf("1.0.%d", gen) }
+
+// storedBiome reads back the biome of a stored generation, for the digest's diff.
+func (f *Federation) storedBiome(ctx context.Context, srv store.MCPServer) (*manifest.Biome, error) {
+	bv, err := f.store.GetBiomeVersion(ctx, srv.ProviderID, version(srv.Generation))
+	if err != nil {
+		return nil, fmt.Errorf("previous tools of %s: %w", srv.ProviderID, err)
+	}
+	var b manifest.Biome
+	if err := json.Unmarshal(bv.Manifest, &b); err != nil {
+		return nil, fmt.Errorf("previous tools of %s: %w", srv.ProviderID, err)
+	}
+	if err := json.Unmarshal(bv.Contributions, &b.Contributions); err != nil {
+		return nil, fmt.Errorf("previous tools of %s: %w", srv.ProviderID, err)
+	}
+	return &b, nil
+}
+
+// List answers every registered server.
+func (f *Federation) List(ctx context.Context) (map[string]any, error) {
+	servers, err := f.store.ListMCPServers(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list mcp servers: %w", err)
+	}
+	caps, err := f.store.ListCapabilities(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list mcp servers: %w", err)
+	}
+	byRef := map[string]store.Capability{}
+	for _, c := range caps {
+		byRef[c.Ref] = c
+	}
+	out := make([]ServerView, 0, len(servers))
+	for _, s := range servers {
+		out = append(out, f.view(s, byRef))
+	}
+	return map[string]any{"servers": out}, nil
+}
+
+func (f *Federation) view(s store.MCPServer, caps map[string]store.Capability) ServerView {
+	v := ServerView{ProviderID: s.ProviderID, Transport: s.Transport, URL: s.URL, Command: s.Command, Args: s.Args,
+		Auth: s.Auth, TimeoutMs: s.TimeoutMs, Version: version(s.Generation), Tools: []ToolView{}, RegisteredBy: s.RegisteredBy,
+		RegisteredAt: s.RegisteredAt.Format(time.RFC3339), SyncedAt: s.SyncedAt.Format(time.RFC3339)}
+	for _, t := range s.Tools {
+		v.Tools = append(v.Tools, ToolView{Ref: t.Ref, Name: t.Name, Pin: t.Pin, Lifecycle: caps[t.Ref].Lifecycle})
+	}
+	return v
+}
+
+func (f *Federation) remember(srv store.MCPServer) {
+	f.cacheMu.Lock()
+	defer f.cacheMu.Unlock()
+	f.cache[srv.ProviderID] = srv
+}
+
+// Resolve implements gateway.Resolver for capabilities of runner kind mcp-external: the
+// server is the one registered under the entry's biome id, at the generation the entry was
+// published with (re-read from the store when this replica's copy is older).
+func (f *Federation) Resolve(ctx context.Context, _ identity.ExecContext, entry *catalog.Entry) (runner.Runner, bool, error) {
+	c := entry.Capability
+	if c.RunnerKind != RunnerKind {
+		return nil, false, nil
+	}
+	f.cacheMu.Lock()
+	srv, ok := f.cache[c.BiomeID]
+	f.cacheMu.Unlock()
+	if !ok || version(srv.Generation) != c.BiomeVersion {
+		var err error
+		if srv, err = f.store.GetMCPServer(ctx, c.BiomeID); err != nil {
+			slog.Error("mcp server unreadable", "ref", c.Ref, "provider", c.BiomeID, "err", err)
+			return nil, false, &gateway.Error{Status: http.StatusBadGateway, Code: CodeUnknownServer,
+				Message: fmt.Sprintf("%s: its MCP server %q cannot be read", c.Ref, c.BiomeID)}
+		}
+		f.remember(srv)
+	}
+	for _, t := range srv.Tools {
+		if t.Ref == c.Ref {
+			return toolRunner{pool: f.pool, srv: srv, name: t.Name}, true, nil
+		}
+	}
+	return nil, false, &gateway.Error{Status: http.StatusBadGateway, Code: CodeUnknownServer,
+		Message: fmt.Sprintf("%s is not a tool of MCP server %q at version %s", c.Ref, c.BiomeID, version(srv.Generation))}
+}
