@@ -7,7 +7,7 @@ build:
 	$(GO) build -o $(BIN) ./cmd/xema
 
 run: build
-	./$(BIN) serve --addr 127.0.0.1:8181 --data-dir .xema --biomes biomes
+	./$(BIN) serve --addr 127.0.0.1:8181 --data-dir .xema --biomes biomes --dev-grant demo
 
 test: build policy-test
 	$(GO) test -count=1 ./...
