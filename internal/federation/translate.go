@@ -87,6 +87,9 @@ func translateTool(provider, ref string, t *mcp.Tool) (tool, []inputschema.Viola
 	if err != nil || in == nil {
 		return bad("/inputSchema", "the input schema is not a JSON object")
 	}
+	if in, err = toDraft2020(in); err != nil {
+		return bad("/inputSchema", "%v", err)
+	}
 	if _, err := inputschema.Compile(ref, in); err != nil {
 		return bad("/inputSchema", "%v", err)
 	}
@@ -94,6 +97,9 @@ func translateTool(provider, ref string, t *mcp.Tool) (tool, []inputschema.Viola
 	if t.OutputSchema != nil {
 		if out, err = decodeObject(t.OutputSchema); err != nil || out == nil {
 			return bad("/outputSchema", "the output schema is not a JSON object")
+		}
+		if out, err = toDraft2020(out); err != nil {
+			return bad("/outputSchema", "%v", err)
 		}
 	}
 	pin, err := Pin(t)
