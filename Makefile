@@ -16,8 +16,15 @@ lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
 
-bench:
+# The stock opa of the version in go.mod, for the load run's comparison.
+OPA := bin/opa-$(shell $(GO) list -m -f '{{.Version}}' github.com/open-policy-agent/opa)
+
+$(OPA):
+	$(GO) build -o $@ github.com/open-policy-agent/opa
+
+bench: build $(OPA)
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+	$(GO) run ./test/load -xema $(BIN) -opa $(OPA) -workers 8 -duration 10s -warmup 2s
 
 # Stock OPA (a tool dependency in go.mod) runs the Rego tests; coverage must stay at 90% or more.
 policy-test:
