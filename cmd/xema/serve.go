@@ -48,6 +48,7 @@ func init() {
 	f.StringSliceVar(&cfg.DevGrants, "dev-grant", nil, "approve these biomes with their default profile at first start (development only)")
 	f.StringVar(&cfg.PolicyDir, "policy-dir", "", "directory of the platform team's own Rego (package xema.custom)")
 	f.DurationVar(&cfg.ReloadEvery, "reload-every", 2*time.Second, "how often to look for policy data changed through another replica")
+	f.DurationVar(&cfg.ApprovalTTL, "approval-ttl", 24*time.Hour, "how long a call held for human approval may wait before it expires and never runs")
 	f.StringVar(&idCfg.Issuer, "issuer", "", "external OIDC issuer URL (default: the development issuer)")
 	f.StringVar(&idCfg.Audience, "audience", "", "required token audience with --issuer")
 	f.StringVar(&idCfg.JWKSURL, "jwks-url", "", "JWKS URL of --issuer (default: discovered from the issuer)")
@@ -90,6 +91,7 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	a.Gateway.Tokens = ids.ServiceTokens()
 
 	srv := &server.Server{Gateway: a.Gateway, Auth: ids, Ready: a.Ready, Bundles: a.Policy, Mounts: map[string]http.Handler{}}
+	srv.Approvals = a.Approvals
 	for path, h := range ids.Mounts() {
 		srv.Mounts[path] = h
 	}

@@ -14,20 +14,24 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/xemahq/xema/internal/admin"
+	"github.com/xemahq/xema/internal/approval"
 	"github.com/xemahq/xema/internal/audit"
 	"github.com/xemahq/xema/internal/catalog"
 	"github.com/xemahq/xema/internal/demo"
-	"github.com/xemahq/xema/internal/federation"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/grant"
 	"github.com/xemahq/xema/internal/kernel"
 	"github.com/xemahq/xema/internal/manifest"
 	"github.com/xemahq/xema/internal/policy"
-	"github.com/xemahq/xema/internal/runner"
+	"github.com/xemahq/xema/internal/ratelimit"
 	"github.com/xemahq/xema/internal/store"
 	"github.com/xemahq/xema/internal/store/engine"
 )
@@ -48,6 +52,8 @@ type Config struct {
 	// ReloadEvery is how often the store's revision is polled so changes made through
 	// another replica take effect here.
 	ReloadEvery time.Duration
+	// ApprovalTTL is how long a call held for approval may wait; 0 means approval.DefaultTTL.
+	ApprovalTTL time.Duration
 }
 
 // App is a running gateway.
@@ -59,12 +65,12 @@ type App struct {
 	Publisher *catalog.Publisher
 	Gateway   *gateway.Gateway
 	Outbox    *demo.Outbox
-	// Federation registers and runs external MCP servers (internal/federation).
-	Federation *federation.Federation
+	Approvals *approval.Service
 
 	envs     grant.Environments
 	profiles grant.Profiles
 
+	dsn      string     // the store DSN, for the change listener of a PostgreSQL store
 	mu       sync.Mutex // serializes rebuilds
 	loadedAt int64
 }
@@ -94,8 +100,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err := admin.Register(a.Kernel, a.Publisher); err != nil {
 		return nil, a.closeWith(err)
 	}
-	a.Federation = federation.New(st, a.Rebuild, func() runner.TokenSource { return a.Gateway.Tokens })
-	if err := a.Federation.Register(a.Kernel); err != nil {
+	a.Approvals = &approval.Service{Store: st, Policy: eng, Audit: &audit.Log{Store: st}, TTL: cfg.ApprovalTTL}
+	if err := approval.Register(a.Kernel, a.Approvals); err != nil {
 		return nil, a.closeWith(err)
 	}
 	if err := a.publishKernel(ctx); err != nil {
@@ -111,7 +117,10 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, a.closeWith(err)
 	}
 	a.Gateway = &gateway.Gateway{Catalog: a.Catalog, Policy: eng, Audit: &audit.Log{Store: st},
-		Kernel: a.Kernel, HTTP: &http.Client{}, Resolvers: []gateway.Resolver{a.Federation}}
+		Kernel: a.Kernel, HTTP: &http.Client{}}
+	a.Gateway.Limiter = &ratelimit.Limiter{Counter: st}
+	a.Gateway.Approvals, a.Approvals.Gateway = a.Approvals, a.Gateway
+	a.dsn = cfg.StoreDSN
 	return a, nil
 }
 
@@ -120,11 +129,8 @@ func (a *App) closeWith(err error) error {
 	return err
 }
 
-// Close ends the federated servers' sessions and releases the store.
-func (a *App) Close() error {
-	a.Federation.Close()
-	return a.Store.Close()
-}
+// Close releases the store.
+func (a *App) Close() error { return a.Store.Close() }
 
 // publishKernel stores the Go-registered capabilities as the built-in biome, published at
 // once: they are held through their humanBaseline, not through grants.
@@ -278,9 +284,17 @@ func (a *App) grantedBiomes(ctx context.Context, grants []store.Grant) ([]store.
 	return out, nil
 }
 
-// Watch rebuilds whenever the store's revision moves (a change made through another
-// replica), until ctx ends. A store error leaves the serving bundle in place and is retried.
+// Watch rebuilds whenever policy data changes through another replica, until ctx ends. On
+// PostgreSQL it listens on channel xema_policy_revision, which the store's trigger notifies
+// in the transaction of every change, and catches up after each (re)connection, since
+// notifications sent meanwhile are lost; a lost connection is retried every `every`. On
+// SQLite (one process) it polls the revision every `every`. A store error leaves the serving
+// bundle in place.
 func (a *App) Watch(ctx context.Context, every time.Duration) {
+	if strings.HasPrefix(a.dsn, "postgres://") || strings.HasPrefix(a.dsn, "postgresql://") {
+		a.listen(ctx, every)
+		return
+	}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -289,20 +303,66 @@ func (a *App) Watch(ctx context.Context, every time.Duration) {
 			return
 		case <-t.C:
 		}
-		rev, err := a.Store.Revision(ctx)
-		if err != nil {
-			if !errors.Is(err, context.Canceled) {
-				slog.Warn("store revision poll failed", "err", err)
-			}
-			continue
+		a.catchUp(ctx)
+	}
+}
+
+// listen keeps one connection LISTENing for revision bumps, reconnecting until ctx ends.
+func (a *App) listen(ctx context.Context, retry time.Duration) {
+	for {
+		err := a.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return
 		}
+		slog.Warn("policy change listener lost its connection; reconnecting", "err", err, "retry", retry)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(retry):
+		}
+	}
+}
+
+func (a *App) listenOnce(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, a.dsn)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN xema_policy_revision"); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	a.catchUp(ctx)
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return fmt.Errorf("wait for notification: %w", err)
+		}
+		rev, err := strconv.ParseInt(n.Payload, 10, 64)
 		a.mu.Lock()
-		stale := rev != a.loadedAt
+		seen := err == nil && rev <= a.loadedAt
 		a.mu.Unlock()
-		if stale {
-			if err := a.Rebuild(ctx); err != nil {
-				slog.Error("policy rebuild failed; keeping the serving bundle", "err", err)
-			}
+		if !seen { // a burst of bumps is rebuilt once: the first rebuild loads the newest
+			a.catchUp(ctx)
+		}
+	}
+}
+
+// catchUp rebuilds when the store's revision differs from the loaded one.
+func (a *App) catchUp(ctx context.Context) {
+	rev, err := a.Store.Revision(ctx)
+	if err != nil {
+		if !errors.Is(err, context.Canceled) {
+			slog.Warn("store revision read failed", "err", err)
+		}
+		return
+	}
+	a.mu.Lock()
+	stale := rev != a.loadedAt
+	a.mu.Unlock()
+	if stale {
+		if err := a.Rebuild(ctx); err != nil {
+			slog.Error("policy rebuild failed; keeping the serving bundle", "err", err)
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/xemahq/xema/internal/approval"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
 )
@@ -37,6 +38,8 @@ type Server struct {
 	Auth    Authenticator
 	Ready   Readiness
 	Bundles BundleSource
+	// Approvals serves GET /v1/invocations/{id}; nil answers 404.
+	Approvals *approval.Service
 	// Extra mounts (JWKS of the development issuer, metrics, MCP, bundle) by path.
 	Mounts map[string]http.Handler
 }
@@ -64,6 +67,7 @@ func (s *Server) Handler() http.Handler {
 	s.adminRoutes(v1)
 	s.mcpServerRoutes(v1)
 	s.auditRoutes(v1)
+	s.approvalRoutes(v1)
 	v1.GET("/bundles/xema.tar.gz", s.bundle)
 	return e
 }

@@ -1,0 +1,371 @@
+// Package approval is human approval of calls whose decision carries the approval
+// obligation. The gateway holds such a call (Service.Hold) with its validated input; a person
+// approves or rejects it through kernel capabilities (approval:approve@1, approval:reject@1,
+// approval:list@1), so the same policy and audit cover them. Who may approve is decided by
+// the policy: the approver must hold the held capability themselves (its humanBaseline:
+// org role and environments, org administrators, explicit-only grants) and never be its
+// requester. An approved call runs exactly once: each state change is a compare-and-set
+// in the store (pending → approved → running → done), shared by every replica.
+package approval
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/xemahq/xema/internal/audit"
+	"github.com/xemahq/xema/internal/gateway"
+	"github.com/xemahq/xema/internal/identity"
+	"github.com/xemahq/xema/internal/kernel"
+	"github.com/xemahq/xema/internal/policy"
+	"github.com/xemahq/xema/internal/runner"
+	"github.com/xemahq/xema/internal/store"
+)
+
+// Refs of the approval capabilities.
+const (
+	RefList    = "approval:list@1"
+	RefApprove = "approval:approve@1"
+	RefReject  = "approval:reject@1"
+)
+
+// Error codes of the approval steps.
+const (
+	CodeNotFound       = "APPROVAL_NOT_FOUND"
+	CodeExpired        = "APPROVAL_EXPIRED"
+	CodeAlreadyDecided = "APPROVAL_ALREADY_DECIDED"
+	CodeOwnApproval    = "OWN_APPROVAL"
+	CodeNotApprover    = "NOT_AN_APPROVER"
+	CodeUnavailable    = "APPROVAL_UNAVAILABLE"
+)
+
+// Audit decisions of the approval steps; their records link to the held call's auditId.
+const (
+	DecisionApproved = "approved"
+	DecisionRejected = "rejected"
+	DecisionExpired  = "expired"
+)
+
+// DefaultTTL is how long a held call waits for a decision before it expires.
+const DefaultTTL = 24 * time.Hour
+
+//go:embed contributions/*.json
+var descriptors embed.FS
+
+// Service holds, decides and runs calls waiting for approval.
+type Service struct {
+	Store   store.Store
+	Policy  *policy.Engine
+	Gateway *gateway.Gateway
+	Audit   *audit.Log
+	// TTL is how long a held call may wait; 0 means DefaultTTL.
+	TTL time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+var _ gateway.ApprovalQueue = (*Service)(nil)
+
+// View is the public shape of a held call.
+type View struct {
+	ApprovalID  string          `json:"approvalId"`
+	AuditID     string          `json:"auditId"`
+	Ref         string          `json:"ref"`
+	Biome       string          `json:"biome,omitempty"`
+	Requester   string          `json:"requester"`
+	Environment string          `json:"environment"`
+	Status      string          `json:"status"`
+	Input       json.RawMessage `json:"input,omitempty"`
+	DecidedBy   string          `json:"decidedBy,omitempty"`
+	Reason      string          `json:"reason,omitempty"`
+	Outcome     string          `json:"outcome,omitempty"`
+	Output      json.RawMessage `json:"output,omitempty"`
+	CreatedAt   string          `json:"createdAt"`
+	ExpiresAt   string          `json:"expiresAt"`
+}
+
+func view(a store.Approval, withOutput bool) View {
+	v := View{ApprovalID: a.ID, AuditID: a.AuditID, Ref: a.Ref, Biome: a.Biome, Requester: a.RequesterRef,
+		Environment: a.Environment, Status: a.Status, Input: a.Input, DecidedBy: a.DecidedBy, Reason: a.Reason,
+		Outcome: a.Outcome, CreatedAt: a.CreatedAt.Format(time.RFC3339Nano), ExpiresAt: a.ExpiresAt.Format(time.RFC3339Nano)}
+	if withOutput {
+		v.Output = a.Output
+	}
+	return v
+}
+
+func (s *Service) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
+func (s *Service) ttl() time.Duration {
+	if s.TTL > 0 {
+		return s.TTL
+	}
+	return DefaultTTL
+}
+
+// Hold implements gateway.ApprovalQueue: it stores the call, pending, until it expires.
+func (s *Service) Hold(ctx context.Context, p gateway.Pending) error {
+	exec, err := json.Marshal(p.Exec)
+	if err != nil {
+		return fmt.Errorf("hold %s: encode execution context: %w", p.Ref, err)
+	}
+	now := s.now()
+	return s.Store.PutApproval(ctx, store.Approval{ID: p.ID, AuditID: p.AuditID, Ref: p.Ref, Biome: p.Biome,
+		RequesterRef: p.Exec.Subject.Ref, Environment: p.Exec.Environment, Exec: exec, Input: p.Input,
+		Status: store.ApprovalPending, CreatedAt: now, ExpiresAt: now.Add(s.ttl())})
+}
+
+// Register queues the approval capabilities on reg, served by s.
+func Register(reg *kernel.Registry, s *Service) error {
+	handlers := map[string]kernel.Handler{
+		"contributions/approval-list.json":    s.list,
+		"contributions/approval-approve.json": s.approve,
+		"contributions/approval-reject.json":  s.reject,
+	}
+	for file, h := range handlers {
+		raw, err := descriptors.ReadFile(file)
+		if err != nil {
+			return fmt.Errorf("approval descriptor %s: %w", file, err)
+		}
+		reg.Register(kernel.Registration{Contribution: raw, Handler: h})
+	}
+	return nil
+}
+
+// listInput is the input of approval:list@1.
+type listInput struct {
+	Status    string `json:"status"`
+	Biome     string `json:"biome"`
+	Ref       string `json:"ref"`
+	Requester string `json:"requester"`
+}
+
+// list serves approval:list@1; the policy has admitted only org administrators.
+func (s *Service) list(ctx context.Context, call kernel.Call) (any, error) {
+	var in listInput
+	if err := json.Unmarshal(call.Input, &in); err != nil {
+		return nil, fmt.Errorf("decode validated input: %w", err)
+	}
+	as, err := s.Store.ListApprovals(ctx, store.ApprovalFilter{Status: in.Status, Biome: in.Biome, Ref: in.Ref, RequesterRef: in.Requester})
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	views := make([]View, len(as))
+	for i, a := range as {
+		views[i] = view(a, false)
+	}
+	return map[string]any{"approvals": views}, nil
+}
+
+// decision is the input of approval:approve@1 and approval:reject@1.
+type decision struct {
+	ApprovalID string `json:"approvalId"`
+	Reason     string `json:"reason"`
+}
+
+// approve serves approval:approve@1: the call moves pending → approved (at most once, and
+// never once expired), then approved → running, runs as its requester, and ends done or
+// failed with its outcome. Only the winner of the first move runs it.
+func (s *Service) approve(ctx context.Context, call kernel.Call) (any, error) {
+	a, err := s.decidable(ctx, call)
+	if err != nil {
+		return nil, err
+	}
+	approver := call.Exec.Subject.Ref
+	a, err = s.move(ctx, a, store.ApprovalTransition{From: store.ApprovalPending, To: store.ApprovalApproved,
+		Live: true, DecidedBy: approver})
+	if err != nil {
+		return nil, err
+	}
+	if err := s.audit(ctx, a, call.Exec, DecisionApproved, call.AuditID); err != nil {
+		return nil, err
+	}
+	if a, err = s.move(ctx, a, store.ApprovalTransition{From: store.ApprovalApproved, To: store.ApprovalRunning}); err != nil {
+		return nil, err
+	}
+	return view(s.run(ctx, a), false), nil
+}
+
+// run runs an approved call and records how it ended. The run's own audit records link to
+// the held call's auditId (gateway.RunApproved).
+func (s *Service) run(ctx context.Context, a store.Approval) store.Approval {
+	end := store.ApprovalTransition{From: store.ApprovalRunning, To: store.ApprovalDone, Outcome: "ok"}
+	var exec identity.ExecContext
+	if err := json.Unmarshal(a.Exec, &exec); err != nil {
+		end.To, end.Outcome = store.ApprovalFailed, "INVALID_EXEC_CONTEXT"
+	} else if res, err := s.Gateway.RunApproved(ctx, exec, gateway.Request{Ref: a.Ref, Input: a.Input}, a.AuditID); err != nil {
+		end.To, end.Outcome = store.ApprovalFailed, codeOf(err)
+	} else {
+		end.Output = res.Output
+	}
+	// The run happened: its end is recorded even if the approver's request was cancelled.
+	done, err := s.move(context.WithoutCancel(ctx), a, end)
+	if err != nil {
+		a.Status, a.Outcome = end.To, end.Outcome
+		return a
+	}
+	return done
+}
+
+// reject serves approval:reject@1: pending → rejected, with the reason (required by the
+// input schema).
+func (s *Service) reject(ctx context.Context, call kernel.Call) (any, error) {
+	a, err := s.decidable(ctx, call)
+	if err != nil {
+		return nil, err
+	}
+	var in decision
+	if err := json.Unmarshal(call.Input, &in); err != nil {
+		return nil, fmt.Errorf("decode validated input: %w", err)
+	}
+	a, err = s.move(ctx, a, store.ApprovalTransition{From: store.ApprovalPending, To: store.ApprovalRejected,
+		DecidedBy: call.Exec.Subject.Ref, Reason: in.Reason})
+	if err != nil {
+		return nil, err
+	}
+	if err := s.audit(ctx, a, call.Exec, DecisionRejected, call.AuditID); err != nil {
+		return nil, err
+	}
+	return view(a, false), nil
+}
+
+// decidable loads the approval named by the call's input and checks that the caller may
+// decide it: not its requester, and holding the held capability by the policy.
+func (s *Service) decidable(ctx context.Context, call kernel.Call) (store.Approval, error) {
+	var in decision
+	if err := json.Unmarshal(call.Input, &in); err != nil {
+		return store.Approval{}, fmt.Errorf("decode validated input: %w", err)
+	}
+	a, err := s.Store.GetApproval(ctx, in.ApprovalID)
+	if errors.Is(err, store.ErrNotFound) {
+		return a, runner.ClientError(http.StatusNotFound, CodeNotFound, "no approval %q", in.ApprovalID)
+	}
+	if err != nil {
+		return a, unavailable(err)
+	}
+	if a.RequesterRef == call.Exec.Subject.Ref {
+		return a, runner.ClientError(http.StatusForbidden, CodeOwnApproval,
+			"%s requested call %s and may not decide its own approval", a.RequesterRef, a.ID)
+	}
+	d, err := s.Policy.Decide(ctx, approverInput(call.Exec, a))
+	if err != nil {
+		return a, runner.ClientError(http.StatusServiceUnavailable, gateway.CodePolicyUnavailable,
+			"policy unavailable; the approval was not decided (fail closed)")
+	}
+	if !d.Allow {
+		return a, runner.ClientError(http.StatusForbidden, CodeNotApprover,
+			"%s may not decide approvals of %s: %s", call.Exec.Subject.Ref, a.Ref, reasonCodes(d.Reasons))
+	}
+	return a, nil
+}
+
+// approverInput asks the policy whether the approver, in their own environment, holds the
+// held capability of the biome it runs for: its humanBaseline (org role and environments,
+// org administrators) or, for explicit-only, a grant that names them.
+func approverInput(ec identity.ExecContext, a store.Approval) policy.Input {
+	return policy.Input{Ref: a.Ref, Biome: a.Biome, Subject: policy.Subject{Kind: ec.Subject.Kind, Ref: ec.Subject.Ref},
+		Groups: ec.Groups, Roles: ec.Roles, OrgRole: ec.OrgRole, Org: ec.Org, Project: ec.Project, Session: ec.Session,
+		Environment: ec.Environment, Armed: ec.Armed}
+}
+
+// move is one compare-and-set of a's state, mapping a lost race or an expiry to its error.
+func (s *Service) move(ctx context.Context, a store.Approval, t store.ApprovalTransition) (store.Approval, error) {
+	t.ID, t.At = a.ID, s.now()
+	moved, err := s.Store.TransitionApproval(ctx, t)
+	switch {
+	case err == nil:
+		return moved, nil
+	case !errors.Is(err, store.ErrConflict):
+		return a, unavailable(err)
+	case moved.Status == store.ApprovalPending && t.Live:
+		return a, s.expire(ctx, moved)
+	}
+	return moved, runner.ClientError(http.StatusConflict, CodeAlreadyDecided, "approval %s is already %s", a.ID, moved.Status)
+}
+
+// expire closes a pending approval past its expiry; it never runs.
+func (s *Service) expire(ctx context.Context, a store.Approval) error {
+	expired, err := s.Store.TransitionApproval(ctx, store.ApprovalTransition{ID: a.ID, From: store.ApprovalPending,
+		To: store.ApprovalExpired, At: s.now()})
+	if err == nil {
+		if err := s.audit(ctx, expired, identity.ExecContext{Subject: identity.Subject{Kind: "service", Ref: "service:xema"}},
+			DecisionExpired, ""); err != nil {
+			return err
+		}
+	} else if !errors.Is(err, store.ErrConflict) {
+		return unavailable(err)
+	}
+	return runner.ClientError(http.StatusGone, CodeExpired, "approval %s expired at %s and will never run", a.ID,
+		a.ExpiresAt.Format(time.RFC3339))
+}
+
+// audit records one step of an approval, linked to the held call's audit record. via is the
+// audit id of the capability call that took the step, when there is one.
+func (s *Service) audit(ctx context.Context, a store.Approval, by identity.ExecContext, decision, via string) error {
+	detail, _ := json.Marshal(map[string]string{"approvalId": a.ID, "reason": a.Reason, "via": via})
+	err := s.Audit.Append(ctx, store.AuditRecord{ID: audit.NewID("apr_"), Time: s.now(), Ref: a.Ref,
+		SubjectKind: by.Subject.Kind, SubjectRef: by.Subject.Ref, Environment: a.Environment, Decision: decision,
+		Reasons: json.RawMessage("[]"), BundleRevision: s.Policy.Revision(), Runner: "approval", Outcome: a.Status,
+		ParentID: a.AuditID, Detail: detail})
+	if err != nil {
+		return unavailable(err)
+	}
+	return nil
+}
+
+// Invocation is GET /v1/invocations/{id}: a held call's status, with its output once it has
+// run. Its requester may read it, and so may whoever the policy admits to approval:list@1
+// (org administrators); anyone else learns nothing, as for an unknown id.
+func (s *Service) Invocation(ctx context.Context, ec identity.ExecContext, id string) (View, error) {
+	notFound := &gateway.Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: fmt.Sprintf("no invocation %q", id)}
+	a, err := s.Store.GetApproval(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return View{}, notFound
+	}
+	if err != nil {
+		return View{}, &gateway.Error{Status: http.StatusServiceUnavailable, Code: gateway.CodeStoreUnavailable,
+			Message: "store unavailable; nothing was read (fail closed)"}
+	}
+	if a.RequesterRef != ec.Subject.Ref {
+		in := approverInput(ec, a)
+		in.Ref, in.Biome = RefList, ""
+		d, err := s.Policy.Decide(ctx, in)
+		if err != nil || !d.Allow {
+			return View{}, notFound
+		}
+	}
+	return view(a, true), nil
+}
+
+func unavailable(err error) *runner.Error {
+	return &runner.Error{Status: http.StatusServiceUnavailable, Code: gateway.CodeStoreUnavailable,
+		Message: "approval store unavailable; nothing was changed (fail closed)", Err: err}
+}
+
+func codeOf(err error) string {
+	var ge *gateway.Error
+	if errors.As(err, &ge) {
+		return ge.Code
+	}
+	return "INTERNAL"
+}
+
+func reasonCodes(rs []policy.Reason) string {
+	out := ""
+	for i, r := range rs {
+		if i > 0 {
+			out += ", "
+		}
+		out += r.Code
+	}
+	return out
+}

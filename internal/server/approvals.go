@@ -1,0 +1,93 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/xemahq/xema/internal/approval"
+	"github.com/xemahq/xema/internal/gateway"
+)
+
+// approvalRoutes are thin routes onto the approval capabilities (through the funnel, so the
+// policy decides who may list and decide) and the requester's view of a held call.
+func (s *Server) approvalRoutes(g *echo.Group) {
+	g.GET("/approvals", s.listApprovals)
+	g.POST("/approvals/:id/approve", s.decideApproval(approval.RefApprove))
+	g.POST("/approvals/:id/reject", s.decideApproval(approval.RefReject))
+	g.GET("/invocations/:id", s.invocation)
+}
+
+// approvalFilters are the query parameters of GET /v1/approvals, as approval:list@1 names them.
+var approvalFilters = map[string]bool{"status": true, "biome": true, "ref": true, "requester": true}
+
+func (s *Server) listApprovals(c echo.Context) error {
+	input := map[string]string{}
+	var unknown []string
+	for k, vs := range c.QueryParams() {
+		switch {
+		case !approvalFilters[k]:
+			unknown = append(unknown, k)
+		case len(vs) != 1:
+			return &gateway.Error{Status: http.StatusBadRequest, Code: "INVALID_REQUEST",
+				Message: fmt.Sprintf("query parameter %q given %d times, want once", k, len(vs))}
+		default:
+			input[k] = vs[0]
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return &gateway.Error{Status: http.StatusBadRequest, Code: "INVALID_REQUEST",
+			Message: fmt.Sprintf("unknown query parameter(s) %s; want status, biome, ref, requester", strings.Join(unknown, ", "))}
+	}
+	raw, _ := json.Marshal(input) // a map of strings always encodes
+	return s.kernelCall(c, approval.RefList, raw, http.StatusOK)
+}
+
+// decideApproval is POST /v1/approvals/{id}/approve and /reject. The body is optional for
+// approve (`{}`) and `{"reason": "..."}` for reject; the capability's input schema says what
+// is missing.
+func (s *Server) decideApproval(ref string) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		var body struct {
+			Reason *string `json:"reason,omitempty"`
+		}
+		if c.Request().ContentLength != 0 {
+			if err := bind(c, &body); err != nil {
+				return err
+			}
+		}
+		input := map[string]any{"approvalId": c.Param("id")}
+		if body.Reason != nil {
+			input["reason"] = *body.Reason
+		}
+		raw, _ := json.Marshal(input) // strings always encode
+		return s.kernelCall(c, ref, raw, http.StatusOK)
+	}
+}
+
+// kernelCall invokes a kernel capability for the caller and answers its output.
+func (s *Server) kernelCall(c echo.Context, ref string, input json.RawMessage, status int) error {
+	res, err := s.Gateway.Invoke(c.Request().Context(), execOf(c), gateway.Request{Ref: ref, Input: input})
+	if err != nil {
+		return err
+	}
+	c.Response().Header().Set("X-Xema-Audit-Id", res.AuditID)
+	return c.JSON(status, res.Output)
+}
+
+// invocation is GET /v1/invocations/{id}: a held call's status and, once run, its output.
+func (s *Server) invocation(c echo.Context) error {
+	if s.Approvals == nil {
+		return &gateway.Error{Status: http.StatusNotFound, Code: approval.CodeNotFound, Message: "no approvals on this gateway"}
+	}
+	v, err := s.Approvals.Invocation(c.Request().Context(), execOf(c), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, v)
+}
