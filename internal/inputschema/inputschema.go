@@ -101,9 +101,9 @@ func Compile(ref string, schema map[string]any) (*Schema, error) {
 // sorted by path, or nil when the input is valid. Malformed JSON is one
 // violation at "".
 func (s *Schema) Validate(input json.RawMessage) []Violation {
-	v, derr := decodeInput(input)
-	if derr != nil {
-		return []Violation{{Path: pointer(derr.path), Message: derr.message}}
+	v, bad := decodeInput(input)
+	if bad != nil {
+		return []Violation{*bad}
 	}
 	err := s.sch.Validate(v)
 	if err == nil {
