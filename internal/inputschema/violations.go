@@ -12,6 +12,8 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
+
+	"github.com/xemahq/xema/internal/strictjson"
 )
 
 // printer words the rare error kinds that describe does not.
@@ -46,7 +48,7 @@ func violations(root *jsonschema.ValidationError) []Violation {
 		if i > 0 && l.message == leaves[i-1].message && slices.Equal(l.tokens, leaves[i-1].tokens) {
 			continue
 		}
-		out = append(out, Violation{Path: pointer(l.tokens), Message: l.message})
+		out = append(out, Violation{Path: strictjson.Pointer("", l.tokens...), Message: l.message})
 	}
 	return out
 }
@@ -181,12 +183,12 @@ func dropShadowedUnknowns(vs []violation) []violation {
 	for _, v := range vs {
 		if !v.unknown {
 			for i := range len(v.tokens) + 1 {
-				shadowed[pointer(v.tokens[:i])] = true
+				shadowed[strictjson.Pointer("", v.tokens[:i]...)] = true
 			}
 		}
 	}
 	return slices.DeleteFunc(vs, func(v violation) bool {
-		return v.unknown && shadowed[pointer(v.tokens)]
+		return v.unknown && shadowed[strictjson.Pointer("", v.tokens...)]
 	})
 }
 
@@ -200,7 +202,7 @@ func mergeTypes(vs []violation) []violation {
 			out = append(out, v)
 			continue
 		}
-		p := pointer(v.tokens)
+		p := strictjson.Pointer("", v.tokens...)
 		i, seen := first[p]
 		if !seen {
 			first[p] = len(out)
@@ -266,20 +268,6 @@ func last(at []string) string {
 		return ""
 	}
 	return at[len(at)-1]
-}
-
-// pointer encodes tokens as an RFC 6901 JSON pointer.
-func pointer(tokens []string) string {
-	var sb strings.Builder
-	for _, t := range tokens {
-		sb.WriteByte('/')
-		sb.WriteString(escapeToken(t))
-	}
-	return sb.String()
-}
-
-func escapeToken(t string) string {
-	return strings.ReplaceAll(strings.ReplaceAll(t, "~", "~0"), "/", "~1")
 }
 
 // comparePaths orders pointers token by token, array indexes numerically.

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/xemahq/xema/internal/capref"
+	"github.com/xemahq/xema/internal/strictjson"
 )
 
 const (
@@ -142,7 +143,7 @@ func Check(biome File, contributions []File) (*Biome, []Problem) {
 	problems := validate(builtin().biome, biome.Name, "", v)
 	top, _ := v.(map[string]any)
 	for i, r := range list(top["requiresCapabilities"]) {
-		problems = append(problems, refProblem(biome.Name, pointer("/requiresCapabilities", strconv.Itoa(i)), r)...)
+		problems = append(problems, refProblem(biome.Name, strictjson.Pointer("/requiresCapabilities", strconv.Itoa(i)), r)...)
 	}
 	// Cross-document rules compare against requiresCapabilities only once it is well-formed,
 	// so one typo is reported once, not again as every mismatch it causes.
@@ -161,7 +162,7 @@ func Check(biome File, contributions []File) (*Biome, []Problem) {
 		seen = append(seen, entry{c: c, file: f.Name, ref: refOf(fv)})
 	}
 	for i, e := range inlineEntries(top) {
-		prefix := pointer("/xema/contributions/inline", strconv.Itoa(i))
+		prefix := strictjson.Pointer("/xema/contributions/inline", strconv.Itoa(i))
 		// The biome schema already validated the entry against the contribution schema
 		// (it $refs it), so only the checks beyond the schema run here.
 		problems = append(problems, extraContributionChecks(biome.Name, prefix, e)...)
@@ -212,7 +213,7 @@ func crossProblems(required []string, requiredOK bool, contributions []entry) []
 		if !ok {
 			continue
 		}
-		path := pointer(f.prefix, "manifest", "ref")
+		path := strictjson.Pointer(f.prefix, "manifest", "ref")
 		if requiredOK && !slices.Contains(required, ref) {
 			out = append(out, Problem{File: f.file, Path: path, Message: ref + " is not in biome.json requiresCapabilities"})
 		}
@@ -240,7 +241,7 @@ func hintProblems(file string, required []string, requiredOK bool, hints any) []
 			hintsOK = false
 			continue
 		}
-		path := pointer("/permissionHints", strconv.Itoa(j), "capability")
+		path := strictjson.Pointer("/permissionHints", strconv.Itoa(j), "capability")
 		if requiredOK && !slices.Contains(required, c) {
 			out = append(out, Problem{File: file, Path: path, Message: c + " is not in requiresCapabilities"})
 		}
@@ -255,7 +256,7 @@ func hintProblems(file string, required []string, requiredOK bool, hints any) []
 	}
 	for i, r := range required {
 		if _, ok := hinted[r]; !ok {
-			out = append(out, Problem{File: file, Path: pointer("/requiresCapabilities", strconv.Itoa(i)), Message: "no permissionHints entry for " + r})
+			out = append(out, Problem{File: file, Path: strictjson.Pointer("/requiresCapabilities", strconv.Itoa(i)), Message: "no permissionHints entry for " + r})
 		}
 	}
 	return out

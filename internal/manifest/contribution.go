@@ -11,6 +11,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/xemahq/xema/internal/capref"
+	"github.com/xemahq/xema/internal/strictjson"
 )
 
 // ParseContribution parses and validates one contribution file's bytes. The Contribution
@@ -62,18 +63,18 @@ func extraContributionChecks(file, prefix string, v any) []Problem {
 	if m == nil {
 		return nil
 	}
-	mp := pointer(prefix, "manifest")
+	mp := strictjson.Pointer(prefix, "manifest")
 	var out []Problem
 	for _, name := range []string{"inputSchema", "outputSchema"} {
 		if doc, ok := m[name].(map[string]any); ok {
-			out = append(out, schemaProblems(file, pointer(mp, name), doc)...)
+			out = append(out, schemaProblems(file, strictjson.Pointer(mp, name), doc)...)
 		}
 	}
-	out = append(out, refProblem(file, pointer(mp, "ref"), m["ref"])...)
+	out = append(out, refProblem(file, strictjson.Pointer(mp, "ref"), m["ref"])...)
 	if bindings, ok := m["requiredBindings"].([]any); ok {
 		for i, b := range bindings {
 			if bm, ok := b.(map[string]any); ok {
-				out = append(out, refProblem(file, pointer(mp, "requiredBindings", fmt.Sprint(i), "remedyCapabilityRef"), bm["remedyCapabilityRef"])...)
+				out = append(out, refProblem(file, strictjson.Pointer(mp, "requiredBindings", fmt.Sprint(i), "remedyCapabilityRef"), bm["remedyCapabilityRef"])...)
 			}
 		}
 	}
@@ -174,7 +175,7 @@ func decodeInto(file, prefix string, v any, dst any) *Problem {
 		if errors.As(err, &ute) {
 			path := prefix
 			if ute.Field != "" {
-				path = pointer(prefix, strings.Split(ute.Field, ".")...)
+				path = strictjson.Pointer(prefix, strings.Split(ute.Field, ".")...)
 			}
 			return &Problem{File: file, Path: path, Message: "must be " + typeNames([]string{goTypeName(ute.Type.Kind().String())}) + ", got " + ute.Value}
 		}

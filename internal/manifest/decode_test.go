@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/xemahq/xema/internal/strictjson"
 )
 
 func TestBadJSON(t *testing.T) {
@@ -31,7 +33,7 @@ func TestBadJSON(t *testing.T) {
 }
 
 func TestPointerEscaping(t *testing.T) {
-	if got := pointer("/a", "b/c", "d~e", ""); got != "/a/b~1c/d~0e/" {
+	if got := strictjson.Pointer("/a", "b/c", "d~e", ""); got != "/a/b~1c/d~0e/" {
 		t.Fatalf("pointer = %q", got)
 	}
 	_, problems := ParseContribution("x.json", []byte(`{"kind": "capability", "a/b~c": 1, "manifest": {}}`))

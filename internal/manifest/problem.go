@@ -3,7 +3,6 @@ package manifest
 import (
 	"cmp"
 	"slices"
-	"strings"
 )
 
 // Problem is one reason a biome or contribution is invalid.
@@ -24,19 +23,6 @@ func (p Problem) String() string {
 		return p.File + ": " + p.Message
 	}
 	return p.File + ": " + p.Path + ": " + p.Message
-}
-
-var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
-
-// pointer appends reference tokens to the JSON pointer base, escaping them per RFC 6901.
-func pointer(base string, tokens ...string) string {
-	var b strings.Builder
-	b.WriteString(base)
-	for _, t := range tokens {
-		b.WriteByte('/')
-		pointerEscaper.WriteString(&b, t)
-	}
-	return b.String()
 }
 
 // sortProblems orders problems deterministically: biome.json first, then by file, pointer

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/text/message"
 
 	"github.com/xemahq/xema/internal/capref"
+	"github.com/xemahq/xema/internal/strictjson"
 	"github.com/xemahq/xema/schemas"
 )
 
@@ -82,7 +83,7 @@ func leafProblems(ve *jsonschema.ValidationError, file, prefix string, out []Pro
 		}
 		return out
 	}
-	loc := pointer(prefix, ve.InstanceLocation...)
+	loc := strictjson.Pointer(prefix, ve.InstanceLocation...)
 	switch k := ve.ErrorKind.(type) {
 	case *kind.Required:
 		for _, f := range k.Missing {
@@ -90,7 +91,7 @@ func leafProblems(ve *jsonschema.ValidationError, file, prefix string, out []Pro
 		}
 	case *kind.AdditionalProperties:
 		for _, f := range k.Properties {
-			out = append(out, Problem{File: file, Path: pointer(loc, f), Message: "unknown field " + fieldName(f)})
+			out = append(out, Problem{File: file, Path: strictjson.Pointer(loc, f), Message: "unknown field " + fieldName(f)})
 		}
 	default:
 		out = append(out, Problem{File: file, Path: loc, Message: phrase(ve)})
