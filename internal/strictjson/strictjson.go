@@ -226,11 +226,17 @@ var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
 // Pointer appends reference tokens to the JSON pointer base, escaping them per
 // RFC 6901.
 func Pointer(base string, tokens ...string) string {
+	if len(tokens) == 0 {
+		return base
+	}
 	var b strings.Builder
 	b.WriteString(base)
 	for _, t := range tokens {
 		b.WriteByte('/')
-		pointerEscaper.WriteString(&b, t)
+		if strings.ContainsAny(t, "~/") { // rare: escaping allocates, plain names need not
+			t = pointerEscaper.Replace(t)
+		}
+		b.WriteString(t)
 	}
 	return b.String()
 }
