@@ -24,7 +24,9 @@ import (
 	"github.com/xemahq/xema/internal/admin"
 	"github.com/xemahq/xema/internal/approval"
 	"github.com/xemahq/xema/internal/audit"
+	"github.com/xemahq/xema/internal/binding"
 	"github.com/xemahq/xema/internal/catalog"
+	"github.com/xemahq/xema/internal/credential"
 	"github.com/xemahq/xema/internal/demo"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/grant"
@@ -64,7 +66,8 @@ type App struct {
 	Policy    *policy.Engine
 	Publisher *catalog.Publisher
 	Gateway   *gateway.Gateway
-	Outbox    *demo.Outbox
+	// Bindings resolves connector capabilities through org-level provider bindings.
+	Bindings  *binding.Service
 	Approvals *approval.Service
 
 	envs     grant.Environments
@@ -94,7 +97,14 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	a := &App{Store: st, Kernel: kernel.New(), Catalog: catalog.New(st), Policy: eng,
 		envs: grant.DefaultEnvironments(), profiles: grant.Builtin(), loadedAt: -1}
 	a.Publisher = &catalog.Publisher{Store: st, Kernel: a.Kernel, Envs: a.envs, Profiles: a.profiles, Changed: a.Rebuild}
-	if a.Outbox, err = demo.Serve(a.Kernel); err != nil {
+	if a.Bindings, err = bindings(cfg.DataDir, st); err != nil {
+		return nil, a.closeWith(err)
+	}
+	a.Publisher.HasBinding = a.Bindings.Serves
+	if err := binding.Register(a.Kernel, a.Bindings); err != nil {
+		return nil, a.closeWith(err)
+	}
+	if err := demo.Serve(a.Kernel); err != nil {
 		return nil, a.closeWith(err)
 	}
 	if err := admin.Register(a.Kernel, a.Publisher); err != nil {
@@ -117,11 +127,22 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, a.closeWith(err)
 	}
 	a.Gateway = &gateway.Gateway{Catalog: a.Catalog, Policy: eng, Audit: &audit.Log{Store: st},
-		Kernel: a.Kernel, HTTP: &http.Client{}}
+		Kernel: a.Kernel, HTTP: &http.Client{}, Resolvers: []gateway.Resolver{a.Bindings}}
 	a.Gateway.Limiter = &ratelimit.Limiter{Counter: st}
 	a.Gateway.Approvals, a.Approvals.Gateway = a.Approvals, a.Gateway
 	a.dsn = cfg.StoreDSN
 	return a, nil
+}
+
+// bindings opens the credential keyring (XEMA_SECRET_KEY, or a key file created under
+// dataDir at first start) and the binding service over st.
+func bindings(dataDir string, st store.Store) (*binding.Service, error) {
+	keys, err := credential.OpenKeys(dataDir)
+	if err != nil {
+		return nil, fmt.Errorf("credentials: %w", err)
+	}
+	return &binding.Service{Store: st, Vault: &credential.Vault{Store: st, Keys: keys}, Providers: binding.Providers(),
+		HTTP: &http.Client{}}, nil
 }
 
 func (a *App) closeWith(err error) error {

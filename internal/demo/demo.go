@@ -1,7 +1,8 @@
 // Package demo serves the demo biome (biomes/demo) with in-process handlers: a small
-// built-in knowledge-base page store, a workflow starter that queues runs, and a chat outbox.
-// They exist so a fresh `make run` can show a real invoke, denial and why-denied without any
-// external provider; the outbox keeps messages in memory and delivers them nowhere.
+// built-in knowledge-base page store and a workflow starter that queues runs. They exist so a
+// fresh `make run` can show a real invoke, denial and why-denied without any external
+// provider. The demo's connector:channel.send-message@1 is served by the chat connectors
+// through a conversation binding (internal/binding), never by a stand-in.
 package demo
 
 import (
@@ -11,8 +12,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"sync"
-	"time"
 
 	"github.com/xemahq/xema/internal/kernel"
 	"github.com/xemahq/xema/internal/runner"
@@ -24,33 +23,17 @@ var pages = map[string]struct{ Title, Body string }{
 	"oncall":   {"On-call", "# On-call\nPage the primary first; escalate after 15 minutes."},
 }
 
-// Outbox records the messages the demo chat connector "sent".
-type Outbox struct {
-	mu       sync.Mutex
-	Messages []Message
-}
-
-// Message is one sent message.
-type Message struct {
-	MessageID    string `json:"messageId"`
-	Conversation string `json:"conversation"`
-	Text         string `json:"-"`
-	SentAt       string `json:"sentAt"`
-}
-
-// Serve installs the demo runners into reg and returns the chat outbox.
-func Serve(reg *kernel.Registry) (*Outbox, error) {
-	out := &Outbox{}
+// Serve installs the demo runners into reg.
+func Serve(reg *kernel.Registry) error {
 	for ref, h := range map[string]kernel.Handler{
-		"kb:page.read@1":                   readPage,
-		"workflow:run.start@1":             startRun,
-		"connector:channel.send-message@1": out.send,
+		"kb:page.read@1":       readPage,
+		"workflow:run.start@1": startRun,
 	} {
 		if err := reg.Serve(ref, h); err != nil {
-			return nil, fmt.Errorf("demo: %w", err)
+			return fmt.Errorf("demo: %w", err)
 		}
 	}
-	return out, nil
+	return nil
 }
 
 func readPage(_ context.Context, call kernel.Call) (any, error) {
@@ -75,22 +58,6 @@ func startRun(_ context.Context, call kernel.Call) (any, error) {
 		return nil, fmt.Errorf("decode validated input: %w", err)
 	}
 	return map[string]string{"runId": "run_" + randomHex(), "workflowId": in.WorkflowID, "status": "queued"}, nil
-}
-
-func (o *Outbox) send(_ context.Context, call kernel.Call) (any, error) {
-	var in struct {
-		Conversation string `json:"conversation"`
-		Text         string `json:"text"`
-	}
-	if err := json.Unmarshal(call.Input, &in); err != nil {
-		return nil, fmt.Errorf("decode validated input: %w", err)
-	}
-	m := Message{MessageID: "msg_" + randomHex(), Conversation: in.Conversation, Text: in.Text,
-		SentAt: time.Now().UTC().Format(time.RFC3339)}
-	o.mu.Lock()
-	o.Messages = append(o.Messages, m)
-	o.mu.Unlock()
-	return m, nil
 }
 
 func randomHex() string {

@@ -65,6 +65,7 @@ func (s *Server) Handler() http.Handler {
 	v1.POST("/capabilities/invoke", s.invoke)
 	s.metaRoutes(v1)
 	s.adminRoutes(v1)
+	s.bindingRoutes(v1)
 	s.mcpServerRoutes(v1)
 	s.auditRoutes(v1)
 	s.approvalRoutes(v1)

@@ -1,0 +1,118 @@
+package binding
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/xemahq/xema/internal/credential"
+	"github.com/xemahq/xema/internal/inputschema"
+	"github.com/xemahq/xema/internal/kernel"
+	"github.com/xemahq/xema/internal/runner"
+)
+
+// Refs of the admin capabilities behind /v1/bindings and /v1/credentials.
+const (
+	RefCreate           = "binding:create@1"
+	RefList             = "binding:list@1"
+	RefDelete           = "binding:delete@1"
+	RefCredentialCreate = "credential:create@1"
+	RefCredentialList   = "credential:list@1"
+	RefCredentialDelete = "credential:delete@1"
+)
+
+//go:embed contributions/*.json
+var descriptors embed.FS
+
+// Deleted answers a delete.
+type Deleted struct {
+	ID      string `json:"id"`
+	Deleted bool   `json:"deleted"`
+}
+
+// Register queues the binding and credential admin capabilities on reg. They run through
+// the funnel like every capability, held by their humanBaseline (org administrators).
+func Register(reg *kernel.Registry, s *Service) error {
+	handlers := map[string]kernel.Handler{
+		"contributions/binding-create.json": func(ctx context.Context, call kernel.Call) (any, error) {
+			var spec Spec
+			if err := json.Unmarshal(call.Input, &spec); err != nil {
+				return nil, fmt.Errorf("decode validated input: %w", err)
+			}
+			return s.Create(ctx, call.Exec, spec)
+		},
+		"contributions/binding-list.json": func(ctx context.Context, call kernel.Call) (any, error) {
+			bs, err := s.List(ctx, call.Exec)
+			return map[string]any{"bindings": bs}, err
+		},
+		"contributions/binding-delete.json": func(ctx context.Context, call kernel.Call) (any, error) {
+			id, err := idOf(call.Input)
+			if err != nil {
+				return nil, err
+			}
+			if err := s.Delete(ctx, call.Exec, id); err != nil {
+				return nil, err
+			}
+			return Deleted{ID: id, Deleted: true}, nil
+		},
+		"contributions/credential-create.json": func(ctx context.Context, call kernel.Call) (any, error) {
+			var in struct {
+				Name     string `json:"name"`
+				Provider string `json:"provider"`
+				Secret   string `json:"secret"`
+			}
+			if err := json.Unmarshal(call.Input, &in); err != nil {
+				return nil, fmt.Errorf("decode validated input")
+			}
+			if _, ok := s.Providers[in.Provider]; !ok {
+				return nil, &runner.Error{Status: http.StatusBadRequest, Code: credential.CodeInvalid,
+					Message:    fmt.Sprintf("/provider: unknown provider %q (known: %s)", in.Provider, strings.Join(s.Providers.Names(), ", ")),
+					Violations: []inputschema.Violation{{Path: "/provider", Message: "unknown provider"}}}
+			}
+			return s.Vault.Create(ctx, credential.New{Org: OrgOf(call.Exec), Name: in.Name, Provider: in.Provider,
+				Secret: credential.NewSecret(in.Secret)}, call.Exec.Subject.Ref)
+		},
+		"contributions/credential-list.json": func(ctx context.Context, call kernel.Call) (any, error) {
+			cs, err := s.Vault.List(ctx, OrgOf(call.Exec))
+			return map[string]any{"credentials": cs}, err
+		},
+		"contributions/credential-delete.json": func(ctx context.Context, call kernel.Call) (any, error) {
+			id, err := idOf(call.Input)
+			if err != nil {
+				return nil, err
+			}
+			meta, err := s.Vault.Get(ctx, id)
+			if err == nil && meta.Org != OrgOf(call.Exec) {
+				return nil, runner.ClientError(http.StatusNotFound, credential.CodeNotFound, "no credential %q", id)
+			}
+			if err != nil {
+				return nil, err
+			}
+			if err := s.Vault.Delete(ctx, id); err != nil {
+				return nil, err
+			}
+			return Deleted{ID: id, Deleted: true}, nil
+		},
+	}
+	for file, h := range handlers {
+		raw, err := descriptors.ReadFile(file)
+		if err != nil {
+			return fmt.Errorf("binding descriptor %s: %w", file, err)
+		}
+		reg.Register(kernel.Registration{Contribution: raw, Handler: h})
+	}
+	return nil
+}
+
+func idOf(input json.RawMessage) (string, error) {
+	var in struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(input, &in); err != nil {
+		return "", fmt.Errorf("decode validated input: %w", err)
+	}
+	return in.ID, nil
+}

@@ -1,0 +1,139 @@
+package binding
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/xemahq/xema/internal/catalog"
+	"github.com/xemahq/xema/internal/connector"
+	"github.com/xemahq/xema/internal/credential"
+	"github.com/xemahq/xema/internal/gateway"
+	"github.com/xemahq/xema/internal/identity"
+	"github.com/xemahq/xema/internal/kernel"
+	"github.com/xemahq/xema/internal/runner"
+	"github.com/xemahq/xema/internal/store"
+)
+
+var _ gateway.Resolver = (*Service)(nil)
+
+// Serves reports whether a provider connector serves ref: such a ref is reachable through an
+// org-level provider binding (catalog.Publisher.HasBinding), and its call fails with
+// MISSING_BINDING until an admin binds it.
+func (s *Service) Serves(ref string) bool { return s.Providers.Serves(ref) }
+
+// Resolve implements gateway.Resolver. For a chat ref it checks that the caller's org has a
+// binding for the ref at all; the conversation's binding is chosen at run time from the
+// input. For other refs it picks the binding now and checks its credential exists.
+func (s *Service) Resolve(ctx context.Context, ec identity.ExecContext, entry *catalog.Entry) (runner.Runner, bool, error) {
+	ref := entry.Ref()
+	if !s.Serves(ref) {
+		return nil, false, nil
+	}
+	bs, err := s.Store.ListBindings(ctx, OrgOf(ec))
+	if err != nil {
+		return nil, false, &gateway.Error{Status: http.StatusServiceUnavailable, Code: gateway.CodeStoreUnavailable,
+			Message: "bindings unavailable; the call was denied (fail closed)"}
+	}
+	if s.conversational(ref) {
+		if !anyConversation(bs, ec, ref) {
+			return nil, false, missingBinding(ec, ref)
+		}
+		return &Runner{svc: s, bindings: bs, ref: ref}, true, nil
+	}
+	b, ok := Select(bs, ec, ref, "")
+	if !ok {
+		return nil, false, missingBinding(ec, ref)
+	}
+	if _, err := s.Store.GetCredential(ctx, b.CredentialID); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, false, &gateway.Error{Status: http.StatusBadGateway, Code: credential.CodeMissingCredential,
+				Message: fmt.Sprintf("binding %s of %s names credential %s, which does not exist; an admin must store it", b.ID, ref, b.CredentialID)}
+		}
+		return nil, false, &gateway.Error{Status: http.StatusServiceUnavailable, Code: gateway.CodeStoreUnavailable,
+			Message: "credentials unavailable; the call was denied (fail closed)"}
+	}
+	return &Runner{svc: s, bindings: bs, ref: ref, chosen: &b}, true, nil
+}
+
+func (s *Service) conversational(ref string) bool {
+	for _, p := range s.Providers {
+		if _, ok := p.Handlers[ref]; ok && p.Conversational {
+			return true
+		}
+	}
+	return false
+}
+
+func anyConversation(bs []store.Binding, ec identity.ExecContext, ref string) bool {
+	for _, b := range bs {
+		if b.Conversation != "" {
+			if _, ok := Select([]store.Binding{b}, ec, ref, b.Conversation); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func missingBinding(ec identity.ExecContext, ref string) *gateway.Error {
+	where := "org " + OrgOf(ec)
+	if ec.Project != "" {
+		where += ", project " + ec.Project
+	}
+	return &gateway.Error{Status: http.StatusBadGateway, Code: CodeMissingBinding,
+		Message: fmt.Sprintf("no provider binding serves %s for %s in environment %s; an org admin must create one (POST /v1/bindings)", ref, where, ec.Environment)}
+}
+
+// Runner runs one call through a binding's connector.
+type Runner struct {
+	svc      *Service
+	bindings []store.Binding
+	ref      string
+	chosen   *store.Binding // nil for chat: chosen from the input's conversation
+}
+
+// Kind is "connector".
+func (*Runner) Kind() string { return "connector" }
+
+// Run opens the bound credential and calls the provider.
+func (r *Runner) Run(ctx context.Context, call kernel.Call) (json.RawMessage, error) {
+	b := r.chosen
+	if b == nil {
+		var in struct {
+			Conversation string `json:"conversation"`
+		}
+		_ = json.Unmarshal(call.Input, &in)
+		found, ok := Select(r.bindings, call.Exec, r.ref, in.Conversation)
+		if !ok || in.Conversation == "" {
+			return nil, runner.ClientError(http.StatusNotFound, CodeUnknownConversation,
+				"no conversation %q is bound for you; an admin binds a conversation to Slack or Telegram", in.Conversation)
+		}
+		b = &found
+	}
+	p, ok := r.svc.Providers[b.Provider]
+	if !ok {
+		return nil, &runner.Error{Status: http.StatusBadGateway, Code: "BINDING_INVALID",
+			Message: fmt.Sprintf("binding %s names provider %q, which this gateway does not have", b.ID, b.Provider)}
+	}
+	h, ok := p.Handlers[r.ref]
+	if !ok {
+		return nil, &runner.Error{Status: http.StatusBadGateway, Code: "BINDING_INVALID",
+			Message: fmt.Sprintf("binding %s: provider %s does not serve %s", b.ID, b.Provider, r.ref)}
+	}
+	token, err := r.svc.Vault.Open(ctx, b.CredentialID)
+	if err != nil {
+		var re *runner.Error
+		if errors.As(err, &re) && re.Code == credential.CodeNotFound {
+			return nil, &runner.Error{Status: http.StatusBadGateway, Code: credential.CodeMissingCredential,
+				Message: fmt.Sprintf("binding %s names credential %s, which does not exist", b.ID, b.CredentialID)}
+		}
+		return nil, err
+	}
+	out, err := runner.Kernel{Handler: func(ctx context.Context, call kernel.Call) (any, error) {
+		return h(ctx, connector.Target{BaseURL: b.BaseURL, Config: b.Config, Token: token, HTTP: r.svc.HTTP}, call)
+	}}.Run(ctx, call)
+	return out, err
+}

@@ -1,0 +1,136 @@
+package connector
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/xemahq/xema/internal/runner"
+)
+
+// MaxResponseBytes bounds what a connector reads from a provider.
+const MaxResponseBytes = 1 << 20
+
+// DefaultTimeout bounds one provider call when ctx has no earlier deadline.
+const DefaultTimeout = 30 * time.Second
+
+// Request is one provider call.
+type Request struct {
+	Method string
+	URL    string
+	Body   any               // marshalled as JSON when not nil
+	Header map[string]string // the provider's auth header goes here, nowhere else
+}
+
+// Response is a provider's answer.
+type Response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// Decode unmarshals the body into v; a body that is not the expected JSON is a typed error.
+func (r *Response) Decode(provider string, v any) error {
+	if err := json.Unmarshal(r.Body, v); err != nil {
+		return &runner.Error{Code: runner.CodeBadResponse, ProviderStatus: r.Status,
+			Message: provider + " answered with a body that is not the expected JSON"}
+	}
+	return nil
+}
+
+// Do sends req with the target's client. Transport failures become PROVIDER_UNREACHABLE or
+// PROVIDER_TIMEOUT with a message of ours: a *url.Error's text holds the URL, and some
+// providers (Telegram) carry the credential in the URL.
+func Do(ctx context.Context, t Target, provider string, req Request) (*Response, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
+		defer cancel()
+	}
+	var body io.Reader
+	if req.Body != nil {
+		raw, err := json.Marshal(req.Body)
+		if err != nil {
+			return nil, fmt.Errorf("encode %s request: %w", provider, err)
+		}
+		body = bytes.NewReader(raw)
+	}
+	hr, err := http.NewRequestWithContext(ctx, req.Method, req.URL, body)
+	if err != nil {
+		return nil, &runner.Error{Code: runner.CodeUnreachable, Message: provider + " request could not be built from the binding's base URL"}
+	}
+	hr.Header.Set("Accept", "application/json")
+	if body != nil {
+		hr.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range req.Header {
+		hr.Header.Set(k, v)
+	}
+	client := t.HTTP
+	if client == nil {
+		client = http.DefaultClient
+	}
+	resp, err := client.Do(hr)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return nil, &runner.Error{Code: runner.CodeProviderTimeout, Message: provider + " did not answer in time"}
+		}
+		return nil, &runner.Error{Code: runner.CodeUnreachable, Message: provider + " could not be reached at the binding's base URL"}
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes))
+	if err != nil {
+		return nil, &runner.Error{Code: runner.CodeUnreachable, ProviderStatus: resp.StatusCode, Message: provider + " answer could not be read"}
+	}
+	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: raw}, nil
+}
+
+// Failure is the typed error for a non-2xx answer whose meaning is common to providers:
+// 401 a rejected credential, 403 a credential without the permission, 429 a rate limit.
+// Anything else is PROVIDER_ERROR. The provider's body is never echoed: it may quote input
+// or headers back.
+func Failure(provider string, r *Response) *runner.Error {
+	e := &runner.Error{ProviderStatus: r.Status}
+	switch r.Status {
+	case http.StatusUnauthorized:
+		e.Code, e.Status = CodeCredentialRejected, http.StatusBadGateway
+		e.Message = provider + " rejected the bound credential; an admin must replace it"
+	case http.StatusForbidden:
+		e.Code, e.Status = CodeCredentialForbidden, http.StatusBadGateway
+		e.Message = provider + " refused the bound credential the permission for this call"
+	case http.StatusTooManyRequests:
+		e.Code, e.Status = CodeRateLimited, http.StatusTooManyRequests
+		e.Message = provider + " rate-limited the call" + retryAfter(r.Header)
+	default:
+		e.Code = runner.CodeProviderError
+		e.Message = fmt.Sprintf("%s answered HTTP %d", provider, r.Status)
+	}
+	return e
+}
+
+// ClientFailure is a typed error for a provider answer that is the caller's to fix (a
+// missing branch, an existing change request): status is what the caller gets.
+func ClientFailure(r *Response, status int, code, message string) *runner.Error {
+	return &runner.Error{Status: status, Code: code, Message: message, ProviderStatus: r.Status}
+}
+
+func retryAfter(h http.Header) string {
+	if v := strings.TrimSpace(h.Get("Retry-After")); v != "" {
+		return "; retry after " + v + "s"
+	}
+	return ""
+}
+
+// OK reports a 2xx status.
+func (r *Response) OK() bool { return r.Status >= 200 && r.Status < 300 }
+
+// Join appends path to a base URL without doubling slashes.
+func Join(base, path string) string {
+	return strings.TrimRight(base, "/") + path
+}

@@ -1,0 +1,125 @@
+// Package scm is the source-control family: connector:scm.create-pull-request@1 and
+// connector:scm.merge@1 for GitHub (REST 2022-11-28), GitLab (REST v4) and Gitea (API v1).
+// Every provider answers the same change-request record, so a binding can point at another
+// provider without the caller noticing.
+package scm
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"github.com/xemahq/xema/internal/connector"
+	"github.com/xemahq/xema/internal/kernel"
+)
+
+// Refs of the family.
+const (
+	RefCreatePullRequest = "connector:scm.create-pull-request@1"
+	RefMerge             = "connector:scm.merge@1"
+)
+
+// Change-request statuses, the same for every provider.
+const (
+	StatusOpen   = "open"
+	StatusClosed = "closed"
+	StatusMerged = "merged"
+)
+
+// ChangeRequest is the answer of both capabilities (the spec's change-request record).
+type ChangeRequest struct {
+	ID           string `json:"id"`
+	ExternalID   string `json:"externalId"`
+	SourceBranch string `json:"sourceBranch"`
+	TargetBranch string `json:"targetBranch"`
+	Title        string `json:"title"`
+	Status       string `json:"status"`
+	CreatedAt    string `json:"createdAt"`
+	UpdatedAt    string `json:"updatedAt"`
+}
+
+// CreateInput is the input of connector:scm.create-pull-request@1.
+type CreateInput struct {
+	SourceBranch string `json:"sourceBranch"`
+	TargetBranch string `json:"targetBranch"`
+	Title        string `json:"title"`
+	Description  string `json:"description"`
+}
+
+// MergeInput is the input of connector:scm.merge@1: the externalId a create answered.
+type MergeInput struct {
+	ExternalID string `json:"externalId"`
+	Method     string `json:"method"` // merge (default) | squash | rebase
+}
+
+// api is what differs between providers: how to open, merge and read a change request.
+type api interface {
+	name() string
+	create(ctx context.Context, t connector.Target, repo connector.Repository, in CreateInput) (ChangeRequest, error)
+	merge(ctx context.Context, t connector.Target, repo connector.Repository, number int, method string) (ChangeRequest, error)
+}
+
+// Handlers returns the family's handlers for provider ("github", "gitlab" or "gitea").
+func Handlers(provider string) map[string]connector.Handler {
+	var a api
+	switch provider {
+	case "github":
+		a = github{}
+	case "gitlab":
+		a = gitlab{}
+	case "gitea":
+		a = gitea{}
+	default:
+		return nil
+	}
+	return map[string]connector.Handler{
+		RefCreatePullRequest: func(ctx context.Context, t connector.Target, call kernel.Call) (any, error) {
+			var in CreateInput
+			if err := json.Unmarshal(call.Input, &in); err != nil {
+				return nil, fmt.Errorf("decode validated input: %w", err)
+			}
+			repo, err := connector.BoundRepository(t)
+			if err != nil {
+				return nil, err
+			}
+			cr, err := a.create(ctx, t, repo, in)
+			if err != nil {
+				return nil, err
+			}
+			return stamp(a.name(), t, repo, cr), nil
+		},
+		RefMerge: func(ctx context.Context, t connector.Target, call kernel.Call) (any, error) {
+			var in MergeInput
+			if err := json.Unmarshal(call.Input, &in); err != nil {
+				return nil, fmt.Errorf("decode validated input: %w", err)
+			}
+			number, err := strconv.Atoi(in.ExternalID)
+			if err != nil || number <= 0 {
+				return nil, connector.InvalidInput("/externalId", "must be the externalId a create answered (a positive number)")
+			}
+			if in.Method == "" {
+				in.Method = "merge"
+			}
+			repo, err := connector.BoundRepository(t)
+			if err != nil {
+				return nil, err
+			}
+			cr, err := a.merge(ctx, t, repo, number, in.Method)
+			if err != nil {
+				return nil, err
+			}
+			return stamp(a.name(), t, repo, cr), nil
+		},
+	}
+}
+
+// stamp sets the record's id: stable for one change request of one bound repository, and
+// opaque (it names no provider URL).
+func stamp(provider string, t connector.Target, repo connector.Repository, cr ChangeRequest) ChangeRequest {
+	h := sha256.Sum256([]byte(provider + "\x00" + t.BaseURL + "\x00" + repo.FullName() + "\x00" + cr.ExternalID))
+	cr.ID = "cr_" + hex.EncodeToString(h[:10])
+	return cr
+}

@@ -1,0 +1,228 @@
+// Package credential brokers provider credentials: they are sealed at rest with
+// internal/secretbox (AES-256-GCM, rotatable keyring), accepted over the API write-only, and
+// opened only by a connector at the moment it calls its provider. No method returns a secret
+// in a form that prints: Secret redacts itself in fmt, JSON and slog.
+package credential
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"time"
+
+	"github.com/xemahq/xema/internal/runner"
+	"github.com/xemahq/xema/internal/store"
+)
+
+// Error codes of credential operations.
+const (
+	CodeInvalid           = "INVALID_CREDENTIAL"
+	CodeNotFound          = "CREDENTIAL_NOT_FOUND"
+	CodeInUse             = "CREDENTIAL_IN_USE"
+	CodeUnavailable       = "CREDENTIAL_UNAVAILABLE"
+	CodeMissingCredential = "MISSING_CREDENTIAL"
+)
+
+// MaxSecretBytes bounds a stored secret (provider tokens are far shorter).
+const MaxSecretBytes = 4096
+
+// Secret is a plaintext credential. It prints, marshals and logs as "[redacted]"; only
+// Reveal gives the value, for the provider's header.
+type Secret struct{ v string }
+
+// Reveal returns the plaintext.
+func (s Secret) Reveal() string { return s.v }
+
+// String redacts.
+func (Secret) String() string { return "[redacted]" }
+
+// GoString redacts.
+func (Secret) GoString() string { return "[redacted]" }
+
+// MarshalJSON redacts.
+func (Secret) MarshalJSON() ([]byte, error) { return []byte(`"[redacted]"`), nil }
+
+// LogValue redacts.
+func (Secret) LogValue() slog.Value { return slog.StringValue("[redacted]") }
+
+// Metadata is everything about a credential that may be shown: never the secret.
+type Metadata struct {
+	ID        string `json:"id"`
+	Org       string `json:"org"`
+	Name      string `json:"name"`
+	Provider  string `json:"provider"`
+	KeyID     string `json:"keyId"`
+	CreatedBy string `json:"createdBy"`
+	CreatedAt string `json:"createdAt"`
+}
+
+func metadataOf(c store.Credential) Metadata {
+	return Metadata{ID: c.ID, Org: c.Org, Name: c.Name, Provider: c.Provider, KeyID: c.KeyID,
+		CreatedBy: c.CreatedBy, CreatedAt: c.CreatedAt.Format(time.RFC3339)}
+}
+
+// Vault seals, stores and opens credentials.
+type Vault struct {
+	Store store.BindingStore
+	Keys  *Keys
+}
+
+// New is one credential to store.
+type New struct {
+	Org      string
+	Name     string
+	Provider string
+	Secret   Secret
+}
+
+// NewSecret wraps a plaintext received from an admin.
+func NewSecret(plaintext string) Secret { return Secret{v: plaintext} }
+
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9 ._-]{0,100}$`)
+
+// Create seals and stores a credential and returns its metadata.
+func (v *Vault) Create(ctx context.Context, in New, createdBy string) (Metadata, error) {
+	switch {
+	case in.Secret.v == "":
+		return Metadata{}, invalid("/secret", "is required")
+	case len(in.Secret.v) > MaxSecretBytes:
+		return Metadata{}, invalid("/secret", fmt.Sprintf("is longer than %d bytes", MaxSecretBytes))
+	case !namePattern.MatchString(in.Name):
+		return Metadata{}, invalid("/name", "must be at most 100 letters, digits, spaces, '.', '_' or '-'")
+	}
+	kr, err := v.Keys.Current()
+	if err != nil {
+		return Metadata{}, unavailable(err)
+	}
+	id := newID()
+	sealed, err := kr.Seal([]byte(in.Secret.v), aad(id))
+	if err != nil {
+		return Metadata{}, unavailable(err)
+	}
+	c := store.Credential{ID: id, Org: in.Org, Name: in.Name, Provider: in.Provider, Sealed: sealed,
+		KeyID: kr.KeyID(), CreatedBy: createdBy, CreatedAt: time.Now().UTC()}
+	if err := v.Store.PutCredential(ctx, c); err != nil {
+		return Metadata{}, fmt.Errorf("store credential %s: %w", id, err)
+	}
+	return metadataOf(store.Credential{ID: id, Org: c.Org, Name: c.Name, Provider: c.Provider, KeyID: c.KeyID,
+		CreatedBy: c.CreatedBy, CreatedAt: store.Stamp(c.CreatedAt)}), nil
+}
+
+// Get returns a credential's metadata; ErrNotFound-wrapping typed error when unknown.
+func (v *Vault) Get(ctx context.Context, id string) (Metadata, error) {
+	c, err := v.Store.GetCredential(ctx, id)
+	if err != nil {
+		return Metadata{}, lookupError(id, err)
+	}
+	return metadataOf(c), nil
+}
+
+// List returns the metadata of org's credentials.
+func (v *Vault) List(ctx context.Context, org string) ([]Metadata, error) {
+	cs, err := v.Store.ListCredentials(ctx, org)
+	if err != nil {
+		return nil, fmt.Errorf("list credentials: %w", err)
+	}
+	out := make([]Metadata, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, metadataOf(c))
+	}
+	return out, nil
+}
+
+// Delete removes an unused credential.
+func (v *Vault) Delete(ctx context.Context, id string) error {
+	err := v.Store.DeleteCredential(ctx, id)
+	if errors.Is(err, store.ErrConflict) {
+		return runner.ClientError(http.StatusConflict, CodeInUse, "credential %s is used by a binding; delete the binding first", id)
+	}
+	if err != nil {
+		return lookupError(id, err)
+	}
+	return nil
+}
+
+// Open returns the plaintext of credential id, for a connector's outbound call.
+func (v *Vault) Open(ctx context.Context, id string) (Secret, error) {
+	c, err := v.Store.GetCredential(ctx, id)
+	if err != nil {
+		return Secret{}, lookupError(id, err)
+	}
+	kr, err := v.Keys.Current()
+	if err != nil {
+		return Secret{}, unavailable(err)
+	}
+	pt, err := kr.Open(c.Sealed, aad(id))
+	if err != nil {
+		return Secret{}, unavailable(err)
+	}
+	return Secret{v: string(pt)}, nil
+}
+
+// Rotate puts a new key first in the keyring file (keeping the old ones so values sealed
+// under them still open), reseals every credential under it in one transaction, and, when
+// prune is set, then drops the old keys. With a keyring from XEMA_SECRET_KEY the operator
+// lists the new key first there; Rotate then only reseals. It returns the new key id and the
+// number of credentials resealed.
+func (v *Vault) Rotate(ctx context.Context, prune bool) (string, int, error) {
+	if v.Keys.path != "" {
+		if err := prependKey(v.Keys.path); err != nil {
+			return "", 0, err
+		}
+	}
+	kr, err := v.Keys.Current()
+	if err != nil {
+		return "", 0, err
+	}
+	n, err := v.Store.ResealCredentials(ctx, func(c store.Credential) (string, string, error) {
+		pt, err := kr.Open(c.Sealed, aad(c.ID))
+		if err != nil {
+			return "", "", err
+		}
+		sealed, err := kr.Seal(pt, aad(c.ID))
+		return sealed, kr.KeyID(), err
+	})
+	if err != nil {
+		return "", 0, fmt.Errorf("rotate: %w", err)
+	}
+	if prune && v.Keys.path != "" {
+		if err := keepNewest(v.Keys.path); err != nil {
+			return "", 0, err
+		}
+	}
+	return kr.KeyID(), n, nil
+}
+
+// aad binds a sealed value to its credential id: a sealed value copied onto another
+// credential does not open.
+func aad(id string) []byte { return []byte("credential:" + id) }
+
+func newID() string {
+	var b [10]byte
+	_, _ = rand.Read(b[:])
+	return "cred_" + hex.EncodeToString(b[:])
+}
+
+func invalid(path, problem string) error {
+	return &runner.Error{Status: http.StatusBadRequest, Code: CodeInvalid, Message: path + " " + problem}
+}
+
+func lookupError(id string, err error) error {
+	if errors.Is(err, store.ErrNotFound) {
+		return runner.ClientError(http.StatusNotFound, CodeNotFound, "no credential %q", id)
+	}
+	return fmt.Errorf("credential %s: %w", id, err)
+}
+
+// unavailable hides the keyring's details from callers (they are logged for operators; they
+// never hold a secret).
+func unavailable(err error) error {
+	slog.Error("credential keyring unavailable", "err", err)
+	return &runner.Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+		Message: "the credential keyring is unavailable; the call was not made (fail closed)"}
+}
