@@ -1,9 +1,9 @@
 // Command load measures the whole funnel against a stock OPA in one run: it starts `xema serve`
-// (SQLite, demo biome granted) and `opa run --server` on the gateway's own bundle, then drives
-// each with the same closed-loop generator (N workers, each sending its next request when the
+// (SQLite, or the PostgreSQL of -store; demo biome granted) and `opa run --server` on the
+// gateway's own bundle, then drives each with the same closed-loop generator (N workers, each sending its next request when the
 // previous one is answered), bounded by a request count and a duration, loopback only.
 //
-//	go run ./test/load -xema bin/xema -opa OPA_BINARY -workers 8 -duration 15s
+//	go run ./test/load -xema bin/xema -opa OPA_BINARY -workers 8 -duration 15s [-store postgres://...]
 package main
 
 import (
@@ -35,6 +35,7 @@ func main() {
 	flag.StringVar(&cfg.xema, "xema", "bin/xema", "xema binary")
 	flag.StringVar(&cfg.opa, "opa", "", "stock opa binary (built from the module version in go.mod)")
 	flag.StringVar(&cfg.biomes, "biomes", "biomes", "biomes directory of the demo")
+	flag.StringVar(&cfg.store, "store", "", "xema serve --store: empty for SQLite in a temporary directory, or postgres://... of an empty database")
 	flag.IntVar(&cfg.workers, "workers", 8, "concurrent closed-loop workers")
 	flag.IntVar(&cfg.count, "count", 200000, "at most this many requests per target")
 	flag.DurationVar(&cfg.duration, "duration", 15*time.Second, "at most this long per target")
@@ -47,9 +48,9 @@ func main() {
 }
 
 type config struct {
-	xema, opa, biomes string
-	workers, count    int
-	duration, warmup  time.Duration
+	xema, opa, biomes, store string
+	workers, count           int
+	duration, warmup         time.Duration
 }
 
 // target is one endpoint and the body every request sends.
@@ -74,7 +75,7 @@ func run(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	gw := exec.CommandContext(ctx, cfg.xema, "serve", "--addr", xemaAddr, "--data-dir", dir, "--biomes", cfg.biomes)
+	gw := exec.CommandContext(ctx, cfg.xema, "serve", "--addr", xemaAddr, "--data-dir", dir, "--biomes", cfg.biomes, "--store", cfg.store)
 	if err := start(gw, filepath.Join(dir, "xema.log")); err != nil {
 		return err
 	}
@@ -131,8 +132,12 @@ func run(ctx context.Context, cfg config) error {
 				return status == http.StatusOK && bytes.Contains(body, []byte(`"allow":true`))
 			}},
 	}
-	fmt.Printf("machine: %s/%s, %d CPUs, %s; workers %d, at most %d requests or %s per target (after %s warm-up)\n\n",
-		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), cfg.workers, cfg.count, cfg.duration, cfg.warmup)
+	engine := "sqlite"
+	if cfg.store != "" {
+		engine = "postgres"
+	}
+	fmt.Printf("machine: %s/%s, %d CPUs, %s; store %s; workers %d, at most %d requests or %s per target (after %s warm-up)\n\n",
+		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), engine, cfg.workers, cfg.count, cfg.duration, cfg.warmup)
 	fmt.Println("| target | requests | errors | RPS | p50 | p99 |")
 	fmt.Println("|---|---|---|---|---|---|")
 	var results []result
