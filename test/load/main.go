@@ -1,7 +1,8 @@
 // Command load measures the whole funnel against a stock OPA in one run: it starts `xema serve`
 // (SQLite, or the PostgreSQL of -store; demo biome granted) and `opa run --server` on the
-// gateway's own bundle, then drives each with the same closed-loop generator (N workers, each sending its next request when the
-// previous one is answered), bounded by a request count and a duration, loopback only.
+// gateway's own bundle, then drives each with the same closed-loop generator (N workers, each
+// sending its next request when the previous one is answered), bounded by a request count and
+// a duration, loopback only.
 //
 //	go run ./test/load -xema bin/xema -opa OPA_BINARY -workers 8 -duration 15s [-store postgres://...]
 package main
