@@ -1,0 +1,212 @@
+package approval_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/xemahq/xema/internal/app"
+	"github.com/xemahq/xema/internal/approval"
+	"github.com/xemahq/xema/internal/gateway"
+	"github.com/xemahq/xema/internal/identity"
+	"github.com/xemahq/xema/internal/manifest"
+	"github.com/xemahq/xema/internal/store"
+)
+
+const ref = "ticket:comment.add@1"
+
+// fixture is a whole gateway (SQLite) with the ticketing test biome served by a provider
+// that counts its calls, granted with approval required for ref.
+type fixture struct {
+	app   *app.App
+	runs  *atomic.Int32
+	clock *time.Time
+}
+
+func newFixture(t *testing.T, customize map[string]any) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	var runs atomic.Int32
+	prov := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		runs.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"commentId":"c1"}`))
+	}))
+	t.Cleanup(prov.Close)
+	a, err := app.New(ctx, app.Config{DataDir: t.TempDir(), ApprovalTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	a.Gateway.Tokens = serviceToken("test-service-token")
+	now := time.Now()
+	a.Approvals.Now = func() time.Time { return now }
+
+	dir := filepath.Join(t.TempDir(), "ticketing")
+	src := filepath.Join("..", "..", "test", "e2e", "testdata", "ticketing")
+	if err := os.MkdirAll(filepath.Join(dir, "contributions"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"biome.json", "contributions/comment.capability.contribution.json"} {
+		raw, err := os.ReadFile(filepath.Join(src, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), []byte(strings.ReplaceAll(string(raw), "http://PROVIDER", prov.URL)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, problems, err := manifest.LoadDir(dir)
+	if err != nil || len(problems) > 0 {
+		t.Fatalf("load biome: %v %v", err, problems)
+	}
+	res, err := a.Publisher.SubmitDir(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := json.Marshal(map[string]any{"biomeId": res.BiomeID, "version": res.Version, "digestHash": res.Digest.Hash,
+		"customize": map[string]any{ref: customize}})
+	if _, err := a.Publisher.Install(ctx, req, "user:root"); err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{app: a, runs: &runs, clock: &now}
+}
+
+// serviceToken is the gateway's outbound token in these tests; the provider ignores it.
+type serviceToken string
+
+func (s serviceToken) Token(context.Context) (string, error) { return string(s), nil }
+
+func exec(subject, env, orgRole string) identity.ExecContext {
+	kind, _, _ := strings.Cut(subject, ":")
+	return identity.ExecContext{Subject: identity.Subject{Kind: kind, Ref: subject}, Environment: env, OrgRole: orgRole,
+		Armed: []string{"*"}}
+}
+
+var (
+	bot   = exec("agent:support-bot", "project", "")
+	alice = exec("user:alice", "org", "org_admin")
+)
+
+// hold makes the approval-requiring call as requester and returns its approval id.
+func (f *fixture) hold(t *testing.T, requester identity.ExecContext) string {
+	t.Helper()
+	_, err := f.app.Gateway.Invoke(context.Background(), requester, gateway.Request{Ref: ref,
+		Input: json.RawMessage(`{"ticketId":"3f1c2a9e-8b4d-4c57-9a61-2b7e0f4d5c88","text":"hi"}`)})
+	var ge *gateway.Error
+	if !errors.As(err, &ge) || ge.Status != http.StatusAccepted || ge.ApprovalID == "" || ge.AuditID == "" {
+		t.Fatalf("held call: %v, want 202 with approval and audit ids", err)
+	}
+	return ge.ApprovalID
+}
+
+// decide calls approval:approve@1 or approval:reject@1 through the funnel.
+func (f *fixture) decide(capRef string, by identity.ExecContext, input map[string]any) (approval.View, *gateway.Error) {
+	raw, _ := json.Marshal(input)
+	res, err := f.app.Gateway.Invoke(context.Background(), by, gateway.Request{Ref: capRef, Input: raw})
+	if err != nil {
+		var ge *gateway.Error
+		errors.As(err, &ge)
+		return approval.View{}, ge
+	}
+	var v approval.View
+	_ = json.Unmarshal(res.Output, &v)
+	return v, nil
+}
+
+func TestWhoMayApprove(t *testing.T) {
+	cases := []struct {
+		name      string
+		customize map[string]any
+		requester identity.ExecContext
+		approver  identity.ExecContext
+		wantCode  string // "" means approved and run
+	}{
+		{"org admin covered by the grant", map[string]any{"requiresApproval": true}, bot, alice, ""},
+		{"an agent may not decide", map[string]any{"requiresApproval": true}, bot, exec("agent:helper", "project", ""), gateway.CodeDenied},
+		{"never the requester", map[string]any{"requiresApproval": true}, exec("user:bob", "project", "org_member"), exec("user:bob", "project", "org_member"), approval.CodeOwnApproval},
+		{"a person the grant does not cover", map[string]any{"requiresApproval": true, "subjects": []string{"agent:support-bot"}}, bot, alice, approval.CodeNotApprover},
+		{"a person the grant names", map[string]any{"requiresApproval": true, "subjects": []string{"agent:support-bot", "user:carol"}}, bot, exec("user:carol", "project", "org_member"), ""},
+		{"outside the grant's environments", map[string]any{"requiresApproval": true, "environments": []string{"project"}}, bot, alice, approval.CodeNotApprover},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, tc.customize)
+			id := f.hold(t, tc.requester)
+			v, err := f.decide(approval.RefApprove, tc.approver, map[string]any{"approvalId": id})
+			switch {
+			case tc.wantCode == "" && (err != nil || v.Status != store.ApprovalDone || f.runs.Load() != 1):
+				t.Fatalf("approve: %v, view %+v, runs %d; want done, run once", err, v, f.runs.Load())
+			case tc.wantCode != "" && (err == nil || err.Code != tc.wantCode || f.runs.Load() != 0):
+				t.Fatalf("approve: %v; want %s and no run (runs %d)", err, tc.wantCode, f.runs.Load())
+			}
+		})
+	}
+}
+
+func TestConcurrentApprovesRunOnce(t *testing.T) {
+	f := newFixture(t, map[string]any{"requiresApproval": true})
+	id := f.hold(t, bot)
+	var done, conflicts atomic.Int32
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, err := f.decide(approval.RefApprove, alice, map[string]any{"approvalId": id})
+			switch {
+			case err == nil && v.Status == store.ApprovalDone:
+				done.Add(1)
+			case err != nil && err.Code == approval.CodeAlreadyDecided && err.Status == http.StatusConflict:
+				conflicts.Add(1)
+			default:
+				t.Errorf("approve: %v %+v", err, v)
+			}
+		}()
+	}
+	wg.Wait()
+	if done.Load() != 1 || conflicts.Load() != 19 || f.runs.Load() != 1 {
+		t.Fatalf("20 approves: %d done, %d conflicts, %d runs; want 1, 19, 1", done.Load(), conflicts.Load(), f.runs.Load())
+	}
+}
+
+func TestExpiredNeverRuns(t *testing.T) {
+	f := newFixture(t, map[string]any{"requiresApproval": true})
+	id := f.hold(t, bot)
+	*f.clock = f.clock.Add(time.Hour + time.Second)
+	_, err := f.decide(approval.RefApprove, alice, map[string]any{"approvalId": id})
+	if err == nil || err.Code != approval.CodeExpired || err.Status != http.StatusGone || f.runs.Load() != 0 {
+		t.Fatalf("approve after the TTL: %v, runs %d; want 410 %s, no run", err, f.runs.Load(), approval.CodeExpired)
+	}
+	v, verr := f.app.Approvals.Invocation(context.Background(), bot, id)
+	if verr != nil || v.Status != store.ApprovalExpired {
+		t.Fatalf("invocation: %+v %v; want expired", v, verr)
+	}
+	if _, err := f.decide(approval.RefReject, alice, map[string]any{"approvalId": id, "reason": "late"}); err == nil || err.Code != approval.CodeAlreadyDecided {
+		t.Fatalf("reject after expiry: %v; want %s", err, approval.CodeAlreadyDecided)
+	}
+}
+
+func TestRejectNeverRuns(t *testing.T) {
+	f := newFixture(t, map[string]any{"requiresApproval": true})
+	id := f.hold(t, bot)
+	if _, err := f.decide(approval.RefReject, alice, map[string]any{"approvalId": id}); err == nil || err.Code != gateway.CodeInvalidInput {
+		t.Fatalf("reject without a reason: %v; want %s", err, gateway.CodeInvalidInput)
+	}
+	v, err := f.decide(approval.RefReject, alice, map[string]any{"approvalId": id, "reason": "wrong ticket"})
+	if err != nil || v.Status != store.ApprovalRejected || v.Reason != "wrong ticket" || v.DecidedBy != "user:alice" {
+		t.Fatalf("reject: %v %+v", err, v)
+	}
+	if _, err := f.decide(approval.RefApprove, alice, map[string]any{"approvalId": id}); err == nil || err.Code != approval.CodeAlreadyDecided || f.runs.Load() != 0 {
+		t.Fatalf("approve after reject: %v, runs %d", err, f.runs.Load())
+	}
+}
