@@ -1,0 +1,133 @@
+package credential_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/xemahq/xema/internal/credential"
+	"github.com/xemahq/xema/internal/secretbox"
+	"github.com/xemahq/xema/internal/store/sqlite"
+)
+
+const secret = "ghp_0123456789abcdefTOPSECRET"
+
+func vault(t *testing.T) (*credential.Vault, string) {
+	t.Helper()
+	t.Setenv(secretbox.EnvKey, "")
+	t.Setenv(secretbox.EnvKeyFile, "")
+	dir := t.TempDir()
+	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "xema.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	keys, err := credential.OpenKeys(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &credential.Vault{Store: st, Keys: keys}, dir
+}
+
+func TestKeyFileCreatedPrivate(t *testing.T) {
+	_, dir := vault(t)
+	fi, err := os.Stat(filepath.Join(dir, credential.KeyFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Fatalf("key file mode %o, want 600", fi.Mode().Perm())
+	}
+}
+
+func TestSealedAtRestAndOpens(t *testing.T) {
+	v, dir := vault(t)
+	ctx := context.Background()
+	meta, err := v.Create(ctx, credential.New{Org: "acme", Name: "ci", Provider: "github", Secret: credential.NewSecret(secret)}, "user:alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(meta)
+	if strings.Contains(string(raw), secret) {
+		t.Fatalf("metadata holds the secret: %s", raw)
+	}
+	for _, name := range []string{"xema.db", "xema.db-wal"} {
+		b, _ := os.ReadFile(filepath.Join(dir, name))
+		if bytes.Contains(b, []byte(secret)) {
+			t.Fatalf("%s holds the plaintext", name)
+		}
+	}
+	got, err := v.Open(ctx, meta.ID)
+	if err != nil || got.Reveal() != secret {
+		t.Fatalf("Open = %v, %v", got, err)
+	}
+}
+
+func TestSecretRedacts(t *testing.T) {
+	s := credential.NewSecret(secret)
+	var logs bytes.Buffer
+	slog.New(slog.NewJSONHandler(&logs, nil)).Info("x", "token", s)
+	j, _ := json.Marshal(map[string]any{"token": s})
+	for what, out := range map[string]string{
+		"%v": fmt.Sprintf("%v", s), "%+v": fmt.Sprintf("%+v", s), "%#v": fmt.Sprintf("%#v", s),
+		"json": string(j), "slog": logs.String(),
+	} {
+		if strings.Contains(out, secret) || !strings.Contains(out, "[redacted]") {
+			t.Errorf("%s prints %q", what, out)
+		}
+	}
+}
+
+func TestCreateRefusesBadInput(t *testing.T) {
+	v, _ := vault(t)
+	for _, in := range []credential.New{
+		{Org: "acme", Provider: "github"},
+		{Org: "acme", Provider: "github", Secret: credential.NewSecret(strings.Repeat("x", credential.MaxSecretBytes+1))},
+		{Org: "acme", Provider: "github", Name: "bad\nname", Secret: credential.NewSecret(secret)},
+	} {
+		_, err := v.Create(context.Background(), in, "user:alice")
+		if err == nil || !strings.Contains(err.Error(), credential.CodeInvalid) || strings.Contains(err.Error(), secret) {
+			t.Errorf("Create(%q) = %v", in.Name, err)
+		}
+	}
+}
+
+// TestRotate: after rotation every credential opens, is sealed under the new key, and after
+// --prune the old key is gone from the file.
+func TestRotate(t *testing.T) {
+	v, dir := vault(t)
+	ctx := context.Background()
+	var ids []string
+	for i := range 3 {
+		m, err := v.Create(ctx, credential.New{Org: "acme", Provider: "gitea", Secret: credential.NewSecret(fmt.Sprint(secret, i))}, "u")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, m.ID)
+	}
+	oldKey, _ := os.ReadFile(filepath.Join(dir, credential.KeyFileName))
+	kid, n, err := v.Rotate(ctx, true)
+	if err != nil || n != 3 {
+		t.Fatalf("Rotate = %s, %d, %v", kid, n, err)
+	}
+	newKey, _ := os.ReadFile(filepath.Join(dir, credential.KeyFileName))
+	if bytes.Contains(newKey, bytes.TrimSpace(oldKey)) || strings.Count(strings.TrimSpace(string(newKey)), "\n") != 0 {
+		t.Fatalf("pruned key file still holds the old key or more than one: %q", newKey)
+	}
+	for i, id := range ids {
+		m, err := v.Get(ctx, id)
+		if err != nil || m.KeyID != kid {
+			t.Fatalf("credential %s: key %s (%v), want %s", id, m.KeyID, err, kid)
+		}
+		got, err := v.Open(ctx, id)
+		if err != nil || got.Reveal() != fmt.Sprint(secret, i) {
+			t.Fatalf("Open after rotation: %v", err)
+		}
+	}
+}
