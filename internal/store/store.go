@@ -139,6 +139,8 @@ type Store interface {
 	// AppendAudit writes durably; there is no update or delete (the schema refuses both).
 	// A stored ID is ErrConflict.
 	AppendAudit(ctx context.Context, r AuditRecord) error
+	// AppendAudits writes rs durably in one transaction, all or none (group commit).
+	AppendAudits(ctx context.Context, rs []AuditRecord) error
 	GetAudit(ctx context.Context, id string) (AuditRecord, error)
 
 	ObligationStore

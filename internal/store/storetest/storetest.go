@@ -43,6 +43,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Grants", testGrants},
 		{"Audit", testAudit},
 		{"AuditIsAppendOnly", testAuditAppendOnly},
+		{"AuditBatch", testAuditBatch},
 		{"RevisionBumpsOnPolicyData", testRevision},
 		{"ConcurrentPublish", testConcurrentPublish},
 		{"Ping", testPing},

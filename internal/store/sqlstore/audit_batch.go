@@ -1,0 +1,83 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/xemahq/xema/internal/store"
+)
+
+// auditColumns is one audit_log row, in the order auditArgs gives them.
+const (
+	auditColumns = `id, time, ref, subject_kind, subject_ref, environment, decision, reasons, suggestions,
+		obligations, bundle_revision, input_hash, runner, outcome, latency_micros, parent_id, detail`
+	auditColumnCount = 17
+	// auditRowsPerInsert bounds one INSERT statement: 17 × 64 placeholders stay far below
+	// SQLite's 32,766 and PostgreSQL's 65,535, and one statement text per size is cached.
+	auditRowsPerInsert = 64
+)
+
+// AppendAudits implements store.Store: every record, or none, in one transaction, so one
+// commit (one fsync) serves the whole batch.
+func (s *Store) AppendAudits(ctx context.Context, rs []store.AuditRecord) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	op := fmt.Sprintf("append %d audit records (first %q)", len(rs), rs[0].ID)
+	for i, r := range rs {
+		if err := r.Validate(); err != nil {
+			return fmt.Errorf("%s: record %d: %w", op, i, err)
+		}
+	}
+	return s.inTx(ctx, op, func(tx *sql.Tx) error {
+		args := make([]any, 0, min(len(rs), auditRowsPerInsert)*auditColumnCount)
+		for chunk := range slices.Chunk(rs, auditRowsPerInsert) {
+			args = args[:0]
+			for _, r := range chunk {
+				args = s.auditArgs(args, r)
+			}
+			if _, err := tx.ExecContext(ctx, s.auditInsert(len(chunk)), args...); err != nil {
+				return s.fail(op, err)
+			}
+		}
+		return nil
+	})
+}
+
+// auditArgs appends the column values of r to args.
+func (s *Store) auditArgs(args []any, r store.AuditRecord) []any {
+	return append(args, r.ID, s.d.TimeArg(store.Stamp(r.Time)), r.Ref, r.SubjectKind, r.SubjectRef,
+		r.Environment, r.Decision, jsonArg(r.Reasons), jsonArg(r.Suggestions), jsonArg(r.Obligations),
+		r.BundleRevision, r.InputHash, r.Runner, r.Outcome, r.LatencyMicros, r.ParentID, jsonArg(r.Detail))
+}
+
+// auditInserts caches the INSERT of n rows per placeholder style, built on first use.
+var auditInserts sync.Map // auditInsertKey → string
+
+type auditInsertKey struct {
+	numbered bool
+	rows     int
+}
+
+// auditInsert is the dialect's INSERT of rows audit records.
+func (s *Store) auditInsert(rows int) string {
+	key := auditInsertKey{s.d.NumberedParams, rows}
+	if q, ok := auditInserts.Load(key); ok {
+		return q.(string)
+	}
+	row := "(" + strings.Repeat("?, ", auditColumnCount-1) + "?)"
+	var b strings.Builder
+	b.WriteString("INSERT INTO audit_log (" + auditColumns + ") VALUES ")
+	for i := range rows {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(row)
+	}
+	q, _ := auditInserts.LoadOrStore(key, s.d.bind(b.String()))
+	return q.(string)
+}
