@@ -270,6 +270,9 @@ func TestConnectorGitea(t *testing.T) {
 	admin := g.token("--subject", "user:alice", "--org-role", "org_admin", "--env", "org", "--org", "acme")
 	wf := g.token("--subject", "workflow:release", "--env", "project", "--org", "acme", "--project", "p1")
 	installConnectors(t, g, admin)
+	// Approvers are held to the policy of the ref in their own environment: the grant covers
+	// the project environment, so the person approving works there.
+	approver := g.token("--subject", "user:alice", "--org-role", "org_admin", "--env", "project", "--org", "acme", "--project", "p1")
 
 	// Before any binding: the resolver reports the missing binding, in preflight and invoke.
 	miss := g.post("/v1/capabilities/invoke", wf, map[string]any{"ref": refIssue, "input": map[string]any{"title": "t"}})
@@ -294,7 +297,7 @@ func TestConnectorGitea(t *testing.T) {
 	// The worked example: no repository, no provider in the input.
 	input := map[string]any{"sourceBranch": "feature/x", "targetBranch": "main", "title": "Add feature x"}
 	held := g.post("/v1/capabilities/invoke", wf, map[string]any{"ref": refCreatePR, "input": input})
-	cr := approveHeld(t, g, admin, wf, held)
+	cr := approveHeld(t, g, approver, wf, held)
 	for _, k := range []string{"id", "externalId", "sourceBranch", "targetBranch", "title", "status", "createdAt", "updatedAt"} {
 		if str(cr, k) == "" {
 			t.Fatalf("change-request record lacks %s: %v", k, cr)
@@ -313,17 +316,17 @@ func TestConnectorGitea(t *testing.T) {
 	}
 
 	// The same PR again: Gitea answers 409, the caller gets CHANGE_REQUEST_EXISTS.
-	again := approveRun(t, g, admin, wf, refCreatePR, input)
+	again := approveRun(t, g, approver, wf, refCreatePR, input)
 	if again != "CHANGE_REQUEST_EXISTS" {
 		t.Fatalf("second create ended %q", again)
 	}
 	// A branch Gitea does not have: BRANCH_NOT_FOUND.
-	nobranch := approveRun(t, g, admin, wf, refCreatePR, map[string]any{"sourceBranch": "nope", "targetBranch": "main", "title": "x"})
+	nobranch := approveRun(t, g, approver, wf, refCreatePR, map[string]any{"sourceBranch": "nope", "targetBranch": "main", "title": "x"})
 	if nobranch != "BRANCH_NOT_FOUND" {
 		t.Fatalf("missing branch ended %q", nobranch)
 	}
 
-	merged := approveHeld(t, g, admin, wf, g.post("/v1/capabilities/invoke", wf,
+	merged := approveHeld(t, g, approver, wf, g.post("/v1/capabilities/invoke", wf,
 		map[string]any{"ref": refMerge, "input": map[string]any{"externalId": str(cr, "externalId")}}))
 	if str(merged, "status") != "merged" || str(merged, "id") != str(cr, "id") {
 		t.Fatalf("merge answer %v (create answered id %s)", merged, str(cr, "id"))
