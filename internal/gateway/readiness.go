@@ -115,7 +115,7 @@ func (g *Gateway) Explain(ctx context.Context, ec identity.ExecContext, req Expl
 		Suggestions: d.Suggestions,
 		Permissions: []Permission{{
 			BiomeID: e.Capability.BiomeID, BiomeVersion: e.Capability.BiomeVersion, Capability: e.Ref(),
-			Environments: []string{ec.Environment}, Subjects: []string{ec.Subject.Ref},
+			Environments: unlockingEnvironments(ec.Environment, d.Suggestions), Subjects: []string{ec.Subject.Ref},
 		}},
 	}
 	for _, r := range d.Reasons {
@@ -127,4 +127,25 @@ func (g *Gateway) Explain(ctx context.Context, ec identity.ExecContext, req Expl
 		res.Suggestions = []policy.Suggestion{}
 	}
 	return res, nil
+}
+
+// unlockingEnvironments are where a grant would help: the environments the policy's own
+// suggestions name (it knows the audience and profile rules), else the caller's.
+func unlockingEnvironments(current string, suggestions []policy.Suggestion) []string {
+	var envs []string
+	seen := map[string]bool{}
+	for _, s := range suggestions {
+		env := s.Environment
+		if s.Kind == "switch-environment" {
+			env = s.To
+		}
+		if env != "" && !seen[env] {
+			seen[env] = true
+			envs = append(envs, env)
+		}
+	}
+	if len(envs) == 0 {
+		return []string{current}
+	}
+	return envs
 }
