@@ -3,7 +3,6 @@
 package audit
 
 import (
-	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base32"
@@ -14,11 +13,6 @@ import (
 
 	"github.com/xemahq/xema/internal/store"
 )
-
-// Log appends to the store's audit log.
-type Log struct {
-	Store store.Store
-}
 
 // NewID returns a fresh audit id: prefix "inv_" for allowed calls and "deny_" for denials,
 // as in the spec's examples, followed by 80 random bits.
@@ -38,15 +32,6 @@ func OutcomeID(auditID string) string { return auditID + ".outcome" }
 func InputHash(raw []byte) string {
 	sum := sha256.Sum256(raw)
 	return "sha256:" + hex.EncodeToString(sum[:])
-}
-
-// Append writes r durably. The caller must not answer before it returns nil: the auditId in
-// any response can be looked up at once.
-func (l *Log) Append(ctx context.Context, r store.AuditRecord) error {
-	if err := l.Store.AppendAudit(ctx, r); err != nil {
-		return fmt.Errorf("audit %s: %w", r.ID, err)
-	}
-	return nil
 }
 
 // Record is the public view of an audit record (GET /v1/audit/{id}).

@@ -1,0 +1,184 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/xemahq/xema/internal/store"
+)
+
+// DefaultMaxBatch bounds the records one commit carries when Log.MaxBatch is 0.
+const DefaultMaxBatch = 64
+
+// writeTimeout bounds one batch's transaction: the batch serves many callers, so no caller's
+// context governs it.
+const writeTimeout = 15 * time.Second
+
+// ErrClosed is returned by Append after Close.
+var ErrClosed = errors.New("audit log closed")
+
+// Log appends to the store's audit log with group commit: concurrent appends wait in a queue,
+// and one writer at a time takes what is waiting (at most MaxBatch records) into one
+// transaction, so N callers pay one commit, one fsync, instead of N. The zero value with a
+// Store is ready; Close flushes it.
+type Log struct {
+	Store store.Store
+	// MaxBatch bounds the records of one transaction; 0 means DefaultMaxBatch.
+	MaxBatch int
+	// MaxWait is how long the writer lingers for more records before committing a batch
+	// smaller than MaxBatch; 0 commits as soon as the writer is free, which under load
+	// batches by itself (records arriving during one commit form the next batch).
+	MaxWait time.Duration
+
+	mu      sync.Mutex
+	queue   []*waiter
+	writing bool          // a writer goroutine runs; it exits when it finds the queue empty
+	closed  bool          // Append refuses new records
+	wake    chan struct{} // ends a writer's linger: the queue reached MaxBatch, or Close
+	writers sync.WaitGroup
+}
+
+// waiter is one Append waiting for its record's batch to commit.
+type waiter struct {
+	rec  store.AuditRecord
+	done chan error // buffered: the writer never blocks on a caller that left
+}
+
+// Append writes r durably and returns once its transaction has committed: the caller may
+// then answer with r.ID, and a crash after Append returns loses nothing. A record the store
+// would refuse fails only its own caller, before it joins a batch; a store error fails every
+// record of that batch. When ctx ends first Append returns ctx's error, and the record,
+// already queued, may still be written: no other caller's record is dropped.
+func (l *Log) Append(ctx context.Context, r store.AuditRecord) error {
+	if err := r.Validate(); err != nil {
+		return fmt.Errorf("audit %s: %w", r.ID, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("audit %s: %w", r.ID, err)
+	}
+	w := &waiter{rec: r, done: make(chan error, 1)}
+	if err := l.enqueue(w); err != nil {
+		return fmt.Errorf("audit %s: %w", r.ID, err)
+	}
+	select {
+	case err := <-w.done:
+		if err != nil {
+			return fmt.Errorf("audit %s: %w", r.ID, err)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("audit %s: not known to be written: %w", r.ID, ctx.Err())
+	}
+}
+
+// Close waits until every queued record is committed (each caller gets its answer) and makes
+// later Appends fail with ErrClosed. It does not close the store.
+func (l *Log) Close() {
+	l.mu.Lock()
+	l.closed = true
+	l.signal()
+	l.mu.Unlock()
+	l.writers.Wait()
+}
+
+func (l *Log) maxBatch() int {
+	if l.MaxBatch > 0 {
+		return l.MaxBatch
+	}
+	return DefaultMaxBatch
+}
+
+// enqueue queues w and starts the writer if none runs.
+func (l *Log) enqueue(w *waiter) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrClosed
+	}
+	l.queue = append(l.queue, w)
+	if !l.writing {
+		l.writing = true
+		l.writers.Add(1)
+		go l.write()
+	} else if len(l.queue) >= l.maxBatch() {
+		l.signal()
+	}
+	return nil
+}
+
+// signal ends the writer's linger, if one lingers; l.mu is held.
+func (l *Log) signal() {
+	if l.wake == nil {
+		return
+	}
+	select {
+	case l.wake <- struct{}{}:
+	default: // already signalled
+	}
+}
+
+// write commits batches until the queue is empty, then exits.
+func (l *Log) write() {
+	defer l.writers.Done()
+	var batch []*waiter
+	var recs []store.AuditRecord
+	for {
+		batch = l.take(batch[:0])
+		if len(batch) == 0 {
+			return
+		}
+		recs = recs[:0]
+		for _, w := range batch {
+			recs = append(recs, w.rec)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+		err := l.Store.AppendAudits(ctx, recs)
+		cancel()
+		for i, w := range batch {
+			w.done <- err
+			batch[i] = nil // the next take reuses batch: drop the finished waiter
+		}
+	}
+}
+
+// take moves up to MaxBatch waiting records into batch, lingering MaxWait first when fewer
+// are waiting. An empty result means the queue was empty and the writer must exit: writing
+// is cleared under the same lock, so the next enqueue starts a new writer.
+func (l *Log) take(batch []*waiter) []*waiter {
+	limit := l.maxBatch()
+	l.mu.Lock()
+	if l.MaxWait > 0 && len(l.queue) > 0 && len(l.queue) < limit && !l.closed {
+		if l.wake == nil {
+			l.wake = make(chan struct{}, 1)
+		}
+		wake := l.wake
+		l.mu.Unlock()
+		linger(wake, l.MaxWait)
+		l.mu.Lock()
+	}
+	n := min(len(l.queue), limit)
+	if n == 0 {
+		l.writing = false
+		l.mu.Unlock()
+		return batch
+	}
+	batch = append(batch, l.queue[:n]...)
+	rest := copy(l.queue, l.queue[n:])
+	clear(l.queue[rest:])
+	l.queue = l.queue[:rest]
+	l.mu.Unlock()
+	return batch
+}
+
+// linger waits d, or less if woken meanwhile.
+func linger(wake <-chan struct{}, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-wake:
+	}
+}
