@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/xemahq/xema/internal/identity"
@@ -54,7 +55,12 @@ func (g *Gateway) Preflight(ctx context.Context, ec identity.ExecContext, req Pr
 	lifecycleOK := e.Capability.Lifecycle == store.LifecyclePublished || e.Capability.Lifecycle == store.LifecycleDeprecated
 	add("lifecycle", fmt.Sprintf("%s is %s", e.Ref(), e.Capability.Lifecycle), lifecycleOK, "NOT_PUBLISHED")
 	_, runErr := g.resolve(ctx, ec, e)
-	add("runner", "a runner serves "+e.Ref(), runErr == nil, CodeNoRunner)
+	runnerCode, runnerDetail := CodeNoRunner, "a runner serves "+e.Ref()
+	var re *Error
+	if errors.As(runErr, &re) {
+		runnerCode, runnerDetail = re.Code, re.Message // e.g. MISSING_BINDING, MISSING_CREDENTIAL
+	}
+	add("runner", runnerDetail, runErr == nil, runnerCode)
 	add("grant", "the policy admits this caller in "+ec.Environment, d.Allow, CodeDenied)
 	for _, r := range d.Reasons {
 		res.Blockers = append(res.Blockers, Blocker{Code: r.Code, Detail: r.Detail})
