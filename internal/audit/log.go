@@ -39,6 +39,10 @@ type Log struct {
 	closed  bool          // Append refuses new records
 	wake    chan struct{} // ends a writer's linger: the queue reached MaxBatch, or Close
 	writers sync.WaitGroup
+
+	// Owned by the one running writer, kept across writers so batches reuse their memory.
+	batch []*waiter
+	recs  []store.AuditRecord
 }
 
 // waiter is one Append waiting for its record's batch to commit.
@@ -46,6 +50,10 @@ type waiter struct {
 	rec  store.AuditRecord
 	done chan error // buffered: the writer never blocks on a caller that left
 }
+
+// waiters recycles the waiters whose answer was received; one whose caller left is not
+// reused, as the writer may still answer it.
+var waiters = sync.Pool{New: func() any { return &waiter{done: make(chan error, 1)} }}
 
 // Append writes r durably and returns once its transaction has committed: the caller may
 // then answer with r.ID, and a crash after Append returns loses nothing. A record the store
@@ -59,12 +67,17 @@ func (l *Log) Append(ctx context.Context, r store.AuditRecord) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("audit %s: %w", r.ID, err)
 	}
-	w := &waiter{rec: r, done: make(chan error, 1)}
+	w := waiters.Get().(*waiter)
+	w.rec = r
 	if err := l.enqueue(w); err != nil {
+		w.rec = store.AuditRecord{}
+		waiters.Put(w)
 		return fmt.Errorf("audit %s: %w", r.ID, err)
 	}
 	select {
 	case err := <-w.done:
+		w.rec = store.AuditRecord{}
+		waiters.Put(w)
 		if err != nil {
 			return fmt.Errorf("audit %s: %w", r.ID, err)
 		}
@@ -123,24 +136,24 @@ func (l *Log) signal() {
 // write commits batches until the queue is empty, then exits.
 func (l *Log) write() {
 	defer l.writers.Done()
-	var batch []*waiter
-	var recs []store.AuditRecord
 	for {
-		batch = l.take(batch[:0])
+		batch := l.take(l.batch[:0])
 		if len(batch) == 0 {
-			return
+			return // the buffers stay on l for the next writer
 		}
-		recs = recs[:0]
+		recs := l.recs[:0]
 		for _, w := range batch {
 			recs = append(recs, w.rec)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 		err := l.Store.AppendAudits(ctx, recs)
 		cancel()
+		clear(recs) // records hold the callers' documents: keep none past the batch
 		for i, w := range batch {
+			batch[i] = nil // w goes back to its caller, maybe to the pool
 			w.done <- err
-			batch[i] = nil // the next take reuses batch: drop the finished waiter
 		}
+		l.batch, l.recs = batch, recs
 	}
 }
 
