@@ -126,7 +126,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err := a.Rebuild(ctx); err != nil {
 		return nil, a.closeWith(err)
 	}
-	a.Gateway = &gateway.Gateway{Catalog: a.Catalog, Policy: eng, Audit: &audit.Log{Store: st},
+	a.Gateway = &gateway.Gateway{Catalog: a.Catalog, Policy: eng, Audit: a.Approvals.Audit, // one log: one writer batches both
 		Kernel: a.Kernel, HTTP: &http.Client{}, Resolvers: []gateway.Resolver{a.Bindings}}
 	a.Gateway.Limiter = &ratelimit.Limiter{Counter: st}
 	a.Gateway.Approvals, a.Approvals.Gateway = a.Approvals, a.Gateway
@@ -151,7 +151,10 @@ func (a *App) closeWith(err error) error {
 }
 
 // Close releases the store.
-func (a *App) Close() error { return a.Store.Close() }
+func (a *App) Close() error {
+	a.Approvals.Audit.Close() // queued audit records commit before the store closes
+	return a.Store.Close()
+}
 
 // publishKernel stores the Go-registered capabilities as the built-in biome, published at
 // once: they are held through their humanBaseline, not through grants.
