@@ -228,6 +228,15 @@ func TestFederationRugPull(t *testing.T) {
 
 	expect(t, g.post("/v1/grants", admin, map[string]any{"biomeId": "wx", "version": "1.0.2", "digestHash": str(sync.Body, "digest.hash")}), http.StatusCreated)
 	expect(t, g.post("/v1/capabilities/invoke", agent, weather), http.StatusOK)
+
+	out, err := g.run("mcp-server", "list", "--server", g.URL, "--token", admin)
+	if err != nil || !strings.Contains(out, `"ref": "wx:get-weather@1"`) || !strings.Contains(out, `"version": "1.0.2"`) {
+		t.Fatalf("xema mcp-server list: %v\n%s", err, out)
+	}
+	out, err = g.run("mcp-server", "sync", "wx", "--server", g.URL, "--token", admin)
+	if err != nil || !strings.Contains(out, `"changed": false`) {
+		t.Fatalf("xema mcp-server sync: %v\n%s", err, out)
+	}
 }
 
 // mcpServer is a real MCP server (the go-sdk's) on loopback whose tools are rebuilt for every

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"encoding/json"
+	"net/url"
+
+	"github.com/spf13/cobra"
+
+	"github.com/xemahq/xema/internal/client"
+)
+
+func init() {
+	var server, token string
+	root := &cobra.Command{Use: "mcp-server", Short: "Register, list and re-sync external MCP servers"}
+	root.PersistentFlags().StringVar(&server, "server", "http://127.0.0.1:8181", "gateway URL")
+	root.PersistentFlags().StringVar(&token, "token", "", "bearer token of an org admin")
+	call := func(cmd *cobra.Command, method, path string, body any) error {
+		c, err := client.New(server, token)
+		if err != nil {
+			return &exitError{code: 2, err: err}
+		}
+		var out json.RawMessage
+		if err := c.Do(cmd.Context(), method, path, body, &out); err != nil {
+			return err
+		}
+		enc := json.NewEncoder(cmd.OutOrStdout())
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+
+	var reg struct {
+		URL, Command, Auth string
+		Args               []string
+		TimeoutMs          int
+	}
+	register := &cobra.Command{
+		Use:   "register PROVIDER-ID",
+		Short: "Register a server (--url for streamable HTTP, --command for stdio) and print its tools and digest",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			body := map[string]any{"providerId": args[0]}
+			if reg.Command != "" {
+				body["transport"], body["command"] = "stdio", reg.Command
+				if len(reg.Args) > 0 {
+					body["args"] = reg.Args
+				}
+			} else {
+				body["transport"], body["url"] = "streamable-http", reg.URL
+			}
+			if reg.Auth != "" {
+				body["auth"] = map[string]string{"kind": reg.Auth}
+			}
+			if reg.TimeoutMs > 0 {
+				body["timeoutMs"] = reg.TimeoutMs
+			}
+			return call(cmd, "POST", "/v1/mcp-servers", body)
+		},
+	}
+	f := register.Flags()
+	f.StringVar(&reg.URL, "url", "", "streamable-HTTP endpoint, e.g. https://mcp.example.com/mcp")
+	f.StringVar(&reg.Command, "command", "", "stdio server command")
+	f.StringArrayVar(&reg.Args, "arg", nil, "argument of the stdio command (repeatable)")
+	f.StringVar(&reg.Auth, "auth", "", "auth kind: service-token (the gateway's outbound token)")
+	f.IntVar(&reg.TimeoutMs, "timeout-ms", 0, "timeout of tools/list and each tools/call (default 10000)")
+	register.MarkFlagsOneRequired("url", "command")
+	register.MarkFlagsMutuallyExclusive("url", "command")
+
+	list := &cobra.Command{
+		Use: "list", Short: "List registered servers with their pinned tools", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return call(cmd, "GET", "/v1/mcp-servers", nil) },
+	}
+	sync := &cobra.Command{
+		Use: "sync PROVIDER-ID", Short: "Re-read a server's tools: changed tools go back to seeded", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return call(cmd, "POST", "/v1/mcp-servers/"+url.PathEscape(args[0])+"/sync", map[string]any{})
+		},
+	}
+	root.AddCommand(register, list, sync)
+	rootCmd.AddCommand(root)
+}
