@@ -76,6 +76,13 @@ func (p *Publisher) SubmitDir(ctx context.Context, b *manifest.Biome) (*SubmitRe
 }
 
 func (p *Publisher) publish(ctx context.Context, b *manifest.Biome, sub Submission) (*SubmitResult, error) {
+	switch _, err := p.Store.GetMCPServer(ctx, b.ID); {
+	case err == nil:
+		return nil, runner.ClientError(http.StatusConflict, "BIOME_ID_TAKEN",
+			"/manifest/id: %q is a registered MCP server's provider id; its tools change only through a sync", b.ID)
+	case !errors.Is(err, store.ErrNotFound):
+		return nil, fmt.Errorf("submit %s@%s: %w", b.ID, b.Version, err)
+	}
 	existing, err := p.Store.ListCapabilities(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("submit %s@%s: %w", b.ID, b.Version, err)
@@ -265,7 +272,9 @@ func (p *Publisher) publishRefs(ctx context.Context, bv store.BiomeVersion, acto
 	}
 	var refs []string
 	for _, c := range caps {
-		if c.BiomeID == bv.ID && c.Lifecycle == store.LifecycleSeeded {
+		// Only the version this grant approved: re-approving an old digest must never
+		// publish a capability redefined since.
+		if c.BiomeID == bv.ID && c.BiomeVersion == bv.Version && c.Lifecycle == store.LifecycleSeeded {
 			refs = append(refs, c.Ref)
 		}
 	}

@@ -205,3 +205,17 @@ func TestTransition(t *testing.T) {
 		t.Fatalf("capability %+v events %+v: want retired → @2 after 2 recorded transitions by user:alice", c, events)
 	}
 }
+
+func TestSubmitRefusesAnMCPProviderID(t *testing.T) {
+	ctx := context.Background()
+	p, _ := newPublisher(t)
+	srv := store.MCPServer{ProviderID: "acme", Transport: "stdio", Command: "true", TimeoutMs: 1000, Generation: 1, RegisteredBy: "user:alice"}
+	bv := store.BiomeVersion{ID: "acme", Version: "1.0.1", Manifest: biomeJSON("acme", "1.0.1"), Contributions: json.RawMessage("[]"),
+		ContentHash: "h", DigestHash: "d", Digest: json.RawMessage("{}")}
+	if err := p.Store.SaveMCPServer(ctx, srv, bv, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err := p.Submit(ctx, Submission{Manifest: biomeJSON("acme", "2.0.0", "acme:thing.read@1"),
+		Contributions: []json.RawMessage{contribution("acme:thing.read@1", "Read", true)}})
+	clientError(t, err, http.StatusConflict, "registered MCP server")
+}
