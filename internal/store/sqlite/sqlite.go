@@ -88,6 +88,10 @@ func openDB(path string) (*sql.DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite store %s: %w: %w", path, store.ErrUnavailable, err)
 	}
+	// SQLite has one writer at a time. With one connection, concurrent callers queue in
+	// Go instead of sleeping in busy_timeout back-off (1 to 100 ms per retry), which is what
+	// made the funnel's p99 on SQLite.
+	db.SetMaxOpenConns(1)
 	return db, nil
 }
 
