@@ -28,12 +28,14 @@ import (
 	"github.com/xemahq/xema/internal/catalog"
 	"github.com/xemahq/xema/internal/credential"
 	"github.com/xemahq/xema/internal/demo"
+	"github.com/xemahq/xema/internal/federation"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/grant"
 	"github.com/xemahq/xema/internal/kernel"
 	"github.com/xemahq/xema/internal/manifest"
 	"github.com/xemahq/xema/internal/policy"
 	"github.com/xemahq/xema/internal/ratelimit"
+	"github.com/xemahq/xema/internal/runner"
 	"github.com/xemahq/xema/internal/store"
 	"github.com/xemahq/xema/internal/store/engine"
 )
@@ -69,6 +71,8 @@ type App struct {
 	// Bindings resolves connector capabilities through org-level provider bindings.
 	Bindings  *binding.Service
 	Approvals *approval.Service
+	// Federation registers and runs external MCP servers (internal/federation).
+	Federation *federation.Federation
 
 	envs     grant.Environments
 	profiles grant.Profiles
@@ -114,6 +118,10 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err := approval.Register(a.Kernel, a.Approvals); err != nil {
 		return nil, a.closeWith(err)
 	}
+	a.Federation = federation.New(st, a.Rebuild, func() runner.TokenSource { return a.Gateway.Tokens })
+	if err := a.Federation.Register(a.Kernel); err != nil {
+		return nil, a.closeWith(err)
+	}
 	if err := a.publishKernel(ctx); err != nil {
 		return nil, a.closeWith(err)
 	}
@@ -127,7 +135,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, a.closeWith(err)
 	}
 	a.Gateway = &gateway.Gateway{Catalog: a.Catalog, Policy: eng, Audit: a.Approvals.Audit, // one log: one writer batches both
-		Kernel: a.Kernel, HTTP: &http.Client{}, Resolvers: []gateway.Resolver{a.Bindings}}
+		Kernel: a.Kernel, HTTP: &http.Client{}, Resolvers: []gateway.Resolver{a.Bindings, a.Federation}}
 	a.Gateway.Limiter = &ratelimit.Limiter{Counter: st}
 	a.Gateway.Approvals, a.Approvals.Gateway = a.Approvals, a.Gateway
 	a.dsn = cfg.StoreDSN
@@ -150,8 +158,9 @@ func (a *App) closeWith(err error) error {
 	return err
 }
 
-// Close releases the store.
+// Close ends the federated servers' sessions and releases the store.
 func (a *App) Close() error {
+	a.Federation.Close()
 	a.Approvals.Audit.Close() // queued audit records commit before the store closes
 	return a.Store.Close()
 }
