@@ -9,31 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xemahq/xema/internal/binding"
-	"github.com/xemahq/xema/internal/client"
 )
-
-// adminFlags are the gateway URL and admin token of the commands that call the HTTP API.
-type adminFlags struct{ server, token string }
-
-func (f *adminFlags) add(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.server, "server", "http://127.0.0.1:8181", "gateway URL")
-	cmd.Flags().StringVar(&f.token, "token", "", "bearer token of an org admin")
-}
-
-// call sends one request and prints the answer as indented JSON.
-func (f *adminFlags) call(cmd *cobra.Command, method, path string, body any) error {
-	c, err := client.New(f.server, f.token)
-	if err != nil {
-		return &exitError{code: 2, err: err}
-	}
-	var out json.RawMessage
-	if err := c.Do(cmd.Context(), method, path, body, &out); err != nil {
-		return err
-	}
-	enc := json.NewEncoder(cmd.OutOrStdout())
-	enc.SetIndent("", "  ")
-	return enc.Encode(out)
-}
 
 func init() {
 	bindingCmd := &cobra.Command{Use: "binding", Short: "Manage org-level provider bindings (POST/GET/DELETE /v1/bindings)"}

@@ -1,32 +1,16 @@
 package main
 
 import (
-	"encoding/json"
 	"net/url"
 
 	"github.com/spf13/cobra"
-
-	"github.com/xemahq/xema/internal/client"
 )
 
 func init() {
-	var server, token string
+	var api adminFlags
 	root := &cobra.Command{Use: "mcp-server", Short: "Register, list and re-sync external MCP servers"}
-	root.PersistentFlags().StringVar(&server, "server", "http://127.0.0.1:8181", "gateway URL")
-	root.PersistentFlags().StringVar(&token, "token", "", "bearer token of an org admin")
-	call := func(cmd *cobra.Command, method, path string, body any) error {
-		c, err := client.New(server, token)
-		if err != nil {
-			return &exitError{code: 2, err: err}
-		}
-		var out json.RawMessage
-		if err := c.Do(cmd.Context(), method, path, body, &out); err != nil {
-			return err
-		}
-		enc := json.NewEncoder(cmd.OutOrStdout())
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
-	}
+	api.addTo(root.PersistentFlags())
+	call := api.call
 
 	var reg struct {
 		URL, Command, Auth string

@@ -68,12 +68,5 @@ func Register(reg *kernel.Registry, pub *catalog.Publisher) error {
 			return pub.Transition(ctx, t, call.Exec.Subject.Ref)
 		},
 	}
-	for file, h := range handlers {
-		raw, err := descriptors.ReadFile(file)
-		if err != nil {
-			return fmt.Errorf("admin descriptor %s: %w", file, err)
-		}
-		reg.Register(kernel.Registration{Contribution: raw, Handler: h})
-	}
-	return nil
+	return reg.RegisterFiles(descriptors, handlers)
 }

@@ -131,14 +131,7 @@ func Register(reg *kernel.Registry, s *Service) error {
 		"contributions/approval-approve.json": s.approve,
 		"contributions/approval-reject.json":  s.reject,
 	}
-	for file, h := range handlers {
-		raw, err := descriptors.ReadFile(file)
-		if err != nil {
-			return fmt.Errorf("approval descriptor %s: %w", file, err)
-		}
-		reg.Register(kernel.Registration{Contribution: raw, Handler: h})
-	}
-	return nil
+	return reg.RegisterFiles(descriptors, handlers)
 }
 
 // listInput is the input of approval:list@1.

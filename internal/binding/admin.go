@@ -97,14 +97,7 @@ func Register(reg *kernel.Registry, s *Service) error {
 			return Deleted{ID: id, Deleted: true}, nil
 		},
 	}
-	for file, h := range handlers {
-		raw, err := descriptors.ReadFile(file)
-		if err != nil {
-			return fmt.Errorf("binding descriptor %s: %w", file, err)
-		}
-		reg.Register(kernel.Registration{Contribution: raw, Handler: h})
-	}
-	return nil
+	return reg.RegisterFiles(descriptors, handlers)
 }
 
 func idOf(input json.RawMessage) (string, error) {

@@ -95,14 +95,7 @@ func (f *Federation) Register(reg *kernel.Registry) error {
 			return f.List(ctx)
 		},
 	}
-	for file, h := range handlers {
-		raw, err := descriptors.ReadFile(file)
-		if err != nil {
-			return fmt.Errorf("federation descriptor %s: %w", file, err)
-		}
-		reg.Register(kernel.Registration{Contribution: raw, Handler: h})
-	}
-	return nil
+	return reg.RegisterFiles(descriptors, handlers)
 }
 
 // Registration is the body of POST /v1/mcp-servers.

@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"sort"
 	"strings"
 	"sync"
@@ -51,6 +52,19 @@ func (r *Registry) Register(reg Registration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.registrations = append(r.registrations, reg)
+}
+
+// RegisterFiles queues one registration per descriptor file of fsys (an embedded
+// contributions/ directory), each with its handler.
+func (r *Registry) RegisterFiles(fsys fs.ReadFileFS, handlers map[string]Handler) error {
+	for file, h := range handlers {
+		raw, err := fsys.ReadFile(file)
+		if err != nil {
+			return fmt.Errorf("kernel descriptor %s: %w", file, err)
+		}
+		r.Register(Registration{Contribution: raw, Handler: h})
+	}
+	return nil
 }
 
 // Serve installs a live runner for ref. Serving a ref twice is a programming error.
