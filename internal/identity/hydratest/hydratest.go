@@ -65,18 +65,14 @@ func Binary(t testing.TB) string {
 		return bin
 	}
 	_, self, _, _ := runtime.Caller(0)
-	toolsDir := filepath.Join(filepath.Dir(self), "..", "..", "..", "tools", "hydra")
-	tmp := bin + ".tmp"
-	t.Logf("hydra: building %s from %s (first run only, takes minutes)", Version, toolsDir)
-	// DSN=memory is SQLite in memory, which hydra only compiles in with these tags (cgo).
-	cmd := exec.Command("go", "build", "-tags", "sqlite,sqlite_omit_load_extension", "-o", tmp, "github.com/ory/hydra/v2")
-	cmd.Dir = toolsDir
-	out, err := cmd.CombinedOutput()
+	script := filepath.Join(filepath.Dir(self), "..", "..", "..", "tools", "hydra", "build.sh")
+	t.Logf("hydra: building %s with %s (first run only, takes minutes)", Version, script)
+	out, err := exec.Command("sh", script, dir).CombinedOutput()
 	if err != nil {
-		t.Fatalf("hydra: building %s in %s failed (these tests need a real hydra and do not skip): %v\n%s", Version, toolsDir, err, out)
+		t.Fatalf("hydra: %s failed (these tests need a real hydra and do not skip): %v\n%s", script, err, out)
 	}
-	if err := os.Rename(tmp, bin); err != nil {
-		t.Fatalf("hydra: install binary: %v", err)
+	if got := strings.TrimSpace(string(out)); got != bin {
+		t.Fatalf("hydra: %s built %q, want %q", script, got, bin)
 	}
 	return bin
 }
