@@ -5,10 +5,8 @@ package oauth
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -18,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/oauth2"
+	"golang.org/x/oauth2/clientcredentials"
 	"golang.org/x/sync/singleflight"
 )
 
@@ -147,71 +147,51 @@ func (s *TokenSource) Token(ctx context.Context) (string, error) {
 	}
 }
 
-type tokenResponse struct {
-	AccessToken string `json:"access_token"`
-	TokenType   string `json:"token_type"`
-	ExpiresIn   int64  `json:"expires_in"`
-	Error       string `json:"error"`
-}
-
 var errorCode = regexp.MustCompile(`^[a-z_]{1,64}$`)
 
-// fetch asks the token endpoint for a token (RFC 6749 §4.4) and caches it.
+// fetch asks the token endpoint for a token (RFC 6749 §4.4, through golang.org/x/oauth2)
+// and caches it. Errors keep only the status and the OAuth2 error code: the library's own
+// error text quotes the response body.
 func (s *TokenSource) fetch(ctx context.Context) (string, error) {
-	form := url.Values{"grant_type": {"client_credentials"}}
-	if len(s.cfg.Scopes) > 0 {
-		form.Set("scope", strings.Join(s.cfg.Scopes, " "))
-	}
+	cc := clientcredentials.Config{ClientID: s.cfg.ClientID, ClientSecret: s.cfg.ClientSecret,
+		TokenURL: s.cfg.TokenURL, Scopes: s.cfg.Scopes, AuthStyle: oauth2.AuthStyleInHeader}
 	if s.cfg.Audience != "" {
-		form.Set("audience", s.cfg.Audience)
+		cc.EndpointParams = url.Values{"audience": {s.cfg.Audience}}
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.cfg.TokenURL, strings.NewReader(form.Encode()))
-	if err != nil {
-		return "", &NoTokenError{Detail: "building the token request failed"}
-	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Accept", "application/json")
-	// RFC 6749 §2.3.1: client id and secret are form-urlencoded before basic auth.
-	req.SetBasicAuth(url.QueryEscape(s.cfg.ClientID), url.QueryEscape(s.cfg.ClientSecret))
 	sent := s.now()
-	resp, err := s.client.Do(req)
+	tok, err := cc.Token(context.WithValue(ctx, oauth2.HTTPClient, s.client))
 	if err != nil {
-		return "", &NoTokenError{Detail: fmt.Sprintf("token endpoint unreachable: %v", err)}
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
-	if err != nil {
-		return "", &NoTokenError{Status: resp.StatusCode, Detail: "reading the token response failed"}
-	}
-	var tr tokenResponse
-	jsonErr := json.Unmarshal(body, &tr)
-	if resp.StatusCode != http.StatusOK {
-		code := ""
-		if jsonErr == nil && errorCode.MatchString(tr.Error) {
-			code = tr.Error
+		var re *oauth2.RetrieveError
+		if errors.As(err, &re) && re.Response != nil {
+			code := ""
+			if errorCode.MatchString(re.ErrorCode) {
+				code = re.ErrorCode
+			}
+			if re.Response.StatusCode == http.StatusOK {
+				return "", &NoTokenError{Status: http.StatusOK, Detail: "token response has no usable access_token"}
+			}
+			return "", &NoTokenError{Status: re.Response.StatusCode, Code: code}
 		}
-		return "", &NoTokenError{Status: resp.StatusCode, Code: code}
+		if ctx.Err() != nil {
+			return "", &NoTokenError{Detail: "token endpoint did not answer: " + ctx.Err().Error()}
+		}
+		return "", &NoTokenError{Detail: "token endpoint unreachable or its answer unreadable"}
 	}
-	switch {
-	case jsonErr != nil:
-		return "", &NoTokenError{Status: resp.StatusCode, Detail: "token response is not JSON"}
-	case tr.AccessToken == "":
-		return "", &NoTokenError{Status: resp.StatusCode, Detail: "token response has no access_token"}
-	case !strings.EqualFold(tr.TokenType, "bearer"):
-		return "", &NoTokenError{Status: resp.StatusCode, Detail: "token_type is not bearer"}
+	if !strings.EqualFold(tok.Type(), "bearer") {
+		return "", &NoTokenError{Status: http.StatusOK, Detail: "token_type is not bearer"}
 	}
-	lifetime := time.Duration(tr.ExpiresIn) * time.Second
-	if tr.ExpiresIn <= 0 {
-		lifetime = defaultLifetime
+	lifetime := defaultLifetime
+	if !tok.Expiry.IsZero() {
+		lifetime = tok.Expiry.Sub(sent)
 	}
 	fraction := refreshFraction + (rand.Float64()*2-1)*refreshJitter
 	s.mu.Lock()
-	s.token = tr.AccessToken
+	s.token = tok.AccessToken
 	s.refreshAt = sent.Add(time.Duration(float64(lifetime) * fraction))
 	s.expiresAt = sent.Add(lifetime - expirySkew)
 	if s.refreshAt.After(s.expiresAt) {
 		s.refreshAt = s.expiresAt
 	}
 	s.mu.Unlock()
-	return tr.AccessToken, nil
+	return tok.AccessToken, nil
 }
