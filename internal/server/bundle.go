@@ -8,7 +8,7 @@ import (
 	"github.com/xemahq/xema/internal/gateway"
 )
 
-// BundleSource is the policy engine's current bundle in OPA's format.
+// BundleSource is the policy engine's current bundle in OPA's format and its ETag, quoted.
 type BundleSource interface {
 	Bundle() (tarGz []byte, etag string)
 }
@@ -26,9 +26,8 @@ func (s *Server) bundle(c echo.Context) error {
 	if len(body) == 0 {
 		return &gateway.Error{Status: http.StatusServiceUnavailable, Code: gateway.CodePolicyUnavailable, Message: "no policy bundle loaded"}
 	}
-	quoted := `"` + etag + `"`
-	c.Response().Header().Set("ETag", quoted)
-	if match := c.Request().Header.Get("If-None-Match"); match == quoted || match == etag {
+	c.Response().Header().Set("ETag", etag)
+	if c.Request().Header.Get("If-None-Match") == etag {
 		return c.NoContent(http.StatusNotModified)
 	}
 	return c.Blob(http.StatusOK, "application/gzip", body)
