@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/xemahq/xema/internal/audit"
@@ -38,9 +39,11 @@ const (
 	CodeNotFound       = "APPROVAL_NOT_FOUND"
 	CodeExpired        = "APPROVAL_EXPIRED"
 	CodeAlreadyDecided = "APPROVAL_ALREADY_DECIDED"
-	CodeOwnApproval    = "OWN_APPROVAL"
 	CodeNotApprover    = "NOT_AN_APPROVER"
 	CodeUnavailable    = "APPROVAL_UNAVAILABLE"
+	// Reason codes of the policy (policies/approval.rego), answered as the step's code.
+	CodeOwnApproval      = "OWN_APPROVAL"
+	CodeApproverNotHuman = "APPROVER_NOT_HUMAN"
 )
 
 // Audit decisions of the approval steps; their records link to the held call's auditId.
@@ -231,8 +234,9 @@ func (s *Service) reject(ctx context.Context, call kernel.Call) (any, error) {
 	return view(a, false), nil
 }
 
-// decidable loads the approval named by the call's input and checks that the caller may
-// decide it: not its requester, and holding the held capability by the policy.
+// decidable loads the approval named by the call's input and asks the policy whether the
+// caller may decide it: holding the held capability, a person, and not its requester
+// (input.approval, policies/approval.rego).
 func (s *Service) decidable(ctx context.Context, call kernel.Call) (store.Approval, error) {
 	var in decision
 	if err := json.Unmarshal(call.Input, &in); err != nil {
@@ -245,20 +249,32 @@ func (s *Service) decidable(ctx context.Context, call kernel.Call) (store.Approv
 	if err != nil {
 		return a, unavailable(err)
 	}
-	if a.RequesterRef == call.Exec.Subject.Ref {
-		return a, runner.ClientError(http.StatusForbidden, CodeOwnApproval,
-			"%s requested call %s and may not decide its own approval", a.RequesterRef, a.ID)
-	}
-	d, err := s.Policy.Decide(ctx, approverInput(call.Exec, a))
+	ask := approverInput(call.Exec, a)
+	ask.Approval = &policy.Approval{Requester: a.RequesterRef, ApprovalID: a.ID}
+	d, err := s.Policy.Decide(ctx, ask)
 	if err != nil {
 		return a, runner.ClientError(http.StatusServiceUnavailable, gateway.CodePolicyUnavailable,
 			"policy unavailable; the approval was not decided (fail closed)")
 	}
 	if !d.Allow {
-		return a, runner.ClientError(http.StatusForbidden, CodeNotApprover,
-			"%s may not decide approvals of %s: %s", call.Exec.Subject.Ref, a.Ref, reasonCodes(d.Reasons))
+		return a, runner.ClientError(http.StatusForbidden, denialCode(d.Reasons),
+			"%s may not decide approval %s of %s: %s", call.Exec.Subject.Ref, a.ID, a.Ref, reasonCodes(d.Reasons))
 	}
 	return a, nil
+}
+
+// approverCodes are the policy's reasons that say this approver may never decide the call,
+// whatever they hold; the first one present is the answer's code, in this order.
+var approverCodes = []string{CodeOwnApproval, CodeApproverNotHuman}
+
+// denialCode is the code of a refused decision: an approverCodes reason, else NOT_AN_APPROVER.
+func denialCode(rs []policy.Reason) string {
+	for _, code := range approverCodes {
+		if slices.ContainsFunc(rs, func(r policy.Reason) bool { return r.Code == code }) {
+			return code
+		}
+	}
+	return CodeNotApprover
 }
 
 // approverInput asks the policy whether the approver, in their own environment, holds the

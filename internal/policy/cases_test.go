@@ -29,6 +29,12 @@ func agentCall(ref string) Input {
 	}
 }
 
+// approving is in deciding a held call of requester.
+func approving(in Input, requester string) Input {
+	in.Approval = &Approval{Requester: requester, ApprovalID: "apr_1"}
+	return in
+}
+
 func with(in Input, f func(*Input)) Input {
 	f(&in)
 	return in
@@ -36,6 +42,11 @@ func with(in Input, f func(*Input)) Input {
 
 func decisionCases() []decisionCase {
 	read := agentCall("kb:page.read@1")
+	rootInstall := with(agentCall("biome:install@1"), func(in *Input) {
+		in.Subject = Subject{Kind: "user", Ref: "user:root"}
+		in.OrgRole = "org_admin"
+		in.Environment = "org"
+	})
 	return []decisionCase{
 		{"allow", read, nil},
 		{"allow by group with approval", with(agentCall("kb:page.write@1"), func(in *Input) { in.Groups = []string{"editors"} }), nil},
@@ -59,16 +70,16 @@ func decisionCases() []decisionCase {
 		{"instance relation held", with(agentCall("doc:page.share@1"), func(in *Input) {
 			in.InstanceRelations = map[string]bool{"doc_page#editor": true}
 		}), nil},
-		{"org admin holds kernel capability", with(agentCall("biome:install@1"), func(in *Input) {
-			in.Subject = Subject{Kind: "user", Ref: "user:root"}
-			in.OrgRole = "org_admin"
-			in.Environment = "org"
-		}), nil},
+		{"org admin holds kernel capability", rootInstall, nil},
 		{"member lacks human baseline", with(agentCall("biome:install@1"), func(in *Input) {
 			in.Subject = Subject{Kind: "user", Ref: "user:bob"}
 			in.Environment = "org"
 		}), []string{"HUMAN_BASELINE_NOT_MET", "MISSING_GRANT"}},
 		{"agent needs a grant", with(agentCall("biome:install@1"), func(in *Input) { in.Environment = "org" }), []string{"MISSING_GRANT"}},
+		{"approver holds the held capability", approving(rootInstall, "agent:support-bot"), nil},
+		{"approver is the requester", approving(rootInstall, "user:root"), []string{"OWN_APPROVAL"}},
+		{"approver is not a person", approving(read, "agent:other-bot"), []string{"APPROVER_NOT_HUMAN"}},
+		{"approval without requester", approving(rootInstall, ""), []string{"INVALID_INPUT"}},
 		{"platform deny", with(read, func(in *Input) { in.Subject.Ref = "agent:blocked" }), []string{"PLATFORM_BLOCKED"}},
 	}
 }

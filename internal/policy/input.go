@@ -38,6 +38,12 @@ func inputValue(in Input) ast.Value {
 	if in.InstanceRelations != nil {
 		obj.Insert(ast.StringTerm("instanceRelations"), ast.NewTerm(flagObject(in.InstanceRelations)))
 	}
+	if in.Approval != nil {
+		obj.Insert(ast.StringTerm("approval"), ast.NewTerm(ast.NewObject(
+			field("requester", ast.String(in.Approval.Requester)),
+			field("approvalId", ast.String(in.Approval.ApprovalID)),
+		)))
+	}
 	return obj
 }
 

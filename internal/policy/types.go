@@ -25,6 +25,15 @@ type Input struct {
 	Bindings map[string]bool `json:"bindings,omitempty"`
 	// InstanceRelations holds the caller's relations on Resource, keyed "resourceType#relation".
 	InstanceRelations map[string]bool `json:"instanceRelations,omitempty"`
+	// Approval is set when the subject is deciding a held call of Ref; nil otherwise.
+	Approval *Approval `json:"approval,omitempty"`
+}
+
+// Approval names the held call an approver is deciding, so the policy can refuse its
+// requester (OWN_APPROVAL) and anyone but a person (APPROVER_NOT_HUMAN).
+type Approval struct {
+	Requester  string `json:"requester"`
+	ApprovalID string `json:"approvalId"`
 }
 
 // Subject is who calls: Kind is user, agent, workflow or service; Ref is "kind:name".

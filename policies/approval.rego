@@ -1,0 +1,25 @@
+package xema.authz
+
+# Deciding a held call (input.approval present): the same decision, asked for the approver
+# on the held capability, plus who may never decide it. Absent, these rules deny nothing.
+
+approval_present if "approval" in object.keys(input)
+
+deny contains {"code": "INVALID_INPUT", "detail": "input.approval.requester must be a non-empty string"} if {
+	approval_present
+	not non_empty_string(object.get(input, ["approval", "requester"], null))
+}
+
+# The requester can never approve or reject its own call.
+deny contains {"code": "OWN_APPROVAL", "detail": sprintf("%s requested call %s and may not decide its own approval", [input.subject.ref, approval_id])} if {
+	approval_present
+	input.subject.ref == input.approval.requester
+}
+
+# Only people decide held calls.
+deny contains {"code": "APPROVER_NOT_HUMAN", "detail": sprintf("%s is a %s; only people (subject kind user) may decide approval %s", [input.subject.ref, input.subject.kind, approval_id])} if {
+	approval_present
+	input.subject.kind != "user"
+}
+
+approval_id := object.get(input, ["approval", "approvalId"], "")

@@ -1,0 +1,42 @@
+package xematest.authz
+
+# Deciding a held call: input.approval names its requester.
+
+held_by(inp, requester) := object.union(inp, {"approval": {"requester": requester, "approvalId": "apr_1"}})
+
+test_approver_covered_may_decide if {
+	decide(held_by(user("alice", "org_admin"), "agent:support-bot")).allow == true
+}
+
+test_own_approval_denied if {
+	denied_only_by(held_by(user("bob", "org_member"), "user:bob"), "OWN_APPROVAL")
+}
+
+test_own_approval_detail_names_the_call if {
+	dec := decide(held_by(user("bob", "org_member"), "user:bob"))
+	some r in dec.reasons
+	r.code == "OWN_APPROVAL"
+	contains(r.detail, "apr_1")
+}
+
+test_agent_approver_denied if {
+	denied_only_by(held_by(object.union(agent, {"subject": {"kind": "agent", "ref": "agent:helper"}}), "agent:support-bot"), "APPROVER_NOT_HUMAN")
+}
+
+test_agent_approving_itself_gets_both if {
+	codes(decide(held_by(agent, "agent:support-bot"))) == {"OWN_APPROVAL", "APPROVER_NOT_HUMAN"}
+}
+
+test_approval_without_requester_denied if {
+	denied_only_by(object.union(user("alice", "org_admin"), {"approval": {"approvalId": "apr_1"}}), "INVALID_INPUT")
+}
+
+test_approval_with_empty_requester_denied if {
+	denied_only_by(held_by(user("alice", "org_admin"), ""), "INVALID_INPUT")
+}
+
+# Without input.approval the same callers are judged as plain calls.
+test_absent_approval_denies_nothing_extra if {
+	decide(agent).allow == true
+	decide(user("bob", "org_member")).allow == true
+}
