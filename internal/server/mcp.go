@@ -43,7 +43,30 @@ func (s *Server) MCPHandler() http.Handler {
 	addTool(srv, "xema_capabilities_explain", "Turn a denial code into the grant that would unlock the capability.", explainSchema, gw.Explain)
 
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{Stateless: true})
-	return auth.RequireBearerToken(s.verifyMCP, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h)
+	return s.authenticateMCP(auth.RequireBearerToken(s.verifyMCP, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h))
+}
+
+// mcpCaller is the request-context key of the caller authenticateMCP verified.
+type mcpCaller struct{}
+
+// authenticateMCP verifies the bearer token before the SDK sees the request, so every refused
+// attempt is audited (the SDK's middleware refuses a missing header without asking the
+// verifier) and answered with the HTTP API's typed 401 body and its audit id.
+func (s *Server) authenticateMCP(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ec, err := s.Auth.Authenticate(r)
+		if err != nil {
+			var ge *gateway.Error
+			if !errors.As(s.unauthenticated(r.Context(), "/mcp", err), &ge) {
+				ge = &gateway.Error{Status: http.StatusInternalServerError, Code: "INTERNAL", Message: "internal error"}
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(ge.Status)
+			_ = json.NewEncoder(w).Encode(ge.Body())
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), mcpCaller{}, ec)))
+	})
 }
 
 // describeResult wraps describe's array: MCP structured content is an object.
@@ -51,14 +74,11 @@ type describeResult struct {
 	Capabilities []gateway.Description `json:"capabilities"`
 }
 
-// verifyMCP adapts the gateway's authenticator to the SDK's bearer middleware.
+// verifyMCP hands the SDK's bearer middleware the caller authenticateMCP verified.
 func (s *Server) verifyMCP(_ context.Context, _ string, r *http.Request) (*auth.TokenInfo, error) {
-	ec, err := s.Auth.Authenticate(r)
-	if err != nil {
-		if aerr := s.unauthenticated(r.Context(), "/mcp", err); !isStatus(aerr, http.StatusUnauthorized) {
-			return nil, aerr
-		}
-		return nil, fmt.Errorf("%w: %s", auth.ErrInvalidToken, err.Error())
+	ec, ok := r.Context().Value(mcpCaller{}).(identity.ExecContext)
+	if !ok {
+		return nil, fmt.Errorf("%w: no verified caller", auth.ErrInvalidToken)
 	}
 	return &auth.TokenInfo{UserID: ec.Subject.Ref, Extra: map[string]any{execKey: ec}}, nil
 }
@@ -93,11 +113,6 @@ func addTool[Req, Res any](srv *mcp.Server, name, description string, schema jso
 			}
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(raw)}}, StructuredContent: json.RawMessage(raw)}, nil
 		})
-}
-
-func isStatus(err error, status int) bool {
-	var ge *gateway.Error
-	return errors.As(err, &ge) && ge.Status == status
 }
 
 func execFromMCP(call *mcp.CallToolRequest) (identity.ExecContext, bool) {
