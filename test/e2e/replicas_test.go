@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"net/http"
 	"net/url"
@@ -23,7 +22,7 @@ func startReplicas(t *testing.T, dsn string, n int) []*gateway {
 	dir := t.TempDir()
 	var gws []*gateway
 	for range n {
-		g := &gateway{t: t, bin: xemaBinary(t), DataDir: dir, Store: dsn, logs: &bytes.Buffer{}}
+		g := &gateway{t: t, bin: xemaBinary(t), DataDir: dir, Store: dsn, logs: &lockedBuffer{}}
 		g.start()
 		gws = append(gws, g)
 	}
