@@ -1,6 +1,7 @@
 // Package ratelimit counts calls against the rate-limit and quota obligations of a decision.
-// Counts live in the store (fixed windows, one atomic UPSERT per limit), so every gateway
-// replica on one PostgreSQL shares them: the total admitted never passes the limit.
+// Counts live in the store (fixed windows, added to all or none atomically), so every
+// gateway replica on one PostgreSQL shares them: the total admitted never passes the limit.
+// Counters of ended windows are deleted by Prune.
 package ratelimit
 
 import (
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/xemahq/xema/internal/policy"
+	"github.com/xemahq/xema/internal/store"
 )
 
 // Obligation kinds the limiter counts.
@@ -20,7 +22,7 @@ const (
 
 // Counter is where counts live; store.ObligationStore is one.
 type Counter interface {
-	AddUsage(ctx context.Context, key string, window int64, n, limit int64, expires time.Time) (count int64, ok bool, err error)
+	AddUsage(ctx context.Context, adds []store.UsageAdd) (counts []int64, refused int, err error)
 }
 
 // Limiter counts calls. Safe for concurrent use.
@@ -44,37 +46,75 @@ type limit struct {
 	per      time.Duration
 }
 
-// Take counts one call against every rate-limit and quota obligation in obs, rate limits
-// first. It returns nil when the call is within all of them, otherwise the Usage the policy
-// turns into RATE_LIMITED or QUOTA_EXCEEDED, with the seconds until the window that refused
-// it ends. A malformed obligation or an unreachable counter is an error: the caller denies.
+// Take counts one call against every rate-limit and quota obligation in obs, all or none:
+// a call one of them refuses spends nothing of the others. It returns nil when the call is
+// within all of them, otherwise the Usage the policy turns into RATE_LIMITED or
+// QUOTA_EXCEEDED (a rate limit before a quota when both refuse), with the seconds until the
+// window that refused it ends. A malformed obligation or an unreachable counter is an
+// error: the caller denies.
 func (l *Limiter) Take(ctx context.Context, k Key, obs []policy.Obligation) (*policy.Usage, error) {
 	limits, err := parse(obs)
-	if err != nil {
+	if err != nil || len(limits) == 0 {
 		return nil, err
 	}
 	now := time.Now()
 	if l.Now != nil {
 		now = l.Now()
 	}
-	for _, lim := range limits {
-		window, retry := windowOf(now, lim.per)
+	adds := make([]store.UsageAdd, len(limits))
+	lefts := make([]time.Duration, len(limits))
+	for i, lim := range limits {
+		window, left := windowOf(now, lim.per)
 		key := strings.Join([]string{lim.kind, lim.per.String(), k.Ref, k.Subject, k.Environment}, "|")
-		_, ok, err := l.Counter.AddUsage(ctx, key, window, 1, lim.requests, now.Add(retry))
+		adds[i], lefts[i] = store.UsageAdd{Key: key, Window: window, N: 1, Limit: lim.requests, Expires: now.Add(left)}, left
+	}
+	_, refused, err := l.Counter.AddUsage(ctx, adds)
+	if err != nil {
+		return nil, fmt.Errorf("count %d limit(s) of %s for %s in %s: %w", len(adds), k.Ref, k.Subject, k.Environment, err)
+	}
+	if refused < 0 {
+		return nil, nil
+	}
+	u := &policy.Usage{RetryAfterSeconds: int((lefts[refused] + time.Second - 1) / time.Second)}
+	if limits[refused].kind == KindRate {
+		u.RateExceeded = true
+	} else {
+		u.QuotaExceeded = true
+	}
+	return u, nil
+}
+
+// PruneGrace is how long after its window ends a counter is kept, so a replica whose clock
+// lags by less than that never finds its window gone and counts it again from zero.
+const PruneGrace = time.Minute
+
+// pruneBatch bounds one DELETE, and pruneBatches one Prune, so pruning never holds many
+// locks or runs long; what is left goes on the next Prune.
+const (
+	pruneBatch   = 1000
+	pruneBatches = 100
+)
+
+// Pruner drops counters of ended windows; store.ObligationStore is one.
+type Pruner interface {
+	PruneUsage(ctx context.Context, before time.Time, limit int) (int64, error)
+}
+
+// Prune deletes the counters whose window ended PruneGrace before now, in batches, and says
+// how many went; a batch short of pruneBatch means none are left.
+func Prune(ctx context.Context, p Pruner, now time.Time) (int64, error) {
+	var total int64
+	for range pruneBatches {
+		n, err := p.PruneUsage(ctx, now.Add(-PruneGrace), pruneBatch)
+		total += n
 		if err != nil {
-			return nil, fmt.Errorf("count %s of %s for %s in %s: %w", lim.kind, k.Ref, k.Subject, k.Environment, err)
+			return total, fmt.Errorf("prune rate counters: %w", err)
 		}
-		if !ok {
-			u := &policy.Usage{RetryAfterSeconds: int((retry + time.Second - 1) / time.Second)}
-			if lim.kind == KindRate {
-				u.RateExceeded = true
-			} else {
-				u.QuotaExceeded = true
-			}
-			return u, nil
+		if n < pruneBatch {
+			break
 		}
 	}
-	return nil, nil
+	return total, nil
 }
 
 // windowOf numbers the fixed window of length per that holds now (windows start at the

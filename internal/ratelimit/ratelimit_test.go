@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -114,6 +115,76 @@ func TestTakeMalformed(t *testing.T) {
 		if _, err := l.Take(context.Background(), Key{Ref: "a:b.c@1", Subject: "s", Environment: "e"}, []policy.Obligation{o}); err == nil {
 			t.Errorf("%+v: no error, want refused (fail closed)", o)
 		}
+	}
+}
+
+// A call the quota refuses spends no rate token: the rate counter is as if it never came.
+func TestQuotaRefusalSpendsNoRateToken(t *testing.T) {
+	key := Key{Ref: "kb:page.read@1", Subject: "agent:bot", Environment: "project"}
+	both := []policy.Obligation{rate(3, "1m"), quota(1, "24h")}
+	for _, e := range engines {
+		t.Run(e.name, func(t *testing.T) {
+			ctx := context.Background()
+			now := time.Unix(1_699_920_010, 0)
+			l := &Limiter{Counter: e.open(t), Now: func() time.Time { return now }}
+			if u, err := l.Take(ctx, key, both); err != nil || u != nil {
+				t.Fatalf("first call: usage %+v err %v; want admitted", u, err)
+			}
+			for i := range 4 {
+				if u, err := l.Take(ctx, key, both); err != nil || u == nil || !u.QuotaExceeded || u.RateExceeded {
+					t.Fatalf("call %d over the quota: usage %+v err %v; want QuotaExceeded only", i+2, u, err)
+				}
+			}
+			rateOnly := both[:1]
+			for i := range 2 {
+				if u, err := l.Take(ctx, key, rateOnly); err != nil || u != nil {
+					t.Fatalf("rate token %d of 3 after refused calls: usage %+v err %v; want admitted", i+2, u, err)
+				}
+			}
+			if u, err := l.Take(ctx, key, rateOnly); err != nil || u == nil || !u.RateExceeded {
+				t.Fatalf("fourth rate token: usage %+v err %v; want RateExceeded", u, err)
+			}
+		})
+	}
+}
+
+// Prune deletes counters whose window ended more than PruneGrace ago, over several batches,
+// and leaves the others counting.
+func TestPrune(t *testing.T) {
+	ctx := context.Background()
+	s := openSQLite(t)
+	now := time.Unix(1_699_920_000, 0) // a window start
+	clock := now.Add(-10 * time.Minute)
+	l := &Limiter{Counter: s, Now: func() time.Time { return clock }}
+	obs := []policy.Obligation{rate(1, "1m")}
+	const old = pruneBatch*2 + 500
+	for i := range old {
+		if u, err := l.Take(ctx, Key{Ref: "a:b.c@1", Subject: fmt.Sprintf("agent:%d", i), Environment: "project"}, obs); err != nil || u != nil {
+			t.Fatalf("old call %d: %+v %v", i, u, err)
+		}
+	}
+	clock = now.Add(-time.Minute) // ended at now: within the grace
+	recent := Key{Ref: "a:b.c@1", Subject: "agent:recent", Environment: "project"}
+	if u, err := l.Take(ctx, recent, obs); err != nil || u != nil {
+		t.Fatalf("recent call: %+v %v", u, err)
+	}
+	clock = now
+	live := Key{Ref: "a:b.c@1", Subject: "agent:live", Environment: "project"}
+	if u, err := l.Take(ctx, live, obs); err != nil || u != nil {
+		t.Fatalf("live call: %+v %v", u, err)
+	}
+	if n, err := Prune(ctx, s, now); err != nil || n != old {
+		t.Fatalf("prune: %d rows, err %v; want %d", n, err, old)
+	}
+	if n, err := Prune(ctx, s, now); err != nil || n != 0 {
+		t.Fatalf("second prune: %d rows, err %v; want 0", n, err)
+	}
+	if u, err := l.Take(ctx, live, obs); err != nil || u == nil || !u.RateExceeded {
+		t.Fatalf("live window after prune: %+v %v; want still spent", u, err)
+	}
+	clock = now.Add(-time.Minute)
+	if u, err := l.Take(ctx, recent, obs); err != nil || u == nil || !u.RateExceeded {
+		t.Fatalf("window within the grace after prune: %+v %v; want still spent", u, err)
 	}
 }
 

@@ -114,8 +114,22 @@ type ObligationStore interface {
 	// returned approval is the stored one after the move, or as it is on ErrConflict.
 	TransitionApproval(ctx context.Context, t ApprovalTransition) (Approval, error)
 
-	// AddUsage adds n to the counter of (key, window) unless the sum would pass limit, in
-	// one atomic statement. ok tells whether it was added; count is the counter afterwards
-	// (when ok) or the value that refused it. expires is when the window's row may be dropped.
-	AddUsage(ctx context.Context, key string, window int64, n, limit int64, expires time.Time) (count int64, ok bool, err error)
+	// AddUsage adds every add, or none, atomically: each applies only if its counter stays
+	// within its limit. refused is -1 when all were added, and counts[i] is add i's counter
+	// afterwards; otherwise it is the index of the first add (in the order given) that would
+	// have passed its limit, nothing was added, and counts is nil.
+	AddUsage(ctx context.Context, adds []UsageAdd) (counts []int64, refused int, err error)
+	// PruneUsage deletes at most limit counters whose window ended before before, and says
+	// how many went.
+	PruneUsage(ctx context.Context, before time.Time, limit int) (int64, error)
+}
+
+// UsageAdd is N more calls on the counter of (Key, Window), refused past Limit. Expires is
+// when the window ends: its row may be pruned after that.
+type UsageAdd struct {
+	Key     string
+	Window  int64
+	N       int64
+	Limit   int64
+	Expires time.Time
 }

@@ -28,6 +28,8 @@ func runObligations(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ApprovalConcurrentApproveOneWinner", testApprovalConcurrent},
 		{"UsageLimit", testUsageLimit},
 		{"UsageConcurrentNeverPassesLimit", testUsageConcurrent},
+		{"UsageAllOrNothing", testUsageAllOrNothing},
+		{"UsagePrune", testUsagePrune},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -207,37 +209,109 @@ func testApprovalConcurrent(t *testing.T, s store.Store) {
 	}
 }
 
+// addOne adds n to one counter, as a limiter with a single limit does.
+func addOne(s store.Store, key string, window, n, limit int64, exp time.Time) (int64, bool, error) {
+	counts, refused, err := s.AddUsage(context.Background(), []store.UsageAdd{{Key: key, Window: window, N: n, Limit: limit, Expires: exp}})
+	if err != nil || refused >= 0 {
+		return 0, false, err
+	}
+	return counts[0], true, nil
+}
+
 func testUsageLimit(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	exp := time.Now().Add(time.Minute)
 	for i := int64(1); i <= 3; i++ {
-		n, ok, err := s.AddUsage(ctx, "k", 7, 1, 3, exp)
+		n, ok, err := addOne(s, "k", 7, 1, 3, exp)
 		if err != nil || !ok || n != i {
 			t.Fatalf("add %d: count %d ok %v err %v", i, n, ok, err)
 		}
 	}
-	n, ok, err := s.AddUsage(ctx, "k", 7, 1, 3, exp)
-	if err != nil || ok || n != 3 {
-		t.Fatalf("past the limit: count %d ok %v err %v; want 3, refused", n, ok, err)
+	if _, ok, err := addOne(s, "k", 7, 1, 3, exp); err != nil || ok {
+		t.Fatalf("past the limit: ok %v err %v; want refused", ok, err)
 	}
-	if n, ok, err := s.AddUsage(ctx, "k", 8, 1, 3, exp); err != nil || !ok || n != 1 {
+	if n, ok, err := addOne(s, "k", 7, 1, 4, exp); err != nil || !ok || n != 4 {
+		t.Fatalf("under a higher limit after a refusal: count %d ok %v err %v; want 4 (the refusal added nothing)", n, ok, err)
+	}
+	if n, ok, err := addOne(s, "k", 8, 1, 3, exp); err != nil || !ok || n != 1 {
 		t.Fatalf("next window: count %d ok %v err %v", n, ok, err)
 	}
-	if n, ok, err := s.AddUsage(ctx, "other", 7, 2, 3, exp); err != nil || !ok || n != 2 {
+	if n, ok, err := addOne(s, "other", 7, 2, 3, exp); err != nil || !ok || n != 2 {
 		t.Fatalf("other key: count %d ok %v err %v", n, ok, err)
 	}
-	if _, ok, err := s.AddUsage(ctx, "big", 7, 4, 3, exp); err != nil || ok {
+	if _, ok, err := addOne(s, "big", 7, 4, 3, exp); err != nil || ok {
 		t.Fatalf("n above the limit: ok %v err %v; want refused", ok, err)
 	}
-	for _, bad := range []struct{ n, limit int64 }{{0, 3}, {1, 0}, {1, -1}} {
-		if _, _, err := s.AddUsage(ctx, "k", 7, bad.n, bad.limit, exp); !errors.Is(err, store.ErrInvalid) {
-			t.Errorf("n %d limit %d: %v, want ErrInvalid", bad.n, bad.limit, err)
+	for _, bad := range []store.UsageAdd{{Key: "k", N: 0, Limit: 3}, {Key: "k", N: 1, Limit: 0}, {Key: "k", N: 1, Limit: -1}, {N: 1, Limit: 3}} {
+		if _, _, err := s.AddUsage(ctx, []store.UsageAdd{{Key: "ok", N: 1, Limit: 9, Expires: exp}, bad}); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("%+v: %v, want ErrInvalid", bad, err)
 		}
+	}
+	if n, ok, err := addOne(s, "ok", 0, 1, 9, exp); err != nil || !ok || n != 1 {
+		t.Fatalf("after invalid batches: count %d ok %v err %v; want 1 (nothing added)", n, ok, err)
+	}
+}
+
+// testUsageAllOrNothing: a refused counter leaves every other counter of the call as it
+// was, whatever order the adds come in, and the refusal names the first refused add.
+func testUsageAllOrNothing(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	exp := time.Now().Add(time.Minute)
+	rate := store.UsageAdd{Key: "rate", Window: 1, N: 1, Limit: 10, Expires: exp}
+	quota := store.UsageAdd{Key: "quota", Window: 1, N: 1, Limit: 1, Expires: exp}
+	counts, refused, err := s.AddUsage(ctx, []store.UsageAdd{rate, quota})
+	if err != nil || refused != -1 || len(counts) != 2 || counts[0] != 1 || counts[1] != 1 {
+		t.Fatalf("both within: counts %v refused %d err %v; want [1 1], none refused", counts, refused, err)
+	}
+	for range 3 {
+		if counts, refused, err := s.AddUsage(ctx, []store.UsageAdd{rate, quota}); err != nil || refused != 1 || counts != nil {
+			t.Fatalf("quota spent: counts %v refused %d err %v; want the quota (1) refused", counts, refused, err)
+		}
+	}
+	if n, ok, err := addOne(s, "rate", 1, 1, 10, exp); err != nil || !ok || n != 2 {
+		t.Fatalf("rate counter after three refused calls: %d ok %v err %v; want 2 (no token spent)", n, ok, err)
+	}
+	full := store.UsageAdd{Key: "rate", Window: 1, N: 1, Limit: 2, Expires: exp}
+	if _, refused, err := s.AddUsage(ctx, []store.UsageAdd{full, quota}); err != nil || refused != 0 {
+		t.Fatalf("both refuse: refused %d err %v; want the first (0)", refused, err)
+	}
+}
+
+// testUsagePrune: expired counters go, in bounded batches; live ones stay and keep counting.
+func testUsagePrune(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	now := time.Now()
+	for i := range 5 {
+		if _, ok, err := addOne(s, fmt.Sprintf("old-%d", i), 1, 1, 9, now.Add(-time.Duration(i+1)*time.Minute)); err != nil || !ok {
+			t.Fatalf("expired counter %d: ok %v err %v", i, ok, err)
+		}
+	}
+	for range 3 {
+		if _, ok, err := addOne(s, "live", 2, 1, 3, now.Add(time.Minute)); err != nil || !ok {
+			t.Fatalf("live counter: ok %v err %v", ok, err)
+		}
+	}
+	if n, err := s.PruneUsage(ctx, now, 3); err != nil || n != 3 {
+		t.Fatalf("first batch: %d pruned, err %v; want 3 (the limit)", n, err)
+	}
+	if n, err := s.PruneUsage(ctx, now, 3); err != nil || n != 2 {
+		t.Fatalf("second batch: %d pruned, err %v; want the 2 left", n, err)
+	}
+	if n, err := s.PruneUsage(ctx, now, 3); err != nil || n != 0 {
+		t.Fatalf("nothing left: %d pruned, err %v", n, err)
+	}
+	if _, ok, err := addOne(s, "live", 2, 1, 3, now.Add(time.Minute)); err != nil || ok {
+		t.Fatalf("live counter after pruning: ok %v err %v; want still full (3 of 3)", ok, err)
+	}
+	if n, ok, err := addOne(s, "old-0", 1, 1, 9, now.Add(-time.Minute)); err != nil || !ok || n != 1 {
+		t.Fatalf("pruned counter counted again: %d ok %v err %v; want a fresh row (1)", n, ok, err)
+	}
+	if _, err := s.PruneUsage(ctx, now, 0); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("limit 0: %v, want ErrInvalid", err)
 	}
 }
 
 func testUsageConcurrent(t *testing.T, s store.Store) {
-	ctx := context.Background()
 	const limit, callers = 25, 60
 	var passed atomic.Int32
 	var wg sync.WaitGroup
@@ -245,7 +319,7 @@ func testUsageConcurrent(t *testing.T, s store.Store) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, ok, err := s.AddUsage(ctx, "race", 1, 1, limit, time.Now().Add(time.Minute))
+			_, ok, err := addOne(s, "race", 1, 1, limit, time.Now().Add(time.Minute))
 			if err != nil {
 				t.Error(err)
 			}
