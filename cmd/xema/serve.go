@@ -99,6 +99,7 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	srv.Mounts["/metrics"] = server.MetricsHandler()
 
 	go a.Watch(ctx, cfg.ReloadEvery)
+	go a.PruneRateCounters(ctx, time.Minute)
 
 	hs := &http.Server{Addr: addr, Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	ln, err := net.Listen("tcp", addr)

@@ -340,6 +340,26 @@ func (a *App) Watch(ctx context.Context, every time.Duration) {
 	}
 }
 
+// PruneRateCounters deletes rate-limit and quota counters of ended windows every `every`,
+// until ctx ends. Replicas may all prune: the deletes are bounded and idempotent.
+func (a *App) PruneRateCounters(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			n, err := ratelimit.Prune(ctx, a.Store, now)
+			if err != nil && ctx.Err() == nil {
+				slog.Warn("rate counter prune failed; retrying next tick", "pruned", n, "err", err)
+			} else if n > 0 {
+				slog.Info("pruned rate counters of ended windows", "rows", n)
+			}
+		}
+	}
+}
+
 // listen keeps one connection LISTENing for revision bumps, reconnecting until ctx ends.
 func (a *App) listen(ctx context.Context, retry time.Duration) {
 	for {

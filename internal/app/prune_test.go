@@ -1,0 +1,53 @@
+package app
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/xemahq/xema/internal/ratelimit"
+	"github.com/xemahq/xema/internal/store"
+)
+
+// PruneRateCounters deletes the counter of a window that ended long ago, keeps a live one,
+// and returns once its context ends.
+func TestPruneRateCounters(t *testing.T) {
+	ctx := context.Background()
+	a, err := New(ctx, Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	ended := store.UsageAdd{Key: "ended", Window: 1, N: 1, Limit: 1, Expires: time.Now().Add(-ratelimit.PruneGrace - time.Hour)}
+	live := store.UsageAdd{Key: "live", Window: 1, N: 1, Limit: 1, Expires: time.Now().Add(time.Hour)}
+	if _, refused, err := a.Store.AddUsage(ctx, []store.UsageAdd{ended, live}); err != nil || refused >= 0 {
+		t.Fatalf("fill counters: refused %d err %v", refused, err)
+	}
+
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		a.PruneRateCounters(runCtx, 10*time.Millisecond)
+	}()
+	// The ended counter is full (1 of 1) until it is pruned; then the add starts a new row.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, refused, err := a.Store.AddUsage(ctx, []store.UsageAdd{ended})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if refused < 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the ended window's counter was never pruned")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop()
+	<-done
+	if _, refused, err := a.Store.AddUsage(ctx, []store.UsageAdd{live}); err != nil || refused != 0 {
+		t.Fatalf("live counter after pruning: refused %d err %v; want still full", refused, err)
+	}
+}
