@@ -40,7 +40,6 @@ const (
 	CodeExpired        = "APPROVAL_EXPIRED"
 	CodeAlreadyDecided = "APPROVAL_ALREADY_DECIDED"
 	CodeNotApprover    = "NOT_AN_APPROVER"
-	CodeUnavailable    = "APPROVAL_UNAVAILABLE"
 	// Reason codes of the policy (policies/approval.rego), answered as the step's code.
 	CodeOwnApproval      = "OWN_APPROVAL"
 	CodeApproverNotHuman = "APPROVER_NOT_HUMAN"
