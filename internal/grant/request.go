@@ -68,30 +68,20 @@ func (l Limit) check(maxRequests int) *FieldError {
 // only; Validate checks the request against the biome, environments and profiles.
 func DecodeRequest(data []byte) (Request, error) {
 	var req Request
-	var errs Errors
 	obj, fe := object(data, "")
 	if fe != nil {
 		return Request{}, Errors{fe}
 	}
-	for _, key := range sortedKeys(obj) {
-		raw, path := obj[key], pointer("", key)
-		switch key {
-		case "biomeId":
-			errs = appendErr(errs, str(raw, path, &req.BiomeID))
-		case "version":
-			errs = appendErr(errs, str(raw, path, &req.Version))
-		case "digestHash":
-			errs = appendErr(errs, str(raw, path, &req.DigestHash))
-		case "profile":
-			errs = appendErr(errs, str(raw, path, &req.Profile))
-		case "customize":
-			c, cerrs := decodeCustomize(raw, path)
-			req.Customize = c
-			errs = append(errs, cerrs...)
-		default:
-			errs = append(errs, invalid(path, CodeUnknownField, "unknown field"))
-		}
-	}
+	errs := members(obj, "", map[string]member{
+		"biomeId":    strMember(&req.BiomeID),
+		"version":    strMember(&req.Version),
+		"digestHash": strMember(&req.DigestHash),
+		"profile":    strMember(&req.Profile),
+		"customize": func(raw json.RawMessage, path string) (errs Errors) {
+			req.Customize, errs = decodeCustomize(raw, path)
+			return errs
+		},
+	})
 	for _, name := range []string{"biomeId", "version", "digestHash"} {
 		if raw, ok := obj[name]; !ok || isNull(raw) || string(raw) == `""` {
 			errs = append(errs, invalid(pointer("", name), CodeMissingField, "required"))
@@ -139,34 +129,21 @@ func decodeCustomization(data []byte, path string) (Customization, Errors) {
 	if fe != nil {
 		return c, Errors{fe}
 	}
-	var errs Errors
-	for _, key := range sortedKeys(obj) {
-		raw, p := obj[key], pointer(path, key)
-		switch key {
-		case "environments":
-			errs = appendErr(errs, strList(raw, p, &c.Environments))
-		case "subjects":
-			errs = appendErr(errs, strList(raw, p, &c.Subjects))
-		case "resources":
-			errs = appendErr(errs, strList(raw, p, &c.Resources))
-		case "audience":
-			errs = appendErr(errs, strList(raw, p, &c.Audience))
-		case "rateLimit":
-			c.RateLimit, fe = decodeLimit(raw, p)
-			errs = appendErr(errs, fe)
-		case "quota":
-			c.Quota, fe = decodeLimit(raw, p)
-			errs = appendErr(errs, fe)
-		case "requiresApproval":
-			if !isNull(raw) {
-				var b bool
-				errs = appendErr(errs, typed(raw, p, &b, "a boolean"))
-				c.RequiresApproval = &b
+	errs := members(obj, path, map[string]member{
+		"environments": strListMember(&c.Environments),
+		"subjects":     strListMember(&c.Subjects),
+		"resources":    strListMember(&c.Resources),
+		"audience":     strListMember(&c.Audience),
+		"rateLimit":    limitMember(&c.RateLimit),
+		"quota":        limitMember(&c.Quota),
+		"requiresApproval": func(raw json.RawMessage, path string) Errors {
+			if isNull(raw) {
+				return nil
 			}
-		default:
-			errs = append(errs, invalid(p, CodeUnknownField, "unknown field"))
-		}
-	}
+			c.RequiresApproval = new(bool)
+			return appendErr(nil, typed(raw, path, c.RequiresApproval, "a boolean"))
+		},
+	})
 	return c, errs
 }
 
@@ -179,21 +156,51 @@ func decodeLimit(data []byte, path string) (*Limit, *FieldError) {
 		return nil, fe
 	}
 	var l Limit
-	for _, key := range sortedKeys(obj) {
-		raw, p := obj[key], pointer(path, key)
-		switch key {
-		case "requests":
-			fe = typed(raw, p, &l.Requests, "an integer")
-		case "per":
-			fe = str(raw, p, &l.Per)
-		default:
-			fe = invalid(p, CodeUnknownField, "unknown field")
-		}
-		if fe != nil {
-			return nil, fe
-		}
+	errs := members(obj, path, map[string]member{
+		"requests": func(raw json.RawMessage, path string) Errors {
+			return appendErr(nil, typed(raw, path, &l.Requests, "an integer"))
+		},
+		"per": strMember(&l.Per),
+	})
+	if len(errs) > 0 {
+		return nil, errs[0]
 	}
 	return &l, nil
+}
+
+// member decodes one member of a JSON object, found at path.
+type member func(raw json.RawMessage, path string) Errors
+
+// members decodes obj's members in key order, each with its decoder, and keeps every error;
+// a key without a decoder is an unknown field.
+func members(obj map[string]json.RawMessage, path string, decoders map[string]member) Errors {
+	var errs Errors
+	for _, key := range sortedKeys(obj) {
+		p := pointer(path, key)
+		decode, ok := decoders[key]
+		if !ok {
+			errs = append(errs, invalid(p, CodeUnknownField, "unknown field"))
+			continue
+		}
+		errs = append(errs, decode(obj[key], p)...)
+	}
+	return errs
+}
+
+func strMember(dst *string) member {
+	return func(raw json.RawMessage, path string) Errors { return appendErr(nil, str(raw, path, dst)) }
+}
+
+func strListMember(dst *[]string) member {
+	return func(raw json.RawMessage, path string) Errors { return appendErr(nil, strList(raw, path, dst)) }
+}
+
+func limitMember(dst **Limit) member {
+	return func(raw json.RawMessage, path string) Errors {
+		l, fe := decodeLimit(raw, path)
+		*dst = l
+		return appendErr(nil, fe)
+	}
 }
 
 // object decodes one JSON object into its members, rejecting anything else and any
