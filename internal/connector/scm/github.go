@@ -14,8 +14,6 @@ import (
 // (https://api.github.com, or https://HOST/api/v3 for GitHub Enterprise Server).
 type github struct{}
 
-func (github) name() string { return "github" }
-
 // GitHubHeader is the auth and version header set of every GitHub call.
 func GitHubHeader(t connector.Target) map[string]string {
 	return map[string]string{
@@ -23,30 +21,6 @@ func GitHubHeader(t connector.Target) map[string]string {
 		"Accept":               "application/vnd.github+json",
 		"X-GitHub-Api-Version": "2022-11-28",
 	}
-}
-
-type githubPull struct {
-	Number    int    `json:"number"`
-	Title     string `json:"title"`
-	State     string `json:"state"` // open | closed
-	MergedAt  string `json:"merged_at"`
-	CreatedAt string `json:"created_at"`
-	UpdatedAt string `json:"updated_at"`
-	Head      struct {
-		Ref string `json:"ref"`
-	} `json:"head"`
-	Base struct {
-		Ref string `json:"ref"`
-	} `json:"base"`
-}
-
-func (p githubPull) record() ChangeRequest {
-	status := p.State
-	if p.MergedAt != "" {
-		status = StatusMerged
-	}
-	return ChangeRequest{ExternalID: fmt.Sprint(p.Number), SourceBranch: p.Head.Ref, TargetBranch: p.Base.Ref,
-		Title: p.Title, Status: status, CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt}
 }
 
 func githubRepoURL(t connector.Target, repo connector.Repository) string {
@@ -97,7 +71,7 @@ func branchSide(field string) string {
 	return "target"
 }
 
-func (g github) create(ctx context.Context, t connector.Target, repo connector.Repository, in CreateInput) (ChangeRequest, error) {
+func (github) create(ctx context.Context, t connector.Target, repo connector.Repository, in CreateInput) (ChangeRequest, error) {
 	r, err := connector.Do(ctx, t, "github", connector.Request{Method: http.MethodPost, URL: githubRepoURL(t, repo) + "/pulls",
 		Header: GitHubHeader(t),
 		Body:   map[string]string{"title": in.Title, "head": in.SourceBranch, "base": in.TargetBranch, "body": in.Description}})
@@ -107,41 +81,19 @@ func (g github) create(ctx context.Context, t connector.Target, repo connector.R
 	if r.Status != http.StatusCreated {
 		return ChangeRequest{}, githubFailure(r)
 	}
-	var p githubPull
-	if err := r.Decode("github", &p); err != nil {
-		return ChangeRequest{}, err
-	}
-	return p.record(), nil
+	return decodeRecord[pull]("github", r)
 }
 
-func (g github) merge(ctx context.Context, t connector.Target, repo connector.Repository, number int, method string) (ChangeRequest, error) {
-	pull := fmt.Sprintf("%s/pulls/%d", githubRepoURL(t, repo), number)
-	r, err := connector.Do(ctx, t, "github", connector.Request{Method: http.MethodPut, URL: pull + "/merge",
+func (github) merge(ctx context.Context, t connector.Target, repo connector.Repository, number int, method string) (ChangeRequest, error) {
+	pullURL := fmt.Sprintf("%s/pulls/%d", githubRepoURL(t, repo), number)
+	r, err := connector.Do(ctx, t, "github", connector.Request{Method: http.MethodPut, URL: pullURL + "/merge",
 		Header: GitHubHeader(t), Body: map[string]string{"merge_method": method}})
 	if err != nil {
 		return ChangeRequest{}, err
 	}
-	switch r.Status {
-	case http.StatusOK:
-	case http.StatusNotFound:
-		return ChangeRequest{}, connector.ClientFailure(r, http.StatusNotFound, connector.CodeNotFound,
-			fmt.Sprintf("no change request %d in the bound repository", number))
-	case http.StatusMethodNotAllowed, http.StatusConflict:
-		return ChangeRequest{}, connector.ClientFailure(r, http.StatusConflict, connector.CodeNotMergeable,
-			fmt.Sprintf("change request %d cannot be merged (closed, conflicting or blocked by checks)", number))
-	default:
-		return ChangeRequest{}, githubFailure(r)
-	}
-	r, err = connector.Do(ctx, t, "github", connector.Request{Method: http.MethodGet, URL: pull, Header: GitHubHeader(t)})
-	if err != nil {
+	if err := mergeRefusal(r, number, "closed, conflicting or blocked by checks", githubFailure,
+		http.StatusMethodNotAllowed, http.StatusConflict); err != nil {
 		return ChangeRequest{}, err
 	}
-	if r.Status != http.StatusOK {
-		return ChangeRequest{}, githubFailure(r)
-	}
-	var p githubPull
-	if err := r.Decode("github", &p); err != nil {
-		return ChangeRequest{}, err
-	}
-	return p.record(), nil
+	return getPull(ctx, t, "github", pullURL, GitHubHeader(t), githubFailure)
 }

@@ -14,8 +14,6 @@ import (
 // (https://gitlab.com); the project is addressed by its URL-encoded full path.
 type gitlab struct{}
 
-func (gitlab) name() string { return "gitlab" }
-
 // GitLabHeader is the auth header of every GitLab call.
 func GitLabHeader(t connector.Target) map[string]string {
 	return map[string]string{"PRIVATE-TOKEN": t.Token.Reveal()}
@@ -65,6 +63,8 @@ func gitlabMessage(r *connector.Response) string {
 	return ""
 }
 
+func gitlabFailure(r *connector.Response) error { return connector.Failure("gitlab", r) }
+
 func (gitlab) create(ctx context.Context, t connector.Target, repo connector.Repository, in CreateInput) (ChangeRequest, error) {
 	r, err := connector.Do(ctx, t, "gitlab", connector.Request{Method: http.MethodPost,
 		URL: GitLabProjectURL(t, repo) + "/merge_requests", Header: GitLabHeader(t),
@@ -86,13 +86,9 @@ func (gitlab) create(ctx context.Context, t connector.Target, repo connector.Rep
 			return ChangeRequest{}, connector.ClientFailure(r, http.StatusNotFound, connector.CodeRepositoryNotFound,
 				"gitlab does not know the bound project (or the credential cannot see it)")
 		}
-		return ChangeRequest{}, connector.Failure("gitlab", r)
+		return ChangeRequest{}, gitlabFailure(r)
 	}
-	var m gitlabMR
-	if err := r.Decode("gitlab", &m); err != nil {
-		return ChangeRequest{}, err
-	}
-	return m.record(), nil
+	return decodeRecord[gitlabMR]("gitlab", r)
 }
 
 func (gitlab) merge(ctx context.Context, t connector.Target, repo connector.Repository, number int, method string) (ChangeRequest, error) {
@@ -105,20 +101,9 @@ func (gitlab) merge(ctx context.Context, t connector.Target, repo connector.Repo
 	if err != nil {
 		return ChangeRequest{}, err
 	}
-	switch r.Status {
-	case http.StatusOK:
-	case http.StatusNotFound:
-		return ChangeRequest{}, connector.ClientFailure(r, http.StatusNotFound, connector.CodeNotFound,
-			fmt.Sprintf("no change request %d in the bound repository", number))
-	case http.StatusMethodNotAllowed, http.StatusNotAcceptable, http.StatusConflict, http.StatusUnprocessableEntity:
-		return ChangeRequest{}, connector.ClientFailure(r, http.StatusConflict, connector.CodeNotMergeable,
-			fmt.Sprintf("change request %d cannot be merged (closed, conflicting or blocked)", number))
-	default:
-		return ChangeRequest{}, connector.Failure("gitlab", r)
-	}
-	var m gitlabMR
-	if err := r.Decode("gitlab", &m); err != nil {
+	if err := mergeRefusal(r, number, "closed, conflicting or blocked", gitlabFailure,
+		http.StatusMethodNotAllowed, http.StatusNotAcceptable, http.StatusConflict, http.StatusUnprocessableEntity); err != nil {
 		return ChangeRequest{}, err
 	}
-	return m.record(), nil
+	return decodeRecord[gitlabMR]("gitlab", r)
 }

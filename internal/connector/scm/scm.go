@@ -10,6 +10,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"slices"
 	"strconv"
 
 	"github.com/xemahq/xema/internal/connector"
@@ -55,9 +57,8 @@ type MergeInput struct {
 	Method     string `json:"method"` // merge (default) | squash | rebase
 }
 
-// api is what differs between providers: how to open, merge and read a change request.
+// api is what differs between providers: how to open and merge a change request.
 type api interface {
-	name() string
 	create(ctx context.Context, t connector.Target, repo connector.Repository, in CreateInput) (ChangeRequest, error)
 	merge(ctx context.Context, t connector.Target, repo connector.Repository, number int, method string) (ChangeRequest, error)
 }
@@ -89,7 +90,7 @@ func Handlers(provider string) map[string]connector.Handler {
 			if err != nil {
 				return nil, err
 			}
-			return stamp(a.name(), t, repo, cr), nil
+			return stamp(provider, t, repo, cr), nil
 		},
 		RefMerge: func(ctx context.Context, t connector.Target, call kernel.Call) (any, error) {
 			var in MergeInput
@@ -111,7 +112,7 @@ func Handlers(provider string) map[string]connector.Handler {
 			if err != nil {
 				return nil, err
 			}
-			return stamp(a.name(), t, repo, cr), nil
+			return stamp(provider, t, repo, cr), nil
 		},
 	}
 }
@@ -122,4 +123,33 @@ func stamp(provider string, t connector.Target, repo connector.Repository, cr Ch
 	h := sha256.Sum256([]byte(provider + "\x00" + t.BaseURL + "\x00" + repo.FullName() + "\x00" + cr.ExternalID))
 	cr.ID = "cr_" + hex.EncodeToString(h[:10])
 	return cr
+}
+
+// recorder is a provider's change-request answer.
+type recorder interface{ record() ChangeRequest }
+
+// decodeRecord reads a provider's change-request answer into the family's record.
+func decodeRecord[T recorder](provider string, r *connector.Response) (ChangeRequest, error) {
+	var v T
+	if err := r.Decode(provider, &v); err != nil {
+		return ChangeRequest{}, err
+	}
+	return v.record(), nil
+}
+
+// mergeRefusal maps a merge answer to the family's errors: nil for 200, NOT_FOUND for 404,
+// NOT_MERGEABLE for the statuses the provider refuses a merge with (why lists what refuses
+// one there), and fail's error for anything else.
+func mergeRefusal(r *connector.Response, number int, why string, fail func(*connector.Response) error, refused ...int) error {
+	switch {
+	case r.Status == http.StatusOK:
+		return nil
+	case r.Status == http.StatusNotFound:
+		return connector.ClientFailure(r, http.StatusNotFound, connector.CodeNotFound,
+			fmt.Sprintf("no change request %d in the bound repository", number))
+	case slices.Contains(refused, r.Status):
+		return connector.ClientFailure(r, http.StatusConflict, connector.CodeNotMergeable,
+			fmt.Sprintf("change request %d cannot be merged (%s)", number, why))
+	}
+	return fail(r)
 }
