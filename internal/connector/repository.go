@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"regexp"
 
+	"github.com/xemahq/xema/internal/kernel"
 	"github.com/xemahq/xema/internal/runner"
 )
 
@@ -50,4 +51,18 @@ func BoundRepository(t Target) (Repository, error) {
 		return Repository{}, &runner.Error{Status: http.StatusBadGateway, Code: "BINDING_INVALID", Message: "the binding's " + err.Error()}
 	}
 	return r, nil
+}
+
+// RepositoryCall is the preamble of every SCM and tracker handler: the call's validated input
+// decoded into In, and the repository the binding serves.
+func RepositoryCall[In any](t Target, call kernel.Call) (In, Repository, error) {
+	var in In
+	if err := json.Unmarshal(call.Input, &in); err != nil {
+		return in, Repository{}, fmt.Errorf("decode validated input: %w", err)
+	}
+	repo, err := BoundRepository(t)
+	if err != nil {
+		return in, Repository{}, err
+	}
+	return in, repo, nil
 }

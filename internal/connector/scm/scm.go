@@ -8,7 +8,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -78,11 +77,7 @@ func Handlers(provider string) map[string]connector.Handler {
 	}
 	return map[string]connector.Handler{
 		RefCreatePullRequest: func(ctx context.Context, t connector.Target, call kernel.Call) (any, error) {
-			var in CreateInput
-			if err := json.Unmarshal(call.Input, &in); err != nil {
-				return nil, fmt.Errorf("decode validated input: %w", err)
-			}
-			repo, err := connector.BoundRepository(t)
+			in, repo, err := connector.RepositoryCall[CreateInput](t, call)
 			if err != nil {
 				return nil, err
 			}
@@ -93,9 +88,9 @@ func Handlers(provider string) map[string]connector.Handler {
 			return stamp(provider, t, repo, cr), nil
 		},
 		RefMerge: func(ctx context.Context, t connector.Target, call kernel.Call) (any, error) {
-			var in MergeInput
-			if err := json.Unmarshal(call.Input, &in); err != nil {
-				return nil, fmt.Errorf("decode validated input: %w", err)
+			in, repo, err := connector.RepositoryCall[MergeInput](t, call)
+			if err != nil {
+				return nil, err
 			}
 			number, err := strconv.Atoi(in.ExternalID)
 			if err != nil || number <= 0 {
@@ -103,10 +98,6 @@ func Handlers(provider string) map[string]connector.Handler {
 			}
 			if in.Method == "" {
 				in.Method = "merge"
-			}
-			repo, err := connector.BoundRepository(t)
-			if err != nil {
-				return nil, err
 			}
 			cr, err := a.merge(ctx, t, repo, number, in.Method)
 			if err != nil {

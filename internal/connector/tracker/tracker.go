@@ -7,7 +7,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -58,11 +57,7 @@ func Handlers(provider string) map[string]connector.Handler {
 		return nil
 	}
 	return map[string]connector.Handler{RefCreateIssue: func(ctx context.Context, t connector.Target, call kernel.Call) (any, error) {
-		var in Input
-		if err := json.Unmarshal(call.Input, &in); err != nil {
-			return nil, fmt.Errorf("decode validated input: %w", err)
-		}
-		repo, err := connector.BoundRepository(t)
+		in, repo, err := connector.RepositoryCall[Input](t, call)
 		if err != nil {
 			return nil, err
 		}
