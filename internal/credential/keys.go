@@ -24,9 +24,9 @@ const KeyFileName = "secret.key"
 type Keys struct {
 	path string // "" when the keyring comes from the environment
 
-	mu      sync.Mutex
-	kr      *secretbox.Keyring
-	modTime time.Time
+	mu sync.Mutex
+	kr *secretbox.Keyring
+	fi os.FileInfo // the file the keyring was read from
 }
 
 // OpenKeys loads the keyring from the environment or else from dataDir/secret.key, creating
@@ -67,14 +67,16 @@ func (k *Keys) Current() (*secretbox.Keyring, error) {
 	if err != nil {
 		return nil, fmt.Errorf("credential keyring: %w", err)
 	}
-	if k.kr != nil && fi.ModTime().Equal(k.modTime) {
+	// The file is only ever replaced by rename, so a new inode means new content even when
+	// the clock's granularity gives both versions the same mtime.
+	if k.kr != nil && k.fi != nil && os.SameFile(fi, k.fi) && fi.ModTime().Equal(k.fi.ModTime()) && fi.Size() == k.fi.Size() {
 		return k.kr, nil
 	}
 	kr, err := secretbox.FromFile(k.path)
 	if err != nil {
 		return nil, fmt.Errorf("credential keyring: %w", err)
 	}
-	k.kr, k.modTime = kr, fi.ModTime()
+	k.kr, k.fi = kr, fi
 	return kr, nil
 }
 
