@@ -53,6 +53,7 @@ func init() {
 	f.StringVar(&idCfg.Audience, "audience", "", "required token audience with --issuer")
 	f.StringVar(&idCfg.JWKSURL, "jwks-url", "", "JWKS URL of --issuer (default: discovered from the issuer)")
 	f.StringVar(&idCfg.ClaimMapping, "claim-mapping", "", "claim mapping: 'default', 'keycloak' or a JSON file")
+	f.DurationVar(&idCfg.Leeway, "token-leeway", identity.DefaultLeeway, "clock skew allowed on a token's exp, nbf and iat (at most "+identity.MaxLeeway.String()+")")
 	f.BoolVar(&logJSON, "log-json", false, "log as JSON lines")
 	rootCmd.AddCommand(cmd)
 }
@@ -75,6 +76,10 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 
 	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return fmt.Errorf("--addr %q: want HOST:PORT", addr)
+	}
+	// Checked before anything opens; 0 would silently mean the default to the verifier.
+	if idCfg.Leeway <= 0 || idCfg.Leeway > identity.MaxLeeway {
+		return &exitError{code: 2, err: fmt.Errorf("--token-leeway %v: want more than 0 and at most %v", idCfg.Leeway, identity.MaxLeeway)}
 	}
 	a, err := app.New(ctx, cfg)
 	if err != nil {

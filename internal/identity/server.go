@@ -34,6 +34,8 @@ type ServerConfig struct {
 	ClaimMapping string
 	// Algorithms defaults to RS256 and ES256.
 	Algorithms []string
+	// Leeway for exp, nbf and iat; 0 means DefaultLeeway, at most MaxLeeway.
+	Leeway time.Duration
 	// IdentityURL (default $XEMA_IDENTITY_URL) with $IDENTITY_API_INTERNAL_TOKEN registers the
 	// gateway for outbound client credentials (oauth.Bootstrap).
 	IdentityURL string
@@ -84,6 +86,7 @@ func NewServerIdentity(ctx context.Context, cfg ServerConfig) (*ServerIdentity, 
 			}
 		}
 	}
+	vcfg.Leeway = cfg.Leeway
 	if si.Verifier, err = NewVerifier(life, vcfg); err != nil {
 		cancel()
 		return nil, err

@@ -85,3 +85,45 @@ func TestServerIdentityExternalDiscovery(t *testing.T) {
 		t.Fatal("accepted a missing claim mapping file")
 	}
 }
+
+func TestServerIdentityLeeway(t *testing.T) {
+	t.Setenv(identity.EnvIdentityURL, "")
+	k := rsaKey(t, 0)
+	ks := newKeyServer(t, map[string]*rsa.PrivateKey{"k1": k})
+	now := time.Now()
+	expired5s := sign(t, jwt.SigningMethodRS256, k, "k1",
+		with(baseClaims(), "iat", now.Add(-time.Minute).Unix(), "nbf", now.Add(-time.Minute).Unix(), "exp", now.Add(-5*time.Second).Unix()))
+	for _, tc := range []struct {
+		name   string
+		leeway time.Duration
+		accept bool
+	}{
+		{"default leeway accepts", 0, true},
+		{"explicit default accepts", identity.DefaultLeeway, true},
+		{"1s leeway refuses", time.Second, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			si, err := identity.NewServerIdentity(t.Context(), identity.ServerConfig{DataDir: t.TempDir(),
+				Issuer: testIssuer, Audience: testAudience, JWKSURL: ks.URL, ClaimMapping: "default", Leeway: tc.leeway})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer si.Close()
+			_, err = si.Verify(t.Context(), expired5s)
+			if tc.accept {
+				if err != nil {
+					t.Fatalf("token expired 5s ago refused: %v", err)
+				}
+				return
+			}
+			assertRejected(t, err, identity.ReasonExpired, expired5s)
+		})
+	}
+	for _, bad := range []time.Duration{-time.Second, identity.MaxLeeway + time.Second} {
+		_, err := identity.NewServerIdentity(t.Context(), identity.ServerConfig{DataDir: t.TempDir(),
+			Issuer: testIssuer, Audience: testAudience, JWKSURL: ks.URL, ClaimMapping: "default", Leeway: bad})
+		if err == nil || !strings.Contains(err.Error(), "leeway") {
+			t.Fatalf("leeway %v: err = %v, want an out-of-range leeway error", bad, err)
+		}
+	}
+}
