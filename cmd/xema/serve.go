@@ -49,6 +49,7 @@ func init() {
 	f.StringVar(&cfg.PolicyDir, "policy-dir", "", "directory of the platform team's own Rego (package xema.custom)")
 	f.DurationVar(&cfg.ReloadEvery, "reload-every", 2*time.Second, "how often to look for policy data changed through another replica")
 	f.DurationVar(&cfg.ApprovalTTL, "approval-ttl", 24*time.Hour, "how long a call held for human approval may wait before it expires and never runs")
+	f.DurationVar(&cfg.MCPResyncEvery, "mcp-resync-every", 0, "how often to sync every external MCP server's tools (0: only on its tools/list_changed)")
 	f.StringVar(&idCfg.Issuer, "issuer", "", "external OIDC issuer URL (default: the development issuer)")
 	f.StringVar(&idCfg.Audience, "audience", "", "required token audience with --issuer")
 	f.StringVar(&idCfg.JWKSURL, "jwks-url", "", "JWKS URL of --issuer (default: discovered from the issuer)")
@@ -81,6 +82,9 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	if idCfg.Leeway <= 0 || idCfg.Leeway > identity.MaxLeeway {
 		return &exitError{code: 2, err: fmt.Errorf("--token-leeway %v: want more than 0 and at most %v", idCfg.Leeway, identity.MaxLeeway)}
 	}
+	if cfg.MCPResyncEvery < 0 {
+		return &exitError{code: 2, err: fmt.Errorf("--mcp-resync-every %v: want 0 (off) or more", cfg.MCPResyncEvery)}
+	}
 	a, err := app.New(ctx, cfg)
 	if err != nil {
 		return err
@@ -105,6 +109,7 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 
 	go a.Watch(ctx, cfg.ReloadEvery)
 	go a.PruneRateCounters(ctx, time.Minute)
+	go a.Federation.ResyncEvery(ctx, cfg.MCPResyncEvery)
 
 	hs := &http.Server{Addr: addr, Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	ln, err := net.Listen("tcp", addr)

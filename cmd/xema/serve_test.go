@@ -21,3 +21,12 @@ func TestServeRefusesTokenLeewayOutOfRange(t *testing.T) {
 		})
 	}
 }
+
+func TestServeRefusesNegativeMCPResync(t *testing.T) {
+	err := serve(t.Context(), "127.0.0.1:0", app.Config{DataDir: t.TempDir(), MCPResyncEvery: -time.Second},
+		identity.ServerConfig{Leeway: identity.DefaultLeeway})
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), "--mcp-resync-every") {
+		t.Fatalf("want exit 2 naming --mcp-resync-every, got %v", err)
+	}
+}

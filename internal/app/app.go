@@ -58,6 +58,9 @@ type Config struct {
 	ReloadEvery time.Duration
 	// ApprovalTTL is how long a call held for approval may wait; 0 means approval.DefaultTTL.
 	ApprovalTTL time.Duration
+	// MCPResyncEvery is how often every external MCP server is synced; 0 is never (a pooled
+	// session's tools/list_changed still triggers a sync).
+	MCPResyncEvery time.Duration
 }
 
 // App is a running gateway.

@@ -44,21 +44,35 @@ type dialer struct {
 	client *mcp.Client
 }
 
-func newDialer(tokens func() runner.TokenSource) *dialer {
-	return &dialer{Tokens: tokens, client: mcp.NewClient(&mcp.Implementation{Name: "xema-gateway", Version: "1"}, nil)}
+// newDialer returns a dialer; toolsChanged, when not nil, hears every session's
+// notifications/tools/list_changed.
+func newDialer(tokens func() runner.TokenSource, toolsChanged func(*mcp.ClientSession)) *dialer {
+	var opts *mcp.ClientOptions
+	if toolsChanged != nil {
+		opts = &mcp.ClientOptions{ToolListChangedHandler: func(_ context.Context, req *mcp.ToolListChangedRequest) {
+			// Off the session's goroutine: the pool may be closing this session under its lock.
+			go toolsChanged(req.Session)
+		}}
+	}
+	return &dialer{Tokens: tokens, client: mcp.NewClient(&mcp.Implementation{Name: "xema-gateway", Version: "1"}, opts)}
 }
 
-// connect opens a session; the caller closes it. A stdio server runs with a minimal
-// environment: the gateway's own variables (keys, DSNs) never reach it.
-func (d *dialer) connect(ctx context.Context, srv store.MCPServer) (*mcp.ClientSession, error) {
+// connect opens a session; the caller closes it. A listening session (the pooled one) keeps
+// the standalone SSE stream of a streamable-http server open for its notifications, so its
+// HTTP client has no overall timeout: contexts bound each exchange instead. A stdio server
+// runs with a minimal environment: the gateway's own variables (keys, DSNs) never reach it.
+func (d *dialer) connect(ctx context.Context, srv store.MCPServer, listen bool) (*mcp.ClientSession, error) {
 	var t mcp.Transport
 	switch srv.Transport {
 	case TransportHTTP:
-		hc := &http.Client{Timeout: time.Duration(srv.TimeoutMs) * time.Millisecond}
+		hc := &http.Client{}
+		if !listen {
+			hc.Timeout = time.Duration(srv.TimeoutMs) * time.Millisecond
+		}
 		if srv.Auth == AuthServiceToken {
 			hc.Transport = bearer{tokens: d.Tokens, next: http.DefaultTransport}
 		}
-		t = &mcp.StreamableClientTransport{Endpoint: srv.URL, HTTPClient: hc, MaxRetries: -1, DisableStandaloneSSE: true}
+		t = &mcp.StreamableClientTransport{Endpoint: srv.URL, HTTPClient: hc, MaxRetries: -1, DisableStandaloneSSE: !listen}
 	case TransportStdio:
 		cmd := exec.Command(srv.Command, srv.Args...)
 		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir()}
@@ -77,7 +91,7 @@ func (d *dialer) connect(ctx context.Context, srv store.MCPServer) (*mcp.ClientS
 
 // listTools connects, reads every page of tools/list within the server's timeout, and closes.
 func (d *dialer) listTools(ctx context.Context, srv store.MCPServer) ([]*mcp.Tool, error) {
-	cs, err := d.connect(ctx, srv)
+	cs, err := d.connect(ctx, srv, false)
 	if err != nil {
 		return nil, err
 	}
@@ -163,7 +177,7 @@ func (p *pool) session(ctx context.Context, srv store.MCPServer) (*mcp.ClientSes
 		}
 		delete(p.by, srv.ProviderID)
 	}
-	cs, err := p.d.connect(ctx, srv)
+	cs, err := p.d.connect(ctx, srv, true)
 	if err != nil {
 		return nil, err
 	}
@@ -171,6 +185,18 @@ func (p *pool) session(ctx context.Context, srv store.MCPServer) (*mcp.ClientSes
 	go func() { _ = cs.Wait(); close(e.dead) }()
 	p.by[srv.ProviderID] = e
 	return cs, nil
+}
+
+// provider names the server cs is the pooled session of.
+func (p *pool) provider(cs *mcp.ClientSession) (string, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id, e := range p.by {
+		if e.cs == cs {
+			return id, true
+		}
+	}
+	return "", false
 }
 
 // drop forgets cs so the next call reconnects.

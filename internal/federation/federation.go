@@ -21,6 +21,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/xemahq/xema/internal/catalog"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/grant"
@@ -59,18 +61,110 @@ type Federation struct {
 	mu      sync.Mutex // serializes registrations and syncs of this replica
 	cacheMu sync.Mutex
 	cache   map[string]store.MCPServer // by provider id, the last server record read
+
+	// Re-syncs a server's list_changed asks for run under life, debounce after the last one.
+	life      context.Context
+	stop      context.CancelFunc
+	debounce  time.Duration
+	pendingMu sync.Mutex
+	pending   map[string]*time.Timer // by provider id
 }
+
+// SyncActor is the actor of the re-syncs the gateway starts itself (list_changed, periodic).
+const SyncActor = "service:xema-gateway"
+
+// ListChangedDebounce is how long after a server's last notifications/tools/list_changed
+// its re-sync starts: a server adding several tools is synced once.
+const ListChangedDebounce = time.Second
 
 // New returns a federation over st. changed rebuilds catalog and policy after a write (the
 // Publisher's Changed); tokens returns the gateway's outbound token source.
 func New(st store.Store, changed func(ctx context.Context) error, tokens func() runner.TokenSource) *Federation {
-	d := newDialer(tokens)
-	return &Federation{store: st, changed: changed, dialer: d, pool: &pool{d: d, by: map[string]*pooled{}},
-		cache: map[string]store.MCPServer{}}
+	life, stop := context.WithCancel(context.Background())
+	f := &Federation{store: st, changed: changed, cache: map[string]store.MCPServer{},
+		life: life, stop: stop, debounce: ListChangedDebounce, pending: map[string]*time.Timer{}}
+	f.dialer = newDialer(tokens, f.toolsChanged)
+	f.pool = &pool{d: f.dialer, by: map[string]*pooled{}}
+	return f
 }
 
-// Close ends every pooled session (and so every stdio server process).
-func (f *Federation) Close() { f.pool.close() }
+// Close cancels pending re-syncs and ends every pooled session (and so every stdio server
+// process).
+func (f *Federation) Close() {
+	f.stop()
+	f.pendingMu.Lock()
+	for id, t := range f.pending {
+		t.Stop()
+		delete(f.pending, id)
+	}
+	f.pendingMu.Unlock()
+	f.pool.close()
+}
+
+// toolsChanged hears a pooled session's notifications/tools/list_changed and schedules a
+// re-sync of its server. Only a pooled session is heard: a server no call has reached yet
+// is left to the periodic re-sync.
+func (f *Federation) toolsChanged(cs *mcp.ClientSession) {
+	provider, ok := f.pool.provider(cs)
+	if !ok {
+		return
+	}
+	f.pendingMu.Lock()
+	defer f.pendingMu.Unlock()
+	if f.life.Err() != nil {
+		return
+	}
+	if t, ok := f.pending[provider]; ok {
+		t.Reset(f.debounce)
+		return
+	}
+	f.pending[provider] = time.AfterFunc(f.debounce, func() {
+		f.pendingMu.Lock()
+		delete(f.pending, provider)
+		f.pendingMu.Unlock()
+		f.resync(f.life, provider, "tools/list_changed")
+	})
+}
+
+// ResyncEvery syncs every registered server each period until ctx ends; every <= 0 is off.
+func (f *Federation) ResyncEvery(ctx context.Context, every time.Duration) {
+	if every <= 0 {
+		return
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		servers, err := f.store.ListMCPServers(ctx)
+		if err != nil {
+			slog.Warn("periodic mcp re-sync: list servers", "err", err)
+			continue
+		}
+		for _, s := range servers {
+			f.resync(ctx, s.ProviderID, "periodic")
+		}
+	}
+}
+
+// resync runs Sync as the gateway itself and logs the outcome; changed tools go back to
+// seeded exactly as with POST /v1/mcp-servers/{id}/sync.
+func (f *Federation) resync(ctx context.Context, provider, trigger string) {
+	res, err := f.Sync(ctx, provider, SyncActor)
+	if err != nil {
+		if ctx.Err() == nil {
+			slog.Warn("mcp re-sync failed", "provider", provider, "trigger", trigger, "err", err)
+		}
+		return
+	}
+	if res.Changed {
+		slog.Info("mcp server re-synced", "provider", provider, "trigger", trigger, "version", res.Server.Version,
+			"added", res.Added, "redefined", res.Redefined, "removed", res.Removed)
+	}
+}
 
 // Register queues the admin capabilities on reg.
 func (f *Federation) Register(reg *kernel.Registry) error {

@@ -89,7 +89,7 @@ func echoServer(b testing.TB) store.MCPServer {
 // session opened per call (initialize + call + close), to size the pool's worth.
 func BenchmarkToolsCall(b *testing.B) {
 	srv := echoServer(b)
-	d := newDialer(nil)
+	d := newDialer(nil, nil)
 	call := kernel.Call{Ref: "bench:echo@1", Input: json.RawMessage(`{"message":"hi"}`)}
 	ctx := context.Background()
 	b.Run("pooled", func(b *testing.B) {

@@ -252,7 +252,9 @@ func goMCPServer(t *testing.T, tools func(s *mcp.Server)) mcpServer {
 		return s
 	}, nil)
 	ts := httptest.NewServer(h)
-	t.Cleanup(ts.Close)
+	// The gateway's pooled session keeps a standalone SSE stream open for list_changed, as
+	// any listening MCP client does; a server going away drops it rather than wait for it.
+	t.Cleanup(func() { ts.CloseClientConnections(); ts.Close() })
 	return mcpServer{ts: ts}
 }
 
