@@ -91,12 +91,29 @@ func (s *Server) TokenURL() string { return s.PublicURL + "/oauth2/token" }
 func (s *Server) JWKSURL() string { return s.PublicURL + "/.well-known/jwks.json" }
 
 // Start runs hydra in memory with JWT access tokens until the test ends. extraEnv adds
-// configuration (e.g. "TTL_ACCESS_TOKEN=5s").
+// configuration (e.g. "TTL_ACCESS_TOKEN=5s"). Its ports are picked free just before hydra
+// binds them, so another process may take one in between: hydra then exits at once and is
+// started again on fresh ports (at most 3 tries).
 func Start(t testing.TB, extraEnv ...string) *Server {
 	t.Helper()
 	bin := Binary(t)
+	var lastLogs string
+	for range 3 {
+		s, logs, exited := start(t, bin, extraEnv)
+		if !exited {
+			return s
+		}
+		lastLogs = logs
+	}
+	t.Fatalf("hydra exited before it was ready, 3 times:\n%s", lastLogs)
+	return nil
+}
+
+// start runs one hydra and waits until it is ready; exited reports that it stopped first.
+func start(t testing.TB, bin string, extraEnv []string) (s *Server, logs string, exited bool) {
+	t.Helper()
 	pub, adm := freePort(t), freePort(t)
-	s := &Server{
+	s = &Server{
 		PublicURL: "http://127.0.0.1:" + strconv.Itoa(pub),
 		AdminURL:  "http://127.0.0.1:" + strconv.Itoa(adm),
 	}
@@ -113,8 +130,8 @@ func Start(t testing.TB, extraEnv ...string) *Server {
 		"LOG_LEVEL=warn",
 	)
 	cmd.Env = append(cmd.Env, extraEnv...)
-	var logs syncBuffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		cancel()
 		t.Fatalf("hydra: start: %v", err)
@@ -131,16 +148,16 @@ func Start(t testing.TB, extraEnv ...string) *Server {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return s
+				return s, "", false
 			}
 		}
 		select {
 		case <-done:
-			t.Fatalf("hydra exited before it was ready:\n%s", logs.String())
+			return nil, out.String(), true
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("hydra not ready after 30s:\n%s", logs.String())
+			t.Fatalf("hydra not ready after 30s:\n%s", out.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
