@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -327,25 +326,28 @@ func (a *App) grantedBiomes(ctx context.Context, grants []store.Grant) ([]store.
 // SQLite (one process) it polls the revision every `every`. A store error leaves the serving
 // bundle in place.
 func (a *App) Watch(ctx context.Context, every time.Duration) {
-	if strings.HasPrefix(a.dsn, "postgres://") || strings.HasPrefix(a.dsn, "postgresql://") {
+	if engine.IsPostgres(a.dsn) {
 		a.listen(ctx, every)
 		return
 	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		a.catchUp(ctx)
-	}
+	periodically(ctx, every, func(time.Time) { a.catchUp(ctx) })
 }
 
 // PruneRateCounters deletes rate-limit and quota counters of ended windows every `every`,
 // until ctx ends. Replicas may all prune: the deletes are bounded and idempotent.
 func (a *App) PruneRateCounters(ctx context.Context, every time.Duration) {
+	periodically(ctx, every, func(now time.Time) {
+		n, err := ratelimit.Prune(ctx, a.Store, now)
+		if err != nil && ctx.Err() == nil {
+			slog.Warn("rate counter prune failed; retrying next tick", "pruned", n, "err", err)
+		} else if n > 0 {
+			slog.Info("pruned rate counters of ended windows", "rows", n)
+		}
+	})
+}
+
+// periodically calls fn every `every` until ctx ends.
+func periodically(ctx context.Context, every time.Duration, fn func(now time.Time)) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -353,12 +355,7 @@ func (a *App) PruneRateCounters(ctx context.Context, every time.Duration) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			n, err := ratelimit.Prune(ctx, a.Store, now)
-			if err != nil && ctx.Err() == nil {
-				slog.Warn("rate counter prune failed; retrying next tick", "pruned", n, "err", err)
-			} else if n > 0 {
-				slog.Info("pruned rate counters of ended windows", "rows", n)
-			}
+			fn(now)
 		}
 	}
 }

@@ -37,7 +37,7 @@ func resolve(dsn, dataDir string) (target, error) {
 			return target{}, fmt.Errorf("%w: store DSN %q names no file: want sqlite:PATH", store.ErrInvalid, dsn)
 		}
 		return target{sqlitePath: path}, nil
-	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+	case IsPostgres(dsn):
 		return target{postgresDSN: dsn}, nil
 	}
 	return target{}, fmt.Errorf(`%w: store DSN %q: want "" (SQLite under the data directory), "sqlite:PATH", or "postgres://..."`,
@@ -89,4 +89,9 @@ func Describe(dsn, dataDir string) string {
 		return "postgres " + redact(t.postgresDSN)
 	}
 	return "sqlite " + t.sqlitePath
+}
+
+// IsPostgres reports whether dsn names a PostgreSQL store.
+func IsPostgres(dsn string) bool {
+	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
 }
