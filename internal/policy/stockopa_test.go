@@ -8,50 +8,15 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"reflect"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/xemahq/xema/internal/policy/opatest"
 )
-
-const opaModule = "github.com/open-policy-agent/opa"
-
-// opaBinary builds the stock opa command of the version in go.mod once and caches it.
-func opaBinary(t *testing.T) string {
-	t.Helper()
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Version}}", opaModule).Output()
-	if err != nil {
-		t.Fatalf("go list -m %s: %v", opaModule, err)
-	}
-	version := strings.TrimSpace(string(out))
-	dir := os.Getenv("XDG_CACHE_HOME")
-	if dir == "" {
-		dir = filepath.Join(os.TempDir(), "xema-cache")
-	} else {
-		dir = filepath.Join(dir, "xema")
-	}
-	bin := filepath.Join(dir, "opa-"+version)
-	if _, err := os.Stat(bin); err == nil {
-		return bin
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	tmp := fmt.Sprintf("%s.%d.tmp", bin, os.Getpid())
-	build := exec.Command("go", "build", "-o", tmp, opaModule)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build opa: %v\n%s", err, out)
-	}
-	if err := os.Rename(tmp, bin); err != nil {
-		t.Fatal(err)
-	}
-	return bin
-}
 
 func freePort(t *testing.T) int {
 	t.Helper()
@@ -113,7 +78,7 @@ func TestStockOPAAgrees(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the opa binary")
 	}
-	bin := opaBinary(t)
+	bin := opatest.Binary(t)
 	e := loadedEngine(t)
 	bs := &bundleServer{e: e}
 	srv := httptest.NewServer(bs)

@@ -11,58 +11,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/xemahq/xema/internal/policy/opatest"
 )
-
-const opaModule = "github.com/open-policy-agent/opa"
-
-var (
-	opaOnce sync.Once
-	opaPath string
-	opaErr  error
-)
-
-// opaBinary builds the stock opa command of the version in go.mod once and caches it (the
-// same cache internal/policy's stock OPA test fills).
-func opaBinary(t *testing.T) string {
-	t.Helper()
-	opaOnce.Do(func() { opaPath, opaErr = buildOPA(repoRoot(t)) })
-	if opaErr != nil {
-		t.Fatal(opaErr)
-	}
-	return opaPath
-}
-
-func buildOPA(root string) (string, error) {
-	list := exec.Command("go", "list", "-m", "-f", "{{.Version}}", opaModule)
-	list.Dir = root
-	out, err := list.Output()
-	if err != nil {
-		return "", fmt.Errorf("go list -m %s: %w", opaModule, err)
-	}
-	dir := os.Getenv("XDG_CACHE_HOME")
-	if dir == "" {
-		dir = filepath.Join(os.TempDir(), "xema-cache")
-	} else {
-		dir = filepath.Join(dir, "xema")
-	}
-	bin := filepath.Join(dir, "opa-"+strings.TrimSpace(string(out)))
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	tmp := fmt.Sprintf("%s.%d.tmp", bin, os.Getpid())
-	build := exec.Command("go", "build", "-o", tmp, opaModule)
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build opa: %v\n%s", err, out)
-	}
-	return bin, os.Rename(tmp, bin)
-}
 
 // stockOPA is a running `opa run --server` that downloads its bundle from the gateway.
 type stockOPA struct {
@@ -97,7 +50,7 @@ func startStockOPA(t *testing.T, g *gateway, token string) *stockOPA {
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	o := &stockOPA{URL: "http://" + addr, logs: &lockedBuffer{}}
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, opaBinary(t), "run", "--server", "--skip-version-check", "--log-level", "error", "--addr", addr, "--config-file", path)
+	cmd := exec.CommandContext(ctx, opatest.Binary(t), "run", "--server", "--skip-version-check", "--log-level", "error", "--addr", addr, "--config-file", path)
 	cmd.Stdout, cmd.Stderr = o.logs, o.logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
