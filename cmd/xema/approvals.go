@@ -11,25 +11,19 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xemahq/xema/internal/approval"
-	"github.com/xemahq/xema/internal/client"
 )
 
 func init() {
-	var server, token, format string
+	var (
+		api    adminFlags
+		format string
+	)
 	cmd := &cobra.Command{
 		Use:   "approvals",
 		Short: "List, approve and reject calls held for a person's approval",
 	}
-	cmd.PersistentFlags().StringVar(&server, "server", "http://127.0.0.1:8181", "gateway URL")
-	cmd.PersistentFlags().StringVar(&token, "token", "", "bearer token")
+	api.addTo(cmd.PersistentFlags())
 	cmd.PersistentFlags().StringVar(&format, "format", "text", "text or json")
-	connect := func() (*client.Client, error) {
-		c, err := client.New(server, token)
-		if err != nil {
-			return nil, &exitError{code: 2, err: err}
-		}
-		return c, nil
-	}
 
 	var filter struct{ status, biome, ref, requester string }
 	list := &cobra.Command{
@@ -37,7 +31,7 @@ func init() {
 		Short: "List held calls, newest first (org administrators)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := connect()
+			c, err := api.client()
 			if err != nil {
 				return err
 			}
@@ -78,7 +72,7 @@ func init() {
 			Use:  verb + " APPROVAL_ID",
 			Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				c, err := connect()
+				c, err := api.client()
 				if err != nil {
 					return err
 				}

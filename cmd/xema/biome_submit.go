@@ -9,20 +9,19 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xemahq/xema/internal/catalog"
-	"github.com/xemahq/xema/internal/client"
 	"github.com/xemahq/xema/internal/manifest"
 )
 
 func init() {
-	var server, token string
+	var api adminFlags
 	cmd := &cobra.Command{
 		Use:   "submit DIR",
 		Short: "Submit a biome version to a gateway and print its permission digest",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := client.New(server, token)
+			c, err := api.client()
 			if err != nil {
-				return &exitError{code: 2, err: err}
+				return err
 			}
 			dir := args[0]
 			if _, problems, err := manifest.LoadDir(dir); err != nil {
@@ -46,8 +45,7 @@ func init() {
 			return enc.Encode(out)
 		},
 	}
-	cmd.Flags().StringVar(&server, "server", "http://127.0.0.1:8181", "gateway URL")
-	cmd.Flags().StringVar(&token, "token", "", "bearer token of an org admin")
+	api.add(cmd)
 	biomeCmd.AddCommand(cmd)
 }
 

@@ -9,19 +9,21 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xemahq/xema/internal/audit"
-	"github.com/xemahq/xema/internal/client"
 )
 
 func init() {
-	var server, token, format string
+	var (
+		api    adminFlags
+		format string
+	)
 	cmd := &cobra.Command{
 		Use:   "why-denied AUDIT_ID",
 		Short: "Explain a denial: its reasons in words and what to do next",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := client.New(server, token)
+			c, err := api.client()
 			if err != nil {
-				return &exitError{code: 2, err: err}
+				return err
 			}
 			var d denial
 			if err := c.Do(cmd.Context(), "GET", "/v1/audit/"+url.PathEscape(args[0])+"/why-denied", nil, &d); err != nil {
@@ -36,8 +38,7 @@ func init() {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&server, "server", "http://127.0.0.1:8181", "gateway URL")
-	cmd.Flags().StringVar(&token, "token", "", "bearer token")
+	api.add(cmd)
 	cmd.Flags().StringVar(&format, "format", "text", "text or json")
 	rootCmd.AddCommand(cmd)
 }
