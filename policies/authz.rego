@@ -24,7 +24,7 @@ allow if {
 	env_kind
 }
 
-required_strings := [["ref"], ["environment"], ["subject", "kind"], ["subject", "ref"]]
+required_strings := [["ref"], ["environment"], ["org"], ["subject", "kind"], ["subject", "ref"]]
 
 deny contains {"code": "INVALID_INPUT", "detail": sprintf("input.%s must be a non-empty string", [concat(".", path)])} if {
 	some path in required_strings
@@ -61,15 +61,23 @@ custom_reason(r) := {"code": "CUSTOM_DENY", "detail": sprintf("malformed custom 
 	not is_string(r.code)
 }
 
-cap := data.xema.capabilities[input.ref]
+# The capability as the caller's grant approved it: a grant pins the biome version whose
+# descriptor (risk tier, approval rule, ...) decides its calls, whatever was submitted since.
+# Without a grant, the catalog's own version.
+cap := pinned if {
+	pinned := data.xema.versions[input.ref][grant.biomeVersion]
+} else := catalog_cap
+
+catalog_cap := data.xema.capabilities[input.ref]
 
 # The biome whose install grant applies: the one the call runs for, else the declaring biome.
 grant_biome := input.biome if {
 	is_string(input.biome)
 	input.biome != ""
-} else := cap.biome.id
+} else := catalog_cap.biome.id
 
-grant := data.xema.grants[input.ref][grant_biome]
+# Grants are kept per org: only a grant of the caller's own org can apply.
+grant := data.xema.grants[input.ref][grant_biome][input.org]
 
 env_kind := data.xema.environments[input.environment].kind
 

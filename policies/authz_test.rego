@@ -41,21 +41,21 @@ fixture := {
 		"biome:install@1": object.union(capability({"humanBaseline": {"kind": "org-administrators", "environments": ["org", "project"]}}), {"biome": {"id": "kernel", "version": "1.0.0"}}),
 	},
 	"grants": {
-		"kb:page.read@1": {"demo": grant({})},
-		"kb:page.write@1": {"demo": grant({})},
-		"kb:high.read@1": {"demo": grant({})},
-		"kb:old.read@1": {"demo": grant({})},
-		"kb:legacy.read@1": {"demo": grant({})},
-		"kb:draft.read@1": {"demo": grant({})},
-		"kb:secret.read@1": {"demo": grant({})},
-		"kb:mine.read@1": {"demo": grant({})},
-		"kb:public.read@1": {"demo": grant({"environments": {"project": true, "public-session": true}})},
-		"kb:unclassified.read@1": {"demo": grant({"environments": {"project": true, "public-session": true}})},
-		"kb:admin.purge@1": {"demo": grant({"subjects": {"user:alice": true}})},
-		"workflow:run.start@1": {"demo": grant({"environments": {"project": true}})},
-		"connector:scm.create-pull-request@1": {"demo": grant({})},
-		"doc:page.share@1": {"demo": grant({})},
-		"kb:scoped.read@1": {"other": grant({})},
+		"kb:page.read@1": {"demo": org_grant({})},
+		"kb:page.write@1": {"demo": org_grant({})},
+		"kb:high.read@1": {"demo": org_grant({})},
+		"kb:old.read@1": {"demo": org_grant({})},
+		"kb:legacy.read@1": {"demo": org_grant({})},
+		"kb:draft.read@1": {"demo": org_grant({})},
+		"kb:secret.read@1": {"demo": org_grant({})},
+		"kb:mine.read@1": {"demo": org_grant({})},
+		"kb:public.read@1": {"demo": org_grant({"environments": {"project": true, "public-session": true}})},
+		"kb:unclassified.read@1": {"demo": org_grant({"environments": {"project": true, "public-session": true}})},
+		"kb:admin.purge@1": {"demo": org_grant({"subjects": {"user:alice": true}})},
+		"workflow:run.start@1": {"demo": org_grant({"environments": {"project": true}})},
+		"connector:scm.create-pull-request@1": {"demo": org_grant({})},
+		"doc:page.share@1": {"demo": org_grant({})},
+		"kb:scoped.read@1": {"other": org_grant({})},
 	},
 	"revision": "r1",
 }
@@ -77,9 +77,12 @@ capability(over) := shallow(
 	over,
 )
 
+# org_grant(over) is a grant of the fixture's org, filed under it.
+org_grant(over) := {"acme": grant(over)}
+
 grant(over) := shallow(
 	{
-		"grantId": "g_1", "biomeVersion": "1.0.0", "profile": "read-only-assistant",
+		"grantId": "g_1", "org": "acme", "biomeVersion": "1.0.0", "profile": "read-only-assistant",
 		"environments": {"project": true, "app": true},
 		"subjects": null,
 		"resources": ["kb/pages/*"],
@@ -113,6 +116,7 @@ decide_with(inp, d) := out if {
 		with data.xema.profiles as d.profiles
 		with data.xema.capabilities as d.capabilities
 		with data.xema.grants as d.grants
+		with data.xema.versions as object.get(d, "versions", {})
 		with data.xema.revision as d.revision
 }
 
@@ -136,12 +140,12 @@ test_allow if {
 }
 
 test_allow_by_group if {
-	d := with_grants({"kb:page.read@1": {"demo": grant({"subjects": {"group:support": true}})}})
+	d := with_grants({"kb:page.read@1": {"demo": org_grant({"subjects": {"group:support": true}})}})
 	decide_with(agent, d).allow == true
 }
 
 test_allow_by_role if {
-	d := with_grants({"kb:page.read@1": {"demo": grant({"subjects": {"role:reader": true}})}})
+	d := with_grants({"kb:page.read@1": {"demo": org_grant({"subjects": {"role:reader": true}})}})
 	decide_with(agent, d).allow == true
 }
 
@@ -159,7 +163,7 @@ test_grant_of_named_biome_applies if {
 }
 
 test_environments_fall_back_to_profile if {
-	d := with_grants({"kb:page.read@1": {"demo": grant({"environments": null})}})
+	d := with_grants({"kb:page.read@1": {"demo": org_grant({"environments": null})}})
 	decide_with(object.union(agent, {"environment": "app"}), d).allow == true
 	codes(decide_with(object.union(agent, {"environment": "org"}), d)) == {"ENVIRONMENT_NOT_ALLOWED"}
 }
@@ -236,7 +240,7 @@ test_environment_undefined if {
 }
 
 test_subject_not_covered if {
-	d := with_grants({"kb:page.read@1": {"demo": grant({"subjects": {"agent:other": true, "group:ops": true, "role:admin": true}})}})
+	d := with_grants({"kb:page.read@1": {"demo": org_grant({"subjects": {"agent:other": true, "group:ops": true, "role:admin": true}})}})
 	codes(decide_with(agent, d)) == {"SUBJECT_NOT_COVERED"}
 }
 
@@ -247,7 +251,7 @@ test_audience_incompatible_environment if {
 }
 
 test_audience_incompatible_grant if {
-	d := with_grants({"kb:page.read@1": {"demo": grant({"audience": {"public": true}})}})
+	d := with_grants({"kb:page.read@1": {"demo": org_grant({"audience": {"public": true}})}})
 	codes(decide_with(agent, d)) == {"AUDIENCE_INCOMPATIBLE"}
 }
 
@@ -297,7 +301,7 @@ test_capability_retired if {
 }
 
 test_capability_retired_without_successor if {
-	d := with_grants({"kb:gone.read@1": {"demo": grant({})}})
+	d := with_grants({"kb:gone.read@1": {"demo": org_grant({})}})
 	dec := decide_with(object.union(agent, {"ref": "kb:gone.read@1"}), d)
 	dec.reasons == [{"code": "CAPABILITY_RETIRED", "detail": "kb:gone.read@1 is retired and has no successor"}]
 	dec.suggestions == []
@@ -355,7 +359,7 @@ test_explicit_only if {
 }
 
 test_explicit_only_open_grant_is_not_explicit if {
-	d := with_grants({"kb:admin.purge@1": {"demo": grant({})}})
+	d := with_grants({"kb:admin.purge@1": {"demo": org_grant({})}})
 	codes(decide_with(object.union(user("bob", "org_owner"), {"ref": "kb:admin.purge@1"}), d)) == {"HUMAN_BASELINE_NOT_MET"}
 }
 
@@ -370,7 +374,7 @@ test_obligations_rate_limit_and_quota if {
 }
 
 test_rate_limit_falls_back_to_profile if {
-	d := with_grants({"kb:page.read@1": {"demo": grant({"rateLimit": null, "quota": null})}})
+	d := with_grants({"kb:page.read@1": {"demo": org_grant({"rateLimit": null, "quota": null})}})
 	decide_with(agent, d).obligations == [{"kind": "rate-limit", "requests": 60, "per": "1m"}]
 }
 
@@ -382,7 +386,7 @@ test_approval_from_capability if {
 }
 
 test_approval_from_grant if {
-	d := with_grants({"kb:page.read@1": {"demo": grant({"requiresApproval": true})}})
+	d := with_grants({"kb:page.read@1": {"demo": org_grant({"requiresApproval": true})}})
 	{"kind": "approval"} in decide_with(agent, d).obligations
 	not {"kind": "approval"} in decide(agent).obligations
 }
@@ -390,7 +394,7 @@ test_approval_from_grant if {
 # The compiler folds the profile's approval rules into grant.requiresApproval, so a grant
 # customized to false lifts them.
 test_grant_lifts_profile_approval if {
-	d := with_grants({"kb:high.read@1": {"demo": grant({"requiresApproval": false})}})
+	d := with_grants({"kb:high.read@1": {"demo": org_grant({"requiresApproval": false})}})
 	dec := decide_with(object.union(agent, {"ref": "kb:high.read@1"}), d)
 	dec.allow == true
 	not {"kind": "approval"} in dec.obligations
@@ -422,7 +426,7 @@ test_empty_input_denied if {
 	dec := decide({})
 	dec.allow == false
 	codes(dec) == {"INVALID_INPUT"}
-	count(dec.reasons) == 5
+	count(dec.reasons) == 6
 }
 
 test_missing_subject_ref_denied if {
@@ -434,4 +438,46 @@ test_missing_subject_ref_denied if {
 test_armed_not_array_denied if {
 	dec := decide(object.union(agent, {"armed": "*"}))
 	codes(dec) == {"INVALID_INPUT", "NOT_ARMED"}
+}
+
+# orgs are tenants
+test_grant_of_another_org_does_not_admit if {
+	denied_only_by(object.union(agent, {"org": "beta"}), "MISSING_GRANT")
+}
+
+test_missing_org_is_invalid if {
+	dec := decide(object.remove(agent, ["org"]))
+	dec.allow == false
+	"INVALID_INPUT" in codes(dec)
+}
+
+test_grant_naming_another_org_denies if {
+	d := with_grants({"kb:page.read@1": {"demo": {"acme": grant({"org": "beta"})}}})
+	dec := decide_with(agent, d)
+	dec.allow == false
+	codes(dec) == {"GRANT_ORG_MISMATCH"}
+}
+
+# a grant pins the version it approved
+pinned_fixture := shallow(
+	with_grants({"kb:page.read@1": {"demo": {
+		"acme": grant({}),
+		"beta": grant({"org": "beta", "biomeVersion": "1.0.1"}),
+	}}}),
+	{"versions": {"kb:page.read@1": {"1.0.1": object.union(
+		capability({"requiresApproval": true, "riskTier": "high"}),
+		{"biome": {"id": "demo", "version": "1.0.1"}},
+	)}}},
+)
+
+test_pinned_version_decides_for_its_org if {
+	dec := decide_with(object.union(agent, {"org": "beta"}), pinned_fixture)
+	dec.allow == true
+	{o.kind | some o in dec.obligations} == {"approval", "rate-limit", "quota"}
+}
+
+test_other_org_keeps_its_approved_version if {
+	dec := decide_with(agent, pinned_fixture)
+	dec.allow == true
+	not "approval" in {o.kind | some o in dec.obligations}
 }

@@ -13,6 +13,13 @@ deny contains {"code": "MISSING_GRANT", "detail": sprintf("%s is not granted to 
 	not grant
 }
 
+# Defence in depth: a grant filed under the caller's org must also name it.
+deny contains {"code": "GRANT_ORG_MISMATCH", "detail": sprintf("the grant of %s belongs to another org", [input.ref])} if {
+	grant_required
+	grant
+	object.get(grant, "org", "") != input.org
+}
+
 grant_environments := grant.environments if {
 	is_object(grant.environments)
 } else := profile.environments

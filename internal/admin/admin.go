@@ -51,10 +51,10 @@ func Register(reg *kernel.Registry, pub *catalog.Publisher) error {
 			if err := json.Unmarshal(call.Input, &sub); err != nil {
 				return nil, fmt.Errorf("decode validated input: %w", err)
 			}
-			return pub.Submit(ctx, sub)
+			return pub.Submit(ctx, sub, call.Exec.Org)
 		},
 		"contributions/biome-install.json": func(ctx context.Context, call kernel.Call) (any, error) {
-			g, err := pub.Install(ctx, call.Input, call.Exec.Subject.Ref)
+			g, err := pub.Install(ctx, call.Input, call.Exec.Org, call.Exec.Subject.Ref)
 			if err != nil {
 				return nil, err
 			}
@@ -65,7 +65,7 @@ func Register(reg *kernel.Registry, pub *catalog.Publisher) error {
 			if err := json.Unmarshal(call.Input, &t); err != nil {
 				return nil, fmt.Errorf("decode validated input: %w", err)
 			}
-			return pub.Transition(ctx, t, call.Exec.Subject.Ref)
+			return pub.Transition(ctx, t, call.Exec.Org, call.Exec.Subject.Ref)
 		},
 	}
 	return reg.RegisterFiles(descriptors, handlers)

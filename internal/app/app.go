@@ -30,6 +30,7 @@ import (
 	"github.com/xemahq/xema/internal/federation"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/grant"
+	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/kernel"
 	"github.com/xemahq/xema/internal/manifest"
 	"github.com/xemahq/xema/internal/policy"
@@ -259,7 +260,7 @@ func (a *App) devGrants(ctx context.Context, ids []string) error {
 		}
 		bv := versions[len(versions)-1]
 		req, _ := json.Marshal(map[string]string{"biomeId": id, "version": bv.Version, "digestHash": bv.DigestHash})
-		if _, err := a.Publisher.Install(ctx, req, "dev-grant"); err != nil {
+		if _, err := a.Publisher.Install(ctx, req, identity.DefaultOrg, "dev-grant"); err != nil {
 			return fmt.Errorf("dev grant %s: %w", id, err)
 		}
 		slog.Warn("development grant recorded", "biome", id, "version", bv.Version)
@@ -276,10 +277,7 @@ func (a *App) Rebuild(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	grants, err := a.Store.ListGrants(ctx)
-	if err != nil {
-		return fmt.Errorf("rebuild: %w", err)
-	}
+	grants := snap.Grants()
 	biomes, err := a.grantedBiomes(ctx, grants)
 	if err != nil {
 		return err
@@ -288,8 +286,12 @@ func (a *App) Rebuild(ctx context.Context) error {
 	for _, e := range snap.All() {
 		caps = append(caps, e.Capability)
 	}
+	var pinned []store.Capability
+	for _, e := range snap.Pinned() {
+		pinned = append(pinned, e.Capability)
+	}
 	rev := fmt.Sprintf("r%d", snap.Revision)
-	data, err := grant.Compile(grant.Input{Capabilities: caps, Grants: grants, Biomes: biomes,
+	data, err := grant.Compile(grant.Input{Capabilities: caps, Pinned: pinned, Grants: grants, Biomes: biomes,
 		Environments: a.envs, Profiles: a.profiles, Revision: rev})
 	if err != nil {
 		return fmt.Errorf("rebuild: %w", err)

@@ -121,7 +121,7 @@ func (s *Service) Hold(ctx context.Context, p gateway.Pending) error {
 		return fmt.Errorf("hold %s: encode execution context: %w", p.Ref, err)
 	}
 	now := s.now()
-	return s.Store.PutApproval(ctx, store.Approval{ID: p.ID, AuditID: p.AuditID, Ref: p.Ref, Biome: p.Biome,
+	return s.Store.PutApproval(ctx, store.Approval{ID: p.ID, Org: p.Exec.Org, AuditID: p.AuditID, Ref: p.Ref, Biome: p.Biome,
 		RequesterRef: p.Exec.Subject.Ref, Environment: p.Exec.Environment, Exec: exec, Input: p.Input,
 		Status: store.ApprovalPending, CreatedAt: now, ExpiresAt: now.Add(s.ttl())})
 }
@@ -150,7 +150,7 @@ func (s *Service) list(ctx context.Context, call kernel.Call) (any, error) {
 	if err := json.Unmarshal(call.Input, &in); err != nil {
 		return nil, fmt.Errorf("decode validated input: %w", err)
 	}
-	as, err := s.Store.ListApprovals(ctx, store.ApprovalFilter{Status: in.Status, Biome: in.Biome, Ref: in.Ref, RequesterRef: in.Requester})
+	as, err := s.Store.ListApprovals(ctx, store.ApprovalFilter{Org: call.Exec.Org, Status: in.Status, Biome: in.Biome, Ref: in.Ref, RequesterRef: in.Requester})
 	if err != nil {
 		return nil, unavailable(err)
 	}
@@ -234,16 +234,18 @@ func (s *Service) reject(ctx context.Context, call kernel.Call) (any, error) {
 }
 
 // decidable loads the approval named by the call's input and asks the policy whether the
-// caller may decide it: holding the held capability, a person, and not its requester
-// (input.approval, policies/approval.rego).
+// caller may decide it: of its org, holding the held capability, a person, and not its
+// requester (input.approval, policies/approval.rego). Another org's approval, and one the
+// caller is no approver of, is answered as an unknown id.
 func (s *Service) decidable(ctx context.Context, call kernel.Call) (store.Approval, error) {
 	var in decision
 	if err := json.Unmarshal(call.Input, &in); err != nil {
 		return store.Approval{}, fmt.Errorf("decode validated input: %w", err)
 	}
+	notFound := runner.ClientError(http.StatusNotFound, CodeNotFound, "no approval %q", in.ApprovalID)
 	a, err := s.Store.GetApproval(ctx, in.ApprovalID)
-	if errors.Is(err, store.ErrNotFound) {
-		return a, runner.ClientError(http.StatusNotFound, CodeNotFound, "no approval %q", in.ApprovalID)
+	if errors.Is(err, store.ErrNotFound) || err == nil && a.Org != call.Exec.Org {
+		return store.Approval{}, notFound
 	}
 	if err != nil {
 		return a, unavailable(err)
@@ -256,7 +258,11 @@ func (s *Service) decidable(ctx context.Context, call kernel.Call) (store.Approv
 			"policy unavailable; the approval was not decided (fail closed)")
 	}
 	if !d.Allow {
-		return a, runner.ClientError(http.StatusForbidden, denialCode(d.Reasons),
+		code := denialCode(d.Reasons)
+		if code == CodeNotApprover {
+			return store.Approval{}, notFound
+		}
+		return a, runner.ClientError(http.StatusForbidden, code,
 			"%s may not decide approval %s of %s: %s", call.Exec.Subject.Ref, a.ID, a.Ref, reasonCodes(d.Reasons))
 	}
 	return a, nil
@@ -320,7 +326,7 @@ func (s *Service) expire(ctx context.Context, a store.Approval) error {
 // audit id of the capability call that took the step, when there is one.
 func (s *Service) audit(ctx context.Context, a store.Approval, by identity.ExecContext, decision, via string) error {
 	detail, _ := json.Marshal(map[string]string{"approvalId": a.ID, "reason": a.Reason, "via": via})
-	err := s.Audit.Append(ctx, store.AuditRecord{ID: audit.NewID("apr_"), Time: s.now(), Ref: a.Ref,
+	err := s.Audit.Append(ctx, store.AuditRecord{ID: audit.NewID("apr_"), Org: a.Org, Time: s.now(), Ref: a.Ref,
 		SubjectKind: by.Subject.Kind, SubjectRef: by.Subject.Ref, Environment: a.Environment, Decision: decision,
 		Reasons: json.RawMessage("[]"), BundleRevision: s.Policy.Revision(), Runner: "approval", Outcome: a.Status,
 		ParentID: a.AuditID, Detail: detail})
@@ -336,7 +342,7 @@ func (s *Service) audit(ctx context.Context, a store.Approval, by identity.ExecC
 func (s *Service) Invocation(ctx context.Context, ec identity.ExecContext, id string) (View, error) {
 	notFound := &gateway.Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: fmt.Sprintf("no invocation %q", id)}
 	a, err := s.Store.GetApproval(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) || err == nil && a.Org != ec.Org {
 		return View{}, notFound
 	}
 	if err != nil {

@@ -75,7 +75,7 @@ func newFixture(t *testing.T, customize map[string]any) *fixture {
 	}
 	req, _ := json.Marshal(map[string]any{"biomeId": res.BiomeID, "version": res.Version, "digestHash": res.Digest.Hash,
 		"customize": map[string]any{ref: customize}})
-	if _, err := a.Publisher.Install(ctx, req, "user:root"); err != nil {
+	if _, err := a.Publisher.Install(ctx, req, identity.DefaultOrg, "user:root"); err != nil {
 		t.Fatal(err)
 	}
 	return &fixture{app: a, runs: &runs, clock: &now}
@@ -88,7 +88,7 @@ func (s serviceToken) Token(context.Context) (string, error) { return string(s),
 
 func exec(subject, env, orgRole string) identity.ExecContext {
 	kind, _, _ := strings.Cut(subject, ":")
-	return identity.ExecContext{Subject: identity.Subject{Kind: kind, Ref: subject}, Environment: env, OrgRole: orgRole,
+	return identity.ExecContext{Subject: identity.Subject{Kind: kind, Ref: subject}, Environment: env, OrgRole: orgRole, Org: identity.DefaultOrg,
 		Armed: []string{"*"}}
 }
 
@@ -134,9 +134,9 @@ func TestWhoMayApprove(t *testing.T) {
 		{"org admin covered by the grant", map[string]any{"requiresApproval": true}, bot, alice, ""},
 		{"an agent may not decide", map[string]any{"requiresApproval": true}, bot, exec("agent:helper", "project", ""), gateway.CodeDenied},
 		{"never the requester", map[string]any{"requiresApproval": true}, exec("user:bob", "project", "org_member"), exec("user:bob", "project", "org_member"), approval.CodeOwnApproval},
-		{"a person the grant does not cover", map[string]any{"requiresApproval": true, "subjects": []string{"agent:support-bot"}}, bot, alice, approval.CodeNotApprover},
+		{"a person the grant does not cover", map[string]any{"requiresApproval": true, "subjects": []string{"agent:support-bot"}}, bot, alice, approval.CodeNotFound},
 		{"a person the grant names", map[string]any{"requiresApproval": true, "subjects": []string{"agent:support-bot", "user:carol"}}, bot, exec("user:carol", "project", "org_member"), ""},
-		{"outside the grant's environments", map[string]any{"requiresApproval": true, "environments": []string{"project"}}, bot, alice, approval.CodeNotApprover},
+		{"outside the grant's environments", map[string]any{"requiresApproval": true, "environments": []string{"project"}}, bot, alice, approval.CodeNotFound},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

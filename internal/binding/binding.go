@@ -37,13 +37,10 @@ const (
 	CodeUnknownConversation = "UNKNOWN_CONVERSATION"
 )
 
-// DefaultOrg is the org of a caller whose token names none (development tokens).
-const DefaultOrg = "default"
-
 // OrgOf is the org bindings and credentials are kept under for ec.
 func OrgOf(ec identity.ExecContext) string {
 	if ec.Org == "" {
-		return DefaultOrg
+		return identity.DefaultOrg
 	}
 	return ec.Org
 }

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/xemahq/xema/internal/grant"
 	"github.com/xemahq/xema/internal/inputschema"
 	"github.com/xemahq/xema/internal/manifest"
 	"github.com/xemahq/xema/internal/store"
@@ -35,9 +36,18 @@ type Snapshot struct {
 	Revision int64
 	byRef    map[string]*Entry
 	sorted   []*Entry
+	// owners maps a biome id to the org owning it ("" for the operator's store).
+	owners map[string]string
+	// pins maps an org's install of a biome to the version its effective grant approved.
+	pins map[grant.Scope]string
+	// pinned holds the entries of pinned versions other than the catalog's own, by
+	// biome@version and ref.
+	pinned map[string]map[string]*Entry
+	// grants are the store's grants this snapshot was built from.
+	grants []store.Grant
 }
 
-// Get returns the entry for ref.
+// Get returns the catalog's own entry for ref, whoever asks.
 func (s *Snapshot) Get(ref string) (*Entry, bool) {
 	e, ok := s.byRef[ref]
 	return e, ok
@@ -46,13 +56,80 @@ func (s *Snapshot) Get(ref string) (*Entry, bool) {
 // All returns every entry sorted by ref.
 func (s *Snapshot) All() []*Entry { return s.sorted }
 
+// Grants returns the grants the snapshot was built from, oldest approval first.
+func (s *Snapshot) Grants() []store.Grant { return s.grants }
+
+// Pinned returns the entries of versions effective grants approved where they differ from
+// the catalog's own entries.
+func (s *Snapshot) Pinned() []*Entry {
+	var out []*Entry
+	for _, byRef := range s.pinned {
+		for _, e := range byRef {
+			out = append(out, e)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].Ref()+"@"+out[i].Capability.BiomeVersion < out[j].Ref()+"@"+out[j].Capability.BiomeVersion
+	})
+	return out
+}
+
+// visibleLifecycles are the states in which a ref exists for callers: proposed and seeded
+// refs are answered exactly as unknown ones.
+var visibleLifecycles = map[string]bool{store.LifecyclePublished: true, store.LifecycleDeprecated: true,
+	store.LifecycleRetired: true}
+
+// For returns ref as a caller of org sees it: absent unless published (or deprecated,
+// retired) and of a biome of the operator's store or of org itself; at the version org's
+// grant approved when that differs from the catalog's own.
+func (s *Snapshot) For(org, ref string) (*Entry, bool) {
+	e, ok := s.byRef[ref]
+	if !ok || !visibleLifecycles[e.Capability.Lifecycle] {
+		return nil, false
+	}
+	if owner := s.owners[e.Capability.BiomeID]; owner != "" && owner != org {
+		return nil, false
+	}
+	if v, ok := s.pins[grant.Scope{Org: org, Biome: e.Capability.BiomeID}]; ok && v != e.Capability.BiomeVersion {
+		if p, ok := s.pinned[e.Capability.BiomeID+"@"+v][ref]; ok {
+			return p, true
+		}
+	}
+	return e, true
+}
+
+// AllFor returns every entry a caller of org sees, sorted by ref.
+func (s *Snapshot) AllFor(org string) []*Entry {
+	out := make([]*Entry, 0, len(s.sorted))
+	for _, e := range s.sorted {
+		if v, ok := s.For(org, e.Ref()); ok {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// OwnerOf returns the org owning biome id ("" for the operator's store) and whether the id
+// is known.
+func (s *Snapshot) OwnerOf(id string) (string, bool) {
+	o, ok := s.owners[id]
+	return o, ok
+}
+
 // Catalog holds the current snapshot.
 type Catalog struct {
 	store store.Store
 	snap  atomic.Pointer[Snapshot]
 
 	mu       sync.Mutex
-	compiled map[string]compiledSchema // by ref; reused while the manifest is unchanged
+	compiled map[string]compiledSchema // by ref@version; reused while the manifest is unchanged
+	versions map[string]parsedVersion  // by biome@version: stored versions never change
+}
+
+// parsedVersion is a stored biome version's contributions as catalog entries.
+type parsedVersion struct {
+	contentHash string
+	caps        []store.Capability
 }
 
 type compiledSchema struct {
@@ -62,7 +139,7 @@ type compiledSchema struct {
 
 // New returns a catalog over st; call Reload before use.
 func New(st store.Store) *Catalog {
-	c := &Catalog{store: st, compiled: map[string]compiledSchema{}}
+	c := &Catalog{store: st, compiled: map[string]compiledSchema{}, versions: map[string]parsedVersion{}}
 	c.snap.Store(&Snapshot{byRef: map[string]*Entry{}})
 	return c
 }
@@ -81,9 +158,18 @@ func (c *Catalog) Reload(ctx context.Context) (*Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("catalog reload: %w", err)
 	}
+	grants, err := c.store.ListGrants(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("catalog reload: %w", err)
+	}
+	owners, err := c.store.BiomeOwners(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("catalog reload: %w", err)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := &Snapshot{Revision: rev, byRef: make(map[string]*Entry, len(caps))}
+	s := &Snapshot{Revision: rev, byRef: make(map[string]*Entry, len(caps)), owners: owners,
+		pins: map[grant.Scope]string{}, pinned: map[string]map[string]*Entry{}, grants: grants}
 	for _, capa := range caps {
 		e, err := c.entry(capa)
 		if err != nil {
@@ -94,8 +180,69 @@ func (c *Catalog) Reload(ctx context.Context) (*Snapshot, error) {
 		s.sorted = append(s.sorted, e)
 	}
 	sort.Slice(s.sorted, func(i, j int) bool { return s.sorted[i].Ref() < s.sorted[j].Ref() })
+	if err := c.pin(ctx, s, grants); err != nil {
+		return nil, fmt.Errorf("catalog reload: %w", err)
+	}
 	c.snap.Store(s)
 	return s, nil
+}
+
+// pin records the version each effective grant approved and builds the entries of those
+// versions that differ from the catalog's own, so calls under a grant run what it approved.
+func (c *Catalog) pin(ctx context.Context, s *Snapshot, grants []store.Grant) error {
+	for scope, g := range grant.Effective(grants) {
+		s.pins[scope] = g.BiomeVersion
+		key := g.BiomeID + "@" + g.BiomeVersion
+		if _, done := s.pinned[key]; done {
+			continue
+		}
+		caps, err := c.versionCaps(ctx, g.BiomeID, g.BiomeVersion)
+		if err != nil {
+			return err
+		}
+		byRef := map[string]*Entry{}
+		for _, capa := range caps {
+			cur, ok := s.byRef[capa.Ref]
+			if !ok || cur.Capability.BiomeID != capa.BiomeID || cur.Capability.BiomeVersion == capa.BiomeVersion {
+				continue
+			}
+			capa.Lifecycle, capa.ReplacedBy = cur.Capability.Lifecycle, cur.Capability.ReplacedBy
+			e, err := c.entry(capa)
+			if err != nil {
+				slog.Error("pinned capability left out of the catalog", "ref", capa.Ref, "version", capa.BiomeVersion, "err", err)
+				continue
+			}
+			byRef[capa.Ref] = e
+		}
+		s.pinned[key] = byRef
+	}
+	return nil
+}
+
+// versionCaps returns the capabilities of a stored biome version, parsed once.
+func (c *Catalog) versionCaps(ctx context.Context, id, version string) ([]store.Capability, error) {
+	bv, err := c.store.GetBiomeVersion(ctx, id, version)
+	if err != nil {
+		return nil, fmt.Errorf("granted biome %s@%s: %w", id, version, err)
+	}
+	key := id + "@" + version
+	if pv, ok := c.versions[key]; ok && pv.contentHash == bv.ContentHash {
+		return pv.caps, nil
+	}
+	b, problems := fromSubmission(bv.Manifest, contributionsOf(bv))
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("granted biome %s@%s no longer validates: %v", id, version, problems[0])
+	}
+	caps := make([]store.Capability, 0, len(b.Contributions))
+	for _, contrib := range b.Contributions {
+		capa, err := capabilityOf(b, contrib)
+		if err != nil {
+			return nil, err
+		}
+		caps = append(caps, capa)
+	}
+	c.versions[key] = parsedVersion{contentHash: bv.ContentHash, caps: caps}
+	return caps, nil
 }
 
 func (c *Catalog) entry(capa store.Capability) (*Entry, error) {
@@ -110,7 +257,8 @@ func (c *Catalog) entry(capa store.Capability) (*Entry, error) {
 		}
 	}
 	e.resourceProp = resourceProperty(e.Manifest.InputSchema)
-	if cs, ok := c.compiled[capa.Ref]; ok && cs.manifest == string(capa.Manifest) {
+	key := capa.Ref + "@" + capa.BiomeVersion
+	if cs, ok := c.compiled[key]; ok && cs.manifest == string(capa.Manifest) {
 		e.Input = cs.schema
 		return e, nil
 	}
@@ -118,7 +266,7 @@ func (c *Catalog) entry(capa store.Capability) (*Entry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("input schema: %w", err)
 	}
-	c.compiled[capa.Ref] = compiledSchema{manifest: string(capa.Manifest), schema: schema}
+	c.compiled[key] = compiledSchema{manifest: string(capa.Manifest), schema: schema}
 	e.Input = schema
 	return e, nil
 }

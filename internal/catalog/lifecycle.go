@@ -30,13 +30,24 @@ type Transition struct {
 
 // Transition moves a ref to its next state, compare-and-set on the state it is in now, and
 // records the event with its actor.
-func (p *Publisher) Transition(ctx context.Context, t Transition, actor string) (Transition, error) {
+// Only the org owning the ref's biome moves it; another org's ref is answered as unknown,
+// and the operator's store changes only through the operator's biome directory.
+func (p *Publisher) Transition(ctx context.Context, t Transition, org, actor string) (Transition, error) {
 	cur, err := p.Store.GetCapability(ctx, t.Ref)
-	if errors.Is(err, store.ErrNotFound) {
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return t, fmt.Errorf("lifecycle %s: %w", t.Ref, err)
+	}
+	owners, oerr := p.Store.BiomeOwners(ctx)
+	if oerr != nil {
+		return t, fmt.Errorf("lifecycle %s: %w", t.Ref, oerr)
+	}
+	owner, known := owners[cur.BiomeID]
+	if errors.Is(err, store.ErrNotFound) || !known || owner != OperatorOwner && owner != org {
 		return t, runner.ClientError(http.StatusNotFound, "UNKNOWN_CAPABILITY", "/ref: no capability %q", t.Ref)
 	}
-	if err != nil {
-		return t, fmt.Errorf("lifecycle %s: %w", t.Ref, err)
+	if owner == OperatorOwner {
+		return t, runner.ClientError(http.StatusForbidden, "OPERATOR_OWNED",
+			"/ref: %s belongs to the operator's biome store; its lifecycle changes only there", t.Ref)
 	}
 	t.From = cur.Lifecycle
 	allowed := false

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/mod/semver"
+
 	"github.com/xemahq/xema/internal/capref"
 	"github.com/xemahq/xema/internal/grant"
 	"github.com/xemahq/xema/internal/inputschema"
@@ -50,15 +52,17 @@ type SubmitResult struct {
 // Submit validates a biome version as a whole (manifest, every contribution, the publish-time
 // envelope, the input schemas) and stores it with its digest in one transaction. Nothing is
 // stored when anything is wrong.
-func (p *Publisher) Submit(ctx context.Context, sub Submission) (*SubmitResult, error) {
+// The biome id belongs to the org submitting its first version (owner).
+func (p *Publisher) Submit(ctx context.Context, sub Submission, owner string) (*SubmitResult, error) {
 	b, problems := fromSubmission(sub.Manifest, sub.Contributions)
 	if len(problems) > 0 {
 		return nil, problemsError("INVALID_MANIFEST", problems)
 	}
-	return p.publish(ctx, b, sub)
+	return p.publish(ctx, b, sub, owner)
 }
 
-// SubmitDir publishes a biome directory (start-up loading); the whole biome or nothing.
+// SubmitDir publishes a biome directory of the operator's own store (start-up loading); the
+// whole biome or nothing.
 func (p *Publisher) SubmitDir(ctx context.Context, b *manifest.Biome) (*SubmitResult, error) {
 	sub := Submission{}
 	var err error
@@ -72,10 +76,14 @@ func (p *Publisher) SubmitDir(ctx context.Context, b *manifest.Biome) (*SubmitRe
 		}
 		sub.Contributions = append(sub.Contributions, raw)
 	}
-	return p.publish(ctx, b, sub)
+	return p.publish(ctx, b, sub, OperatorOwner)
 }
 
-func (p *Publisher) publish(ctx context.Context, b *manifest.Biome, sub Submission) (*SubmitResult, error) {
+// OperatorOwner is the owner of the biomes of the operator's own store (directories loaded at
+// start, the kernel): every org may install them, no org may submit under their ids.
+const OperatorOwner = ""
+
+func (p *Publisher) publish(ctx context.Context, b *manifest.Biome, sub Submission, owner string) (*SubmitResult, error) {
 	switch _, err := p.Store.GetMCPServer(ctx, b.ID); {
 	case err == nil:
 		return nil, runner.ClientError(http.StatusConflict, "BIOME_ID_TAKEN",
@@ -106,6 +114,9 @@ func (p *Publisher) publish(ctx context.Context, b *manifest.Biome, sub Submissi
 		if old, ok := byRef[ref]; ok && old.BiomeID != b.ID {
 			problems = append(problems, inputschema.Violation{Path: at + "/manifest/ref",
 				Message: fmt.Sprintf("%s is already provided by biome %s", ref, old.BiomeID)})
+		}
+		if old := byRef[ref]; old.BiomeID == b.ID && visibleLifecycles[old.Lifecycle] {
+			continue // already published: this version takes effect only when granted (Install)
 		}
 		capa, err := p.capability(b, c, byRef[ref])
 		if err != nil {
@@ -146,8 +157,13 @@ func (p *Publisher) publish(ctx context.Context, b *manifest.Biome, sub Submissi
 	bv := store.BiomeVersion{
 		ID: b.ID, Version: b.Version, Manifest: sub.Manifest, Contributions: contribs,
 		ContentHash: contentHash(canonical, canonicalContribs), DigestHash: digest.Hash, Digest: digestRaw, CreatedAt: time.Now().UTC(),
+		Owner: owner,
 	}
 	if err := p.Store.PublishBiome(ctx, bv, caps); err != nil {
+		if errors.Is(err, store.ErrOwned) {
+			return nil, runner.ClientError(http.StatusConflict, "BIOME_ID_TAKEN",
+				"/manifest/id: biome id %q belongs to another org; choose another id", b.ID)
+		}
 		if errors.Is(err, store.ErrConflict) {
 			return nil, runner.ClientError(http.StatusConflict, "BIOME_VERSION_CONFLICT",
 				"biome %s@%s was already submitted with different content; bump /manifest/version", b.ID, b.Version)
@@ -185,6 +201,18 @@ func envelopeMessage(ref string, ways []string) string {
 // capability builds the catalog entry for a contribution, keeping the lifecycle of an entry
 // the same biome already had.
 func (p *Publisher) capability(b *manifest.Biome, c manifest.Contribution, old store.Capability) (store.Capability, error) {
+	capa, err := capabilityOf(b, c)
+	if err != nil {
+		return store.Capability{}, err
+	}
+	if old.Ref != "" && old.BiomeID == b.ID {
+		capa.Lifecycle, capa.ReplacedBy = old.Lifecycle, old.ReplacedBy
+	}
+	return capa, nil
+}
+
+// capabilityOf is the seeded catalog entry of contribution c of biome version b.
+func capabilityOf(b *manifest.Biome, c manifest.Contribution) (store.Capability, error) {
 	m, err := json.Marshal(c.Manifest)
 	if err != nil {
 		return store.Capability{}, fmt.Errorf("encode manifest %s: %w", c.Manifest.Ref, err)
@@ -196,9 +224,6 @@ func (p *Publisher) capability(b *manifest.Biome, c manifest.Contribution, old s
 			return store.Capability{}, fmt.Errorf("encode invocation %s: %w", c.Manifest.Ref, err)
 		}
 		capa.RunnerKind = c.Invocation.Kind
-	}
-	if old.Ref != "" && old.BiomeID == b.ID {
-		capa.Lifecycle, capa.ReplacedBy = old.Lifecycle, old.ReplacedBy
 	}
 	return capa, nil
 }
@@ -231,17 +256,23 @@ func contributionsOf(bv store.BiomeVersion) []json.RawMessage {
 // Install records an org admin's approval of a digest and publishes the biome's capabilities:
 // seeded refs become published, and a published @N deprecates older majors of the same
 // capability with replacedBy.
-func (p *Publisher) Install(ctx context.Context, raw json.RawMessage, approvedBy string) (store.Grant, error) {
+// The grant is org's: it covers org's callers only. A biome another org owns is answered
+// as an unknown one.
+func (p *Publisher) Install(ctx context.Context, raw json.RawMessage, org, approvedBy string) (store.Grant, error) {
 	req, err := grant.DecodeRequest(raw)
 	if err != nil {
 		return store.Grant{}, grantError(err)
 	}
+	mine, err := p.ownedBy(ctx, req.BiomeID, org)
+	if err != nil {
+		return store.Grant{}, fmt.Errorf("install: %w", err)
+	}
 	bv, err := p.Store.GetBiomeVersion(ctx, req.BiomeID, req.Version)
 	var bvp *store.BiomeVersion
 	switch {
-	case err == nil:
+	case err == nil && mine:
 		bvp = &bv
-	case !errors.Is(err, store.ErrNotFound):
+	case err != nil && !errors.Is(err, store.ErrNotFound):
 		return store.Grant{}, fmt.Errorf("install: %w", err)
 	}
 	req, err = grant.Validate(req, bvp, p.Envs, p.Profiles)
@@ -252,14 +283,62 @@ func (p *Publisher) Install(ctx context.Context, raw json.RawMessage, approvedBy
 	if err != nil {
 		return store.Grant{}, err
 	}
+	g.Org = org
 	if err := p.Store.PutGrant(ctx, g); err != nil {
 		return store.Grant{}, fmt.Errorf("install: %w", err)
+	}
+	if err := p.adopt(ctx, bv); err != nil {
+		return store.Grant{}, err
 	}
 	if err := p.publishRefs(ctx, bv, approvedBy); err != nil {
 		return store.Grant{}, err
 	}
 	return g, p.Changed(ctx)
 }
+
+// ownedBy reports whether org may use biome id: its own, or the operator's store. An id
+// nobody owns yet is nobody's.
+func (p *Publisher) ownedBy(ctx context.Context, id, org string) (bool, error) {
+	owners, err := p.Store.BiomeOwners(ctx)
+	if err != nil {
+		return false, err
+	}
+	owner, ok := owners[id]
+	return ok && (owner == OperatorOwner || owner == org), nil
+}
+
+// adopt makes a granted version the catalog's own for the refs of its biome it holds at an
+// older version, so callers without a grant of their own (and new grants) see the newest
+// approved version. Lifecycles are kept; orgs whose grants pin another version keep it.
+func (p *Publisher) adopt(ctx context.Context, bv store.BiomeVersion) error {
+	b, problems := fromSubmission(bv.Manifest, contributionsOf(bv))
+	if len(problems) > 0 {
+		return fmt.Errorf("adopt %s@%s: stored version no longer validates: %v", bv.ID, bv.Version, problems[0])
+	}
+	for _, c := range b.Contributions {
+		cur, err := p.Store.GetCapability(ctx, c.Manifest.Ref)
+		if err != nil {
+			if errors.Is(err, store.ErrNotFound) {
+				continue
+			}
+			return fmt.Errorf("adopt %s@%s: %w", bv.ID, bv.Version, err)
+		}
+		if cur.BiomeID != bv.ID || !newerVersion(bv.Version, cur.BiomeVersion) {
+			continue
+		}
+		capa, err := capabilityOf(b, c)
+		if err != nil {
+			return err
+		}
+		if err := p.Store.UpsertCapability(ctx, capa); err != nil {
+			return fmt.Errorf("adopt %s@%s: %w", bv.ID, bv.Version, err)
+		}
+	}
+	return nil
+}
+
+// newerVersion reports whether semantic version a is above b.
+func newerVersion(a, b string) bool { return semver.Compare("v"+a, "v"+b) > 0 }
 
 func (p *Publisher) publishRefs(ctx context.Context, bv store.BiomeVersion, actor string) error {
 	caps, err := p.Store.ListCapabilities(ctx)

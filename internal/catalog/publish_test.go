@@ -87,7 +87,7 @@ func TestSubmitEnvelope(t *testing.T) {
 				}
 			}
 			res, err := p.Submit(ctx, Submission{Manifest: biomeJSON("acme", "1.0.0", "acme:thing.read@1"),
-				Contributions: []json.RawMessage{contribution("acme:thing.read@1", "Read", tc.invocation)}})
+				Contributions: []json.RawMessage{contribution("acme:thing.read@1", "Read", tc.invocation)}}, "org-a")
 			caps, _ := p.Store.ListCapabilities(ctx)
 			if tc.wantErr != "" {
 				clientError(t, err, http.StatusBadRequest, tc.wantErr)
@@ -109,7 +109,7 @@ func TestSubmitEnvelope(t *testing.T) {
 func TestSubmitInvalidManifestNamesBodyPaths(t *testing.T) {
 	p, _ := newPublisher(t)
 	bad := json.RawMessage(strings.Replace(string(contribution("acme:thing.read@1", "Read", true)), `"riskTier":"low"`, `"riskTier":"extreme"`, 1))
-	_, err := p.Submit(context.Background(), Submission{Manifest: biomeJSON("acme", "1.0.0", "acme:thing.read@1"), Contributions: []json.RawMessage{bad}})
+	_, err := p.Submit(context.Background(), Submission{Manifest: biomeJSON("acme", "1.0.0", "acme:thing.read@1"), Contributions: []json.RawMessage{bad}}, "org-a")
 	clientError(t, err, http.StatusBadRequest, "/contributions/0/manifest/riskTier")
 }
 
@@ -118,7 +118,7 @@ func TestSubmitSameVersionOtherContentConflicts(t *testing.T) {
 	p, _ := newPublisher(t)
 	sub := func(title string) error {
 		_, err := p.Submit(ctx, Submission{Manifest: biomeJSON("acme", "1.0.0", "acme:thing.read@1"),
-			Contributions: []json.RawMessage{contribution("acme:thing.read@1", title, true)}})
+			Contributions: []json.RawMessage{contribution("acme:thing.read@1", title, true)}}, "org-a")
 		return err
 	}
 	if err := sub("Read"); err != nil {
@@ -135,11 +135,11 @@ func TestInstallPublishesAndDeprecatesOlderMajor(t *testing.T) {
 	p, _ := newPublisher(t)
 	install := func(version string, digest string) error {
 		req, _ := json.Marshal(map[string]string{"biomeId": "acme", "version": version, "digestHash": digest})
-		_, err := p.Install(ctx, req, "user:alice")
+		_, err := p.Install(ctx, req, "org-a", "user:alice")
 		return err
 	}
 	v1, err := p.Submit(ctx, Submission{Manifest: biomeJSON("acme", "1.0.0", "acme:thing.read@1"),
-		Contributions: []json.RawMessage{contribution("acme:thing.read@1", "Read", true)}})
+		Contributions: []json.RawMessage{contribution("acme:thing.read@1", "Read", true)}}, "org-a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestInstallPublishesAndDeprecatesOlderMajor(t *testing.T) {
 		t.Fatal(err)
 	}
 	v2, err := p.Submit(ctx, Submission{Manifest: biomeJSON("acme", "2.0.0", "acme:thing.read@1", "acme:thing.read@2"),
-		Contributions: []json.RawMessage{contribution("acme:thing.read@1", "Read", true), contribution("acme:thing.read@2", "Read v2", true)}})
+		Contributions: []json.RawMessage{contribution("acme:thing.read@1", "Read", true), contribution("acme:thing.read@2", "Read v2", true)}}, "org-a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func TestTransition(t *testing.T) {
 	ctx := context.Background()
 	p, _ := newPublisher(t)
 	_, err := p.Submit(ctx, Submission{Manifest: biomeJSON("acme", "1.0.0", "acme:thing.read@1", "acme:thing.read@2"),
-		Contributions: []json.RawMessage{contribution("acme:thing.read@1", "Read", true), contribution("acme:thing.read@2", "Read 2", true)}})
+		Contributions: []json.RawMessage{contribution("acme:thing.read@1", "Read", true), contribution("acme:thing.read@2", "Read 2", true)}}, "org-a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func TestTransition(t *testing.T) {
 		{Transition{Ref: "acme:thing.read@1", To: "published"}, http.StatusConflict, "cannot move"},
 	}
 	for i, s := range steps {
-		_, err := p.Transition(ctx, s.tr, "user:alice")
+		_, err := p.Transition(ctx, s.tr, "org-a", "user:alice")
 		if s.status == 0 {
 			if err != nil {
 				t.Fatalf("step %d: %v", i, err)
@@ -216,6 +216,6 @@ func TestSubmitRefusesAnMCPProviderID(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := p.Submit(ctx, Submission{Manifest: biomeJSON("acme", "2.0.0", "acme:thing.read@1"),
-		Contributions: []json.RawMessage{contribution("acme:thing.read@1", "Read", true)}})
+		Contributions: []json.RawMessage{contribution("acme:thing.read@1", "Read", true)}}, "org-a")
 	clientError(t, err, http.StatusConflict, "registered MCP server")
 }

@@ -152,7 +152,7 @@ func (g *Gateway) dispatch(ctx context.Context, c *call, entry *catalog.Entry, d
 
 func (g *Gateway) begin(ec identity.ExecContext, req Request) *call {
 	return &call{exec: ec, req: req, start: time.Now(), rec: store.AuditRecord{
-		ID: audit.NewID("inv_"), Ref: req.Ref,
+		ID: audit.NewID("inv_"), Org: ec.Org, Ref: req.Ref,
 		SubjectKind: ec.Subject.Kind, SubjectRef: ec.Subject.Ref, Environment: ec.Environment,
 		InputHash: audit.InputHash(req.Input), BundleRevision: g.Policy.Revision(),
 		Detail: mustJSON(ec),
@@ -161,7 +161,7 @@ func (g *Gateway) begin(ec identity.ExecContext, req Request) *call {
 
 // route finds the catalog entry; an unknown ref is a 404.
 func (g *Gateway) route(c *call) (*catalog.Entry, error) {
-	entry, ok := g.Catalog.Snapshot().Get(c.req.Ref)
+	entry, ok := g.Catalog.Snapshot().For(c.exec.Org, c.req.Ref)
 	if !ok {
 		return nil, unknownCapability(c.req.Ref)
 	}

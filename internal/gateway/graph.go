@@ -133,14 +133,14 @@ func (g *Gateway) Plan(ctx context.Context, ec identity.ExecContext, req PlanReq
 		return nil, badRequest("INVALID_ARGUMENT", fmt.Sprintf("/maxDepth must be between 1 and %d", MaxPlanDepth))
 	}
 	snap := g.Catalog.Snapshot()
-	goal, ok := snap.Get(req.GoalCapabilityRef)
+	goal, ok := snap.For(ec.Org, req.GoalCapabilityRef)
 	if ok {
 		_, ok = g.invocable(ctx, ec, goal)
 	}
 	if !ok {
 		return nil, unknownCapability(req.GoalCapabilityRef)
 	}
-	gr := buildGraph(snap.All())
+	gr := buildGraph(snap.AllFor(ec.Org))
 
 	// cost[t] = steps needed to hold t; via[t] = the capability producing it.
 	cost := map[string]int{}

@@ -96,8 +96,8 @@ func (g *Gateway) Search(ctx context.Context, ec identity.ExecContext, req Searc
 	case limit < 0 || limit > MaxSearchLimit:
 		return nil, badRequest("INVALID_ARGUMENT", fmt.Sprintf("/limit must be between 1 and %d", MaxSearchLimit))
 	}
-	snap := g.Catalog.Snapshot()
-	graph := buildGraph(snap.All())
+	seen := g.Catalog.Snapshot().AllFor(ec.Org)
+	graph := buildGraph(seen)
 	anchor := Anchor{Source: "none"}
 	switch {
 	case req.ResourceType != "":
@@ -123,7 +123,7 @@ func (g *Gateway) Search(ctx context.Context, ec identity.ExecContext, req Searc
 		score int
 	}
 	var hits []scored
-	for _, e := range candidates(snap, graph, anchor) {
+	for _, e := range candidates(seen, graph, anchor) {
 		m := e.Manifest
 		mutating := m.EffectClass == "write" || m.EffectClass == "admin"
 		if !visible(e) || (req.Domain != "" && domainOf(e.Ref()) != req.Domain) ||
@@ -160,9 +160,9 @@ func (g *Gateway) Search(ctx context.Context, ec identity.ExecContext, req Searc
 
 // candidates is the anchored neighbourhood (capabilities consuming or producing the anchor
 // type) or, without an anchor, the whole catalogue (bounded by the page size).
-func candidates(snap *catalog.Snapshot, gr *graph, a Anchor) []*catalog.Entry {
+func candidates(visible []*catalog.Entry, gr *graph, a Anchor) []*catalog.Entry {
 	if a.ResourceType == nil {
-		return snap.All()
+		return visible
 	}
 	return gr.neighbourhood(*a.ResourceType)
 }
@@ -228,7 +228,7 @@ func (g *Gateway) Describe(ctx context.Context, ec identity.ExecContext, req Des
 	out := make([]Description, 0, len(req.Refs))
 	var unknown []string
 	for _, ref := range req.Refs {
-		e, ok := snap.Get(ref)
+		e, ok := snap.For(ec.Org, ref)
 		if ok {
 			_, ok = g.invocable(ctx, ec, e)
 		}

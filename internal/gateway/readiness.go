@@ -37,7 +37,7 @@ type PreflightResult struct {
 
 // Preflight checks, without running anything, whether a call to ref could succeed now.
 func (g *Gateway) Preflight(ctx context.Context, ec identity.ExecContext, req PreflightRequest) (*PreflightResult, error) {
-	e, ok := g.Catalog.Snapshot().Get(req.Ref)
+	e, ok := g.Catalog.Snapshot().For(ec.Org, req.Ref)
 	if !ok {
 		return nil, unknownCapability(req.Ref)
 	}
@@ -106,7 +106,7 @@ func (g *Gateway) Explain(ctx context.Context, ec identity.ExecContext, req Expl
 	if req.DenialCode == "" {
 		return nil, badRequest("INVALID_ARGUMENT", "missing required field /denialCode")
 	}
-	e, ok := g.Catalog.Snapshot().Get(req.CapabilityRef)
+	e, ok := g.Catalog.Snapshot().For(ec.Org, req.CapabilityRef)
 	if !ok {
 		return nil, unknownCapability(req.CapabilityRef)
 	}

@@ -31,7 +31,11 @@ var orgRoleRank = map[string]int{"org_member": 1, "org_admin": 2, "org_owner": 3
 // Input is everything the policy data is compiled from.
 type Input struct {
 	Capabilities []store.Capability
-	Grants       []store.Grant
+	// Pinned holds the capabilities of the biome versions effective grants approved where
+	// they differ from the catalog's own version: calls under such a grant are decided on
+	// the descriptor it approved (data.xema.versions[ref][version]).
+	Pinned []store.Capability
+	Grants []store.Grant
 	// Biomes holds the biome versions the grants name: their requiresCapabilities decide
 	// which refs a grant covers.
 	Biomes       []store.BiomeVersion
@@ -65,15 +69,29 @@ type descriptor struct {
 // compiles to the same document. Any record that does not decode fails the whole compile,
 // so a broken store never yields a bundle that silently drops grants.
 func Compile(in Input) (map[string]any, error) {
-	descs := make(map[string]descriptor, len(in.Capabilities))
+	descs := make(map[string]descriptor, len(in.Capabilities)+len(in.Pinned))
 	caps := make(map[string]any, len(in.Capabilities))
 	for _, c := range in.Capabilities {
-		var d descriptor
-		if err := json.Unmarshal(c.Manifest, &d); err != nil {
-			return nil, fmt.Errorf("compile capability %s: manifest: %w", c.Ref, err)
+		d, err := decodeDescriptor(c)
+		if err != nil {
+			return nil, err
 		}
-		descs[c.Ref] = d
+		descs[versionKey(c.Ref, c.BiomeVersion)] = d
 		caps[c.Ref] = capabilityData(c, d)
+	}
+	versions := make(map[string]any)
+	for _, c := range in.Pinned {
+		d, err := decodeDescriptor(c)
+		if err != nil {
+			return nil, err
+		}
+		descs[versionKey(c.Ref, c.BiomeVersion)] = d
+		byVersion, _ := versions[c.Ref].(map[string]any)
+		if byVersion == nil {
+			byVersion = make(map[string]any, 1)
+			versions[c.Ref] = byVersion
+		}
+		byVersion[c.BiomeVersion] = capabilityData(c, d)
 	}
 
 	profileEnvs := make(map[string]map[string]any, len(in.Profiles))
@@ -106,6 +124,7 @@ func Compile(in Input) (map[string]any, error) {
 		"environments": envs,
 		"profiles":     profiles,
 		"capabilities": caps,
+		"versions":     versions,
 		"grants":       grants,
 		"audience":     audience,
 		"orgRoleRank":  ranks,
@@ -117,6 +136,16 @@ func Compile(in Input) (map[string]any, error) {
 	data["revision"] = rev
 	return data, nil
 }
+
+func decodeDescriptor(c store.Capability) (descriptor, error) {
+	var d descriptor
+	if err := json.Unmarshal(c.Manifest, &d); err != nil {
+		return d, fmt.Errorf("compile capability %s@%s: manifest: %w", c.Ref, c.BiomeVersion, err)
+	}
+	return d, nil
+}
+
+func versionKey(ref, version string) string { return ref + "\x00" + version }
 
 func capabilityData(c store.Capability, d descriptor) map[string]any {
 	safe := d.SafeForAgents == nil || *d.SafeForAgents
@@ -162,7 +191,25 @@ func limitData(l Limit) map[string]any {
 	return map[string]any{"requests": l.Requests, "per": l.Per}
 }
 
-// compileGrants lays grants out as grants[ref][biomeId] from the newest grant of each biome.
+// Scope is one org's install of one biome: at most one grant of it is effective.
+type Scope struct{ Org, Biome string }
+
+// Effective returns the effective grant of each (org, biome): the newest approved, ties
+// broken by id. The policy and the catalog both pin versions by it.
+func Effective(grants []store.Grant) map[Scope]store.Grant {
+	newest := make(map[Scope]store.Grant)
+	for _, g := range grants {
+		k := Scope{Org: g.Org, Biome: g.BiomeID}
+		cur, ok := newest[k]
+		if !ok || g.ApprovedAt.After(cur.ApprovedAt) || (g.ApprovedAt.Equal(cur.ApprovedAt) && g.ID > cur.ID) {
+			newest[k] = g
+		}
+	}
+	return newest
+}
+
+// compileGrants lays grants out as grants[ref][biomeId][org] from the effective grants, each
+// judged against the descriptors of the version it approved.
 func compileGrants(in Input, descs map[string]descriptor, profileEnvs map[string]map[string]any) (map[string]any, error) {
 	requires := make(map[string][]string, len(in.Biomes))
 	for _, bv := range in.Biomes {
@@ -175,17 +222,13 @@ func compileGrants(in Input, descs map[string]descriptor, profileEnvs map[string
 		requires[bv.ID+"@"+bv.Version] = b.RequiresCapabilities
 	}
 
-	newest := make(map[string]store.Grant)
-	for _, g := range in.Grants {
-		cur, ok := newest[g.BiomeID]
-		if !ok || g.ApprovedAt.After(cur.ApprovedAt) || (g.ApprovedAt.Equal(cur.ApprovedAt) && g.ID > cur.ID) {
-			newest[g.BiomeID] = g
-		}
-	}
-
+	newest := Effective(in.Grants)
+	scopes := slices.SortedFunc(maps.Keys(newest), func(a, b Scope) int {
+		return strings.Compare(a.Org+"\x00"+a.Biome, b.Org+"\x00"+b.Biome)
+	})
 	out := make(map[string]any)
-	for _, biomeID := range slices.Sorted(maps.Keys(newest)) {
-		g := newest[biomeID]
+	for _, scope := range scopes {
+		g := newest[scope]
 		profile, ok := in.Profiles[g.Profile]
 		if !ok {
 			return nil, fmt.Errorf("compile grant %s: unknown profile %q", g.ID, g.Profile)
@@ -203,7 +246,7 @@ func compileGrants(in Input, descs map[string]descriptor, profileEnvs map[string
 			rateLimit: limitData(profile.RateLimit), quota: limitData(profile.Quota),
 		}
 		for _, ref := range refs {
-			d, known := descs[ref]
+			d, known := descs[versionKey(ref, g.BiomeVersion)]
 			c, named := custom[ref]
 			entry, ok := base.entry(d, known, c, named)
 			if !ok {
@@ -214,7 +257,12 @@ func compileGrants(in Input, descs map[string]descriptor, profileEnvs map[string
 				byBiome = make(map[string]any, 1)
 				out[ref] = byBiome
 			}
-			byBiome[biomeID] = entry
+			byOrg, _ := byBiome[scope.Biome].(map[string]any)
+			if byOrg == nil {
+				byOrg = make(map[string]any, 1)
+				byBiome[scope.Biome] = byOrg
+			}
+			byOrg[scope.Org] = entry
 		}
 	}
 	return out, nil
@@ -244,6 +292,7 @@ func (b grantBase) entry(d descriptor, known bool, c Customization, named bool) 
 	}
 	e := map[string]any{
 		"grantId":          b.grant.ID,
+		"org":              b.grant.Org,
 		"biomeVersion":     b.grant.BiomeVersion,
 		"profile":          b.grant.Profile,
 		"environments":     b.envs,
@@ -295,7 +344,13 @@ func inputRevision(in Input) string {
 	}
 	grants := slices.SortedFunc(slices.Values(in.Grants), func(a, b store.Grant) int { return strings.Compare(a.ID, b.ID) })
 	for _, g := range grants {
-		put("grant", g.ID, g.BiomeID, g.BiomeVersion, g.Profile, string(g.Customize), g.ApprovedAt.UTC().Format(time.RFC3339Nano))
+		put("grant", g.ID, g.Org, g.BiomeID, g.BiomeVersion, g.Profile, string(g.Customize), g.ApprovedAt.UTC().Format(time.RFC3339Nano))
+	}
+	pinned := slices.SortedFunc(slices.Values(in.Pinned), func(a, b store.Capability) int {
+		return strings.Compare(a.Ref+"@"+a.BiomeVersion, b.Ref+"@"+b.BiomeVersion)
+	})
+	for _, c := range pinned {
+		put("pinned", c.Ref, c.BiomeID, c.BiomeVersion, c.Lifecycle, c.ReplacedBy, string(c.Manifest))
 	}
 	biomes := slices.SortedFunc(slices.Values(in.Biomes), func(a, b store.BiomeVersion) int {
 		return strings.Compare(a.ID+"@"+a.Version, b.ID+"@"+b.Version)

@@ -26,7 +26,7 @@ func compileDemo(t testing.TB, grants ...store.Grant) map[string]any {
 }
 
 func demoGrant(t testing.TB, id, profile string, at time.Time, customize string) store.Grant {
-	g := store.Grant{ID: id, BiomeID: "demo", BiomeVersion: "1.0.0", Profile: profile, ApprovedBy: "user:admin", ApprovedAt: at}
+	g := store.Grant{ID: id, Org: "acme", BiomeID: "demo", BiomeVersion: "1.0.0", Profile: profile, ApprovedBy: "user:admin", ApprovedAt: at}
 	if customize != "" {
 		g.Customize = json.RawMessage(customize)
 	}
@@ -57,29 +57,29 @@ func TestCompileGrants(t *testing.T) {
 	}{
 		{"profile only: read-only-assistant covers the low read and nothing else",
 			[]store.Grant{demoGrant(t, "g_1", "read-only-assistant", t0, "")},
-			`{"kb:page.read@1":{"demo":{"grantId":"g_1","biomeVersion":"1.0.0","profile":"read-only-assistant",
+			`{"kb:page.read@1":{"demo":{"acme":{"grantId":"g_1","org":"acme","biomeVersion":"1.0.0","profile":"read-only-assistant",
 			  "environments":` + roaEnvs + `,"subjects":null,"resources":null,"audience":null,"requiresApproval":false,
-			  "rateLimit":{"requests":120,"per":"1m"},"quota":{"requests":10000,"per":"24h"}}}}`},
+			  "rateLimit":{"requests":120,"per":"1m"},"quota":{"requests":10000,"per":"24h"}}}}}`},
 		{"customized subjects on one ref, profile defaults on the other",
 			[]store.Grant{demoGrant(t, "g_2", "internal-agent", t0,
 				`{"kb:page.write@1":{"subjects":["agent:bot","group:support"],"resources":["kb/pages/*"],"audience":["internal"]}}`)},
-			`{"kb:page.read@1":{"demo":{"grantId":"g_2","biomeVersion":"1.0.0","profile":"internal-agent",
+			`{"kb:page.read@1":{"demo":{"acme":{"grantId":"g_2","org":"acme","biomeVersion":"1.0.0","profile":"internal-agent",
 			  "environments":` + iaEnvs + `,"subjects":null,"resources":null,"audience":null,"requiresApproval":false,
-			  "rateLimit":{"requests":300,"per":"1m"},"quota":{"requests":20000,"per":"24h"}}},
-			 "kb:page.write@1":{"demo":{"grantId":"g_2","biomeVersion":"1.0.0","profile":"internal-agent",
+			  "rateLimit":{"requests":300,"per":"1m"},"quota":{"requests":20000,"per":"24h"}}}},
+			 "kb:page.write@1":{"demo":{"acme":{"grantId":"g_2","org":"acme","biomeVersion":"1.0.0","profile":"internal-agent",
 			  "environments":` + iaEnvs + `,"subjects":{"agent:bot":true,"group:support":true},"resources":["kb/pages/*"],
 			  "audience":{"internal":true},"requiresApproval":false,
-			  "rateLimit":{"requests":300,"per":"1m"},"quota":{"requests":20000,"per":"24h"}}}}`},
+			  "rateLimit":{"requests":300,"per":"1m"},"quota":{"requests":20000,"per":"24h"}}}}}`},
 		{"per-ref environments and limits; naming a ref grants it beyond the profile",
 			[]store.Grant{demoGrant(t, "g_3", "read-only-assistant", t0,
 				`{"kb:page.read@1":{"environments":["public-session"]},
 				  "kb:admin.purge@1":{"environments":["org"],"rateLimit":{"requests":1,"per":"1h"},"quota":{"requests":5,"per":"24h"}}}`)},
-			`{"kb:page.read@1":{"demo":{"grantId":"g_3","biomeVersion":"1.0.0","profile":"read-only-assistant",
+			`{"kb:page.read@1":{"demo":{"acme":{"grantId":"g_3","org":"acme","biomeVersion":"1.0.0","profile":"read-only-assistant",
 			  "environments":{"public-session":true},"subjects":null,"resources":null,"audience":null,"requiresApproval":false,
-			  "rateLimit":{"requests":120,"per":"1m"},"quota":{"requests":10000,"per":"24h"}}},
-			 "kb:admin.purge@1":{"demo":{"grantId":"g_3","biomeVersion":"1.0.0","profile":"read-only-assistant",
+			  "rateLimit":{"requests":120,"per":"1m"},"quota":{"requests":10000,"per":"24h"}}}},
+			 "kb:admin.purge@1":{"demo":{"acme":{"grantId":"g_3","org":"acme","biomeVersion":"1.0.0","profile":"read-only-assistant",
 			  "environments":{"org":true},"subjects":null,"resources":null,"audience":null,"requiresApproval":true,
-			  "rateLimit":{"requests":1,"per":"1h"},"quota":{"requests":5,"per":"24h"}}}}`},
+			  "rateLimit":{"requests":1,"per":"1h"},"quota":{"requests":5,"per":"24h"}}}}}`},
 		{"customization lifts the profile's approval but not the capability's own",
 			[]store.Grant{demoGrant(t, "g_4", "unrestricted", t0,
 				`{"kb:page.write@1":{"requiresApproval":true},"kb:admin.purge@1":{"requiresApproval":false}}`)},
@@ -92,7 +92,7 @@ func TestCompileGrants(t *testing.T) {
 				assertJSON(t, "grants", got, tt.want)
 				return
 			}
-			approval := func(ref string) any { return got[ref].(map[string]any)["demo"].(map[string]any)["requiresApproval"] }
+			approval := func(ref string) any { return got[ref].(map[string]any)["demo"].(map[string]any)["acme"].(map[string]any)["requiresApproval"] }
 			for ref, want := range map[string]bool{"kb:page.read@1": false, "kb:page.write@1": true, "kb:admin.purge@1": true, "biome:install@1": false} {
 				if approval(ref) != want {
 					t.Errorf("%s requiresApproval = %v, want %v", ref, approval(ref), want)
@@ -108,7 +108,7 @@ func TestCompileProfileApproval(t *testing.T) {
 		t.Error("connector-bridge granted an admin capability")
 	}
 	support := compileDemo(t, demoGrant(t, "g_1", "support-chatbot", t0, `{"kb:page.write@1":{}}`))["grants"].(map[string]any)
-	if a := support["kb:page.write@1"].(map[string]any)["demo"].(map[string]any)["requiresApproval"]; a != true {
+	if a := support["kb:page.write@1"].(map[string]any)["demo"].(map[string]any)["acme"].(map[string]any)["requiresApproval"]; a != true {
 		t.Errorf("support-chatbot write requiresApproval = %v, want true", a)
 	}
 }
@@ -122,7 +122,7 @@ func TestCompileNewestGrantWins(t *testing.T) {
 		if len(grants) != 1 {
 			t.Fatalf("grants for %d refs, want only the read of read-only-assistant: %v", len(grants), grants)
 		}
-		if id := grants["kb:page.read@1"].(map[string]any)["demo"].(map[string]any)["grantId"]; id != "g_new" {
+		if id := grants["kb:page.read@1"].(map[string]any)["demo"].(map[string]any)["acme"].(map[string]any)["grantId"]; id != "g_new" {
 			t.Errorf("grantId = %v, want g_new", id)
 		}
 	}
@@ -237,7 +237,7 @@ func BenchmarkCompile(b *testing.B) {
 		}
 		in.Biomes = append(in.Biomes, store.BiomeVersion{ID: id, Version: "1.0.0",
 			Manifest: mustJSON(b, map[string]any{"id": id, "version": "1.0.0", "requiresCapabilities": refs})})
-		g := store.Grant{ID: fmt.Sprintf("g_%05d", i), BiomeID: id, BiomeVersion: "1.0.0", Profile: "internal-agent", ApprovedAt: t0}
+		g := store.Grant{ID: fmt.Sprintf("g_%05d", i), Org: "acme", BiomeID: id, BiomeVersion: "1.0.0", Profile: "internal-agent", ApprovedAt: t0}
 		if i%2 == 0 {
 			g.Customize = json.RawMessage(`{"` + refs[1] + `":{"environments":["project"],"subjects":["agent:bot","group:g"],"resources":["docs/*"],"rateLimit":{"requests":10,"per":"1m"}}}`)
 		}

@@ -8,6 +8,10 @@ type Subject struct {
 	Ref  string `json:"ref"`
 }
 
+// DefaultOrg is the org of a caller whose token names none: the single org of a development
+// deployment. Verification sets it, so an ExecContext's Org is never empty.
+const DefaultOrg = "default"
+
 // ExecContext is the verified Execution Context of one call. It comes only from verified
 // token claims: no header can change it.
 type ExecContext struct {
@@ -15,7 +19,7 @@ type ExecContext struct {
 	Groups      []string `json:"groups"`
 	Roles       []string `json:"roles"`
 	OrgRole     string   `json:"orgRole,omitempty"` // org_owner | org_admin | org_member
-	Org         string   `json:"org,omitempty"`
+	Org         string   `json:"org"`
 	Project     string   `json:"project,omitempty"`
 	Environment string   `json:"environment"`
 	Session     string   `json:"session,omitempty"`

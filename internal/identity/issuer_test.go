@@ -212,11 +212,11 @@ func TestKeycloakMapping(t *testing.T) {
 		{"keycloak-service-account.json", identity.ExecContext{
 			Subject: identity.Subject{Kind: "service", Ref: "service:billing-worker"}, Groups: []string{},
 			Roles:       []string{"default-roles-xema", "offline_access", "uma_authorization"},
-			Environment: "service", Armed: []string{"*"},
+			Org: identity.DefaultOrg, Environment: "service", Armed: []string{"*"},
 		}},
 		{"keycloak-agent.json", identity.ExecContext{
 			Subject: identity.Subject{Kind: "agent", Ref: "agent:support-bot"}, Groups: []string{},
-			Roles: []string{"default-roles-xema"}, Environment: "public-session", Session: "s-42",
+			Roles: []string{"default-roles-xema"}, Org: identity.DefaultOrg, Environment: "public-session", Session: "s-42",
 			Armed: []string{"kb:*", "connector:channel.send-message@1"},
 		}},
 	} {

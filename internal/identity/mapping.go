@@ -265,6 +265,9 @@ func (m ClaimMapping) Map(claims map[string]any) (ExecContext, error) {
 			return ExecContext{}, err
 		}
 	}
+	if ec.Org == "" {
+		ec.Org = DefaultOrg
+	}
 	if ec.OrgRole == "" && m.OrgRoleFromRoles {
 		for _, r := range orgRoles {
 			if slices.Contains(ec.Roles, r) {

@@ -17,8 +17,10 @@ func (s *Server) auditRoutes(g *echo.Group) {
 	g.GET("/audit/:id/why-denied", s.whyDenied)
 }
 
-// loadAudit returns the record if the caller may read it: its own calls, or any call for an
-// org administrator. Anything else is answered like an unknown id.
+// loadAudit returns the record if the caller may read it: a record of the caller's org, made
+// by the caller or read by an administrator of that org. Records of no org (requests refused
+// before a token named one) belong to the operator: administrators of the default org read
+// them. Anything else is answered like an unknown id.
 func (s *Server) loadAudit(c echo.Context) (store.AuditRecord, error) {
 	id := c.Param("id")
 	rec, err := s.Gateway.Audit.Store.GetAudit(c.Request().Context(), id)
@@ -30,8 +32,8 @@ func (s *Server) loadAudit(c echo.Context) (store.AuditRecord, error) {
 		return rec, &gateway.Error{Status: http.StatusServiceUnavailable, Code: gateway.CodeStoreUnavailable, Message: "audit log unavailable"}
 	}
 	ec := execOf(c)
-	if rec.SubjectRef != ec.Subject.Ref && !isOrgAdmin(ec) {
-		return rec, notFound
+	if !mayRead(ec, rec) {
+		return store.AuditRecord{}, notFound
 	}
 	return rec, nil
 }
@@ -42,7 +44,7 @@ func (s *Server) auditRecord(c echo.Context) error {
 		return err
 	}
 	view := audit.View(rec)
-	if outcome, err := s.Gateway.Audit.Store.GetAudit(c.Request().Context(), audit.OutcomeID(rec.ID)); err == nil {
+	if outcome, err := s.Gateway.Audit.Store.GetAudit(c.Request().Context(), audit.OutcomeID(rec.ID)); err == nil && outcome.Org == rec.Org {
 		view.Runner, view.Outcome, view.LatencyMicros = outcome.Runner, outcome.Outcome, outcome.LatencyMicros
 	}
 	return c.JSON(http.StatusOK, view)
@@ -59,6 +61,16 @@ func (s *Server) whyDenied(c echo.Context) error {
 			Message: "audit record " + rec.ID + " is a " + rec.Decision + " decision, not a denial"}
 	}
 	return c.JSON(http.StatusOK, d)
+}
+
+func mayRead(ec identity.ExecContext, rec store.AuditRecord) bool {
+	switch rec.Org {
+	case "":
+		return ec.Org == identity.DefaultOrg && isOrgAdmin(ec)
+	case ec.Org:
+		return rec.SubjectRef == ec.Subject.Ref || isOrgAdmin(ec)
+	}
+	return false
 }
 
 // isOrgAdmin: who may read other subjects' audit records.

@@ -26,6 +26,7 @@ var approvalStates = map[string]bool{ApprovalPending: true, ApprovalApproved: tr
 // Approval is a call held until a person approves it, with its validated input.
 type Approval struct {
 	ID           string
+	Org          string // the requester's org: only its people see or decide the call
 	AuditID      string // the audit record of the original call; every later step links to it
 	Ref          string
 	Biome        string
@@ -45,7 +46,7 @@ type Approval struct {
 
 // Validate checks what the store itself requires of a new approval.
 func (a Approval) Validate() error {
-	for _, f := range []struct{ name, v string }{{"ID", a.ID}, {"AuditID", a.AuditID}, {"Ref", a.Ref},
+	for _, f := range []struct{ name, v string }{{"ID", a.ID}, {"Org", a.Org}, {"AuditID", a.AuditID}, {"Ref", a.Ref},
 		{"RequesterRef", a.RequesterRef}, {"Environment", a.Environment}} {
 		if f.v == "" {
 			return fmt.Errorf("%w: approval %s is empty", ErrInvalid, f.name)
@@ -65,6 +66,7 @@ func (a Approval) Validate() error {
 
 // ApprovalFilter narrows ListApprovals; empty fields match everything.
 type ApprovalFilter struct {
+	Org          string
 	Status       string
 	Biome        string
 	Ref          string

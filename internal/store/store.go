@@ -20,6 +20,8 @@ var (
 	ErrConflict = errors.New("conflict")
 	// ErrUnavailable: the engine cannot be reached; callers fail closed.
 	ErrUnavailable = errors.New("store unavailable")
+	// ErrOwned: the biome id belongs to another org (or to the operator's own store).
+	ErrOwned = errors.New("owned by another org")
 	// ErrInvalid: the record breaks a rule of the store itself (an empty key, an unknown
 	// lifecycle state, a document that is not JSON); the message names the field.
 	ErrInvalid = errors.New("invalid")
@@ -45,6 +47,9 @@ type BiomeVersion struct {
 	DigestHash    string
 	Digest        json.RawMessage
 	CreatedAt     time.Time
+	// Owner is the org submitting the version; "" is the operator's own store. The first
+	// version of an id claims it for its owner; a later one of another owner is ErrOwned.
+	Owner string
 }
 
 // Capability is one catalog entry, keyed by its ref.
@@ -73,6 +78,7 @@ type LifecycleEvent struct {
 // Grant is a recorded BiomeInstallGrant: an org admin's approval of one digest.
 type Grant struct {
 	ID           string
+	Org          string // the org whose callers the grant covers
 	BiomeID      string
 	BiomeVersion string
 	DigestHash   string
@@ -85,6 +91,7 @@ type Grant struct {
 // AuditRecord is one decision of the funnel. Never the raw input: only its hash.
 type AuditRecord struct {
 	ID             string
+	Org            string // the caller's org; "" when the request named none (unauthenticated)
 	Time           time.Time
 	Ref            string
 	SubjectKind    string
@@ -114,6 +121,8 @@ type Store interface {
 	// in one call, or a ref owned by another biome, is ErrConflict.
 	PublishBiome(ctx context.Context, bv BiomeVersion, caps []Capability) error
 	GetBiomeVersion(ctx context.Context, id, version string) (BiomeVersion, error)
+	// BiomeOwners maps every biome id to the org owning it ("" for the operator's store).
+	BiomeOwners(ctx context.Context) (map[string]string, error)
 	// ListBiomeVersions returns the versions of one biome, oldest first.
 	ListBiomeVersions(ctx context.Context, id string) ([]BiomeVersion, error)
 

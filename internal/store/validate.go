@@ -105,7 +105,7 @@ func (ev LifecycleEvent) Validate() error {
 // Validate checks what the store itself requires of a grant.
 func (g Grant) Validate() error {
 	what := fmt.Sprintf("grant %q", g.ID)
-	if err := required(what, field{"ID", g.ID}, field{"BiomeID", g.BiomeID}, field{"BiomeVersion", g.BiomeVersion},
+	if err := required(what, field{"ID", g.ID}, field{"Org", g.Org}, field{"BiomeID", g.BiomeID}, field{"BiomeVersion", g.BiomeVersion},
 		field{"DigestHash", g.DigestHash}, field{"ApprovedBy", g.ApprovedBy}); err != nil {
 		return err
 	}

@@ -9,13 +9,13 @@ import (
 )
 
 const approvalColumns = `id, audit_id, ref, biome, requester_ref, environment, exec, input, status, decided_by,
-	reason, outcome, output, created_at, expires_at, updated_at`
+	reason, outcome, output, created_at, expires_at, updated_at, org`
 
 func scanApproval(sc scanner) (store.Approval, error) {
 	var a store.Approval
 	var exec, input, output []byte
 	err := sc.Scan(&a.ID, &a.AuditID, &a.Ref, &a.Biome, &a.RequesterRef, &a.Environment, &exec, &input, &a.Status,
-		&a.DecidedBy, &a.Reason, &a.Outcome, &output, timeCol{&a.CreatedAt}, timeCol{&a.ExpiresAt}, timeCol{&a.UpdatedAt})
+		&a.DecidedBy, &a.Reason, &a.Outcome, &output, timeCol{&a.CreatedAt}, timeCol{&a.ExpiresAt}, timeCol{&a.UpdatedAt}, &a.Org)
 	a.Exec, a.Input, a.Output = jsonCol(exec), jsonCol(input), jsonCol(output)
 	return a, err
 }
@@ -29,10 +29,10 @@ func (s *Store) PutApproval(ctx context.Context, a store.Approval) error {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	if _, err := s.exec(ctx, s.db, `INSERT INTO approvals (`+approvalColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		a.ID, a.AuditID, a.Ref, a.Biome, a.RequesterRef, a.Environment, jsonArg(a.Exec), jsonArg(a.Input), a.Status,
 		a.DecidedBy, a.Reason, a.Outcome, jsonArg(a.Output), s.d.TimeArg(a.CreatedAt), s.d.TimeArg(a.ExpiresAt),
-		s.d.TimeArg(a.CreatedAt)); err != nil {
+		s.d.TimeArg(a.CreatedAt), a.Org); err != nil {
 		return s.fail(op, err)
 	}
 	return nil
@@ -51,7 +51,7 @@ func (s *Store) GetApproval(ctx context.Context, id string) (store.Approval, err
 func (s *Store) ListApprovals(ctx context.Context, f store.ApprovalFilter) ([]store.Approval, error) {
 	var where []string
 	var args []any
-	for _, c := range []struct{ col, v string }{{"status", f.Status}, {"biome", f.Biome}, {"ref", f.Ref},
+	for _, c := range []struct{ col, v string }{{"org", f.Org}, {"status", f.Status}, {"biome", f.Biome}, {"ref", f.Ref},
 		{"requester_ref", f.RequesterRef}} {
 		if c.v != "" {
 			where = append(where, c.col+" = ?")

@@ -14,9 +14,9 @@ import (
 // auditColumns is one audit_log row, in the order auditArgs gives them.
 const (
 	auditColumns = `id, time, ref, subject_kind, subject_ref, environment, decision, reasons, suggestions,
-		obligations, bundle_revision, input_hash, runner, outcome, latency_micros, parent_id, detail`
-	auditColumnCount = 17
-	// auditRowsPerInsert bounds one INSERT statement: 17 × 64 placeholders stay far below
+		obligations, bundle_revision, input_hash, runner, outcome, latency_micros, parent_id, detail, org`
+	auditColumnCount = 18
+	// auditRowsPerInsert bounds one INSERT statement: 18 × 64 placeholders stay far below
 	// SQLite's 32,766 and PostgreSQL's 65,535, and one statement text per size is cached.
 	auditRowsPerInsert = 64
 )
@@ -52,7 +52,7 @@ func (s *Store) AppendAudits(ctx context.Context, rs []store.AuditRecord) error 
 func (s *Store) auditArgs(args []any, r store.AuditRecord) []any {
 	return append(args, r.ID, s.d.TimeArg(store.Stamp(r.Time)), r.Ref, r.SubjectKind, r.SubjectRef,
 		r.Environment, r.Decision, jsonArg(r.Reasons), jsonArg(r.Suggestions), jsonArg(r.Obligations),
-		r.BundleRevision, r.InputHash, r.Runner, r.Outcome, r.LatencyMicros, r.ParentID, jsonArg(r.Detail))
+		r.BundleRevision, r.InputHash, r.Runner, r.Outcome, r.LatencyMicros, r.ParentID, jsonArg(r.Detail), r.Org)
 }
 
 // auditInserts caches the INSERT of n rows per placeholder style, built on first use.

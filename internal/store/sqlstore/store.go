@@ -100,6 +100,9 @@ func (s *Store) PublishBiome(ctx context.Context, bv store.BiomeVersion, caps []
 // publishTx is PublishBiome inside tx, for caps already checked by ownCapabilities. stored
 // is false for an identical re-publish, which changes nothing.
 func (s *Store) publishTx(ctx context.Context, tx *sql.Tx, op string, bv store.BiomeVersion, caps []store.Capability) (stored bool, err error) {
+	if err := s.claimBiome(ctx, tx, op, bv); err != nil {
+		return false, err
+	}
 	n, err := s.exec(ctx, tx, `INSERT INTO biome_versions
 		(id, version, manifest, contributions, content_hash, digest_hash, digest, created_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id, version) DO NOTHING`,
@@ -117,6 +120,40 @@ func (s *Store) publishTx(ctx context.Context, tx *sql.Tx, op string, bv store.B
 		}
 	}
 	return true, nil
+}
+
+// claimBiome records bv's owner as the owner of its id unless the id has one; an id owned by
+// another org (or the operator) is ErrOwned.
+func (s *Store) claimBiome(ctx context.Context, tx *sql.Tx, op string, bv store.BiomeVersion) error {
+	if _, err := s.exec(ctx, tx, `INSERT INTO biome_owners (id, org, created_at) VALUES (?, ?, ?)
+		ON CONFLICT (id) DO NOTHING`, bv.ID, bv.Owner, s.d.TimeArg(bv.CreatedAt)); err != nil {
+		return s.fail(op, err)
+	}
+	var owner string
+	if err := tx.QueryRowContext(ctx, s.d.bind(`SELECT org FROM biome_owners WHERE id = ?`), bv.ID).Scan(&owner); err != nil {
+		return s.fail(op, err)
+	}
+	if owner != bv.Owner {
+		return fmt.Errorf("%s: %w", op, store.ErrOwned)
+	}
+	return nil
+}
+
+// BiomeOwners implements store.Store.
+func (s *Store) BiomeOwners(ctx context.Context) (map[string]string, error) {
+	type owner struct{ id, org string }
+	rows, err := list(ctx, s, "list biome owners", func(sc scanner) (owner, error) {
+		var o owner
+		return o, sc.Scan(&o.id, &o.org)
+	}, `SELECT id, org FROM biome_owners`)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(rows))
+	for _, o := range rows {
+		out[o.id] = o.org
+	}
+	return out, nil
 }
 
 // ownCapabilities stamps the biome version on caps, and refuses a cap of another biome
@@ -324,9 +361,9 @@ func (s *Store) PutGrant(ctx context.Context, g store.Grant) error {
 	}
 	return s.inTx(ctx, op, func(tx *sql.Tx) error {
 		if _, err := s.exec(ctx, tx, `INSERT INTO grants
-			(id, biome_id, biome_version, digest_hash, profile, customize, approved_by, approved_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-			g.ID, g.BiomeID, g.BiomeVersion, g.DigestHash, g.Profile, jsonArg(g.Customize), g.ApprovedBy,
+			(id, org, biome_id, biome_version, digest_hash, profile, customize, approved_by, approved_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			g.ID, g.Org, g.BiomeID, g.BiomeVersion, g.DigestHash, g.Profile, jsonArg(g.Customize), g.ApprovedBy,
 			s.d.TimeArg(store.Stamp(g.ApprovedAt))); err != nil {
 			return s.fail(op, err)
 		}
@@ -339,11 +376,11 @@ func (s *Store) ListGrants(ctx context.Context) ([]store.Grant, error) {
 	return list(ctx, s, "list grants", func(sc scanner) (store.Grant, error) {
 		var g store.Grant
 		var customize []byte
-		err := sc.Scan(&g.ID, &g.BiomeID, &g.BiomeVersion, &g.DigestHash, &g.Profile, &customize, &g.ApprovedBy,
+		err := sc.Scan(&g.ID, &g.Org, &g.BiomeID, &g.BiomeVersion, &g.DigestHash, &g.Profile, &customize, &g.ApprovedBy,
 			timeCol{&g.ApprovedAt})
 		g.Customize = jsonCol(customize)
 		return g, err
-	}, `SELECT id, biome_id, biome_version, digest_hash, profile, customize, approved_by, approved_at
+	}, `SELECT id, org, biome_id, biome_version, digest_hash, profile, customize, approved_by, approved_at
 		FROM grants ORDER BY approved_at, id`)
 }
 
@@ -354,12 +391,8 @@ func (s *Store) AppendAudit(ctx context.Context, r store.AuditRecord) error {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	if _, err := s.exec(ctx, s.db, `INSERT INTO audit_log
-		(id, time, ref, subject_kind, subject_ref, environment, decision, reasons, suggestions, obligations,
-		 bundle_revision, input_hash, runner, outcome, latency_micros, parent_id, detail)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		r.ID, s.d.TimeArg(store.Stamp(r.Time)), r.Ref, r.SubjectKind, r.SubjectRef, r.Environment, r.Decision,
-		jsonArg(r.Reasons), jsonArg(r.Suggestions), jsonArg(r.Obligations), r.BundleRevision, r.InputHash,
-		r.Runner, r.Outcome, r.LatencyMicros, r.ParentID, jsonArg(r.Detail)); err != nil {
+		(`+auditColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		s.auditArgs(nil, r)...); err != nil {
 		return s.fail(op, err)
 	}
 	return nil
@@ -369,11 +402,10 @@ func (s *Store) AppendAudit(ctx context.Context, r store.AuditRecord) error {
 func (s *Store) GetAudit(ctx context.Context, id string) (store.AuditRecord, error) {
 	var r store.AuditRecord
 	var reasons, suggestions, obligations, detail []byte
-	err := s.db.QueryRowContext(ctx, s.d.bind(`SELECT id, time, ref, subject_kind, subject_ref, environment, decision,
-		reasons, suggestions, obligations, bundle_revision, input_hash, runner, outcome, latency_micros, parent_id, detail
+	err := s.db.QueryRowContext(ctx, s.d.bind(`SELECT `+auditColumns+`
 		FROM audit_log WHERE id = ?`), id).Scan(&r.ID, timeCol{&r.Time}, &r.Ref, &r.SubjectKind, &r.SubjectRef,
 		&r.Environment, &r.Decision, &reasons, &suggestions, &obligations, &r.BundleRevision, &r.InputHash,
-		&r.Runner, &r.Outcome, &r.LatencyMicros, &r.ParentID, &detail)
+		&r.Runner, &r.Outcome, &r.LatencyMicros, &r.ParentID, &detail, &r.Org)
 	if err != nil {
 		return store.AuditRecord{}, s.fail(fmt.Sprintf("get audit record %q", id), err)
 	}

@@ -40,7 +40,7 @@ func runObligations(t *testing.T, open func(t *testing.T) store.Store) {
 }
 
 func newApproval(id, ref, requester string, created time.Time) store.Approval {
-	return store.Approval{ID: id, AuditID: "inv_" + id, Ref: ref, Biome: "demo", RequesterRef: requester,
+	return store.Approval{ID: id, Org: "acme", AuditID: "inv_" + id, Ref: ref, Biome: "demo", RequesterRef: requester,
 		Environment: "project", Exec: json.RawMessage(`{"subject":{"kind":"agent","ref":"` + requester + `"}}`),
 		Input: json.RawMessage(`{"pageId":"welcome"}`), Status: store.ApprovalPending,
 		CreatedAt: created, ExpiresAt: created.Add(time.Hour)}

@@ -183,7 +183,7 @@ func testNotFound(t *testing.T, s store.Store) {
 			return s.TransitionLifecycle(ctx, store.LifecycleEvent{Ref: "kb:none@1", From: "published", To: "deprecated", Actor: "admin"})
 		}},
 		{"grant of unknown biome version", func() error {
-			return s.PutGrant(ctx, store.Grant{ID: "g1", BiomeID: "demo", BiomeVersion: "9.9.9", DigestHash: "d", ApprovedBy: "admin"})
+			return s.PutGrant(ctx, store.Grant{ID: "g1", Org: "acme", BiomeID: "demo", BiomeVersion: "9.9.9", DigestHash: "d", ApprovedBy: "admin"})
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { wantErr(t, tc.name, tc.call(), store.ErrNotFound) })
@@ -478,9 +478,9 @@ func testTransitionConcurrent(t *testing.T, s store.Store) {
 func testGrants(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	mustPublish(t, s, biome("demo", "1.0.0", "h1"), capability("kb:page.read@1", store.LifecyclePublished))
-	later := store.Grant{ID: "g-2", BiomeID: "demo", BiomeVersion: "1.0.0", DigestHash: "digest-h1",
+	later := store.Grant{ID: "g-2", Org: "acme", BiomeID: "demo", BiomeVersion: "1.0.0", DigestHash: "digest-h1",
 		Profile: "read-only-assistant", ApprovedBy: "user:alice", ApprovedAt: t0.Add(time.Hour)}
-	earlier := store.Grant{ID: "g-1", BiomeID: "demo", BiomeVersion: "1.0.0", DigestHash: "digest-h1",
+	earlier := store.Grant{ID: "g-1", Org: "beta", BiomeID: "demo", BiomeVersion: "1.0.0", DigestHash: "digest-h1",
 		Profile: "internal-agent", Customize: json.RawMessage(`{"kb:page.read@1": {"environments": ["project"]}}`),
 		ApprovedBy: "user:bob", ApprovedAt: t0}
 	for _, g := range []store.Grant{later, earlier} {
@@ -639,7 +639,7 @@ func testRevision(t *testing.T, s store.Store) {
 			return nil
 		}, false},
 		{"grant", func() error {
-			return s.PutGrant(ctx, store.Grant{ID: "g1", BiomeID: "demo", BiomeVersion: "1.0.0", DigestHash: "digest-h1", ApprovedBy: "admin"})
+			return s.PutGrant(ctx, store.Grant{ID: "g1", Org: "acme", BiomeID: "demo", BiomeVersion: "1.0.0", DigestHash: "digest-h1", ApprovedBy: "admin"})
 		}, true},
 		{"audit", func() error { return s.AppendAudit(ctx, auditRecord("a-1")) }, false},
 	}
