@@ -46,6 +46,7 @@ func init() {
 	f.StringVar(&cfg.BiomesDir, "biomes", "", "directory of biome directories to load at start")
 	f.StringVar(&cfg.StoreDSN, "store", "", "store: empty for SQLite under --data-dir, or postgres://... (also XEMA_STORE)")
 	f.StringSliceVar(&cfg.DevGrants, "dev-grant", nil, "approve these biomes with their default profile at first start (development only)")
+	f.StringVar(&cfg.OperatorOrg, "operator-org", identity.DefaultOrg, "org whose administrators act for the operator: they move the lifecycle of the --biomes store and read audit records of no org")
 	f.StringVar(&cfg.PolicyDir, "policy-dir", "", "directory of the platform team's own Rego (package xema.custom)")
 	f.DurationVar(&cfg.ReloadEvery, "reload-every", 2*time.Second, "how often to look for policy data changed through another replica")
 	f.DurationVar(&cfg.ApprovalTTL, "approval-ttl", 24*time.Hour, "how long a call held for human approval may wait before it expires and never runs")
@@ -82,6 +83,9 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	if idCfg.Leeway <= 0 || idCfg.Leeway > identity.MaxLeeway {
 		return &exitError{code: 2, err: fmt.Errorf("--token-leeway %v: want more than 0 and at most %v", idCfg.Leeway, identity.MaxLeeway)}
 	}
+	if cfg.OperatorOrg == "" {
+		return &exitError{code: 2, err: errors.New("--operator-org: want an org name")}
+	}
 	if cfg.MCPResyncEvery < 0 {
 		return &exitError{code: 2, err: fmt.Errorf("--mcp-resync-every %v: want 0 (off) or more", cfg.MCPResyncEvery)}
 	}
@@ -99,7 +103,7 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	defer ids.Close()
 	a.Gateway.Tokens = ids.ServiceTokens()
 
-	srv := &server.Server{Gateway: a.Gateway, Auth: ids, Ready: a.Ready, Bundles: a.Policy, Mounts: map[string]http.Handler{}}
+	srv := &server.Server{Gateway: a.Gateway, OperatorOrg: cfg.OperatorOrg, Auth: ids, Ready: a.Ready, Bundles: a.Policy, Mounts: map[string]http.Handler{}}
 	srv.Approvals = a.Approvals
 	for path, h := range ids.Mounts() {
 		srv.Mounts[path] = h

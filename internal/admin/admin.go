@@ -20,7 +20,24 @@ const (
 	RefSubmit    = "biome:submit-to-store@1"
 	RefInstall   = "biome:install@1"
 	RefLifecycle = "capability:lifecycle.transition@1"
+	RefBiomeList = "store:biome.list@1"
+	RefBiomeGet  = "store:biome.get@1"
+	RefGrantList = "biome:grant.list@1"
 )
+
+// lookup is the input of the listing and reading capabilities.
+type lookup struct {
+	BiomeID string `json:"biomeId"`
+	Version string `json:"version"`
+}
+
+func decodeLookup(call kernel.Call) (lookup, error) {
+	var in lookup
+	if err := json.Unmarshal(call.Input, &in); err != nil {
+		return in, fmt.Errorf("decode validated input: %w", err)
+	}
+	return in, nil
+}
 
 //go:embed contributions/*.json
 var descriptors embed.FS
@@ -59,6 +76,39 @@ func Register(reg *kernel.Registry, pub *catalog.Publisher) error {
 				return nil, err
 			}
 			return ViewGrant(g), nil
+		},
+		"contributions/biome-list.json": func(ctx context.Context, call kernel.Call) (any, error) {
+			in, err := decodeLookup(call)
+			if err != nil {
+				return nil, err
+			}
+			bs, err := pub.Biomes(ctx, call.Exec.Org, in.BiomeID)
+			if err != nil {
+				return nil, err
+			}
+			return map[string]any{"biomes": bs}, nil
+		},
+		"contributions/biome-get.json": func(ctx context.Context, call kernel.Call) (any, error) {
+			in, err := decodeLookup(call)
+			if err != nil {
+				return nil, err
+			}
+			return pub.Biome(ctx, call.Exec.Org, in.BiomeID, in.Version)
+		},
+		"contributions/grant-list.json": func(ctx context.Context, call kernel.Call) (any, error) {
+			in, err := decodeLookup(call)
+			if err != nil {
+				return nil, err
+			}
+			gs, err := pub.Grants(ctx, call.Exec.Org, in.BiomeID)
+			if err != nil {
+				return nil, err
+			}
+			views := make([]GrantView, len(gs))
+			for i, g := range gs {
+				views[i] = ViewGrant(g)
+			}
+			return map[string]any{"grants": views}, nil
 		},
 		"contributions/capability-lifecycle.json": func(ctx context.Context, call kernel.Call) (any, error) {
 			var t catalog.Transition

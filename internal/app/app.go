@@ -51,6 +51,9 @@ type Config struct {
 	// DevGrants names biomes from BiomesDir approved with their default profile when they
 	// have no grant yet (the demo's first start). Never for production.
 	DevGrants []string
+	// OperatorOrg is the org whose administrators act for the operator: they move the
+	// lifecycle of the operator's biome store and read audit records of no org.
+	OperatorOrg string
 	// PolicyDir holds the platform team's own Rego (package xema.custom).
 	PolicyDir string
 	// ReloadEvery is how often the store's revision is polled so changes made through
@@ -103,7 +106,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	a := &App{Store: st, Kernel: kernel.New(), Catalog: catalog.New(st), Policy: eng,
 		envs: grant.DefaultEnvironments(), profiles: grant.Builtin(), loadedAt: -1}
-	a.Publisher = &catalog.Publisher{Store: st, Kernel: a.Kernel, Envs: a.envs, Profiles: a.profiles, Changed: a.Rebuild}
+	a.Publisher = &catalog.Publisher{Store: st, OperatorOrg: cfg.OperatorOrg, Kernel: a.Kernel, Envs: a.envs, Profiles: a.profiles, Changed: a.Rebuild}
 	if a.Bindings, err = bindings(cfg.DataDir, st); err != nil {
 		return nil, a.closeWith(err)
 	}

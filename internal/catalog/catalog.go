@@ -207,6 +207,10 @@ func (c *Catalog) pin(ctx context.Context, s *Snapshot, grants []store.Grant) er
 				continue
 			}
 			capa.Lifecycle, capa.ReplacedBy = cur.Capability.Lifecycle, cur.Capability.ReplacedBy
+			if capa.Invocation == nil {
+				// Served by its provider (kernel, binding, MCP server), not by a declaration.
+				capa.RunnerKind = cur.Capability.RunnerKind
+			}
 			e, err := c.entry(capa)
 			if err != nil {
 				slog.Error("pinned capability left out of the catalog", "ref", capa.Ref, "version", capa.BiomeVersion, "err", err)

@@ -30,8 +30,8 @@ type Transition struct {
 
 // Transition moves a ref to its next state, compare-and-set on the state it is in now, and
 // records the event with its actor.
-// Only the org owning the ref's biome moves it; another org's ref is answered as unknown,
-// and the operator's store changes only through the operator's biome directory.
+// Only the org owning the ref's biome moves it (for the operator's store: the operator's org);
+// another org's ref is answered as unknown.
 func (p *Publisher) Transition(ctx context.Context, t Transition, org, actor string) (Transition, error) {
 	cur, err := p.Store.GetCapability(ctx, t.Ref)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -45,9 +45,9 @@ func (p *Publisher) Transition(ctx context.Context, t Transition, org, actor str
 	if errors.Is(err, store.ErrNotFound) || !known || owner != OperatorOwner && owner != org {
 		return t, runner.ClientError(http.StatusNotFound, "UNKNOWN_CAPABILITY", "/ref: no capability %q", t.Ref)
 	}
-	if owner == OperatorOwner {
+	if owner == OperatorOwner && (p.OperatorOrg == "" || org != p.OperatorOrg) {
 		return t, runner.ClientError(http.StatusForbidden, "OPERATOR_OWNED",
-			"/ref: %s belongs to the operator's biome store; its lifecycle changes only there", t.Ref)
+			"/ref: %s belongs to the operator's biome store; only administrators of the operator's org move it", t.Ref)
 	}
 	t.From = cur.Lifecycle
 	allowed := false

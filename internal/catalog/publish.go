@@ -26,7 +26,10 @@ import (
 // Publisher submits biome versions and records install grants: the two write paths of
 // stage 1. Both end in Changed, which rebuilds the catalog and the policy.
 type Publisher struct {
-	Store    store.Store
+	Store store.Store
+	// OperatorOrg is the org whose administrators move the lifecycle of the operator's own
+	// store's capabilities; "" lets nobody.
+	OperatorOrg string
 	Kernel   *kernel.Registry
 	Envs     grant.Environments
 	Profiles grant.Profiles

@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
@@ -16,6 +17,29 @@ func (s *Server) adminRoutes(g *echo.Group) {
 	g.POST("/biomes", s.kernelRoute(admin.RefSubmit))
 	g.POST("/grants", s.kernelRoute(admin.RefInstall))
 	g.POST("/lifecycle", s.kernelRoute(admin.RefLifecycle))
+	g.GET("/biomes", s.lookupRoute(admin.RefBiomeList))
+	g.GET("/biomes/:id/:version", s.lookupRoute(admin.RefBiomeGet))
+	g.GET("/grants", s.lookupRoute(admin.RefGrantList))
+}
+
+// lookupRoute serves a reading capability from the path (:id, :version) and the optional
+// ?biomeId= query.
+func (s *Server) lookupRoute(ref string) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		input := map[string]string{}
+		for k, vs := range c.QueryParams() {
+			if k != "biomeId" || len(vs) != 1 {
+				return &gateway.Error{Status: http.StatusBadRequest, Code: "INVALID_REQUEST",
+					Message: fmt.Sprintf("query parameter %q: only biomeId, once, is accepted", k)}
+			}
+			input[k] = vs[0]
+		}
+		if id := c.Param("id"); id != "" {
+			input["biomeId"], input["version"] = id, c.Param("version")
+		}
+		raw, _ := json.Marshal(input) // a map of strings always encodes
+		return s.kernelCall(c, ref, raw, http.StatusOK)
+	}
 }
 
 func (s *Server) kernelRoute(ref string) echo.HandlerFunc {

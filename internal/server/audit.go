@@ -19,8 +19,8 @@ func (s *Server) auditRoutes(g *echo.Group) {
 
 // loadAudit returns the record if the caller may read it: a record of the caller's org, made
 // by the caller or read by an administrator of that org. Records of no org (requests refused
-// before a token named one) belong to the operator: administrators of the default org read
-// them. Anything else is answered like an unknown id.
+// before a token named one) belong to the operator: administrators of the operator's org
+// read them. Anything else is answered like an unknown id.
 func (s *Server) loadAudit(c echo.Context) (store.AuditRecord, error) {
 	id := c.Param("id")
 	rec, err := s.Gateway.Audit.Store.GetAudit(c.Request().Context(), id)
@@ -32,7 +32,7 @@ func (s *Server) loadAudit(c echo.Context) (store.AuditRecord, error) {
 		return rec, &gateway.Error{Status: http.StatusServiceUnavailable, Code: gateway.CodeStoreUnavailable, Message: "audit log unavailable"}
 	}
 	ec := execOf(c)
-	if !mayRead(ec, rec) {
+	if !s.mayRead(ec, rec) {
 		return store.AuditRecord{}, notFound
 	}
 	return rec, nil
@@ -63,10 +63,10 @@ func (s *Server) whyDenied(c echo.Context) error {
 	return c.JSON(http.StatusOK, d)
 }
 
-func mayRead(ec identity.ExecContext, rec store.AuditRecord) bool {
+func (s *Server) mayRead(ec identity.ExecContext, rec store.AuditRecord) bool {
 	switch rec.Org {
 	case "":
-		return ec.Org == identity.DefaultOrg && isOrgAdmin(ec)
+		return s.OperatorOrg != "" && ec.Org == s.OperatorOrg && isOrgAdmin(ec)
 	case ec.Org:
 		return rec.SubjectRef == ec.Subject.Ref || isOrgAdmin(ec)
 	}

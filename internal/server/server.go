@@ -38,6 +38,8 @@ type Server struct {
 	Auth    Authenticator
 	Ready   Readiness
 	Bundles BundleSource
+	// OperatorOrg is the org whose administrators read audit records of no org; "" is nobody.
+	OperatorOrg string
 	// Approvals serves GET /v1/invocations/{id}; nil answers 404.
 	Approvals *approval.Service
 	// Extra mounts (JWKS of the development issuer, metrics, MCP, bundle) by path.

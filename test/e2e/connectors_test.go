@@ -233,10 +233,8 @@ func connectorSetup(t *testing.T, g *gateway, admin string, cred map[string]any,
 // environment.
 func installConnectors(t *testing.T, g *gateway, admin string) {
 	t.Helper()
-	versions := g.post("/v1/biomes", admin, submission(t, filepath.Join(repoRoot(t), "biomes", "connectors")))
-	expect(t, versions, http.StatusCreated)
 	r := g.post("/v1/grants", admin, map[string]any{"biomeId": "connectors", "version": "1.0.0",
-		"digestHash": str(versions.Body, "digest.hash"), "profile": "connector-bridge",
+		"digestHash": g.digestOf(admin, "connectors", "1.0.0"), "profile": "connector-bridge",
 		"customize": map[string]any{
 			refCreatePR: map[string]any{"environments": []string{"project"}},
 			refMerge:    map[string]any{"environments": []string{"project"}},
@@ -419,6 +417,9 @@ func TestConnectorTelegram(t *testing.T) {
 	admin := g.token("--subject", "user:alice", "--org-role", "org_admin", "--env", "org", "--org", "acme")
 	bot := g.token("--subject", "agent:support-bot", "--env", "project", "--org", "acme", "--project", "p1")
 	const token = "123456:AAH-test-telegram-bot-secret"
+	// The demo biome of the operator's store declares the send; acme installs it for itself.
+	expect(t, g.post("/v1/grants", admin, map[string]any{"biomeId": "demo", "version": "1.0.0",
+		"digestHash": g.digestOf(admin, "demo", "1.0.0")}), http.StatusCreated)
 	connectorSetup(t, g, admin, map[string]any{"name": "support bot", "provider": "telegram", "secret": token},
 		map[string]any{"refPattern": refSend, "conversation": "support-general", "provider": "telegram", "baseUrl": tg,
 			"config": map[string]any{"chatId": "4242"}})

@@ -90,10 +90,10 @@ func TestFederationEverything(t *testing.T) {
 					t.Fatalf("registration: %s", reg.Raw)
 				}
 				call := map[string]any{"ref": echo, "input": map[string]any{"message": "hello"}}
-				denied := g.post("/v1/capabilities/invoke", agent, call)
-				expect(t, denied, http.StatusForbidden)
-				if !strings.Contains(string(denied.Raw), "NOT_PUBLISHED") {
-					t.Fatalf("seeded tool not denied NOT_PUBLISHED: %s", denied.Raw)
+				hidden := g.post("/v1/capabilities/invoke", agent, call)
+				expect(t, hidden, http.StatusNotFound)
+				if str(hidden.Body, "code") != "UNKNOWN_CAPABILITY" {
+					t.Fatalf("seeded tool not answered as unknown: %s", hidden.Raw)
 				}
 				expect(t, g.post("/v1/grants", admin, map[string]any{"biomeId": tc.provider, "version": str(reg.Body, "server.version"),
 					"digestHash": str(reg.Body, "digest.hash")}), http.StatusCreated)
@@ -220,9 +220,10 @@ func TestFederationRugPull(t *testing.T) {
 	if fmt.Sprint(sync.Body["redefined"]) != "[wx:get-weather@1]" || str(sync.Body, "server.version") != "1.0.2" {
 		t.Fatalf("sync: %s", sync.Raw)
 	}
-	denied := g.post("/v1/capabilities/invoke", agent, weather)
-	if denied.Status != http.StatusForbidden || !strings.Contains(string(denied.Raw), "NOT_PUBLISHED") {
-		t.Fatalf("redefined tool still callable: %d %s", denied.Status, denied.Raw)
+	// Redefined, the tool is seeded again: it looks unknown until its new digest is approved.
+	hidden := g.post("/v1/capabilities/invoke", agent, weather)
+	if hidden.Status != http.StatusNotFound || str(hidden.Body, "code") != "UNKNOWN_CAPABILITY" {
+		t.Fatalf("redefined tool still callable: %d %s", hidden.Status, hidden.Raw)
 	}
 	expect(t, g.post("/v1/capabilities/invoke", agent, ping), http.StatusOK)
 

@@ -347,6 +347,14 @@ func (g *gateway) install(admin, dir string) response {
 	return sub
 }
 
+// digestOf reads the permission digest hash of a biome version the admin's org may install.
+func (g *gateway) digestOf(admin, id, version string) string {
+	g.t.Helper()
+	r := g.get("/v1/biomes/"+id+"/"+version, admin)
+	expect(g.t, r, http.StatusOK)
+	return str(r.Body, "digest.hash")
+}
+
 // providerCall is one request an http provider received.
 type providerCall struct {
 	Path   string

@@ -54,10 +54,9 @@ func TestReplicaPropagation(t *testing.T) {
 	prov := newProvider(t)
 	admin := a.adminToken()
 	bot := a.token("--subject", "agent:support-bot", "--env", "project")
-	sub := a.post("/v1/biomes", admin, submission(t, biomeDir(t, "ticketing", prov.URL)))
-	expect(t, sub, http.StatusCreated)
+	sub := a.install(admin, biomeDir(t, "ticketing", prov.URL))
 	invokeB := func() response { return b.post("/v1/capabilities/invoke", bot, commentCall()) }
-	waitFor(t, "B sees the submitted biome", http.StatusForbidden, invokeB)
+	waitFor(t, "B sees the granted biome", http.StatusOK, invokeB)
 
 	var delays []time.Duration
 	for round := range 5 {

@@ -164,6 +164,7 @@ func policyInputOf(t *testing.T, token, ref, resource string) map[string]any {
 		"roles":       list("roles", []any{}),
 		"environment": claims["xema_env"],
 		"armed":       list("xema_armed", []any{"*"}),
+		"org":         "default", // the gateway's org of a token naming none
 	}
 	for claim, field := range map[string]string{"xema_org_role": "orgRole", "xema_org": "org", "xema_project": "project", "xema_session": "session"} {
 		if v, _ := claims[claim].(string); v != "" {
@@ -228,8 +229,7 @@ func TestStockOPAEnforcesGatewayBundle(t *testing.T) {
 		tok := func(args ...string) string { return g.token(args...) }
 		agent := tok("--subject", "agent:support-bot", "--env", "project")
 		member := tok("--subject", "user:bob", "--org-role", "org_member", "--env", "org")
-		demo := g.post("/v1/biomes", admin, submission(t, filepath.Join(repoRoot(t), "biomes", "demo")))
-		expect(t, demo, http.StatusCreated)
+		demoDigest := g.digestOf(admin, "demo", "1.0.0")
 
 		t.Run("bundle route", func(t *testing.T) {
 			for name, token := range map[string]string{"agent": agent, "member": member} {
@@ -273,7 +273,7 @@ func TestStockOPAEnforcesGatewayBundle(t *testing.T) {
 			t.Fatalf("before the grant change the stock OPA already denies faq: %v", d.codes())
 		}
 		etag := g.get("/v1/bundles/xema.tar.gz", admin).Header.Get("ETag")
-		grant := g.post("/v1/grants", admin, map[string]any{"biomeId": "demo", "version": "1.0.0", "digestHash": str(demo.Body, "digest.hash"),
+		grant := g.post("/v1/grants", admin, map[string]any{"biomeId": "demo", "version": "1.0.0", "digestHash": demoDigest,
 			"customize": map[string]any{"kb:page.read@1": map[string]any{"resources": []string{"welcome"}}}})
 		expect(t, grant, http.StatusCreated)
 		start := time.Now()

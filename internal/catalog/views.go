@@ -1,0 +1,96 @@
+package catalog
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/xemahq/xema/internal/runner"
+	"github.com/xemahq/xema/internal/store"
+)
+
+// BiomeView is a submitted biome version as an org admin reads it.
+type BiomeView struct {
+	BiomeID   string          `json:"biomeId"`
+	Version   string          `json:"version"`
+	Operator  bool            `json:"operator"` // of the operator's own store
+	Digest    json.RawMessage `json:"digest"`
+	CreatedAt string          `json:"createdAt"`
+}
+
+func viewBiome(bv store.BiomeVersion, owner string) BiomeView {
+	return BiomeView{BiomeID: bv.ID, Version: bv.Version, Operator: owner == OperatorOwner, Digest: bv.Digest,
+		CreatedAt: bv.CreatedAt.UTC().Format(time.RFC3339)}
+}
+
+// Biomes lists the versions of the biomes org may install (its own and the operator's),
+// newest first; only id's when id is not empty.
+func (p *Publisher) Biomes(ctx context.Context, org, id string) ([]BiomeView, error) {
+	owners, err := p.Store.BiomeOwners(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list biomes: %w", err)
+	}
+	out := []BiomeView{}
+	for bid, owner := range owners {
+		if (id != "" && bid != id) || (owner != OperatorOwner && owner != org) {
+			continue
+		}
+		versions, err := p.Store.ListBiomeVersions(ctx, bid)
+		if err != nil {
+			return nil, fmt.Errorf("list biomes: %w", err)
+		}
+		for _, bv := range versions {
+			out = append(out, viewBiome(bv, owner))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].CreatedAt != out[j].CreatedAt {
+			return out[i].CreatedAt > out[j].CreatedAt
+		}
+		return out[i].BiomeID+"@"+out[i].Version > out[j].BiomeID+"@"+out[j].Version
+	})
+	return out, nil
+}
+
+// Biome returns one version org may install; another org's is answered as unknown.
+func (p *Publisher) Biome(ctx context.Context, org, id, version string) (BiomeView, error) {
+	notFound := runner.ClientError(http.StatusNotFound, "UNKNOWN_BIOME", "no biome %s@%s", id, version)
+	mine, err := p.ownedBy(ctx, id, org)
+	if err != nil {
+		return BiomeView{}, fmt.Errorf("get biome: %w", err)
+	}
+	if !mine {
+		return BiomeView{}, notFound
+	}
+	bv, err := p.Store.GetBiomeVersion(ctx, id, version)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return BiomeView{}, notFound
+	case err != nil:
+		return BiomeView{}, fmt.Errorf("get biome: %w", err)
+	}
+	owners, err := p.Store.BiomeOwners(ctx)
+	if err != nil {
+		return BiomeView{}, fmt.Errorf("get biome: %w", err)
+	}
+	return viewBiome(bv, owners[id]), nil
+}
+
+// Grants lists org's grants, oldest approval first; only of biome id when id is not empty.
+func (p *Publisher) Grants(ctx context.Context, org, id string) ([]store.Grant, error) {
+	all, err := p.Store.ListGrants(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list grants: %w", err)
+	}
+	out := []store.Grant{}
+	for _, g := range all {
+		if g.Org == org && (id == "" || g.BiomeID == id) {
+			out = append(out, g)
+		}
+	}
+	return out, nil
+}
