@@ -16,11 +16,11 @@ import (
 
 type staticToken string
 
-func (s staticToken) Token(context.Context) (string, error) { return string(s), nil }
+func (s staticToken) Token(context.Context, string) (string, error) { return string(s), nil }
 
 type failingToken struct{}
 
-func (failingToken) Token(context.Context) (string, error) {
+func (failingToken) Token(context.Context, string) (string, error) {
 	return "", errors.New("token endpoint down")
 }
 
