@@ -44,7 +44,10 @@ func ParseStdioFlag(v string) (StdioServer, error) {
 		return StdioServer{}, fmt.Errorf("--mcp-stdio %q: want ID=COMMAND [ARG]...", v)
 	}
 	s := StdioServer{ID: strings.TrimSpace(id), Command: fields[0], Args: fields[1:]}
-	return s, s.check()
+	if err := s.check(); err != nil {
+		return StdioServer{}, fmt.Errorf("--mcp-stdio: %w", err)
+	}
+	return s, nil
 }
 
 // LoadStdioConfig reads a --mcp-stdio-config file: a JSON array of {id, command, args, env}
