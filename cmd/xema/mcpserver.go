@@ -13,21 +13,18 @@ func init() {
 	call := api.call
 
 	var reg struct {
-		URL, Command, Auth string
-		Args               []string
-		TimeoutMs          int
+		URL, Auth string
+		Stdio     bool
+		TimeoutMs int
 	}
 	register := &cobra.Command{
 		Use:   "register PROVIDER-ID",
-		Short: "Register a server (--url for streamable HTTP, --command for stdio) and print its tools and digest",
+		Short: "Register a server (--url for streamable HTTP, --stdio for one the operator declared) and print its tools and digest",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			body := map[string]any{"providerId": args[0]}
-			if reg.Command != "" {
-				body["transport"], body["command"] = "stdio", reg.Command
-				if len(reg.Args) > 0 {
-					body["args"] = reg.Args
-				}
+			if reg.Stdio {
+				body["transport"] = "stdio"
 			} else {
 				body["transport"], body["url"] = "streamable-http", reg.URL
 			}
@@ -42,12 +39,11 @@ func init() {
 	}
 	f := register.Flags()
 	f.StringVar(&reg.URL, "url", "", "streamable-HTTP endpoint, e.g. https://mcp.example.com/mcp")
-	f.StringVar(&reg.Command, "command", "", "stdio server command")
-	f.StringArrayVar(&reg.Args, "arg", nil, "argument of the stdio command (repeatable)")
+	f.BoolVar(&reg.Stdio, "stdio", false, "register the stdio server the operator declared under PROVIDER-ID (xema serve --mcp-stdio)")
 	f.StringVar(&reg.Auth, "auth", "", "auth kind: service-token (the gateway's outbound token)")
 	f.IntVar(&reg.TimeoutMs, "timeout-ms", 0, "timeout of tools/list and each tools/call (default 10000)")
-	register.MarkFlagsOneRequired("url", "command")
-	register.MarkFlagsMutuallyExclusive("url", "command")
+	register.MarkFlagsOneRequired("url", "stdio")
+	register.MarkFlagsMutuallyExclusive("url", "stdio")
 
 	list := &cobra.Command{
 		Use: "list", Short: "List registered servers with their pinned tools", Args: cobra.NoArgs,

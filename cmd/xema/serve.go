@@ -9,12 +9,15 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/xemahq/xema/internal/app"
+	"github.com/xemahq/xema/internal/egress"
+	"github.com/xemahq/xema/internal/federation"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/server"
 )
@@ -25,6 +28,7 @@ func init() {
 		addr    string
 		idCfg   identity.ServerConfig
 		logJSON bool
+		bound   boundaryFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -37,7 +41,10 @@ func init() {
 			if env := os.Getenv("XEMA_STORE"); cfg.StoreDSN == "" && env != "" {
 				cfg.StoreDSN = env
 			}
-			return serve(cmd.Context(), addr, cfg, idCfg)
+			if err := bound.apply(&cfg, idCfg); err != nil {
+				return &exitError{code: 2, err: err}
+			}
+			return serve(cmd.Context(), addr, cfg, idCfg, bound.bundleReaders)
 		},
 	}
 	f := cmd.Flags()
@@ -57,6 +64,10 @@ func init() {
 	f.StringVar(&idCfg.ClaimMapping, "claim-mapping", "", "claim mapping: 'default', 'keycloak' or a JSON file")
 	f.DurationVar(&idCfg.Leeway, "token-leeway", identity.DefaultLeeway, "clock skew allowed on a token's exp, nbf and iat (at most "+identity.MaxLeeway.String()+")")
 	f.BoolVar(&logJSON, "log-json", false, "log as JSON lines")
+	f.StringArrayVar(&bound.egressAllow, "egress-allow", nil, "a loopback or private CIDR (or address) outbound calls may reach; repeatable (the development issuer allows loopback)")
+	f.StringArrayVar(&bound.stdio, "mcp-stdio", nil, "declare a stdio MCP server: 'ID=COMMAND [ARG]...' (split on spaces); repeatable; the API registers it by providerId ID")
+	f.StringVar(&bound.stdioConfig, "mcp-stdio-config", "", "JSON file declaring stdio MCP servers: [{\"id\", \"command\", \"args\", \"env\"}]")
+	f.StringArrayVar(&bound.bundleReaders, "bundle-reader", nil, "a subject (e.g. service:opa-sidecar) allowed to GET the policy bundle; repeatable; nobody else is")
 	rootCmd.AddCommand(cmd)
 }
 
@@ -69,7 +80,50 @@ func setupLogging(asJSON bool) {
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, opts)))
 }
 
-func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.ServerConfig) error {
+// boundaryFlags are the trust-boundary flags: egress allow-list, declared stdio servers,
+// bundle readers.
+type boundaryFlags struct {
+	egressAllow   []string
+	stdio         []string
+	stdioConfig   string
+	bundleReaders []string
+}
+
+func (b boundaryFlags) apply(cfg *app.Config, idCfg identity.ServerConfig) error {
+	allow, err := egress.ParseAllow(b.egressAllow)
+	if err != nil {
+		return fmt.Errorf("--egress-allow: %w", err)
+	}
+	if idCfg.Issuer == "" { // the development issuer: make run and local providers work
+		allow = append(allow, egress.Loopback()...)
+	}
+	cfg.EgressAllow = allow
+	for _, v := range b.stdio {
+		s, err := federation.ParseStdioFlag(v)
+		if err != nil {
+			return err
+		}
+		cfg.MCPStdio = append(cfg.MCPStdio, s)
+	}
+	if b.stdioConfig != "" {
+		list, err := federation.LoadStdioConfig(b.stdioConfig)
+		if err != nil {
+			return err
+		}
+		cfg.MCPStdio = append(cfg.MCPStdio, list...)
+	}
+	if _, err := federation.DeclareStdio(cfg.MCPStdio); err != nil {
+		return err
+	}
+	for _, s := range b.bundleReaders {
+		if kind, name, ok := strings.Cut(s, ":"); !ok || name == "" || !identity.ValidSubjectKind(kind) {
+			return fmt.Errorf("--bundle-reader %q: want a subject KIND:NAME such as service:opa-sidecar", s)
+		}
+	}
+	return nil
+}
+
+func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.ServerConfig, bundleReaders []string) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -103,7 +157,8 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	defer ids.Close()
 	a.Gateway.Tokens = ids.ServiceTokens()
 
-	srv := &server.Server{Gateway: a.Gateway, OperatorOrg: cfg.OperatorOrg, Auth: ids, Ready: a.Ready, Bundles: a.Policy, Mounts: map[string]http.Handler{}}
+	srv := &server.Server{Gateway: a.Gateway, OperatorOrg: cfg.OperatorOrg, Auth: ids, Ready: a.Ready, Bundles: a.Policy,
+		Mounts: map[string]http.Handler{}, BundleReaders: bundleReaders}
 	srv.Approvals = a.Approvals
 	for path, h := range ids.Mounts() {
 		srv.Mounts[path] = h

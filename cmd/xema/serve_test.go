@@ -13,7 +13,7 @@ import (
 func TestServeRefusesTokenLeewayOutOfRange(t *testing.T) {
 	for _, leeway := range []time.Duration{0, -time.Second, identity.MaxLeeway + time.Second} {
 		t.Run(leeway.String(), func(t *testing.T) {
-			err := serve(t.Context(), "127.0.0.1:0", app.Config{DataDir: t.TempDir()}, identity.ServerConfig{Leeway: leeway})
+			err := serve(t.Context(), "127.0.0.1:0", app.Config{DataDir: t.TempDir()}, identity.ServerConfig{Leeway: leeway}, nil)
 			var ee *exitError
 			if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), "--token-leeway") {
 				t.Fatalf("leeway %v: want exit 2 naming --token-leeway, got %v", leeway, err)
@@ -24,7 +24,7 @@ func TestServeRefusesTokenLeewayOutOfRange(t *testing.T) {
 
 func TestServeRefusesNegativeMCPResync(t *testing.T) {
 	err := serve(t.Context(), "127.0.0.1:0", app.Config{DataDir: t.TempDir(), MCPResyncEvery: -time.Second},
-		identity.ServerConfig{Leeway: identity.DefaultLeeway})
+		identity.ServerConfig{Leeway: identity.DefaultLeeway}, nil)
 	var ee *exitError
 	if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), "--mcp-resync-every") {
 		t.Fatalf("want exit 2 naming --mcp-resync-every, got %v", err)

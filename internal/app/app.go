@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -27,6 +28,7 @@ import (
 	"github.com/xemahq/xema/internal/catalog"
 	"github.com/xemahq/xema/internal/credential"
 	"github.com/xemahq/xema/internal/demo"
+	"github.com/xemahq/xema/internal/egress"
 	"github.com/xemahq/xema/internal/federation"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/grant"
@@ -64,6 +66,13 @@ type Config struct {
 	// MCPResyncEvery is how often every external MCP server is synced; 0 is never (a pooled
 	// session's tools/list_changed still triggers a sync).
 	MCPResyncEvery time.Duration
+	// EgressAllow are the loopback and private prefixes outbound calls may reach
+	// (--egress-allow; the development issuer adds loopback). Link-local, metadata,
+	// unspecified and multicast addresses are refused whatever it holds.
+	EgressAllow []netip.Prefix
+	// MCPStdio are the operator-declared stdio MCP servers (--mcp-stdio, --mcp-stdio-config):
+	// the only command lines the gateway runs.
+	MCPStdio []federation.StdioServer
 }
 
 // App is a running gateway.
@@ -79,6 +88,10 @@ type App struct {
 	Approvals *approval.Service
 	// Federation registers and runs external MCP servers (internal/federation).
 	Federation *federation.Federation
+	// Egress is the outbound policy every runner, connector and MCP client dials through;
+	// HTTP is the one outbound client built on it (no redirects followed).
+	Egress *egress.Policy
+	HTTP   *http.Client
 
 	envs     grant.Environments
 	profiles grant.Profiles
@@ -104,10 +117,18 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		st.Close()
 		return nil, fmt.Errorf("policy: %w", err)
 	}
+	stdio, err := federation.DeclareStdio(cfg.MCPStdio)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
 	a := &App{Store: st, Kernel: kernel.New(), Catalog: catalog.New(st), Policy: eng,
 		envs: grant.DefaultEnvironments(), profiles: grant.Builtin(), loadedAt: -1}
-	a.Publisher = &catalog.Publisher{Store: st, OperatorOrg: cfg.OperatorOrg, Kernel: a.Kernel, Envs: a.envs, Profiles: a.profiles, Changed: a.Rebuild}
-	if a.Bindings, err = bindings(cfg.DataDir, st); err != nil {
+	a.Egress = egress.New(cfg.EgressAllow)
+	a.HTTP = a.Egress.Client(nil)
+	a.Publisher = &catalog.Publisher{Store: st, OperatorOrg: cfg.OperatorOrg, Kernel: a.Kernel, Envs: a.envs, Profiles: a.profiles,
+		Changed: a.Rebuild, CheckURL: a.Egress.CheckURL}
+	if a.Bindings, err = bindings(cfg.DataDir, st, a.Egress, a.HTTP); err != nil {
 		return nil, a.closeWith(err)
 	}
 	a.Publisher.HasBinding = a.Bindings.Serves
@@ -124,7 +145,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err := approval.Register(a.Kernel, a.Approvals); err != nil {
 		return nil, a.closeWith(err)
 	}
-	a.Federation = federation.New(st, a.Rebuild, func() runner.TokenSource { return a.Gateway.Tokens })
+	a.Federation = federation.New(st, a.Rebuild, func() runner.TokenSource { return a.Gateway.Tokens },
+		federation.Options{Egress: a.Egress, Stdio: stdio})
 	if err := a.Federation.Register(a.Kernel); err != nil {
 		return nil, a.closeWith(err)
 	}
@@ -141,7 +163,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, a.closeWith(err)
 	}
 	a.Gateway = &gateway.Gateway{Catalog: a.Catalog, Policy: eng, Audit: a.Approvals.Audit, // one log: one writer batches both
-		Kernel: a.Kernel, HTTP: &http.Client{}, Resolvers: []gateway.Resolver{a.Bindings, a.Federation}}
+		Kernel: a.Kernel, HTTP: a.HTTP, Resolvers: []gateway.Resolver{a.Bindings, a.Federation}}
 	a.Gateway.Limiter = &ratelimit.Limiter{Counter: st}
 	a.Gateway.Approvals, a.Approvals.Gateway = a.Approvals, a.Gateway
 	a.dsn = cfg.StoreDSN
@@ -149,14 +171,14 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 }
 
 // bindings opens the credential keyring (XEMA_SECRET_KEY, or a key file created under
-// dataDir at first start) and the binding service over st.
-func bindings(dataDir string, st store.Store) (*binding.Service, error) {
+// dataDir at first start) and the binding service over st, calling providers with hc.
+func bindings(dataDir string, st store.Store, pol *egress.Policy, hc *http.Client) (*binding.Service, error) {
 	keys, err := credential.OpenKeys(dataDir)
 	if err != nil {
 		return nil, fmt.Errorf("credentials: %w", err)
 	}
 	return &binding.Service{Store: st, Vault: &credential.Vault{Store: st, Keys: keys}, Providers: binding.Providers(),
-		HTTP: &http.Client{}}, nil
+		HTTP: hc, Egress: pol}, nil
 }
 
 func (a *App) closeWith(err error) error {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/xemahq/xema/internal/app"
 	"github.com/xemahq/xema/internal/approval"
+	"github.com/xemahq/xema/internal/egress"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/manifest"
@@ -42,7 +43,7 @@ func newFixture(t *testing.T, customize map[string]any) *fixture {
 		_, _ = w.Write([]byte(`{"commentId":"c1"}`))
 	}))
 	t.Cleanup(prov.Close)
-	a, err := app.New(ctx, app.Config{DataDir: t.TempDir(), ApprovalTTL: time.Hour})
+	a, err := app.New(ctx, app.Config{DataDir: t.TempDir(), ApprovalTTL: time.Hour, EgressAllow: egress.Loopback()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +85,7 @@ func newFixture(t *testing.T, customize map[string]any) *fixture {
 // serviceToken is the gateway's outbound token in these tests; the provider ignores it.
 type serviceToken string
 
-func (s serviceToken) Token(context.Context) (string, error) { return string(s), nil }
+func (s serviceToken) Token(context.Context, string) (string, error) { return string(s), nil }
 
 func exec(subject, env, orgRole string) identity.ExecContext {
 	kind, _, _ := strings.Cut(subject, ":")

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/xemahq/xema/internal/credential"
+	"github.com/xemahq/xema/internal/egress"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/inputschema"
 	"github.com/xemahq/xema/internal/runner"
@@ -85,6 +86,10 @@ type Service struct {
 	Vault     *credential.Vault
 	Providers connector.Registry
 	HTTP      *http.Client
+	// Egress checks a base URL at create: a refused literal address, or plain http to
+	// anything but an allowed loopback address (the URL receives the credential), is a 400.
+	// nil checks nothing more than the URL's form.
+	Egress *egress.Policy
 }
 
 // environments are the spec's environment names a binding may be limited to.
@@ -121,6 +126,10 @@ func (s *Service) Create(ctx context.Context, ec identity.ExecContext, spec Spec
 	}
 	if msg := checkBaseURL(spec.BaseURL); msg != "" {
 		bad("/baseUrl", msg)
+	} else if s.Egress != nil {
+		if msg := s.Egress.CheckURL(spec.BaseURL, true); msg != "" {
+			bad("/baseUrl", msg)
+		}
 	}
 	if known {
 		switch {

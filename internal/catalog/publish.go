@@ -30,13 +30,16 @@ type Publisher struct {
 	// OperatorOrg is the org whose administrators move the lifecycle of the operator's own
 	// store's capabilities; "" lets nobody.
 	OperatorOrg string
-	Kernel   *kernel.Registry
-	Envs     grant.Environments
-	Profiles grant.Profiles
+	Kernel      *kernel.Registry
+	Envs        grant.Environments
+	Profiles    grant.Profiles
 	// HasBinding reports an org-level provider binding serving ref (nil: none exist).
 	HasBinding func(ref string) bool
 	// Changed is called after every successful write.
 	Changed func(ctx context.Context) error
+	// CheckURL judges a declared http invocation's URL (egress.Policy.CheckURL): a non-empty
+	// answer is a 400 naming /contributions/N/invocation/url. nil checks nothing.
+	CheckURL func(raw string, credential bool) string
 }
 
 // Submission is the body of POST /v1/biomes.
@@ -110,6 +113,12 @@ func (p *Publisher) publish(ctx context.Context, b *manifest.Biome, sub Submissi
 		ref := c.Manifest.Ref
 		if ways := p.ways(c); len(ways) != 1 {
 			problems = append(problems, inputschema.Violation{Path: at, Message: envelopeMessage(ref, ways)})
+		}
+		if inv := c.Invocation; inv != nil && inv.Kind == "http" && p.CheckURL != nil {
+			// The invocation receives the gateway's bearer token: https, or an allowed loopback.
+			if msg := p.CheckURL(inv.URL, true); msg != "" {
+				problems = append(problems, inputschema.Violation{Path: at + "/invocation/url", Message: "invocation url " + msg})
+			}
 		}
 		if _, err := inputschema.Compile(ref, c.Manifest.InputSchema); err != nil {
 			problems = append(problems, inputschema.Violation{Path: at + "/manifest/inputSchema", Message: err.Error()})

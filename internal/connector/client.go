@@ -74,10 +74,14 @@ func Do(ctx context.Context, t Target, provider string, req Request) (*Response,
 	}
 	client := t.HTTP
 	if client == nil {
-		client = http.DefaultClient
+		return nil, &runner.Error{Code: runner.CodeUnreachable, Message: provider + ": no outbound client configured"}
 	}
 	resp, err := client.Do(hr)
 	if err != nil {
+		if te := runner.TransportError(provider, err); te != nil {
+			te.Err = nil // a *url.Error's text holds the URL
+			return nil, te
+		}
 		if errors.Is(err, context.DeadlineExceeded) {
 			return nil, &runner.Error{Code: runner.CodeProviderTimeout, Message: provider + " did not answer in time"}
 		}

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
+	"net/url"
 	"os/exec"
 	"strings"
 	"sync"
@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/xemahq/xema/internal/egress"
 	"github.com/xemahq/xema/internal/kernel"
 	"github.com/xemahq/xema/internal/runner"
 	"github.com/xemahq/xema/internal/store"
@@ -42,6 +43,9 @@ type dialer struct {
 	// connection because the server identity is wired after the federation.
 	Tokens func() runner.TokenSource
 	client *mcp.Client
+	// transport dials through the egress policy; stdio holds the operator's declarations.
+	transport http.RoundTripper
+	stdio     map[string]StdioServer
 }
 
 // newDialer returns a dialer; toolsChanged, when not nil, hears every session's
@@ -65,17 +69,27 @@ func (d *dialer) connect(ctx context.Context, srv store.MCPServer, listen bool) 
 	var t mcp.Transport
 	switch srv.Transport {
 	case TransportHTTP:
-		hc := &http.Client{}
+		rt := d.transport
+		if rt == nil {
+			rt = egress.New(nil).Transport()
+		}
+		hc := &http.Client{Transport: rt, CheckRedirect: egress.NoRedirect}
 		if !listen {
 			hc.Timeout = time.Duration(srv.TimeoutMs) * time.Millisecond
 		}
 		if srv.Auth == AuthServiceToken {
-			hc.Transport = bearer{tokens: d.Tokens, next: http.DefaultTransport}
+			hc.Transport = bearer{tokens: d.Tokens, next: rt, audience: Audience(srv)}
 		}
 		t = &mcp.StreamableClientTransport{Endpoint: srv.URL, HTTPClient: hc, MaxRetries: -1, DisableStandaloneSSE: !listen}
 	case TransportStdio:
-		cmd := exec.Command(srv.Command, srv.Args...)
-		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir()}
+		// Only the operator's declaration runs, never a command line from the store.
+		decl, ok := d.stdio[srv.ProviderID]
+		if !ok {
+			return nil, &runner.Error{Status: http.StatusBadGateway, Code: CodeUnknownServer,
+				Message: fmt.Sprintf("stdio MCP server %q is not declared on this gateway", srv.ProviderID)}
+		}
+		cmd := exec.Command(decl.Command, decl.Args...)
+		cmd.Env = decl.environ()
 		t = &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
 	default:
 		return nil, &runner.Error{Status: http.StatusBadRequest, Code: CodeInvalidServer, Message: fmt.Sprintf("unknown transport %q", srv.Transport)}
@@ -110,16 +124,28 @@ func (d *dialer) listTools(ctx context.Context, srv store.MCPServer) ([]*mcp.Too
 
 // bearer adds the gateway's service token to every request to the server.
 type bearer struct {
-	tokens func() runner.TokenSource
-	next   http.RoundTripper
+	tokens   func() runner.TokenSource
+	next     http.RoundTripper
+	audience string
 }
+
+// Audience is the audience of the tokens sent to srv: its URL's origin, so a token a server
+// received is good for that server only, and never for the gateway's own API.
+func Audience(srv store.MCPServer) string { return runner.Audience(srv.URL) }
+
+// sameOrigin reports whether u is at the origin the token was minted for.
+func sameOrigin(u *url.URL, audience string) bool { return runner.Audience(u.String()) == audience }
 
 func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	ts := b.tokens()
 	if ts == nil {
 		return nil, &runner.Error{Code: runner.CodeNoToken, Message: "the gateway has no outbound token source"}
 	}
-	tok, err := ts.Token(r.Context())
+	if !sameOrigin(r.URL, b.audience) { // never hand a server's token to another origin
+		return nil, &runner.Error{Status: http.StatusBadGateway, Code: runner.CodeRedirect,
+			Message: "the MCP server's request left its registered origin"}
+	}
+	tok, err := ts.Token(r.Context(), b.audience)
 	if err != nil {
 		return nil, &runner.Error{Code: runner.CodeNoToken, Message: "the gateway could not mint its service token", Err: err}
 	}
@@ -134,6 +160,9 @@ func callError(ctx context.Context, provider, op string, err error) *runner.Erro
 	var re *runner.Error
 	if errors.As(err, &re) {
 		return re
+	}
+	if te := runner.TransportError(provider, err); te != nil {
+		return te
 	}
 	var je *jsonrpc.Error
 	switch {

@@ -24,9 +24,11 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/xemahq/xema/internal/catalog"
+	"github.com/xemahq/xema/internal/egress"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/grant"
 	"github.com/xemahq/xema/internal/identity"
+	"github.com/xemahq/xema/internal/inputschema"
 	"github.com/xemahq/xema/internal/kernel"
 	"github.com/xemahq/xema/internal/manifest"
 	"github.com/xemahq/xema/internal/runner"
@@ -57,6 +59,8 @@ type Federation struct {
 	changed func(ctx context.Context) error
 	dialer  *dialer
 	pool    *pool
+	egress  *egress.Policy
+	stdio   map[string]StdioServer
 
 	mu      sync.Mutex // serializes registrations and syncs of this replica
 	cacheMu sync.Mutex
@@ -78,12 +82,18 @@ const SyncActor = "service:xema-gateway"
 const ListChangedDebounce = time.Second
 
 // New returns a federation over st. changed rebuilds catalog and policy after a write (the
-// Publisher's Changed); tokens returns the gateway's outbound token source.
-func New(st store.Store, changed func(ctx context.Context) error, tokens func() runner.TokenSource) *Federation {
+// Publisher's Changed); tokens returns the gateway's outbound token source; opts holds the
+// egress policy and the operator-declared stdio servers.
+func New(st store.Store, changed func(ctx context.Context) error, tokens func() runner.TokenSource, opts Options) *Federation {
 	life, stop := context.WithCancel(context.Background())
-	f := &Federation{store: st, changed: changed, cache: map[string]store.MCPServer{},
+	if opts.Egress == nil {
+		opts.Egress = egress.New(nil)
+	}
+	f := &Federation{store: st, changed: changed, cache: map[string]store.MCPServer{}, egress: opts.Egress, stdio: opts.Stdio,
 		life: life, stop: stop, debounce: ListChangedDebounce, pending: map[string]*time.Timer{}}
 	f.dialer = newDialer(tokens, f.toolsChanged)
+	f.dialer.transport = opts.Egress.Transport()
+	f.dialer.stdio = opts.Stdio
 	f.pool = &pool{d: f.dialer, by: map[string]*pooled{}}
 	return f
 }
@@ -194,12 +204,15 @@ func (f *Federation) Register(reg *kernel.Registry) error {
 
 // Registration is the body of POST /v1/mcp-servers.
 type Registration struct {
-	ProviderID string   `json:"providerId"`
-	Transport  string   `json:"transport"`
-	URL        string   `json:"url,omitempty"`
-	Command    string   `json:"command,omitempty"`
-	Args       []string `json:"args,omitempty"`
-	Auth       *struct {
+	ProviderID string `json:"providerId"`
+	Transport  string `json:"transport"`
+	URL        string `json:"url,omitempty"`
+	// Command, Args and Env are refused: a stdio server is declared by the operator and
+	// registered by its id (ProviderID). They are decoded only to be named in the 400.
+	Command json.RawMessage `json:"command,omitempty"`
+	Args    json.RawMessage `json:"args,omitempty"`
+	Env     json.RawMessage `json:"env,omitempty"`
+	Auth    *struct {
 		Kind string `json:"kind"`
 	} `json:"auth,omitempty"`
 	TimeoutMs int `json:"timeoutMs,omitempty"`
@@ -215,11 +228,12 @@ type ToolView struct {
 
 // ServerView is a registered server as answered (no credential: auth is only its kind).
 type ServerView struct {
-	ProviderID   string     `json:"providerId"`
-	Transport    string     `json:"transport"`
-	URL          string     `json:"url,omitempty"`
-	Command      string     `json:"command,omitempty"`
-	Args         []string   `json:"args,omitempty"`
+	ProviderID string `json:"providerId"`
+	Transport  string `json:"transport"`
+	URL        string `json:"url,omitempty"`
+	// Declared says a stdio server is one the operator declared on this gateway (its
+	// command line is the operator's and is not answered).
+	Declared     bool       `json:"declared,omitempty"`
 	Auth         string     `json:"auth,omitempty"`
 	TimeoutMs    int        `json:"timeoutMs"`
 	Version      string     `json:"version"`
@@ -241,9 +255,10 @@ type SyncResult struct {
 	Digest    *grant.Digest `json:"digest,omitempty"`
 }
 
-// server checks a registration and turns it into the record it would store.
-func (r Registration) server(by string, now time.Time) (store.MCPServer, error) {
-	srv := store.MCPServer{ProviderID: r.ProviderID, Transport: r.Transport, URL: r.URL, Command: r.Command, Args: r.Args,
+// server checks a registration and turns it into the record it would store. A stdio
+// registration stores no command line: the declaration of its id is read at each connection.
+func (f *Federation) server(r Registration, by string, now time.Time) (store.MCPServer, error) {
+	srv := store.MCPServer{ProviderID: r.ProviderID, Transport: r.Transport, URL: r.URL,
 		TimeoutMs: r.TimeoutMs, Generation: 1, RegisteredBy: by, RegisteredAt: now, SyncedAt: now}
 	if srv.TimeoutMs == 0 {
 		srv.TimeoutMs = int(DefaultTimeout / time.Millisecond)
@@ -253,6 +268,15 @@ func (r Registration) server(by string, now time.Time) (store.MCPServer, error) 
 	}
 	bad := func(path, msg string) error {
 		return invalidServer(path, msg)
+	}
+	for _, f := range []struct {
+		path string
+		raw  json.RawMessage
+	}{{"/command", r.Command}, {"/args", r.Args}, {"/env", r.Env}} {
+		if len(f.raw) > 0 {
+			return srv, bad(f.path, "the API never takes a command line: stdio servers are declared by the operator "+
+				"(xema serve --mcp-stdio ID=COMMAND or --mcp-stdio-config) and registered by providerId")
+		}
 	}
 	switch r.Transport {
 	case TransportHTTP:
@@ -264,13 +288,16 @@ func (r Registration) server(by string, now time.Time) (store.MCPServer, error) 
 			return srv, bad("/url", "url must be an absolute http(s) URL")
 		case u.User != nil:
 			return srv, bad("/url", "url must not carry credentials; use auth")
-		case r.Command != "" || len(r.Args) > 0:
-			return srv, bad("/command", "command and args are for stdio servers only")
+		}
+		if msg := f.egress.CheckURL(r.URL, srv.Auth == AuthServiceToken); msg != "" {
+			return srv, bad("/url", "url "+msg)
 		}
 	case TransportStdio:
+		if _, ok := f.stdio[r.ProviderID]; !ok {
+			return srv, bad("/providerId", fmt.Sprintf("no stdio MCP server %q is declared on this gateway "+
+				"(the operator declares them with xema serve --mcp-stdio or --mcp-stdio-config)", r.ProviderID))
+		}
 		switch {
-		case r.Command == "":
-			return srv, bad("/command", "a stdio server needs command")
 		case r.URL != "":
 			return srv, bad("/url", "url is for streamable-http servers only")
 		case srv.Auth != "":
@@ -283,7 +310,8 @@ func (r Registration) server(by string, now time.Time) (store.MCPServer, error) 
 }
 
 func invalidServer(path, msg string) error {
-	return &runner.Error{Status: http.StatusBadRequest, Code: CodeInvalidServer, Message: path + ": " + msg}
+	return &runner.Error{Status: http.StatusBadRequest, Code: CodeInvalidServer, Message: path + ": " + msg,
+		Violations: []inputschema.Violation{{Path: path, Message: msg}}}
 }
 
 // RegisterServer registers a new server: tools/list within the timeout, every tool
@@ -291,7 +319,7 @@ func invalidServer(path, msg string) error {
 func (f *Federation) RegisterServer(ctx context.Context, req Registration, by string) (*SyncResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	srv, err := req.server(by, time.Now().UTC())
+	srv, err := f.server(req, by, time.Now().UTC())
 	if err != nil {
 		return nil, err
 	}
@@ -513,7 +541,8 @@ func (f *Federation) List(ctx context.Context) (map[string]any, error) {
 }
 
 func (f *Federation) view(s store.MCPServer, caps map[string]store.Capability) ServerView {
-	v := ServerView{ProviderID: s.ProviderID, Transport: s.Transport, URL: s.URL, Command: s.Command, Args: s.Args,
+	_, declared := f.stdio[s.ProviderID]
+	v := ServerView{ProviderID: s.ProviderID, Transport: s.Transport, URL: s.URL, Declared: s.Transport == TransportStdio && declared,
 		Auth: s.Auth, TimeoutMs: s.TimeoutMs, Version: version(s.Generation), Tools: []ToolView{}, RegisteredBy: s.RegisteredBy,
 		RegisteredAt: s.RegisteredAt.Format(time.RFC3339), SyncedAt: s.SyncedAt.Format(time.RFC3339)}
 	for _, t := range s.Tools {

@@ -92,7 +92,9 @@ func TestCompileGrants(t *testing.T) {
 				assertJSON(t, "grants", got, tt.want)
 				return
 			}
-			approval := func(ref string) any { return got[ref].(map[string]any)["demo"].(map[string]any)["acme"].(map[string]any)["requiresApproval"] }
+			approval := func(ref string) any {
+				return got[ref].(map[string]any)["demo"].(map[string]any)["acme"].(map[string]any)["requiresApproval"]
+			}
 			for ref, want := range map[string]bool{"kb:page.read@1": false, "kb:page.write@1": true, "kb:admin.purge@1": true, "biome:install@1": false} {
 				if approval(ref) != want {
 					t.Errorf("%s requiresApproval = %v, want %v", ref, approval(ref), want)

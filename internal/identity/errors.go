@@ -23,6 +23,7 @@ const (
 	ReasonWrongIssuer   = "wrong_issuer"    // iss is not the configured issuer
 	ReasonWrongAudience = "wrong_audience"  // aud does not hold the configured audience
 	ReasonBadClaims     = "bad_claims"      // claims do not map to a valid Execution Context
+	ReasonOutboundToken = "outbound_token"  // a token the gateway minted for a provider, replayed inbound
 )
 
 // TokenError is a rejected token: a reason code and a short detail written by this package

@@ -191,6 +191,11 @@ type DevClaims struct {
 	// Armed nil means armed for all (no claim); non-nil is written as given.
 	Armed []string
 	TTL   time.Duration
+	// Audience is the aud claim; "" is DevAudience (a token for the gateway's API).
+	Audience string
+	// Outbound marks a token the gateway sends to a provider (claim xema_use "outbound"):
+	// its audience must be a provider's, and no verifier accepts it.
+	Outbound bool
 }
 
 // Validate checks every field, naming the first that is wrong.
@@ -209,6 +214,8 @@ func (c DevClaims) Validate() error {
 		return fmt.Errorf("org role %q must be one of %v", c.OrgRole, orgRoles)
 	case c.TTL <= 0 || c.TTL > MaxDevTTL:
 		return fmt.Errorf("ttl %v must be > 0 and <= %v", c.TTL, MaxDevTTL)
+	case c.Outbound && (c.Audience == "" || c.Audience == DevAudience):
+		return errors.New("an outbound token needs a provider's audience, never the gateway's")
 	}
 	for _, list := range [][]string{c.Groups, c.Roles} {
 		for _, s := range list {
@@ -233,9 +240,13 @@ func (i *Issuer) Mint(c DevClaims) (string, error) {
 	if _, err := rand.Read(jti); err != nil {
 		return "", fmt.Errorf("dev token: %w", err)
 	}
+	aud := c.Audience
+	if aud == "" {
+		aud = DevAudience
+	}
 	claims := jwt.MapClaims{
 		"iss":            i.name,
-		"aud":            DevAudience,
+		"aud":            aud,
 		"sub":            c.Subject,
 		"iat":            now.Unix(),
 		"nbf":            now.Unix(),
@@ -247,6 +258,9 @@ func (i *Issuer) Mint(c DevClaims) (string, error) {
 		if v != "" {
 			claims[k] = v
 		}
+	}
+	if c.Outbound {
+		claims[ClaimUse] = "outbound"
 	}
 	for k, v := range map[string][]string{ClaimGroups: c.Groups, ClaimRoles: c.Roles, ClaimArmed: c.Armed} {
 		if v != nil {

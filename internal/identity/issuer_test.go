@@ -211,8 +211,8 @@ func TestKeycloakMapping(t *testing.T) {
 		}},
 		{"keycloak-service-account.json", identity.ExecContext{
 			Subject: identity.Subject{Kind: "service", Ref: "service:billing-worker"}, Groups: []string{},
-			Roles:       []string{"default-roles-xema", "offline_access", "uma_authorization"},
-			Org: identity.DefaultOrg, Environment: "service", Armed: []string{"*"},
+			Roles: []string{"default-roles-xema", "offline_access", "uma_authorization"},
+			Org:   identity.DefaultOrg, Environment: "service", Armed: []string{"*"},
 		}},
 		{"keycloak-agent.json", identity.ExecContext{
 			Subject: identity.Subject{Kind: "agent", Ref: "agent:support-bot"}, Groups: []string{},

@@ -57,6 +57,9 @@ const (
 	ClaimProject     = "xema_project"
 	ClaimSession     = "xema_session"
 	ClaimArmed       = "xema_armed"
+	// ClaimUse is "outbound" on the tokens the gateway mints for providers; the verifier
+	// refuses every token carrying it.
+	ClaimUse         = "xema_use"
 	ClaimGroups      = "groups"
 	ClaimRoles       = "roles"
 	ClaimSubjectKind = "xema_kind"

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/xemahq/xema/internal/oauth"
@@ -41,9 +42,10 @@ type ServerConfig struct {
 	IdentityURL string
 }
 
-// TokenSource mints the gateway's own outbound bearer token.
+// TokenSource mints the gateway's own outbound bearer token for one audience (a provider's,
+// never the gateway's own API).
 type TokenSource interface {
-	Token(ctx context.Context) (string, error)
+	Token(ctx context.Context, audience string) (string, error)
 }
 
 // ServerIdentity is the gateway's identity: the inbound Verifier, the outbound token source and
@@ -87,11 +89,14 @@ func NewServerIdentity(ctx context.Context, cfg ServerConfig) (*ServerIdentity, 
 		}
 	}
 	vcfg.Leeway = cfg.Leeway
-	if si.Verifier, err = NewVerifier(life, vcfg); err != nil {
+	if si.tokens, err = outboundTokens(ctx, cfg, dev); err != nil {
 		cancel()
 		return nil, err
 	}
-	if si.tokens, err = outboundTokens(ctx, cfg, dev); err != nil {
+	if c, ok := si.tokens.(interface{ ClientID() string }); ok && c.ClientID() != "" {
+		vcfg.RefusedClients = append(vcfg.RefusedClients, c.ClientID())
+	}
+	if si.Verifier, err = NewVerifier(life, vcfg); err != nil {
 		cancel()
 		return nil, err
 	}
@@ -127,28 +132,72 @@ func outboundTokens(ctx context.Context, cfg ServerConfig, dev *Issuer) (TokenSo
 		if err != nil {
 			return nil, fmt.Errorf("outbound identity: %w", err)
 		}
-		return reg.TokenSource()
+		return reg.AudienceTokens()
 	}
 	if dev != nil {
-		return devServiceTokens{dev}, nil
+		return NewDevServiceTokens(dev), nil
 	}
 	return noTokens{}, nil
 }
 
-// devServiceTokens signs the gateway's own short-lived token with the development issuer.
-type devServiceTokens struct{ iss *Issuer }
+// DevServiceTokenTTL is the lifetime of a development outbound token; one is minted per
+// audience and reused until DevServiceTokenRefresh of it has passed.
+const (
+	DevServiceTokenTTL     = 5 * time.Minute
+	DevServiceTokenRefresh = 0.8
+	maxDevAudiences        = 1024
+)
 
-func (d devServiceTokens) Token(context.Context) (string, error) {
-	tok, err := d.iss.Mint(DevClaims{Subject: "service:xema-gateway", Environment: "service", TTL: 5 * time.Minute})
+// DevServiceTokens signs the gateway's own short-lived outbound tokens with the development
+// issuer: subject service:xema-gateway, the provider's audience, claim xema_use "outbound"
+// (so no verifier accepts it back). Tokens are cached per audience.
+type DevServiceTokens struct {
+	iss *Issuer
+	now func() time.Time
+	mu  sync.Mutex
+	by  map[string]cachedToken
+}
+
+type cachedToken struct {
+	token     string
+	refreshAt time.Time
+}
+
+// NewDevServiceTokens returns the development outbound token source of iss.
+func NewDevServiceTokens(iss *Issuer) *DevServiceTokens {
+	return &DevServiceTokens{iss: iss, now: time.Now, by: map[string]cachedToken{}}
+}
+
+// Token returns the cached token for audience, or mints one.
+func (d *DevServiceTokens) Token(_ context.Context, audience string) (string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now := d.now()
+	if c, ok := d.by[audience]; ok && now.Before(c.refreshAt) {
+		return c.token, nil
+	}
+	tok, err := d.iss.Mint(DevClaims{Subject: "service:xema-gateway", Environment: "service", TTL: DevServiceTokenTTL,
+		Audience: audience, Outbound: true})
 	if err != nil {
 		return "", &oauth.NoTokenError{Detail: err.Error()}
 	}
+	if len(d.by) >= maxDevAudiences {
+		for k, c := range d.by {
+			if !now.Before(c.refreshAt) {
+				delete(d.by, k)
+			}
+		}
+		if len(d.by) >= maxDevAudiences {
+			d.by = map[string]cachedToken{}
+		}
+	}
+	d.by[audience] = cachedToken{token: tok, refreshAt: now.Add(time.Duration(float64(DevServiceTokenTTL) * DevServiceTokenRefresh))}
 	return tok, nil
 }
 
 type noTokens struct{}
 
-func (noTokens) Token(context.Context) (string, error) {
+func (noTokens) Token(context.Context, string) (string, error) {
 	return "", &oauth.NoTokenError{Detail: "no outbound identity configured (set " + EnvIdentityURL + " and " + oauth.EnvBootstrapToken + ")"}
 }
 

@@ -37,13 +37,25 @@ func TestServerIdentityDev(t *testing.T) {
 	if ec, err := si.Authenticate(r); err != nil || ec.Subject.Ref != "user:ada" {
 		t.Fatalf("%+v %v", ec, err)
 	}
-	// The gateway's own outbound token in development is a dev token for service:xema-gateway.
-	own, err := si.ServiceTokens().Token(t.Context())
+	// The gateway's own outbound token in development is a dev token for service:xema-gateway
+	// with the provider's audience, cached per audience, and never accepted inbound.
+	own, err := si.ServiceTokens().Token(t.Context(), "xema-provider:http://127.0.0.1:9")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ec, err := si.Verify(t.Context(), own); err != nil || ec.Subject.Ref != "service:xema-gateway" {
-		t.Fatalf("%+v %v", ec, err)
+	if again, _ := si.ServiceTokens().Token(t.Context(), "xema-provider:http://127.0.0.1:9"); again != own {
+		t.Fatal("a second call for the same audience minted a new token")
+	}
+	if other, _ := si.ServiceTokens().Token(t.Context(), "xema-provider:http://127.0.0.1:10"); other == own {
+		t.Fatal("two audiences share one token")
+	}
+	var te *identity.TokenError
+	if _, err := si.Verify(t.Context(), own); !errors.As(err, &te) || te.Reason != identity.ReasonWrongAudience {
+		t.Fatalf("outbound token accepted inbound or refused for another reason: %v", err)
+	}
+	if _, err := iss.Mint(identity.DevClaims{Subject: "service:xema-gateway", Environment: "service", TTL: time.Minute,
+		Outbound: true}); err == nil {
+		t.Fatal("an outbound token for the gateway's own audience was minted")
 	}
 }
 
@@ -73,7 +85,7 @@ func TestServerIdentityExternalDiscovery(t *testing.T) {
 	if _, err := si.Verify(t.Context(), tok); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := si.ServiceTokens().Token(t.Context()); !errors.Is(err, oauth.ErrNoToken) {
+	if _, err := si.ServiceTokens().Token(t.Context(), "xema-provider:x"); !errors.Is(err, oauth.ErrNoToken) {
 		t.Fatalf("no outbound identity configured must be ErrNoToken, got %v", err)
 	}
 

@@ -49,6 +49,9 @@ type Config struct {
 	UnknownKIDRefreshEvery time.Duration
 	// HTTPClient fetches the JWKS (default: a client with a 10s timeout).
 	HTTPClient *http.Client
+	// RefusedClients are OAuth client ids (azp / client_id claims) whose tokens are never
+	// accepted: the gateway's own outbound client, whose tokens providers receive.
+	RefusedClients []string
 }
 
 // Verifier checks bearer tokens and maps their claims to an Execution Context. It is safe for
@@ -60,6 +63,7 @@ type Verifier struct {
 	keys     keyfunc.Keyfunc
 	parser   *jwt.Parser
 	mapping  ClaimMapping
+	refused  []string
 }
 
 // NewVerifier builds a verifier. With JWKSURL it fetches the JWKS before returning: a JWKS
@@ -121,6 +125,7 @@ func NewVerifier(ctx context.Context, cfg Config) (*Verifier, error) {
 		algs:     slices.Clone(cfg.Algorithms),
 		keys:     keys,
 		mapping:  mapping,
+		refused:  slices.Clone(cfg.RefusedClients),
 		// The alg allow-list is enforced in keyfunc (before any signature check) rather than
 		// by jwt.WithValidMethods, so a refused alg gets its own reason code.
 		parser: jwt.NewParser(
@@ -184,6 +189,14 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (ExecContext, error) 
 	_, err := v.parser.ParseWithClaims(raw, claims, v.keyfunc(ctx))
 	if err != nil {
 		return ExecContext{}, classify(err, claims)
+	}
+	if use, ok := claims[ClaimUse]; ok {
+		return ExecContext{}, reject(ReasonOutboundToken, "a token the gateway sends to providers (%s %v) is never accepted inbound", ClaimUse, truncate(fmt.Sprint(use), 20))
+	}
+	for _, c := range []string{"azp", "client_id"} {
+		if id, _ := claims[c].(string); id != "" && slices.Contains(v.refused, id) {
+			return ExecContext{}, reject(ReasonOutboundToken, "a token of the gateway's own outbound client is never accepted inbound")
+		}
 	}
 	ec, err := v.mapping.Map(claims)
 	if err != nil {

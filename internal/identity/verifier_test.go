@@ -362,3 +362,25 @@ func BenchmarkVerify(b *testing.B) {
 		}
 	}
 }
+
+// TestOutboundTokensRefused: a token marked outbound, or one of the gateway's own OAuth
+// client, is refused even when it is signed by the issuer for the gateway's audience.
+func TestOutboundTokensRefused(t *testing.T) {
+	k := rsaKey(t, 0)
+	ks := newKeyServer(t, map[string]*rsa.PrivateKey{"k1": k})
+	v := newVerifier(t, ks.URL, func(c *identity.Config) { c.RefusedClients = []string{"xema-gateway-client"} })
+	for name, claims := range map[string]jwt.MapClaims{
+		"outbound claim": with(baseClaims(), identity.ClaimUse, "outbound"),
+		"azp":            with(baseClaims(), "azp", "xema-gateway-client"),
+		"client_id":      with(baseClaims(), "client_id", "xema-gateway-client"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			tok := sign(t, jwt.SigningMethodRS256, k, "k1", claims)
+			_, err := v.Verify(t.Context(), tok)
+			assertRejected(t, err, identity.ReasonOutboundToken, tok)
+		})
+	}
+	if _, err := v.Verify(t.Context(), sign(t, jwt.SigningMethodRS256, k, "k1", with(baseClaims(), "azp", "someone-else"))); err != nil {
+		t.Fatalf("another client's token: %v", err)
+	}
+}

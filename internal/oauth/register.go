@@ -129,7 +129,7 @@ func register(ctx context.Context, cfg BootstrapConfig) (Registration, error) {
 	hreq.Header.Set("Authorization", "Bearer "+cfg.BootstrapToken)
 	client := cfg.HTTPClient
 	if client == nil {
-		client = &http.Client{Timeout: 15 * time.Second}
+		client = &http.Client{Timeout: 15 * time.Second, CheckRedirect: noRedirect}
 	}
 	resp, err := client.Do(hreq)
 	if err != nil {

@@ -97,9 +97,14 @@ func NewTokenSource(cfg Config) (*TokenSource, error) {
 	}
 	client := cfg.HTTPClient
 	if client == nil {
-		client = &http.Client{Timeout: 10 * time.Second}
+		// A token endpoint's redirect is not followed: the client secret is never re-sent.
+		client = &http.Client{Timeout: 10 * time.Second, CheckRedirect: noRedirect}
 	}
 	return &TokenSource{cfg: cfg, client: client, now: time.Now}, nil
+}
+
+func noRedirect(*http.Request, []*http.Request) error {
+	return errors.New("oauth: redirect not followed")
 }
 
 func isLoopback(host string) bool {

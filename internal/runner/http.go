@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/xemahq/xema/internal/kernel"
@@ -19,9 +21,34 @@ const MaxResponseBytes = 4 << 20
 // DefaultTimeout applies when an invocation declares no timeoutMs.
 const DefaultTimeout = 10 * time.Second
 
-// TokenSource mints the gateway's own service token for outbound calls.
+// TokenSource mints the gateway's own service token for outbound calls, scoped to one
+// audience (see Audience): a provider's token is good for that provider only, and never
+// accepted by the gateway's own API.
 type TokenSource interface {
-	Token(ctx context.Context) (string, error)
+	Token(ctx context.Context, audience string) (string, error)
+}
+
+// AudiencePrefix starts the audience of every outbound token.
+const AudiencePrefix = "xema-provider:"
+
+// Audience is the audience of the tokens sent to rawURL: "xema-provider:" and the URL's
+// origin (scheme://host[:port], lower case, default port omitted).
+func Audience(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Host == "" {
+		return AudiencePrefix + "invalid"
+	}
+	scheme, host, port := strings.ToLower(u.Scheme), strings.ToLower(u.Hostname()), u.Port()
+	if (scheme == "http" && port == "80") || (scheme == "https" && port == "443") {
+		port = ""
+	}
+	if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	if port != "" {
+		host += ":" + port
+	}
+	return AudiencePrefix + scheme + "://" + host
 }
 
 // HTTP POSTs the validated input as JSON to a declared http invocation; a 2xx JSON body is
@@ -45,7 +72,7 @@ func (h HTTP) Run(ctx context.Context, call kernel.Call) (json.RawMessage, error
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
-	token, err := h.Tokens.Token(ctx)
+	token, err := h.Tokens.Token(ctx, Audience(h.URL))
 	if err != nil {
 		return nil, &Error{Code: CodeNoToken, Message: "the gateway could not obtain its service token", Err: err}
 	}
@@ -61,6 +88,9 @@ func (h HTTP) Run(ctx context.Context, call kernel.Call) (json.RawMessage, error
 
 	resp, err := h.Client.Do(req)
 	if err != nil {
+		if te := TransportError("provider", err); te != nil {
+			return nil, te
+		}
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return nil, &Error{Code: CodeProviderTimeout, Message: fmt.Sprintf("provider did not answer within %s", timeout), Err: err}
 		}
@@ -73,6 +103,10 @@ func (h HTTP) Run(ctx context.Context, call kernel.Call) (json.RawMessage, error
 			return nil, &Error{Code: CodeProviderTimeout, Message: fmt.Sprintf("provider did not answer within %s", timeout), Err: err}
 		}
 		return nil, &Error{Code: CodeUnreachable, Message: "reading the provider's answer failed", Err: err}
+	}
+	if resp.StatusCode >= 300 && resp.StatusCode <= 399 { // a client that follows redirects is not ours
+		return nil, &Error{Status: http.StatusBadGateway, Code: CodeRedirect, ProviderStatus: resp.StatusCode,
+			Message: "provider answered a redirect; redirects are not followed"}
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return nil, &Error{Code: CodeProviderError, ProviderStatus: resp.StatusCode,

@@ -11,16 +11,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xemahq/xema/internal/egress"
 	"github.com/xemahq/xema/internal/kernel"
 )
 
 type staticToken string
 
-func (s staticToken) Token(context.Context) (string, error) { return string(s), nil }
+func (s staticToken) Token(context.Context, string) (string, error) { return string(s), nil }
 
 type failingToken struct{}
 
-func (failingToken) Token(context.Context) (string, error) {
+func (failingToken) Token(context.Context, string) (string, error) {
 	return "", errors.New("token endpoint down")
 }
 
@@ -87,5 +88,58 @@ func TestHTTPRunner(t *testing.T) {
 	if got.body != `{"a":1}` || got.headers.Get("X-Xema-Ref") != call.Ref ||
 		got.headers.Get("X-Xema-Audit-Id") != "inv_x" || got.headers.Get("Authorization") != "Bearer svc-token" {
 		t.Fatalf("provider saw body %q headers %v", got.body, got.headers)
+	}
+}
+
+// TestHTTPRunnerEgress: through the egress client, a refused address dialled is a typed 502
+// EGRESS_DENIED and a 307 a typed 502 PROVIDER_REDIRECT; the redirect target gets nothing;
+// the token is minted for the provider's origin.
+func TestHTTPRunnerEgress(t *testing.T) {
+	var second int
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { second++ }))
+	defer target.Close()
+	redirector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, target.URL, http.StatusTemporaryRedirect)
+	}))
+	defer redirector.Close()
+	call := kernel.Call{Ref: "acme:thing.do@1", Input: json.RawMessage(`{}`)}
+
+	prod := egress.New(nil).Client(nil) // no loopback allowed
+	_, err := HTTP{Client: prod, URL: redirector.URL, Tokens: staticToken("t")}.Run(context.Background(), call)
+	var re *Error
+	if !errors.As(err, &re) || re.Code != CodeEgressDenied || re.Status != http.StatusBadGateway {
+		t.Fatalf("loopback under a production policy: %v", err)
+	}
+	dev := egress.New(egress.Loopback()).Client(nil)
+	aud := &audienceToken{}
+	_, err = HTTP{Client: dev, URL: redirector.URL + "/x", Tokens: aud}.Run(context.Background(), call)
+	if !errors.As(err, &re) || re.Code != CodeRedirect || re.Status != http.StatusBadGateway {
+		t.Fatalf("redirect: %v", err)
+	}
+	if second != 0 {
+		t.Fatal("the redirect was followed")
+	}
+	if aud.got != Audience(redirector.URL) || !strings.HasPrefix(aud.got, AudiencePrefix+"http://127.0.0.1:") {
+		t.Fatalf("token audience %q", aud.got)
+	}
+}
+
+type audienceToken struct{ got string }
+
+func (a *audienceToken) Token(_ context.Context, audience string) (string, error) {
+	a.got = audience
+	return "t", nil
+}
+
+func TestAudience(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://API.example.com:443/v1?x": "xema-provider:https://api.example.com",
+		"http://127.0.0.1:8080/create":     "xema-provider:http://127.0.0.1:8080",
+		"http://[::1]:80/":                 "xema-provider:http://[::1]",
+		"not a url":                        "xema-provider:invalid",
+	} {
+		if got := Audience(in); got != want {
+			t.Errorf("Audience(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

@@ -8,7 +8,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 
+	"github.com/xemahq/xema/internal/egress"
 	"github.com/xemahq/xema/internal/inputschema"
 	"github.com/xemahq/xema/internal/kernel"
 )
@@ -21,7 +23,24 @@ const (
 	CodeUnreachable     = "PROVIDER_UNREACHABLE"  // connection refused, DNS, TLS
 	CodeNoToken         = "NO_SERVICE_TOKEN"      // outbound credentials could not be minted
 	CodeHandlerFailed   = "HANDLER_FAILED"        // a kernel handler returned an error
+	CodeEgressDenied    = egress.CodeDenied       // the address dialled is refused by the egress policy
+	CodeRedirect        = egress.CodeRedirect     // the provider answered a 3xx, which is never followed
 )
+
+// TransportError types a failed outbound request: an egress refusal (the address actually
+// dialled) and a redirect are 502s of their own; anything else is nil (the caller's own
+// mapping applies). what names the destination for the message ("provider", "gitlab").
+func TransportError(what string, err error) *Error {
+	if de, ok := egress.Denied(err); ok {
+		return &Error{Status: http.StatusBadGateway, Code: CodeEgressDenied, Err: err,
+			Message: fmt.Sprintf("%s: the gateway refuses to connect to %s (%s)", what, de.Addr, de.Reason)}
+	}
+	if egress.Redirected(err) {
+		return &Error{Status: http.StatusBadGateway, Code: CodeRedirect, Err: err,
+			Message: what + " answered a redirect; redirects are not followed"}
+	}
+	return nil
+}
 
 // Error is a typed run failure. Message is safe to show to the caller.
 type Error struct {

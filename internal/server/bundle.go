@@ -2,6 +2,7 @@ package server
 
 import (
 	"net/http"
+	"slices"
 
 	"github.com/labstack/echo/v4"
 
@@ -14,13 +15,14 @@ type BundleSource interface {
 }
 
 // bundle serves GET /v1/bundles/xema.tar.gz so a stock OPA (sidecar, Envoy ext_authz) can
-// enforce the same decisions. The bundle holds every grant, so only services and org
-// administrators may fetch it.
+// enforce the same decisions. The bundle holds every grant of every org, so it is served
+// only to the subjects the operator names (xema serve --bundle-reader); org admins, agents
+// and every other service subject (a provider replaying a token included) get 403.
 func (s *Server) bundle(c echo.Context) error {
 	ec := execOf(c)
-	if ec.Subject.Kind != "service" && !isOrgAdmin(ec) {
+	if !slices.Contains(s.BundleReaders, ec.Subject.Ref) {
 		return &gateway.Error{Status: http.StatusForbidden, Code: gateway.CodeDenied,
-			Message: "the policy bundle is served to service subjects and org administrators only"}
+			Message: "the policy bundle is served only to the subjects the operator names (xema serve --bundle-reader)"}
 	}
 	body, etag := s.Bundles.Bundle()
 	if len(body) == 0 {

@@ -44,6 +44,9 @@ type Server struct {
 	Approvals *approval.Service
 	// Extra mounts (JWKS of the development issuer, metrics, MCP, bundle) by path.
 	Mounts map[string]http.Handler
+	// BundleReaders are the subject refs (xema serve --bundle-reader) the policy bundle is
+	// served to; nobody else may fetch it.
+	BundleReaders []string
 }
 
 // errorBody is every error answer: a code and a human message.

@@ -71,14 +71,15 @@ func everythingHTTP(t *testing.T) string {
 // is a typed error.
 func TestFederationEverything(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, e engineCase) {
-		g := startGateway(t, e.store(t))
+		// The stdio server is the operator's, declared at start; the API registers it by id.
+		g := startGateway(t, e.store(t), "--mcp-stdio", "ev-stdio="+everythingBin(t)+" stdio")
 		admin := g.adminToken()
 		agent := g.token("--subject", "agent:support-bot", "--env", "project")
 		for _, tc := range []struct {
 			provider string
 			body     map[string]any
 		}{
-			{"ev-stdio", map[string]any{"transport": "stdio", "command": everythingBin(t), "args": []string{"stdio"}}},
+			{"ev-stdio", map[string]any{"transport": "stdio"}},
 			{"ev-http", map[string]any{"transport": "streamable-http", "url": everythingHTTP(t)}},
 		} {
 			t.Run(tc.body["transport"].(string), func(t *testing.T) {
@@ -136,7 +137,7 @@ func TestFederationEverything(t *testing.T) {
 // TestFederationBadServers: a server whose tools/list fails or times out, and a tool with an
 // invalid schema, are typed errors and leave nothing registered.
 func TestFederationBadServers(t *testing.T) {
-	g := startGateway(t, "")
+	g := startGateway(t, "", "--mcp-stdio", "bad=/bin/true")
 	admin := g.adminToken()
 	stop := make(chan struct{})
 	silent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -160,11 +161,11 @@ func TestFederationBadServers(t *testing.T) {
 		status     int
 		body       map[string]any
 	}{
-		{"command exits at once", "PROVIDER_UNREACHABLE", 502, map[string]any{"transport": "stdio", "command": "/bin/true"}},
+		{"declared command exits at once", "PROVIDER_UNREACHABLE", 502, map[string]any{"transport": "stdio"}},
 		{"URL never answers", "PROVIDER_TIMEOUT", 504, map[string]any{"transport": "streamable-http", "url": silent.URL + "/mcp", "timeoutMs": 500}},
 		{"invalid tool schema", "INVALID_TOOL", 422, map[string]any{"transport": "streamable-http", "url": badSchema.URL()}},
 		{"two tools on one ref", "TOOL_NAME_COLLISION", 409, map[string]any{"transport": "streamable-http", "url": collide.URL()}},
-		{"stdio with a url", "INVALID_MCP_SERVER", 400, map[string]any{"transport": "stdio", "command": "/bin/true", "url": "http://127.0.0.1:1"}},
+		{"stdio with a url", "INVALID_MCP_SERVER", 400, map[string]any{"transport": "stdio", "url": "http://127.0.0.1:1"}},
 		{"credentials in the url", "INVALID_MCP_SERVER", 400, map[string]any{"transport": "streamable-http", "url": "http://u:secret@127.0.0.1:1/mcp"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

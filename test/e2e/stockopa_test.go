@@ -224,22 +224,25 @@ func TestStockOPAEnforcesGatewayBundle(t *testing.T) {
 		t.Skip("builds and runs the opa binary")
 	}
 	forEachEngine(t, func(t *testing.T, e engineCase) {
-		g := startGateway(t, e.store(t))
+		g := startGateway(t, e.store(t), "--bundle-reader", "service:opa-sidecar")
 		admin := g.adminToken()
 		tok := func(args ...string) string { return g.token(args...) }
 		agent := tok("--subject", "agent:support-bot", "--env", "project")
 		member := tok("--subject", "user:bob", "--org-role", "org_member", "--env", "org")
+		// The only subject the operator named with --bundle-reader.
+		sidecar := tok("--subject", "service:opa-sidecar", "--env", "service")
 		demoDigest := g.digestOf(admin, "demo", "1.0.0")
 
 		t.Run("bundle route", func(t *testing.T) {
-			for name, token := range map[string]string{"agent": agent, "member": member} {
+			for name, token := range map[string]string{"agent": agent, "member": member, "org admin": admin,
+				"another service": tok("--subject", "service:billing", "--env", "service")} {
 				if r := g.get("/v1/bundles/xema.tar.gz", token); r.Status != http.StatusForbidden || str(r.Body, "code") != "DENIED" {
 					t.Errorf("%s fetched the bundle: %d %.200s", name, r.Status, r.Raw)
 				}
 			}
 		})
 
-		o := startStockOPA(t, g, admin)
+		o := startStockOPA(t, g, sidecar)
 		page := func(id string) map[string]any { return map[string]any{"pageId": id} }
 		onboarding := map[string]any{"workflowId": "onboarding"}
 		install := map[string]any{"biomeId": "demo", "version": "1.0.0", "digestHash": "sha256:" + strings.Repeat("0", 64)}
@@ -264,7 +267,7 @@ func TestStockOPAEnforcesGatewayBundle(t *testing.T) {
 			t.Run(c.name, func(t *testing.T) { compare(t, g, o, admin, c) })
 		}
 
-		t.Run("304 on the current ETag", func(t *testing.T) { testBundleETag(t, g, admin) })
+		t.Run("304 on the current ETag", func(t *testing.T) { testBundleETag(t, g, sidecar) })
 
 		// A grant narrowed to the page "welcome": the stock OPA denies "faq" once it has polled.
 		faq := decisionCase{name: "agent reads a page outside the grant's resources", token: agent, ref: "kb:page.read@1",
@@ -272,14 +275,14 @@ func TestStockOPAEnforcesGatewayBundle(t *testing.T) {
 		if d := o.decide(t, policyInputOf(t, agent, faq.ref, faq.resource)); !d.Allow {
 			t.Fatalf("before the grant change the stock OPA already denies faq: %v", d.codes())
 		}
-		etag := g.get("/v1/bundles/xema.tar.gz", admin).Header.Get("ETag")
+		etag := g.get("/v1/bundles/xema.tar.gz", sidecar).Header.Get("ETag")
 		grant := g.post("/v1/grants", admin, map[string]any{"biomeId": "demo", "version": "1.0.0", "digestHash": demoDigest,
 			"customize": map[string]any{"kb:page.read@1": map[string]any{"resources": []string{"welcome"}}}})
 		expect(t, grant, http.StatusCreated)
 		start := time.Now()
 		o.waitFor(t, "the narrowed grant", func() bool { return !o.decide(t, policyInputOf(t, agent, faq.ref, faq.resource)).Allow })
 		t.Logf("%s: the stock OPA enforced the new grant %v after the gateway's 201", e.name, time.Since(start).Round(time.Millisecond))
-		if r := bundleIfNoneMatch(t, g, admin, etag); r.Status != http.StatusOK {
+		if r := bundleIfNoneMatch(t, g, sidecar, etag); r.Status != http.StatusOK {
 			t.Errorf("the ETag from before the grant change answered %d", r.Status)
 		}
 
