@@ -184,7 +184,7 @@ func (f *Federation) Register(reg *kernel.Registry) error {
 			if err := json.Unmarshal(call.Input, &req); err != nil {
 				return nil, fmt.Errorf("decode validated input: %w", err)
 			}
-			return f.RegisterServer(ctx, req, call.Exec.Subject.Ref)
+			return f.RegisterServer(ctx, req, call.Exec.Org, call.Exec.Subject.Ref)
 		},
 		"contributions/mcp-server-sync.json": func(ctx context.Context, call kernel.Call) (any, error) {
 			var req struct {
@@ -193,10 +193,13 @@ func (f *Federation) Register(reg *kernel.Registry) error {
 			if err := json.Unmarshal(call.Input, &req); err != nil {
 				return nil, fmt.Errorf("decode validated input: %w", err)
 			}
+			if err := f.mine(ctx, req.ProviderID, call.Exec.Org); err != nil {
+				return nil, err
+			}
 			return f.Sync(ctx, req.ProviderID, call.Exec.Subject.Ref)
 		},
-		"contributions/mcp-server-list.json": func(ctx context.Context, _ kernel.Call) (any, error) {
-			return f.List(ctx)
+		"contributions/mcp-server-list.json": func(ctx context.Context, call kernel.Call) (any, error) {
+			return f.List(ctx, call.Exec.Org)
 		},
 	}
 	return reg.RegisterFiles(descriptors, handlers)
@@ -316,13 +319,15 @@ func invalidServer(path, msg string) error {
 
 // RegisterServer registers a new server: tools/list within the timeout, every tool
 // translated, the whole set seeded in one transaction, or nothing stored.
-func (f *Federation) RegisterServer(ctx context.Context, req Registration, by string) (*SyncResult, error) {
+// The server, and the biome id its tools are published under, belong to org.
+func (f *Federation) RegisterServer(ctx context.Context, req Registration, org, by string) (*SyncResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	srv, err := f.server(req, by, time.Now().UTC())
 	if err != nil {
 		return nil, err
 	}
+	srv.Org = org
 	if _, err := f.store.GetMCPServer(ctx, srv.ProviderID); err == nil {
 		return nil, runner.ClientError(http.StatusConflict, CodeServerExists, "MCP server %q is already registered; sync it instead", srv.ProviderID)
 	} else if !errors.Is(err, store.ErrNotFound) {
@@ -342,6 +347,18 @@ func (f *Federation) RegisterServer(ctx context.Context, req Registration, by st
 		return nil, err
 	}
 	return f.save(ctx, srv, nil, tools, map[string]store.Capability{}, by)
+}
+
+// mine answers another org's server (or none) as an unknown one.
+func (f *Federation) mine(ctx context.Context, providerID, org string) error {
+	owners, err := f.store.BiomeOwners(ctx)
+	if err != nil {
+		return fmt.Errorf("mcp server %s: %w", providerID, err)
+	}
+	if owner, ok := owners[providerID]; !ok || owner != org {
+		return runner.ClientError(http.StatusNotFound, CodeUnknownServer, "no MCP server %q is registered", providerID)
+	}
+	return nil
 }
 
 // Sync re-reads a registered server's tools/list and applies the differences (see package doc).
@@ -371,8 +388,12 @@ func (f *Federation) Sync(ctx context.Context, providerID, by string) (*SyncResu
 	for _, c := range caps {
 		byRef[c.Ref] = c
 	}
+	owners, err := f.store.BiomeOwners(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sync %s: %w", providerID, err)
+	}
 	next := old
-	next.Generation, next.SyncedAt = old.Generation+1, time.Now().UTC()
+	next.Generation, next.SyncedAt, next.Org = old.Generation+1, time.Now().UTC(), owners[providerID]
 	return f.save(ctx, next, &old, tools, byRef, by)
 }
 
@@ -438,7 +459,7 @@ func (f *Federation) save(ctx context.Context, srv store.MCPServer, prev *store.
 	if bv.Digest, err = json.Marshal(digest); err != nil {
 		return nil, fmt.Errorf("encode digest: %w", err)
 	}
-	bv.DigestHash = digest.Hash
+	bv.DigestHash, bv.Owner = digest.Hash, srv.Org
 	newCaps := make([]store.Capability, 0, len(tools))
 	for _, t := range tools {
 		m, err := json.Marshal(t.Contribution.Manifest)
@@ -519,9 +540,13 @@ func (f *Federation) storedBiome(ctx context.Context, srv store.MCPServer) (*man
 	return &b, nil
 }
 
-// List answers every registered server.
-func (f *Federation) List(ctx context.Context) (map[string]any, error) {
+// List answers the servers registered by org.
+func (f *Federation) List(ctx context.Context, org string) (map[string]any, error) {
 	servers, err := f.store.ListMCPServers(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list mcp servers: %w", err)
+	}
+	owners, err := f.store.BiomeOwners(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list mcp servers: %w", err)
 	}
@@ -535,7 +560,9 @@ func (f *Federation) List(ctx context.Context) (map[string]any, error) {
 	}
 	out := make([]ServerView, 0, len(servers))
 	for _, s := range servers {
-		out = append(out, f.view(s, byRef))
+		if owner, ok := owners[s.ProviderID]; ok && owner == org {
+			out = append(out, f.view(s, byRef))
+		}
 	}
 	return map[string]any{"servers": out}, nil
 }

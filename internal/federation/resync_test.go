@@ -49,7 +49,7 @@ func publishedFederation(t *testing.T, url string) (*Federation, store.Store) {
 	f := New(st, func(context.Context) error { return nil }, func() runner.TokenSource { return nil }, Options{Egress: egress.New(egress.Loopback())})
 	f.debounce = 50 * time.Millisecond
 	t.Cleanup(f.Close)
-	if _, err := f.RegisterServer(ctx, Registration{ProviderID: "changing", Transport: TransportHTTP, URL: url, TimeoutMs: 5000}, "user:admin"); err != nil {
+	if _, err := f.RegisterServer(ctx, Registration{ProviderID: "changing", Transport: TransportHTTP, URL: url, TimeoutMs: 5000}, "acme", "user:admin"); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.TransitionLifecycle(ctx, store.LifecycleEvent{Ref: echoRef, From: store.LifecycleSeeded, To: store.LifecyclePublished,

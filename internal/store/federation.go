@@ -20,7 +20,10 @@ type MCPServer struct {
 	Tools      []MCPTool
 	// Generation is 1 at registration and grows by one with each sync that stored a change;
 	// the biome version of the server's tools is derived from it.
-	Generation   int64
+	Generation int64
+	// Org is the org that registered the server; kept as the owner of its biome id (not a
+	// column of its own).
+	Org          string
 	RegisteredBy string
 	RegisteredAt time.Time
 	SyncedAt     time.Time

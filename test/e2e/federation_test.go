@@ -210,6 +210,15 @@ func TestFederationRugPull(t *testing.T) {
 	expect(t, reg, http.StatusCreated)
 	expect(t, g.post("/v1/grants", admin, map[string]any{"biomeId": "wx", "version": "1.0.1", "digestHash": str(reg.Body, "digest.hash")}), http.StatusCreated)
 	weather := map[string]any{"ref": "wx:get-weather@1", "input": map[string]any{"city": "Oslo"}}
+
+	// Another org neither lists, syncs, grants nor calls the default org's server.
+	beta := g.org("beta")
+	if l := g.get("/v1/mcp-servers", beta.admin); l.Status != http.StatusOK || strings.Contains(string(l.Raw), `"wx"`) {
+		t.Fatalf("beta lists the default org's server: %d %s", l.Status, l.Raw)
+	}
+	expect(t, g.post("/v1/mcp-servers/wx/sync", beta.admin, map[string]any{}), http.StatusNotFound)
+	expect(t, g.post("/v1/grants", beta.admin, map[string]any{"biomeId": "wx", "version": "1.0.1", "digestHash": str(reg.Body, "digest.hash")}), http.StatusNotFound)
+	expect(t, g.post("/v1/capabilities/invoke", beta.bot, weather), http.StatusNotFound)
 	ping := map[string]any{"ref": "wx:ping@1", "input": map[string]any{}}
 	if r := g.post("/v1/capabilities/invoke", agent, weather); r.Status != 200 || !strings.Contains(string(r.Raw), "getWeather:") {
 		t.Fatalf("before: %d %s", r.Status, r.Raw)
