@@ -4,6 +4,7 @@ package app
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -136,12 +137,41 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err := a.Rebuild(ctx); err != nil {
 		return nil, a.closeWith(err)
 	}
+	cursorKey, inputHashKey, err := deploymentKeys(ctx, st)
+	if err != nil {
+		return nil, a.closeWith(err)
+	}
 	a.Gateway = &gateway.Gateway{Catalog: a.Catalog, Policy: eng, Audit: a.Approvals.Audit, // one log: one writer batches both
-		Kernel: a.Kernel, HTTP: &http.Client{}, Resolvers: []gateway.Resolver{a.Bindings, a.Federation}}
+		Kernel: a.Kernel, HTTP: &http.Client{}, Resolvers: []gateway.Resolver{a.Bindings, a.Federation},
+		CursorKey: cursorKey, InputHashKey: inputHashKey}
 	a.Gateway.Limiter = &ratelimit.Limiter{Counter: st}
 	a.Gateway.Approvals, a.Approvals.Gateway = a.Approvals, a.Gateway
 	a.dsn = cfg.StoreDSN
 	return a, nil
+}
+
+// deploymentKeys loads the search cursor key and the audit input-hash key, generating each
+// (32 random bytes) on the deployment's first start. The store keeps the first one written,
+// so replicas starting together, and every later start, agree on the same keys.
+func deploymentKeys(ctx context.Context, st store.Store) (cursor, inputHash []byte, err error) {
+	load := func(name string) ([]byte, error) {
+		candidate := make([]byte, 32)
+		if _, err := rand.Read(candidate); err != nil {
+			return nil, fmt.Errorf("deployment key %s: %w", name, err)
+		}
+		key, err := st.DeploymentKey(ctx, name, candidate)
+		if err != nil {
+			return nil, fmt.Errorf("deployment key %s: %w", name, err)
+		}
+		return key, nil
+	}
+	if cursor, err = load(audit.KeyCursor); err != nil {
+		return nil, nil, err
+	}
+	if inputHash, err = load(audit.KeyInputHash); err != nil {
+		return nil, nil, err
+	}
+	return cursor, inputHash, nil
 }
 
 // bindings opens the credential keyring (XEMA_SECRET_KEY, or a key file created under

@@ -3,6 +3,7 @@
 package audit
 
 import (
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base32"
@@ -28,11 +29,22 @@ func NewID(prefix string) string {
 // written before the run (so a crash mid-run still leaves it), the outcome after.
 func OutcomeID(auditID string) string { return auditID + ".outcome" }
 
-// InputHash is the sha256 of the raw input as received.
-func InputHash(raw []byte) string {
-	sum := sha256.Sum256(raw)
-	return "sha256:" + hex.EncodeToString(sum[:])
+// InputHash is the HMAC-SHA256 of the raw input as received, under the deployment's
+// input-hash key (KeyInputHash). An unkeyed hash would let anyone who reads the record
+// recover a short input (a secret posted to credential:create@1) by trying candidates; with
+// the key, equal inputs still hash equal within one deployment, which is what the record is
+// for. The key comes from the store (app loads it at start); an empty key is for tests only.
+func InputHash(key, raw []byte) string {
+	mac := hmac.New(sha256.New, key)
+	mac.Write(raw)
+	return "hmac-sha256:" + hex.EncodeToString(mac.Sum(nil))
 }
+
+// Names of the per-deployment secrets kept in the store (store.Store.DeploymentKey).
+const (
+	KeyInputHash = "audit-input-hash"
+	KeyCursor    = "search-cursor"
+)
 
 // Record is the public view of an audit record (GET /v1/audit/{id}).
 type Record struct {

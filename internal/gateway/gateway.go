@@ -33,6 +33,9 @@ type Gateway struct {
 	HTTP    *http.Client
 	// CursorKey signs search cursors; replicas sharing it accept each other's cursors.
 	CursorKey []byte
+	// InputHashKey keys the audit records' input hashes (audit.InputHash); a per-deployment
+	// secret from the store, shared by replicas.
+	InputHashKey []byte
 	// Resolvers serve refs that neither a declared invocation nor a kernel handler serves
 	// (org-level provider bindings, federated MCP servers). The first that claims a ref wins.
 	Resolvers []Resolver
@@ -154,7 +157,7 @@ func (g *Gateway) begin(ec identity.ExecContext, req Request) *call {
 	return &call{exec: ec, req: req, start: time.Now(), rec: store.AuditRecord{
 		ID: audit.NewID("inv_"), Ref: req.Ref,
 		SubjectKind: ec.Subject.Kind, SubjectRef: ec.Subject.Ref, Environment: ec.Environment,
-		InputHash: audit.InputHash(req.Input), BundleRevision: g.Policy.Revision(),
+		InputHash: audit.InputHash(g.InputHashKey, req.Input), BundleRevision: g.Policy.Revision(),
 		Detail: mustJSON(ec),
 	}}
 }
