@@ -55,6 +55,7 @@ func init() {
 	f.StringVar(&idCfg.JWKSURL, "jwks-url", "", "JWKS URL of --issuer (default: discovered from the issuer)")
 	f.StringVar(&idCfg.ClaimMapping, "claim-mapping", "", "claim mapping: 'default', 'keycloak' or a JSON file")
 	f.DurationVar(&idCfg.Leeway, "token-leeway", identity.DefaultLeeway, "clock skew allowed on a token's exp, nbf and iat (at most "+identity.MaxLeeway.String()+")")
+	f.DurationVar(&idCfg.MaxTokenTTL, "max-token-ttl", identity.DefaultMaxTokenTTL, "refuse tokens whose lifetime (exp-iat, or exp-now without iat) exceeds this")
 	f.BoolVar(&logJSON, "log-json", false, "log as JSON lines")
 	rootCmd.AddCommand(cmd)
 }
@@ -81,6 +82,9 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	// Checked before anything opens; 0 would silently mean the default to the verifier.
 	if idCfg.Leeway <= 0 || idCfg.Leeway > identity.MaxLeeway {
 		return &exitError{code: 2, err: fmt.Errorf("--token-leeway %v: want more than 0 and at most %v", idCfg.Leeway, identity.MaxLeeway)}
+	}
+	if idCfg.MaxTokenTTL <= 0 {
+		return &exitError{code: 2, err: fmt.Errorf("--max-token-ttl %v: want more than 0", idCfg.MaxTokenTTL)}
 	}
 	if cfg.MCPResyncEvery < 0 {
 		return &exitError{code: 2, err: fmt.Errorf("--mcp-resync-every %v: want 0 (off) or more", cfg.MCPResyncEvery)}

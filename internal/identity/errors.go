@@ -23,6 +23,7 @@ const (
 	ReasonWrongIssuer   = "wrong_issuer"    // iss is not the configured issuer
 	ReasonWrongAudience = "wrong_audience"  // aud does not hold the configured audience
 	ReasonBadClaims     = "bad_claims"      // claims do not map to a valid Execution Context
+	ReasonTTLTooLong    = "ttl_too_long"    // exp−iat (or exp−now without iat) exceeds the maximum token lifetime
 )
 
 // TokenError is a rejected token: a reason code and a short detail written by this package
