@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"time"
@@ -292,6 +293,9 @@ func (g *Gateway) run(ctx context.Context, c *call, r runner.Runner) (json.RawMe
 	outcome.Outcome = "ok"
 	var answer error
 	if runErr != nil {
+		// The internal error (a handler's Go error, a dial error) goes to the log with the
+		// auditId; the caller gets the typed code and the runner's fixed message.
+		slog.WarnContext(ctx, "run failed", "ref", c.req.Ref, "auditId", c.rec.ID, "runner", r.Kind(), "err", runErr)
 		answer = providerError(runErr)
 		outcome.Outcome = answer.(*Error).Code
 	}
