@@ -13,8 +13,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/net/netutil"
 
 	"github.com/xemahq/xema/internal/app"
+	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/server"
 )
@@ -24,6 +26,7 @@ func init() {
 		cfg     app.Config
 		addr    string
 		idCfg   identity.ServerConfig
+		lim     limits
 		logJSON bool
 	)
 	cmd := &cobra.Command{
@@ -37,7 +40,7 @@ func init() {
 			if env := os.Getenv("XEMA_STORE"); cfg.StoreDSN == "" && env != "" {
 				cfg.StoreDSN = env
 			}
-			return serve(cmd.Context(), addr, cfg, idCfg)
+			return serve(cmd.Context(), addr, cfg, idCfg, lim)
 		},
 	}
 	f := cmd.Flags()
@@ -56,6 +59,12 @@ func init() {
 	f.StringVar(&idCfg.ClaimMapping, "claim-mapping", "", "claim mapping: 'default', 'keycloak' or a JSON file")
 	f.DurationVar(&idCfg.Leeway, "token-leeway", identity.DefaultLeeway, "clock skew allowed on a token's exp, nbf and iat (at most "+identity.MaxLeeway.String()+")")
 	f.DurationVar(&idCfg.MaxTokenTTL, "max-token-ttl", identity.DefaultMaxTokenTTL, "refuse tokens whose lifetime (exp-iat, or exp-now without iat) exceeds this")
+	def := defaultLimits()
+	f.DurationVar(&lim.readHeader, "read-header-timeout", def.readHeader, "how long a client may take to send a request's headers (at most "+maxReadHeaderTimeout.String()+")")
+	f.DurationVar(&lim.read, "read-timeout", def.read, "how long a client may take to send a whole request, headers and body (more than --read-header-timeout, at most "+maxReadTimeout.String()+"); a handler waiting for a provider is not cut off")
+	f.DurationVar(&lim.idle, "idle-timeout", def.idle, "how long an idle keep-alive connection stays open (at most "+maxIdleTimeout.String()+")")
+	f.IntVar(&lim.maxConns, "max-connections", def.maxConns, "most client connections open at once; more wait to be accepted")
+	f.IntVar(&lim.maxInflight, "max-inflight-calls", def.maxInflight, "most outbound calls (http, connector, MCP server) running at once; beyond it a call is answered 503 CAPACITY_EXCEEDED")
 	f.BoolVar(&logJSON, "log-json", false, "log as JSON lines")
 	rootCmd.AddCommand(cmd)
 }
@@ -69,7 +78,42 @@ func setupLogging(asJSON bool) {
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, opts)))
 }
 
-func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.ServerConfig) error {
+// Upper bounds of the per-request limits (docs/security-bounds.md): a deployment may tighten
+// them, never loosen them.
+const (
+	maxReadHeaderTimeout = 10 * time.Second
+	maxReadTimeout       = 30 * time.Second
+	maxIdleTimeout       = 120 * time.Second
+)
+
+// limits bound one request's work and the gateway's concurrency.
+type limits struct {
+	readHeader, read, idle time.Duration
+	maxConns, maxInflight  int
+}
+
+// defaultLimits are the flags' defaults.
+func defaultLimits() limits {
+	return limits{readHeader: maxReadHeaderTimeout, read: maxReadTimeout, idle: maxIdleTimeout, maxConns: 1024, maxInflight: 256}
+}
+
+func (l limits) check() error {
+	switch {
+	case l.readHeader <= 0 || l.readHeader > maxReadHeaderTimeout:
+		return fmt.Errorf("--read-header-timeout %v: want more than 0 and at most %v", l.readHeader, maxReadHeaderTimeout)
+	case l.read <= l.readHeader || l.read > maxReadTimeout:
+		return fmt.Errorf("--read-timeout %v: want more than --read-header-timeout (%v) and at most %v", l.read, l.readHeader, maxReadTimeout)
+	case l.idle <= 0 || l.idle > maxIdleTimeout:
+		return fmt.Errorf("--idle-timeout %v: want more than 0 and at most %v", l.idle, maxIdleTimeout)
+	case l.maxConns <= 0:
+		return fmt.Errorf("--max-connections %d: want at least 1", l.maxConns)
+	case l.maxInflight <= 0:
+		return fmt.Errorf("--max-inflight-calls %d: want at least 1", l.maxInflight)
+	}
+	return nil
+}
+
+func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.ServerConfig, lim limits) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -82,6 +126,9 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	// Checked before anything opens; 0 would silently mean the default to the verifier.
 	if idCfg.Leeway <= 0 || idCfg.Leeway > identity.MaxLeeway {
 		return &exitError{code: 2, err: fmt.Errorf("--token-leeway %v: want more than 0 and at most %v", idCfg.Leeway, identity.MaxLeeway)}
+	}
+	if err := lim.check(); err != nil {
+		return &exitError{code: 2, err: err}
 	}
 	if idCfg.MaxTokenTTL <= 0 {
 		return &exitError{code: 2, err: fmt.Errorf("--max-token-ttl %v: want more than 0", idCfg.MaxTokenTTL)}
@@ -103,7 +150,10 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	defer ids.Close()
 	a.Gateway.Tokens = ids.ServiceTokens()
 
-	srv := &server.Server{Gateway: a.Gateway, Auth: ids, Ready: a.Ready, Bundles: a.Policy, Mounts: map[string]http.Handler{}}
+	a.Gateway.Outbound = gateway.NewSlots(lim.maxInflight)
+	// The headers get --read-header-timeout, the body what remains of --read-timeout.
+	srv := &server.Server{Gateway: a.Gateway, Auth: ids, Ready: a.Ready, Bundles: a.Policy, Mounts: map[string]http.Handler{},
+		BodyReadTimeout: lim.read - lim.readHeader}
 	srv.Approvals = a.Approvals
 	for path, h := range ids.Mounts() {
 		srv.Mounts[path] = h
@@ -115,11 +165,17 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	go a.PruneRateCounters(ctx, time.Minute)
 	go a.Federation.ResyncEvery(ctx, cfg.MCPResyncEvery)
 
-	hs := &http.Server{Addr: addr, Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	// No ReadTimeout or WriteTimeout on the server: either would also cut off an invoke that
+	// legitimately waits for a slow provider (ReadTimeout's deadline cancels the request's
+	// context when it fires under the server's background read). The body's read is bounded
+	// by server.boundBody instead, the provider's wait by its timeoutMs.
+	hs := &http.Server{Addr: addr, Handler: srv.Handler(), ReadHeaderTimeout: lim.readHeader, IdleTimeout: lim.idle,
+		MaxHeaderBytes: 64 << 10}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", addr, err)
 	}
+	ln = netutil.LimitListener(ln, lim.maxConns)
 	slog.Info("xema serving", "addr", ln.Addr().String(), "data-dir", cfg.DataDir, "policy-revision", a.Policy.Revision())
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()

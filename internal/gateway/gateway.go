@@ -46,6 +46,11 @@ type Gateway struct {
 	// Approvals holds the calls whose decision carries the approval obligation; nil
 	// refuses them (fail closed).
 	Approvals ApprovalQueue
+	// Outbound bounds the calls running at once on a runner that leaves the process (http,
+	// connector, mcp-external); beyond it a call is refused with a typed 503. nil bounds
+	// nothing. Kernel handlers are not counted: a flood of slow providers must not lock an
+	// admin out of the gateway's own operations.
+	Outbound *Slots
 }
 
 // ApprovalQueue keeps a call until a person approves it.
@@ -143,6 +148,13 @@ func (g *Gateway) dispatch(ctx context.Context, c *call, entry *catalog.Entry, d
 	run, err := g.resolve(ctx, c.exec, entry)
 	if err != nil {
 		return nil, g.fail(ctx, c, audit.DecisionError, err)
+	}
+	if run.Kind() != "kernel" {
+		release, ok := g.Outbound.Acquire()
+		if !ok {
+			return nil, g.fail(ctx, c, audit.DecisionError, capacityExceeded(g.Outbound.Cap()))
+		}
+		defer release()
 	}
 	if err := g.record(ctx, c, audit.DecisionAllowed, "dispatched"); err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -42,6 +43,9 @@ type Server struct {
 	Approvals *approval.Service
 	// Extra mounts (JWKS of the development issuer, metrics, MCP, bundle) by path.
 	Mounts map[string]http.Handler
+	// BodyReadTimeout bounds reading a request's body (0: DefaultBodyReadTimeout); the
+	// headers are bounded by the http.Server's ReadHeaderTimeout.
+	BodyReadTimeout time.Duration
 }
 
 // errorBody is every error answer: a code and a human message.
@@ -70,7 +74,7 @@ func (s *Server) Handler() http.Handler {
 	s.auditRoutes(v1)
 	s.approvalRoutes(v1)
 	v1.GET("/bundles/xema.tar.gz", s.bundle)
-	return e
+	return s.boundBody(e)
 }
 
 func (s *Server) readyz(c echo.Context) error {
