@@ -53,6 +53,7 @@ func init() {
 	f.DurationVar(&cfg.ReloadEvery, "reload-every", 2*time.Second, "how often to look for policy data changed through another replica")
 	f.DurationVar(&cfg.ApprovalTTL, "approval-ttl", 24*time.Hour, "how long a call held for human approval may wait before it expires and never runs")
 	f.DurationVar(&cfg.MCPResyncEvery, "mcp-resync-every", 0, "how often to sync every external MCP server's tools (0: only on its tools/list_changed)")
+	f.DurationVar(&cfg.UnauthAuditInterval, "unauth-audit-interval", gateway.DefaultUnauthInterval, "unauthenticated attempts are audited in one record per route, reason and source per interval of this length")
 	f.StringVar(&idCfg.Issuer, "issuer", "", "external OIDC issuer URL (default: the development issuer)")
 	f.StringVar(&idCfg.Audience, "audience", "", "required token audience with --issuer")
 	f.StringVar(&idCfg.JWKSURL, "jwks-url", "", "JWKS URL of --issuer (default: discovered from the issuer)")
@@ -133,6 +134,9 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	if idCfg.MaxTokenTTL <= 0 {
 		return &exitError{code: 2, err: fmt.Errorf("--max-token-ttl %v: want more than 0", idCfg.MaxTokenTTL)}
 	}
+	if cfg.UnauthAuditInterval < 0 || cfg.UnauthAuditInterval > time.Hour {
+		return &exitError{code: 2, err: fmt.Errorf("--unauth-audit-interval %v: want 0 (the default) up to 1h", cfg.UnauthAuditInterval)}
+	}
 	if cfg.MCPResyncEvery < 0 {
 		return &exitError{code: 2, err: fmt.Errorf("--mcp-resync-every %v: want 0 (off) or more", cfg.MCPResyncEvery)}
 	}
@@ -163,6 +167,7 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 
 	go a.Watch(ctx, cfg.ReloadEvery)
 	go a.PruneRateCounters(ctx, time.Minute)
+	go a.Gateway.Unauth.Run(ctx)
 	go a.Federation.ResyncEvery(ctx, cfg.MCPResyncEvery)
 
 	// No ReadTimeout or WriteTimeout on the server: either would also cut off an invoke that

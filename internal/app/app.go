@@ -61,6 +61,9 @@ type Config struct {
 	// MCPResyncEvery is how often every external MCP server is synced; 0 is never (a pooled
 	// session's tools/list_changed still triggers a sync).
 	MCPResyncEvery time.Duration
+	// UnauthAuditInterval is how long one aggregate record of unauthenticated attempts
+	// (route, reason, source) stays open; 0 means gateway.DefaultUnauthInterval.
+	UnauthAuditInterval time.Duration
 }
 
 // App is a running gateway.
@@ -145,6 +148,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Kernel: a.Kernel, HTTP: &http.Client{}, Resolvers: []gateway.Resolver{a.Bindings, a.Federation},
 		CursorKey: cursorKey, InputHashKey: inputHashKey}
 	a.Gateway.Limiter = &ratelimit.Limiter{Counter: st}
+	a.Gateway.Unauth = &gateway.UnauthAggregator{Audit: a.Approvals.Audit, Revision: eng.Revision, Interval: cfg.UnauthAuditInterval}
 	a.Gateway.Approvals, a.Approvals.Gateway = a.Approvals, a.Gateway
 	a.dsn = cfg.StoreDSN
 	return a, nil
@@ -193,6 +197,9 @@ func (a *App) closeWith(err error) error {
 // Close ends the federated servers' sessions and releases the store.
 func (a *App) Close() error {
 	a.Federation.Close()
+	if a.Gateway != nil {
+		a.Gateway.Unauth.Close() // open aggregate buckets write their counts
+	}
 	a.Approvals.Audit.Close() // queued audit records commit before the store closes
 	return a.Store.Close()
 }

@@ -51,6 +51,8 @@ type Gateway struct {
 	// nothing. Kernel handlers are not counted: a flood of slow providers must not lock an
 	// admin out of the gateway's own operations.
 	Outbound *Slots
+	// Unauth audits unauthenticated attempts in aggregate; nil writes one record each.
+	Unauth *UnauthAggregator
 }
 
 // ApprovalQueue keeps a call until a person approves it.
@@ -366,8 +368,13 @@ func (g *Gateway) record(ctx context.Context, c *call, decision, outcome string)
 }
 
 // RecordUnauthenticated audits a request refused at authentication (no, expired, forged or
-// foreign token). Nothing of the token is recorded: reason is the verifier's code.
-func (g *Gateway) RecordUnauthenticated(ctx context.Context, route, reason string) (string, error) {
+// foreign token) from source (the peer's address). Nothing of the token is recorded: reason is
+// the verifier's code. With Unauth set the attempt is counted into an aggregate record (a
+// flood adds a bounded number of rows); without, it is one record of its own.
+func (g *Gateway) RecordUnauthenticated(ctx context.Context, route, reason, source string) (string, error) {
+	if g.Unauth != nil {
+		return g.Unauth.Record(ctx, route, reason, source)
+	}
 	rec := store.AuditRecord{
 		ID: audit.NewID("unauth_"), Time: time.Now(), Ref: route, Decision: audit.DecisionUnauthenticated,
 		Reasons:        reasonsJSON([]policy.Reason{{Code: CodeUnauthenticated, Detail: reason}}),

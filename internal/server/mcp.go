@@ -58,7 +58,7 @@ func (s *Server) authenticateMCP(next http.Handler) http.Handler {
 		ec, err := s.Auth.Authenticate(r)
 		if err != nil {
 			var ge *gateway.Error
-			if !errors.As(s.unauthenticated(r.Context(), "/mcp", err), &ge) {
+			if !errors.As(s.unauthenticated(r, "/mcp", err), &ge) {
 				ge = &gateway.Error{Status: http.StatusInternalServerError, Code: "INTERNAL", Message: "internal error"}
 			}
 			w.Header().Set("Content-Type", "application/json")
