@@ -41,8 +41,12 @@ func (s *Server) boundBody(next http.Handler) http.Handler {
 		// size bound holds regardless.
 		deadlined := rc.SetReadDeadline(time.Now().Add(timeout)) == nil
 		body, err := io.ReadAll(io.LimitReader(r.Body, MaxBodyBytes+1))
-		if deadlined {
+		if deadlined && err == nil && len(body) <= MaxBodyBytes {
 			_ = rc.SetReadDeadline(time.Time{})
+		} else if deadlined {
+			// Refused: the server must not wait for the rest of the body (it would try to
+			// drain it for keep-alive); a deadline in the past makes it close the connection.
+			_ = rc.SetReadDeadline(time.Unix(1, 0))
 		}
 		var ne net.Error
 		switch {
