@@ -14,10 +14,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/net/netutil"
 
 	"github.com/xemahq/xema/internal/app"
 	"github.com/xemahq/xema/internal/egress"
 	"github.com/xemahq/xema/internal/federation"
+	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/server"
 )
@@ -27,6 +29,7 @@ func init() {
 		cfg     app.Config
 		addr    string
 		idCfg   identity.ServerConfig
+		lim     limits
 		logJSON bool
 		bound   boundaryFlags
 	)
@@ -44,7 +47,7 @@ func init() {
 			if err := bound.apply(&cfg, idCfg); err != nil {
 				return &exitError{code: 2, err: err}
 			}
-			return serve(cmd.Context(), addr, cfg, idCfg, bound.bundleReaders)
+			return serve(cmd.Context(), addr, cfg, idCfg, bound.bundleReaders, lim)
 		},
 	}
 	f := cmd.Flags()
@@ -58,11 +61,19 @@ func init() {
 	f.DurationVar(&cfg.ReloadEvery, "reload-every", 2*time.Second, "how often to look for policy data changed through another replica")
 	f.DurationVar(&cfg.ApprovalTTL, "approval-ttl", 24*time.Hour, "how long a call held for human approval may wait before it expires and never runs")
 	f.DurationVar(&cfg.MCPResyncEvery, "mcp-resync-every", 0, "how often to sync every external MCP server's tools (0: only on its tools/list_changed)")
+	f.DurationVar(&cfg.UnauthAuditInterval, "unauth-audit-interval", gateway.DefaultUnauthInterval, "unauthenticated attempts are audited in one record per route, reason and source per interval of this length")
 	f.StringVar(&idCfg.Issuer, "issuer", "", "external OIDC issuer URL (default: the development issuer)")
 	f.StringVar(&idCfg.Audience, "audience", "", "required token audience with --issuer")
 	f.StringVar(&idCfg.JWKSURL, "jwks-url", "", "JWKS URL of --issuer (default: discovered from the issuer)")
 	f.StringVar(&idCfg.ClaimMapping, "claim-mapping", "", "claim mapping: 'default', 'keycloak' or a JSON file")
 	f.DurationVar(&idCfg.Leeway, "token-leeway", identity.DefaultLeeway, "clock skew allowed on a token's exp, nbf and iat (at most "+identity.MaxLeeway.String()+")")
+	f.DurationVar(&idCfg.MaxTokenTTL, "max-token-ttl", identity.DefaultMaxTokenTTL, "refuse tokens whose lifetime (exp-iat, or exp-now without iat) exceeds this")
+	def := defaultLimits()
+	f.DurationVar(&lim.readHeader, "read-header-timeout", def.readHeader, "how long a client may take to send a request's headers (at most "+maxReadHeaderTimeout.String()+")")
+	f.DurationVar(&lim.read, "read-timeout", def.read, "how long a client may take to send a whole request, headers and body (more than --read-header-timeout, at most "+maxReadTimeout.String()+"); a handler waiting for a provider is not cut off")
+	f.DurationVar(&lim.idle, "idle-timeout", def.idle, "how long an idle keep-alive connection stays open (at most "+maxIdleTimeout.String()+")")
+	f.IntVar(&lim.maxConns, "max-connections", def.maxConns, "most client connections open at once; more wait to be accepted")
+	f.IntVar(&lim.maxInflight, "max-inflight-calls", def.maxInflight, "most outbound calls (http, connector, MCP server) running at once; beyond it a call is answered 503 CAPACITY_EXCEEDED")
 	f.BoolVar(&logJSON, "log-json", false, "log as JSON lines")
 	f.StringArrayVar(&bound.egressAllow, "egress-allow", nil, "a loopback or private CIDR (or address) outbound calls may reach; repeatable (the development issuer allows loopback)")
 	f.StringArrayVar(&bound.stdio, "mcp-stdio", nil, "declare a stdio MCP server: 'ID=COMMAND [ARG]...' (split on spaces); repeatable; the API registers it by providerId ID")
@@ -123,7 +134,42 @@ func (b boundaryFlags) apply(cfg *app.Config, idCfg identity.ServerConfig) error
 	return nil
 }
 
-func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.ServerConfig, bundleReaders []string) error {
+// Upper bounds of the per-request limits (docs/security-bounds.md): a deployment may tighten
+// them, never loosen them.
+const (
+	maxReadHeaderTimeout = 10 * time.Second
+	maxReadTimeout       = 30 * time.Second
+	maxIdleTimeout       = 120 * time.Second
+)
+
+// limits bound one request's work and the gateway's concurrency.
+type limits struct {
+	readHeader, read, idle time.Duration
+	maxConns, maxInflight  int
+}
+
+// defaultLimits are the flags' defaults.
+func defaultLimits() limits {
+	return limits{readHeader: maxReadHeaderTimeout, read: maxReadTimeout, idle: maxIdleTimeout, maxConns: 1024, maxInflight: 256}
+}
+
+func (l limits) check() error {
+	switch {
+	case l.readHeader <= 0 || l.readHeader > maxReadHeaderTimeout:
+		return fmt.Errorf("--read-header-timeout %v: want more than 0 and at most %v", l.readHeader, maxReadHeaderTimeout)
+	case l.read <= l.readHeader || l.read > maxReadTimeout:
+		return fmt.Errorf("--read-timeout %v: want more than --read-header-timeout (%v) and at most %v", l.read, l.readHeader, maxReadTimeout)
+	case l.idle <= 0 || l.idle > maxIdleTimeout:
+		return fmt.Errorf("--idle-timeout %v: want more than 0 and at most %v", l.idle, maxIdleTimeout)
+	case l.maxConns <= 0:
+		return fmt.Errorf("--max-connections %d: want at least 1", l.maxConns)
+	case l.maxInflight <= 0:
+		return fmt.Errorf("--max-inflight-calls %d: want at least 1", l.maxInflight)
+	}
+	return nil
+}
+
+func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.ServerConfig, bundleReaders []string, lim limits) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -139,6 +185,15 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	}
 	if cfg.OperatorOrg == "" {
 		return &exitError{code: 2, err: errors.New("--operator-org: want an org name")}
+	}
+	if err := lim.check(); err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	if idCfg.MaxTokenTTL <= 0 {
+		return &exitError{code: 2, err: fmt.Errorf("--max-token-ttl %v: want more than 0", idCfg.MaxTokenTTL)}
+	}
+	if cfg.UnauthAuditInterval < 0 || cfg.UnauthAuditInterval > time.Hour {
+		return &exitError{code: 2, err: fmt.Errorf("--unauth-audit-interval %v: want 0 (the default) up to 1h", cfg.UnauthAuditInterval)}
 	}
 	if cfg.MCPResyncEvery < 0 {
 		return &exitError{code: 2, err: fmt.Errorf("--mcp-resync-every %v: want 0 (off) or more", cfg.MCPResyncEvery)}
@@ -157,8 +212,10 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	defer ids.Close()
 	a.Gateway.Tokens = ids.ServiceTokens()
 
+	a.Gateway.Outbound = gateway.NewSlots(lim.maxInflight)
+	// The headers get --read-header-timeout, the body what remains of --read-timeout.
 	srv := &server.Server{Gateway: a.Gateway, OperatorOrg: cfg.OperatorOrg, Auth: ids, Ready: a.Ready, Bundles: a.Policy,
-		Mounts: map[string]http.Handler{}, BundleReaders: bundleReaders}
+		Mounts: map[string]http.Handler{}, BundleReaders: bundleReaders, BodyReadTimeout: lim.read - lim.readHeader}
 	srv.Approvals = a.Approvals
 	for path, h := range ids.Mounts() {
 		srv.Mounts[path] = h
@@ -168,13 +225,20 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 
 	go a.Watch(ctx, cfg.ReloadEvery)
 	go a.PruneRateCounters(ctx, time.Minute)
+	go a.Gateway.Unauth.Run(ctx)
 	go a.Federation.ResyncEvery(ctx, cfg.MCPResyncEvery)
 
-	hs := &http.Server{Addr: addr, Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	// No ReadTimeout or WriteTimeout on the server: either would also cut off an invoke that
+	// legitimately waits for a slow provider (ReadTimeout's deadline cancels the request's
+	// context when it fires under the server's background read). The body's read is bounded
+	// by server.boundBody instead, the provider's wait by its timeoutMs.
+	hs := &http.Server{Addr: addr, Handler: srv.Handler(), ReadHeaderTimeout: lim.readHeader, IdleTimeout: lim.idle,
+		MaxHeaderBytes: 64 << 10}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", addr, err)
 	}
+	ln = netutil.LimitListener(ln, lim.maxConns)
 	slog.Info("xema serving", "addr", ln.Addr().String(), "data-dir", cfg.DataDir, "policy-revision", a.Policy.Revision())
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()

@@ -13,7 +13,7 @@ import (
 func TestServeRefusesTokenLeewayOutOfRange(t *testing.T) {
 	for _, leeway := range []time.Duration{0, -time.Second, identity.MaxLeeway + time.Second} {
 		t.Run(leeway.String(), func(t *testing.T) {
-			err := serve(t.Context(), "127.0.0.1:0", app.Config{DataDir: t.TempDir()}, identity.ServerConfig{Leeway: leeway}, nil)
+			err := serve(t.Context(), "127.0.0.1:0", app.Config{DataDir: t.TempDir(), OperatorOrg: identity.DefaultOrg}, identity.ServerConfig{Leeway: leeway}, nil, defaultLimits())
 			var ee *exitError
 			if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), "--token-leeway") {
 				t.Fatalf("leeway %v: want exit 2 naming --token-leeway, got %v", leeway, err)
@@ -24,16 +24,55 @@ func TestServeRefusesTokenLeewayOutOfRange(t *testing.T) {
 
 func TestServeRefusesNegativeMCPResync(t *testing.T) {
 	err := serve(t.Context(), "127.0.0.1:0", app.Config{DataDir: t.TempDir(), OperatorOrg: identity.DefaultOrg, MCPResyncEvery: -time.Second},
-		identity.ServerConfig{Leeway: identity.DefaultLeeway}, nil)
+		identity.ServerConfig{Leeway: identity.DefaultLeeway, MaxTokenTTL: identity.DefaultMaxTokenTTL}, nil, defaultLimits())
 	var ee *exitError
 	if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), "--mcp-resync-every") {
 		t.Fatalf("want exit 2 naming --mcp-resync-every, got %v", err)
 	}
 }
 
+func TestServeRefusesLimitsOutOfRange(t *testing.T) {
+	for _, tc := range []struct {
+		flag   string
+		mutate func(*limits)
+	}{
+		{"--read-header-timeout", func(l *limits) { l.readHeader = 0 }},
+		{"--read-header-timeout", func(l *limits) { l.readHeader = 11 * time.Second }},
+		{"--read-timeout", func(l *limits) { l.read = l.readHeader }},
+		{"--read-timeout", func(l *limits) { l.read = 31 * time.Second }},
+		{"--idle-timeout", func(l *limits) { l.idle = 121 * time.Second }},
+		{"--idle-timeout", func(l *limits) { l.idle = 0 }},
+		{"--max-connections", func(l *limits) { l.maxConns = 0 }},
+		{"--max-inflight-calls", func(l *limits) { l.maxInflight = -1 }},
+	} {
+		t.Run(tc.flag, func(t *testing.T) {
+			lim := defaultLimits()
+			tc.mutate(&lim)
+			err := serve(t.Context(), "127.0.0.1:0", app.Config{DataDir: t.TempDir(), OperatorOrg: identity.DefaultOrg},
+				identity.ServerConfig{Leeway: identity.DefaultLeeway, MaxTokenTTL: identity.DefaultMaxTokenTTL}, nil, lim)
+			var ee *exitError
+			if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), tc.flag) {
+				t.Fatalf("want exit 2 naming %s, got %v", tc.flag, err)
+			}
+		})
+	}
+	if err := defaultLimits().check(); err != nil {
+		t.Fatalf("the defaults are refused: %v", err)
+	}
+}
+
+func TestServeRefusesMaxTokenTTL(t *testing.T) {
+	err := serve(t.Context(), "127.0.0.1:0", app.Config{DataDir: t.TempDir(), OperatorOrg: identity.DefaultOrg},
+		identity.ServerConfig{Leeway: identity.DefaultLeeway, MaxTokenTTL: -time.Hour}, nil, defaultLimits())
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), "--max-token-ttl") {
+		t.Fatalf("want exit 2 naming --max-token-ttl, got %v", err)
+	}
+}
+
 func TestServeRefusesEmptyOperatorOrg(t *testing.T) {
 	err := serve(t.Context(), "127.0.0.1:0", app.Config{DataDir: t.TempDir()},
-		identity.ServerConfig{Leeway: identity.DefaultLeeway}, nil)
+		identity.ServerConfig{Leeway: identity.DefaultLeeway, MaxTokenTTL: identity.DefaultMaxTokenTTL}, nil, defaultLimits())
 	var ee *exitError
 	if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), "--operator-org") {
 		t.Fatalf("want exit 2 naming --operator-org, got %v", err)

@@ -4,6 +4,7 @@ package app
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -73,6 +74,9 @@ type Config struct {
 	// MCPStdio are the operator-declared stdio MCP servers (--mcp-stdio, --mcp-stdio-config):
 	// the only command lines the gateway runs.
 	MCPStdio []federation.StdioServer
+	// UnauthAuditInterval is how long one aggregate record of unauthenticated attempts
+	// (route, reason, source) stays open; 0 means gateway.DefaultUnauthInterval.
+	UnauthAuditInterval time.Duration
 }
 
 // App is a running gateway.
@@ -162,12 +166,42 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err := a.Rebuild(ctx); err != nil {
 		return nil, a.closeWith(err)
 	}
+	cursorKey, inputHashKey, err := deploymentKeys(ctx, st)
+	if err != nil {
+		return nil, a.closeWith(err)
+	}
 	a.Gateway = &gateway.Gateway{Catalog: a.Catalog, Policy: eng, Audit: a.Approvals.Audit, // one log: one writer batches both
-		Kernel: a.Kernel, HTTP: a.HTTP, Resolvers: []gateway.Resolver{a.Bindings, a.Federation}}
+		Kernel: a.Kernel, HTTP: a.HTTP, Resolvers: []gateway.Resolver{a.Bindings, a.Federation},
+		CursorKey: cursorKey, InputHashKey: inputHashKey}
 	a.Gateway.Limiter = &ratelimit.Limiter{Counter: st}
+	a.Gateway.Unauth = &gateway.UnauthAggregator{Audit: a.Approvals.Audit, Revision: eng.Revision, Interval: cfg.UnauthAuditInterval}
 	a.Gateway.Approvals, a.Approvals.Gateway = a.Approvals, a.Gateway
 	a.dsn = cfg.StoreDSN
 	return a, nil
+}
+
+// deploymentKeys loads the search cursor key and the audit input-hash key, generating each
+// (32 random bytes) on the deployment's first start. The store keeps the first one written,
+// so replicas starting together, and every later start, agree on the same keys.
+func deploymentKeys(ctx context.Context, st store.Store) (cursor, inputHash []byte, err error) {
+	load := func(name string) ([]byte, error) {
+		candidate := make([]byte, 32)
+		if _, err := rand.Read(candidate); err != nil {
+			return nil, fmt.Errorf("deployment key %s: %w", name, err)
+		}
+		key, err := st.DeploymentKey(ctx, name, candidate)
+		if err != nil {
+			return nil, fmt.Errorf("deployment key %s: %w", name, err)
+		}
+		return key, nil
+	}
+	if cursor, err = load(audit.KeyCursor); err != nil {
+		return nil, nil, err
+	}
+	if inputHash, err = load(audit.KeyInputHash); err != nil {
+		return nil, nil, err
+	}
+	return cursor, inputHash, nil
 }
 
 // bindings opens the credential keyring (XEMA_SECRET_KEY, or a key file created under
@@ -189,6 +223,9 @@ func (a *App) closeWith(err error) error {
 // Close ends the federated servers' sessions and releases the store.
 func (a *App) Close() error {
 	a.Federation.Close()
+	if a.Gateway != nil {
+		a.Gateway.Unauth.Close() // open aggregate buckets write their counts
+	}
 	a.Approvals.Audit.Close() // queued audit records commit before the store closes
 	return a.Store.Close()
 }

@@ -3,6 +3,7 @@
 package audit
 
 import (
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base32"
@@ -28,11 +29,22 @@ func NewID(prefix string) string {
 // written before the run (so a crash mid-run still leaves it), the outcome after.
 func OutcomeID(auditID string) string { return auditID + ".outcome" }
 
-// InputHash is the sha256 of the raw input as received.
-func InputHash(raw []byte) string {
-	sum := sha256.Sum256(raw)
-	return "sha256:" + hex.EncodeToString(sum[:])
+// InputHash is the HMAC-SHA256 of the raw input as received, under the deployment's
+// input-hash key (KeyInputHash). An unkeyed hash would let anyone who reads the record
+// recover a short input (a secret posted to credential:create@1) by trying candidates; with
+// the key, equal inputs still hash equal within one deployment, which is what the record is
+// for. The key comes from the store (app loads it at start); an empty key is for tests only.
+func InputHash(key, raw []byte) string {
+	mac := hmac.New(sha256.New, key)
+	mac.Write(raw)
+	return "hmac-sha256:" + hex.EncodeToString(mac.Sum(nil))
 }
+
+// Names of the per-deployment secrets kept in the store (store.Store.DeploymentKey).
+const (
+	KeyInputHash = "audit-input-hash"
+	KeyCursor    = "search-cursor"
+)
 
 // Record is the public view of an audit record (GET /v1/audit/{id}).
 type Record struct {
@@ -51,6 +63,42 @@ type Record struct {
 	Outcome        string          `json:"outcome"`
 	LatencyMicros  int64           `json:"latencyMicros"`
 	ParentID       string          `json:"parentAuditId,omitempty"`
+	// Aggregate is set on the records of unauthenticated attempts, audited in aggregate
+	// (gateway.UnauthAggregator).
+	Aggregate *Aggregate `json:"aggregate,omitempty"`
+}
+
+// Aggregate describes an aggregate record: the unauthenticated attempts of one (route,
+// reason, source) in one interval.
+type Aggregate struct {
+	Route  string `json:"route"`
+	Reason string `json:"reason"`
+	Source string `json:"source"`
+	// Count is the attempts this row accounts for: 1 in the opening record, the rest of the
+	// bucket in its closing record. Summed over the rows, the counts are the attempts.
+	Count int64 `json:"count"`
+	// Total is the bucket's attempts: known once the closing record is written (GET
+	// /v1/audit/{id} of the opening record reports it then).
+	Total int64  `json:"total,omitempty"`
+	From  string `json:"from"`
+	Until string `json:"until,omitempty"`
+}
+
+// AggregateCountID is the id of the closing record of the aggregate whose opening record is id.
+func AggregateCountID(id string) string { return id + ".count" }
+
+// AggregateOf returns the aggregate a record's detail holds, or nil.
+func AggregateOf(r store.AuditRecord) *Aggregate {
+	if r.Decision != DecisionUnauthenticated || len(r.Detail) == 0 {
+		return nil
+	}
+	var d struct {
+		Aggregate *Aggregate `json:"aggregate"`
+	}
+	if json.Unmarshal(r.Detail, &d) != nil {
+		return nil
+	}
+	return d.Aggregate
 }
 
 // Subject is who made the call.
@@ -79,6 +127,7 @@ func View(r store.AuditRecord) Record {
 		Reasons: orEmpty(r.Reasons), Suggestions: r.Suggestions, Obligations: r.Obligations,
 		BundleRevision: r.BundleRevision, InputHash: r.InputHash, Runner: r.Runner,
 		Outcome: r.Outcome, LatencyMicros: r.LatencyMicros, ParentID: r.ParentID,
+		Aggregate: AggregateOf(r),
 	}
 }
 

@@ -154,8 +154,9 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	return b.next.RoundTrip(r)
 }
 
-// callError types a failed exchange with the server. The server's own JSON-RPC error message
-// is passed on (clipped); transport details are logged, not answered.
+// callError types a failed exchange with the server. Neither the server's own JSON-RPC error
+// message (often a Go error of the server: addresses, paths) nor transport details are
+// answered: they stay in Err, which the gateway logs with the call's auditId.
 func callError(ctx context.Context, provider, op string, err error) *runner.Error {
 	var re *runner.Error
 	if errors.As(err, &re) {
@@ -168,7 +169,7 @@ func callError(ctx context.Context, provider, op string, err error) *runner.Erro
 	switch {
 	case errors.As(err, &je):
 		return &runner.Error{Status: http.StatusBadGateway, Code: CodeProtocolError, Err: err,
-			Message: fmt.Sprintf("%s answered %s with JSON-RPC error %d: %s", provider, op, je.Code, clip(je.Message, 300))}
+			Message: fmt.Sprintf("%s answered %s with JSON-RPC error %d", provider, op, je.Code)}
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return &runner.Error{Status: http.StatusGatewayTimeout, Code: CodeTimeout, Err: err,
 			Message: fmt.Sprintf("%s did not answer %s in time", provider, op)}

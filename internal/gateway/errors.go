@@ -30,7 +30,10 @@ type Error struct {
 	Message    string                  `json:"message"`
 	AuditID    string                  `json:"auditId,omitempty"`
 	Violations []inputschema.Violation `json:"violations,omitempty"`
-	RetryAfter int                     `json:"retryAfter,omitempty"`
+	// ViolationCount is the total number of violations found; Violations lists at most
+	// MaxViolations of them (Body caps it).
+	ViolationCount int `json:"violationCount,omitempty"`
+	RetryAfter     int `json:"retryAfter,omitempty"`
 	// State and ApprovalID answer a call held for approval (202): status "pending-approval".
 	State      string `json:"status,omitempty"`
 	ApprovalID string `json:"approvalId,omitempty"`
@@ -46,6 +49,13 @@ func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message)
 func (e *Error) Body() any {
 	if e.Denial != nil {
 		return denialBody{Denial: *e.Denial, Code: e.Code, Message: e.Message, RetryAfter: e.RetryAfter}
+	}
+	if len(e.Violations) > 0 {
+		capped := *e
+		var total int
+		capped.Violations, total = capViolations(e.Violations)
+		capped.ViolationCount = max(total, e.ViolationCount) // a producer may have capped already
+		return &capped
 	}
 	return e
 }
@@ -64,8 +74,9 @@ func unknownCapability(ref string) *Error {
 }
 
 func invalidInput(v []inputschema.Violation) *Error {
-	return &Error{Status: http.StatusBadRequest, Code: CodeInvalidInput,
-		Message: fmt.Sprintf("input does not match the capability's schema (%d violation(s))", len(v)), Violations: v}
+	v, total := capViolations(v) // the producer's list is not kept past this answer
+	return &Error{Status: http.StatusBadRequest, Code: CodeInvalidInput, ViolationCount: total,
+		Message: fmt.Sprintf("input does not match the capability's schema (%d violation(s))", total), Violations: v}
 }
 
 func unavailable(code, what string, err error) *Error {

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"time"
@@ -33,6 +34,9 @@ type Gateway struct {
 	HTTP    *http.Client
 	// CursorKey signs search cursors; replicas sharing it accept each other's cursors.
 	CursorKey []byte
+	// InputHashKey keys the audit records' input hashes (audit.InputHash); a per-deployment
+	// secret from the store, shared by replicas.
+	InputHashKey []byte
 	// Resolvers serve refs that neither a declared invocation nor a kernel handler serves
 	// (org-level provider bindings, federated MCP servers). The first that claims a ref wins.
 	Resolvers []Resolver
@@ -42,6 +46,13 @@ type Gateway struct {
 	// Approvals holds the calls whose decision carries the approval obligation; nil
 	// refuses them (fail closed).
 	Approvals ApprovalQueue
+	// Outbound bounds the calls running at once on a runner that leaves the process (http,
+	// connector, mcp-external); beyond it a call is refused with a typed 503. nil bounds
+	// nothing. Kernel handlers are not counted: a flood of slow providers must not lock an
+	// admin out of the gateway's own operations.
+	Outbound *Slots
+	// Unauth audits unauthenticated attempts in aggregate; nil writes one record each.
+	Unauth *UnauthAggregator
 }
 
 // ApprovalQueue keeps a call until a person approves it.
@@ -140,6 +151,13 @@ func (g *Gateway) dispatch(ctx context.Context, c *call, entry *catalog.Entry, d
 	if err != nil {
 		return nil, g.fail(ctx, c, audit.DecisionError, err)
 	}
+	if run.Kind() != "kernel" {
+		release, ok := g.Outbound.Acquire()
+		if !ok {
+			return nil, g.fail(ctx, c, audit.DecisionError, capacityExceeded(g.Outbound.Cap()))
+		}
+		defer release()
+	}
 	if err := g.record(ctx, c, audit.DecisionAllowed, "dispatched"); err != nil {
 		return nil, err
 	}
@@ -154,7 +172,7 @@ func (g *Gateway) begin(ec identity.ExecContext, req Request) *call {
 	return &call{exec: ec, req: req, start: time.Now(), rec: store.AuditRecord{
 		ID: audit.NewID("inv_"), Org: ec.Org, Ref: req.Ref,
 		SubjectKind: ec.Subject.Kind, SubjectRef: ec.Subject.Ref, Environment: ec.Environment,
-		InputHash: audit.InputHash(req.Input), BundleRevision: g.Policy.Revision(),
+		InputHash: audit.InputHash(g.InputHashKey, req.Input), BundleRevision: g.Policy.Revision(),
 		Detail: mustJSON(ec),
 	}}
 }
@@ -289,6 +307,9 @@ func (g *Gateway) run(ctx context.Context, c *call, r runner.Runner) (json.RawMe
 	outcome.Outcome = "ok"
 	var answer error
 	if runErr != nil {
+		// The internal error (a handler's Go error, a dial error) goes to the log with the
+		// auditId; the caller gets the typed code and the runner's fixed message.
+		slog.WarnContext(ctx, "run failed", "ref", c.req.Ref, "auditId", c.rec.ID, "runner", r.Kind(), "err", runErr)
 		answer = providerError(runErr)
 		outcome.Outcome = answer.(*Error).Code
 	}
@@ -347,8 +368,13 @@ func (g *Gateway) record(ctx context.Context, c *call, decision, outcome string)
 }
 
 // RecordUnauthenticated audits a request refused at authentication (no, expired, forged or
-// foreign token). Nothing of the token is recorded: reason is the verifier's code.
-func (g *Gateway) RecordUnauthenticated(ctx context.Context, route, reason string) (string, error) {
+// foreign token) from source (the peer's address). Nothing of the token is recorded: reason is
+// the verifier's code. With Unauth set the attempt is counted into an aggregate record (a
+// flood adds a bounded number of rows); without, it is one record of its own.
+func (g *Gateway) RecordUnauthenticated(ctx context.Context, route, reason, source string) (string, error) {
+	if g.Unauth != nil {
+		return g.Unauth.Record(ctx, route, reason, source)
+	}
 	rec := store.AuditRecord{
 		ID: audit.NewID("unauth_"), Time: time.Now(), Ref: route, Decision: audit.DecisionUnauthenticated,
 		Reasons:        reasonsJSON([]policy.Reason{{Code: CodeUnauthenticated, Detail: reason}}),

@@ -24,6 +24,7 @@ const (
 	ReasonWrongAudience = "wrong_audience"  // aud does not hold the configured audience
 	ReasonBadClaims     = "bad_claims"      // claims do not map to a valid Execution Context
 	ReasonOutboundToken = "outbound_token"  // a token the gateway minted for a provider, replayed inbound
+	ReasonTTLTooLong    = "ttl_too_long"    // exp−iat (or exp−now without iat) exceeds the maximum token lifetime
 )
 
 // TokenError is a rejected token: a reason code and a short detail written by this package

@@ -37,6 +37,8 @@ type ServerConfig struct {
 	Algorithms []string
 	// Leeway for exp, nbf and iat; 0 means DefaultLeeway, at most MaxLeeway.
 	Leeway time.Duration
+	// MaxTokenTTL is the longest token lifetime accepted; 0 means DefaultMaxTokenTTL.
+	MaxTokenTTL time.Duration
 	// IdentityURL (default $XEMA_IDENTITY_URL) with $IDENTITY_API_INTERNAL_TOKEN registers the
 	// gateway for outbound client credentials (oauth.Bootstrap).
 	IdentityURL string
@@ -89,6 +91,7 @@ func NewServerIdentity(ctx context.Context, cfg ServerConfig) (*ServerIdentity, 
 		}
 	}
 	vcfg.Leeway = cfg.Leeway
+	vcfg.MaxTokenTTL = cfg.MaxTokenTTL
 	if si.tokens, err = outboundTokens(ctx, cfg, dev); err != nil {
 		cancel()
 		return nil, err

@@ -22,6 +22,9 @@ import (
 const (
 	DefaultLeeway = 30 * time.Second
 	MaxLeeway     = 2 * time.Minute
+	// DefaultMaxTokenTTL is the longest lifetime of a token accepted when Config.MaxTokenTTL
+	// is 0: a stolen long-lived token would otherwise stay good for years.
+	DefaultMaxTokenTTL = 24 * time.Hour
 )
 
 // asymmetricAlgs are the only algorithms a verifier may allow: a shared-secret (HS*) or
@@ -41,6 +44,9 @@ type Config struct {
 	Algorithms []string
 	// Leeway for exp, nbf and iat; 0 means DefaultLeeway, at most MaxLeeway.
 	Leeway time.Duration
+	// MaxTokenTTL refuses a token whose exp−iat (exp−now when it has no iat) exceeds it;
+	// 0 means DefaultMaxTokenTTL.
+	MaxTokenTTL time.Duration
 	// Mapping turns claims into the Execution Context; nil means DevMapping.
 	Mapping *ClaimMapping
 	// RefreshInterval is how often the JWKS is fetched again (default 1h).
@@ -64,6 +70,7 @@ type Verifier struct {
 	parser   *jwt.Parser
 	mapping  ClaimMapping
 	refused  []string
+	maxTTL   time.Duration
 }
 
 // NewVerifier builds a verifier. With JWKSURL it fetches the JWKS before returning: a JWKS
@@ -87,6 +94,13 @@ func NewVerifier(ctx context.Context, cfg Config) (*Verifier, error) {
 		leeway = DefaultLeeway
 	case leeway < 0 || leeway > MaxLeeway:
 		return nil, fmt.Errorf("identity verifier: leeway %v out of range (0, %v]", leeway, MaxLeeway)
+	}
+	maxTTL := cfg.MaxTokenTTL
+	switch {
+	case maxTTL == 0:
+		maxTTL = DefaultMaxTokenTTL
+	case maxTTL < 0:
+		return nil, fmt.Errorf("identity verifier: max token TTL %v must be positive", maxTTL)
 	}
 	mapping := DevMapping()
 	if cfg.Mapping != nil {
@@ -126,6 +140,7 @@ func NewVerifier(ctx context.Context, cfg Config) (*Verifier, error) {
 		keys:     keys,
 		mapping:  mapping,
 		refused:  slices.Clone(cfg.RefusedClients),
+		maxTTL:   maxTTL,
 		// The alg allow-list is enforced in keyfunc (before any signature check) rather than
 		// by jwt.WithValidMethods, so a refused alg gets its own reason code.
 		parser: jwt.NewParser(
@@ -198,11 +213,32 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (ExecContext, error) 
 			return ExecContext{}, reject(ReasonOutboundToken, "a token of the gateway's own outbound client is never accepted inbound")
 		}
 	}
+	if err := v.checkLifetime(claims, time.Now()); err != nil {
+		return ExecContext{}, err
+	}
 	ec, err := v.mapping.Map(claims)
 	if err != nil {
 		return ExecContext{}, reject(ReasonBadClaims, "%v", err)
 	}
 	return ec, nil
+}
+
+// checkLifetime refuses a token meant to live longer than the maximum: exp−iat, or exp−now
+// for a token without iat (its remaining life is all that can be measured). The parser has
+// already required exp and checked both claims' types.
+func (v *Verifier) checkLifetime(claims jwt.MapClaims, now time.Time) error {
+	exp, err := claims.GetExpirationTime()
+	if err != nil || exp == nil {
+		return reject(ReasonMissingExp, "the token has no exp")
+	}
+	from := now
+	if iat, err := claims.GetIssuedAt(); err == nil && iat != nil {
+		from = iat.Time
+	}
+	if life := exp.Sub(from); life > v.maxTTL {
+		return reject(ReasonTTLTooLong, "the token's lifetime %s exceeds the maximum %s", life.Round(time.Second), v.maxTTL)
+	}
+	return nil
 }
 
 // keyfunc requires a kid and an allowed alg before looking the key up, so a token without a

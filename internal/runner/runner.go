@@ -42,7 +42,12 @@ func TransportError(what string, err error) *Error {
 	return nil
 }
 
-// Error is a typed run failure. Message is safe to show to the caller.
+// MessageHandlerFailed is all a caller learns of a kernel handler's untyped error.
+const MessageHandlerFailed = "the capability's handler failed; the operator's log has the detail under this call's auditId"
+
+// Error is a typed run failure. Message is safe to show to the caller: a fixed sentence of
+// this package or one a handler wrote for its caller (ClientError), never an error's text.
+// Err holds the underlying error for the log only.
 type Error struct {
 	Code           string
 	Message        string
@@ -78,7 +83,9 @@ func (k Kernel) Run(ctx context.Context, call kernel.Call) (json.RawMessage, err
 		if errors.As(err, &re) {
 			return nil, re
 		}
-		return nil, &Error{Code: CodeHandlerFailed, Message: err.Error(), Err: err}
+		// The Go error may name files, addresses or store internals: it is kept in Err for the
+		// log (the gateway logs it with the auditId), never shown to the caller.
+		return nil, &Error{Code: CodeHandlerFailed, Message: MessageHandlerFailed, Err: err}
 	}
 	raw, err := json.Marshal(out)
 	if err != nil {

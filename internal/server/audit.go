@@ -47,6 +47,16 @@ func (s *Server) auditRecord(c echo.Context) error {
 	if outcome, err := s.Gateway.Audit.Store.GetAudit(c.Request().Context(), audit.OutcomeID(rec.ID)); err == nil && outcome.Org == rec.Org {
 		view.Runner, view.Outcome, view.LatencyMicros = outcome.Runner, outcome.Outcome, outcome.LatencyMicros
 	}
+	if ag := view.Aggregate; ag != nil && ag.Total == 0 {
+		// An opening record: the bucket's total is on its closing record once written, else
+		// (still open, or one attempt) the count so far is 1 as far as the log knows.
+		ag.Total = ag.Count
+		if closing, err := s.Gateway.Audit.Store.GetAudit(c.Request().Context(), audit.AggregateCountID(rec.ID)); err == nil {
+			if cl := audit.AggregateOf(closing); cl != nil {
+				ag.Total, ag.Until = cl.Total, cl.Until
+			}
+		}
+	}
 	return c.JSON(http.StatusOK, view)
 }
 

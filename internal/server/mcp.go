@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -57,13 +58,26 @@ func (s *Server) authenticateMCP(next http.Handler) http.Handler {
 		ec, err := s.Auth.Authenticate(r)
 		if err != nil {
 			var ge *gateway.Error
-			if !errors.As(s.unauthenticated(r.Context(), "/mcp", err), &ge) {
+			if !errors.As(s.unauthenticated(r, "/mcp", err), &ge) {
 				ge = &gateway.Error{Status: http.StatusInternalServerError, Code: "INTERNAL", Message: "internal error"}
 			}
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(ge.Status)
 			_ = json.NewEncoder(w).Encode(ge.Body())
 			return
+		}
+		if r.Body != nil {
+			// boundBody has read the body (at most MaxBodyBytes) into memory.
+			body, err := io.ReadAll(io.LimitReader(r.Body, MaxBodyBytes+1))
+			if err != nil || len(body) > MaxBodyBytes {
+				tooLarge(w)
+				return
+			}
+			if isBatch(body) {
+				refuseBatch(w)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), mcpCaller{}, ec)))
 	})

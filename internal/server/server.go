@@ -11,8 +11,10 @@ import (
 	"io"
 	"log/slog"
 	"mime"
+	"net"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -47,6 +49,9 @@ type Server struct {
 	// BundleReaders are the subject refs (xema serve --bundle-reader) the policy bundle is
 	// served to; nobody else may fetch it.
 	BundleReaders []string
+	// BodyReadTimeout bounds reading a request's body (0: DefaultBodyReadTimeout); the
+	// headers are bounded by the http.Server's ReadHeaderTimeout.
+	BodyReadTimeout time.Duration
 }
 
 // errorBody is every error answer: a code and a human message.
@@ -75,7 +80,7 @@ func (s *Server) Handler() http.Handler {
 	s.auditRoutes(v1)
 	s.approvalRoutes(v1)
 	v1.GET("/bundles/xema.tar.gz", s.bundle)
-	return e
+	return s.boundBody(e)
 }
 
 func (s *Server) readyz(c echo.Context) error {
@@ -92,7 +97,7 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		ec, err := s.Auth.Authenticate(c.Request())
 		if err != nil {
-			return s.unauthenticated(c.Request().Context(), c.Path(), err)
+			return s.unauthenticated(c.Request(), c.Path(), err)
 		}
 		c.Set(ctxKey, ec)
 		return next(c)
@@ -101,13 +106,19 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 
 // unauthenticated audits the refused attempt and answers 401. The verifier's messages never
 // contain the token.
-func (s *Server) unauthenticated(ctx context.Context, route string, err error) error {
+// The source is the TCP peer, never a forwarded-for header a client could rotate (the
+// aggregator's bucket map is bounded either way).
+func (s *Server) unauthenticated(r *http.Request, route string, err error) error {
 	reason := identity.Reason(err)
-	id, aerr := s.Gateway.RecordUnauthenticated(ctx, route, reason)
+	source := r.RemoteAddr
+	if host, _, serr := net.SplitHostPort(source); serr == nil {
+		source = host
+	}
+	id, aerr := s.Gateway.RecordUnauthenticated(r.Context(), route, reason, source)
 	if aerr != nil {
 		return aerr
 	}
-	slog.Info("unauthenticated request", "route", route, "reason", reason, "auditId", id)
+	slog.Debug("unauthenticated request", "route", route, "reason", reason, "auditId", id)
 	return &gateway.Error{Status: http.StatusUnauthorized, Code: gateway.CodeUnauthenticated, Message: err.Error(), AuditID: id}
 }
 

@@ -154,6 +154,11 @@ type Store interface {
 
 	ObligationStore
 
+	// DeploymentKey returns the per-deployment secret called name, storing candidate first
+	// if none is stored (insert-if-absent): replicas starting together all get the one key
+	// written first. The secret never leaves the store except through this call.
+	DeploymentKey(ctx context.Context, name string, candidate []byte) ([]byte, error)
+
 	// Revision increases with every change to data the policy is compiled from
 	// (capabilities, lifecycle, grants), so replicas can tell when to rebuild.
 	Revision(ctx context.Context) (int64, error)

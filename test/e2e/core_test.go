@@ -61,7 +61,7 @@ func testWalkthrough(t *testing.T, g *gateway, agent, public string) {
 			t.Errorf("audit %s = %q, want %q", path, got, want)
 		}
 	}
-	if str(rec.Body, "policyRevision") == "" || !strings.HasPrefix(str(rec.Body, "inputHash"), "sha256:") {
+	if str(rec.Body, "policyRevision") == "" || !strings.HasPrefix(str(rec.Body, "inputHash"), "hmac-sha256:") {
 		t.Errorf("audit record lacks revision or input hash: %s", rec.Raw)
 	}
 
@@ -126,6 +126,7 @@ func testAuditHoldsNoInput(t *testing.T, g *gateway, agent, public string) {
 	const secret = "sk-live-9f8e7d6c5b4a39281706"
 	input := validTicket + `,"apiKey":"` + secret + `"}`
 	sum := sha256.Sum256([]byte(input))
+	hashes := map[string]bool{}
 	for _, caller := range []struct {
 		name, token string
 		status      int
@@ -137,9 +138,16 @@ func testAuditHoldsNoInput(t *testing.T, g *gateway, agent, public string) {
 		if strings.Contains(string(rec.Raw), secret) || strings.Contains(string(rec.Raw), "Printer on fire") {
 			t.Errorf("%s: the audit record holds raw input: %s", caller.name, rec.Raw)
 		}
-		if got, want := str(rec.Body, "inputHash"), "sha256:"+hex.EncodeToString(sum[:]); got != want {
-			t.Errorf("%s: inputHash %s, want %s", caller.name, got, want)
+		// Keyed (the deployment's input-hash key): the unkeyed sha256 of the input, which anyone
+		// could recompute from a guess, must not appear; equal inputs still hash equal.
+		got := str(rec.Body, "inputHash")
+		if !strings.HasPrefix(got, "hmac-sha256:") || strings.Contains(got, hex.EncodeToString(sum[:])) {
+			t.Errorf("%s: inputHash %s, want a keyed hmac-sha256", caller.name, got)
 		}
+		hashes[got] = true
+	}
+	if len(hashes) != 1 {
+		t.Errorf("one input hashed to %d different values: %v", len(hashes), hashes)
 	}
 }
 

@@ -101,7 +101,9 @@ func classify(err error) error {
 		return nil
 	}
 	switch se.Code() {
-	case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
+	case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY,
+		// RAISE(ABORT) of the append-only triggers: a stored audit id, or a change to one.
+		sqlite3.SQLITE_CONSTRAINT_TRIGGER:
 		return store.ErrConflict
 	case sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY:
 		return store.ErrNotFound

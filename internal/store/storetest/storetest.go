@@ -48,6 +48,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ConcurrentPublish", testConcurrentPublish},
 		{"Ping", testPing},
 		{"Federation", testFederation},
+		{"DeploymentKeys", testDeploymentKeys},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,54 @@
+package sqlite
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/xemahq/xema/internal/store"
+)
+
+// TestAuditRefusesReplace: INSERT OR REPLACE, REPLACE INTO and UPSERT deleted-and-rewrote an
+// audit row without firing the DELETE trigger; the BEFORE INSERT trigger of 0006 refuses every
+// insert naming a stored id, through a raw connection as through the store.
+func TestAuditRefusesReplace(t *testing.T) {
+	ctx := context.Background()
+	s := open(t).(rawStore)
+	orig := store.AuditRecord{ID: "a-1", Time: time.UnixMicro(1_700_000_000_000_000).UTC(), Ref: "x:y@1",
+		Decision: "denied", Outcome: "not-run", InputHash: "h"}
+	if err := s.AppendAudit(ctx, orig); err != nil {
+		t.Fatal(err)
+	}
+	const cols = `(id, time, ref, subject_kind, subject_ref, environment, decision, bundle_revision, input_hash, runner, outcome, latency_micros, parent_id)`
+	for _, tc := range []struct {
+		name, q string
+	}{
+		{"insert or replace", `INSERT OR REPLACE INTO audit_log ` + cols + ` VALUES ('a-1', 1, 'x:y@1', '', '', '', 'allowed', '', 'forged', '', 'ok', 0, '')`},
+		{"replace into", `REPLACE INTO audit_log ` + cols + ` VALUES ('a-1', 1, 'x:y@1', '', '', '', 'allowed', '', 'forged', '', 'ok', 0, '')`},
+		{"upsert", `INSERT INTO audit_log ` + cols + ` VALUES ('a-1', 1, 'x:y@1', '', '', '', 'allowed', '', 'forged', '', 'ok', 0, '')
+			ON CONFLICT (id) DO UPDATE SET decision = excluded.decision, input_hash = excluded.input_hash`},
+		{"insert or ignore", `INSERT OR IGNORE INTO audit_log ` + cols + ` VALUES ('a-1', 1, 'x:y@1', '', '', '', 'allowed', '', 'forged', '', 'ok', 0, '')`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := s.ExecRaw(ctx, tc.q); err == nil {
+				t.Fatalf("%s succeeded on the append-only audit log", tc.name)
+			}
+			got, err := s.GetAudit(ctx, "a-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Decision != orig.Decision || got.InputHash != orig.InputHash || !got.Time.Equal(orig.Time) {
+				t.Fatalf("record changed: %+v", got)
+			}
+		})
+	}
+	// The trigger refuses only stored ids: the same statement with a new id is an insert.
+	if err := s.ExecRaw(ctx, `INSERT OR REPLACE INTO audit_log `+cols+` VALUES ('a-2', 1, 'x:y@1', '', '', '', 'allowed', '', 'h', '', 'ok', 0, '')`); err != nil {
+		t.Fatalf("a new id: %v", err)
+	}
+	// A duplicate through the store is still the typed conflict.
+	if err := s.AppendAudit(ctx, orig); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("duplicate AppendAudit = %v, want ErrConflict", err)
+	}
+}
