@@ -153,6 +153,8 @@ type Store interface {
 	GetAudit(ctx context.Context, id string) (AuditRecord, error)
 
 	ObligationStore
+	IdempotencyStore
+	HealthStore
 
 	// DeploymentKey returns the per-deployment secret called name, storing candidate first
 	// if none is stored (insert-if-absent): replicas starting together all get the one key
