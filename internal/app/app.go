@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -39,6 +40,7 @@ import (
 	"github.com/xemahq/xema/internal/policy"
 	"github.com/xemahq/xema/internal/ratelimit"
 	"github.com/xemahq/xema/internal/runner"
+	"github.com/xemahq/xema/internal/spool"
 	"github.com/xemahq/xema/internal/store"
 	"github.com/xemahq/xema/internal/store/engine"
 )
@@ -100,6 +102,16 @@ type App struct {
 	envs     grant.Environments
 	profiles grant.Profiles
 
+	// Spool keeps outcomes, approval ends and idempotency answers the store could not take.
+	Spool *spool.Spool
+	// Replica is this process's id in approval leases and the write probe.
+	Replica string
+	// KeysReady reports whether the identity provider's keys are available (set by serve).
+	KeysReady func(ctx context.Context) error
+
+	ready    readiness
+	draining atomic.Bool
+
 	dsn      string     // the store DSN, for the change listener of a PostgreSQL store
 	mu       sync.Mutex // serializes rebuilds
 	loadedAt int64
@@ -128,6 +140,12 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	a := &App{Store: st, Kernel: kernel.New(), Catalog: catalog.New(st), Policy: eng,
 		envs: grant.DefaultEnvironments(), profiles: grant.Builtin(), loadedAt: -1}
+	if a.Replica, err = replicaID(cfg.DataDir); err != nil {
+		return nil, a.closeWith(err)
+	}
+	if a.Spool, err = spool.Open(cfg.DataDir, st); err != nil {
+		return nil, a.closeWith(err)
+	}
 	a.Egress = egress.New(cfg.EgressAllow)
 	a.HTTP = a.Egress.Client(nil)
 	a.Publisher = &catalog.Publisher{Store: st, OperatorOrg: cfg.OperatorOrg, Kernel: a.Kernel, Envs: a.envs, Profiles: a.profiles,
@@ -145,7 +163,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err := admin.Register(a.Kernel, a.Publisher); err != nil {
 		return nil, a.closeWith(err)
 	}
-	a.Approvals = &approval.Service{Store: st, Policy: eng, Audit: &audit.Log{Store: st}, TTL: cfg.ApprovalTTL}
+	a.Approvals = &approval.Service{Store: st, Policy: eng, Audit: &audit.Log{Store: st}, TTL: cfg.ApprovalTTL,
+		Replica: a.Replica, Spool: a.Spool}
 	if err := approval.Register(a.Kernel, a.Approvals); err != nil {
 		return nil, a.closeWith(err)
 	}
@@ -176,7 +195,11 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	a.Gateway.Limiter = &ratelimit.Limiter{Counter: st}
 	a.Gateway.Unauth = &gateway.UnauthAggregator{Audit: a.Approvals.Audit, Revision: eng.Revision, Interval: cfg.UnauthAuditInterval}
 	a.Gateway.Approvals, a.Approvals.Gateway = a.Approvals, a.Gateway
+	a.Gateway.Spool, a.Gateway.Idempotency = a.Spool, st
 	a.dsn = cfg.StoreDSN
+	if err := a.recoverAtStart(ctx); err != nil {
+		return nil, a.closeWith(err)
+	}
 	return a, nil
 }
 
@@ -216,17 +239,26 @@ func bindings(dataDir string, st store.Store, pol *egress.Policy, hc *http.Clien
 }
 
 func (a *App) closeWith(err error) error {
+	if a.Spool != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = a.Spool.Close(ctx)
+		cancel()
+	}
 	a.Store.Close()
 	return err
 }
 
-// Close ends the federated servers' sessions and releases the store.
+// Close ends the federated servers' sessions, commits what the audit log and the spool hold,
+// and releases the store last.
 func (a *App) Close() error {
 	a.Federation.Close()
 	if a.Gateway != nil {
 		a.Gateway.Unauth.Close() // open aggregate buckets write their counts
 	}
 	a.Approvals.Audit.Close() // queued audit records commit before the store closes
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = a.Spool.Close(ctx) // what the store still refuses stays in the file for the next start
+	cancel()
 	return a.Store.Close()
 }
 
@@ -482,15 +514,4 @@ func (a *App) catchUp(ctx context.Context) {
 			slog.Error("policy rebuild failed; keeping the serving bundle", "err", err)
 		}
 	}
-}
-
-// Ready reports whether the store answers and a policy bundle is loaded.
-func (a *App) Ready(ctx context.Context) error {
-	if err := a.Store.Ping(ctx); err != nil {
-		return fmt.Errorf("store: %w", err)
-	}
-	if a.Policy.Revision() == "" {
-		return errors.New("policy: no bundle loaded")
-	}
-	return nil
 }

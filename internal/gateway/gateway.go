@@ -21,6 +21,7 @@ import (
 	"github.com/xemahq/xema/internal/policy"
 	"github.com/xemahq/xema/internal/ratelimit"
 	"github.com/xemahq/xema/internal/runner"
+	"github.com/xemahq/xema/internal/spool"
 	"github.com/xemahq/xema/internal/store"
 )
 
@@ -53,6 +54,13 @@ type Gateway struct {
 	Outbound *Slots
 	// Unauth audits unauthenticated attempts in aggregate; nil writes one record each.
 	Unauth *UnauthAggregator
+	// Spool keeps the outcome records the audit log could not take, and writes them once
+	// the store is back; nil keeps none (the answer still says the call ran).
+	Spool *spool.Spool
+	// Idempotency keeps the answers of calls made with an idempotency key; nil refuses keys.
+	Idempotency store.IdempotencyStore
+
+	inflight runs
 }
 
 // ApprovalQueue keeps a call until a person approves it.
@@ -95,6 +103,8 @@ type call struct {
 	req   Request
 	start time.Time
 	rec   store.AuditRecord
+	// dispatching is RunApproved's hook between the decision record and the run.
+	dispatching func(ctx context.Context) error
 }
 
 // Invoke runs req for the caller ec through the whole funnel. Every outcome, allowed or not,
@@ -114,10 +124,14 @@ func (g *Gateway) Invoke(ctx context.Context, ec identity.ExecContext, req Reque
 // RunApproved runs a call a person has approved, as its requester: route, validate and
 // authorize again under the policy serving now (a grant revoked meanwhile denies), then
 // resolve and run, without counting limits or asking for approval a second time. Its
-// records link to parentAuditID, the audit record of the original call.
-func (g *Gateway) RunApproved(ctx context.Context, ec identity.ExecContext, req Request, parentAuditID string) (*Result, error) {
+// records link to parentAuditID, the audit record of the original call. dispatching, when
+// set, is called after the decision record and before the runner; its error stops the call
+// (the approval was taken by another replica's recovery), recorded as not dispatched.
+func (g *Gateway) RunApproved(ctx context.Context, ec identity.ExecContext, req Request, parentAuditID string,
+	dispatching func(ctx context.Context) error) (*Result, error) {
 	c := g.begin(ec, req)
 	c.rec.ParentID = parentAuditID
+	c.dispatching = dispatching
 	entry, decision, err := g.admit(ctx, c)
 	if err != nil {
 		return nil, err
@@ -158,8 +172,16 @@ func (g *Gateway) dispatch(ctx context.Context, c *call, entry *catalog.Entry, d
 		}
 		defer release()
 	}
-	if err := g.record(ctx, c, audit.DecisionAllowed, "dispatched"); err != nil {
+	// The decision record says admitted, not dispatched: the outcome record, written after
+	// the run, is the one that says how it ended.
+	if err := g.record(ctx, c, audit.DecisionAllowed, OutcomeAdmitted); err != nil {
 		return nil, err
+	}
+	if c.dispatching != nil {
+		if err := c.dispatching(ctx); err != nil {
+			g.closeUndispatched(ctx, c, run.Kind())
+			return nil, err
+		}
 	}
 	out, err := g.run(ctx, c, run)
 	if err != nil {
@@ -201,6 +223,7 @@ func (g *Gateway) authorize(ctx context.Context, c *call, entry *catalog.Entry, 
 	if err != nil {
 		return policy.Decision{}, unavailable(CodePolicyUnavailable, "policy", err)
 	}
+	deps.ok("policy")
 	c.rec.Reasons = reasonsJSON(d.Reasons)
 	c.rec.Suggestions = reasonsJSON(d.Suggestions)
 	c.rec.Obligations = reasonsJSON(d.Obligations)
@@ -226,6 +249,7 @@ func (g *Gateway) obligations(ctx context.Context, c *call, entry *catalog.Entry
 		if err != nil {
 			return g.fail(ctx, c, audit.DecisionError, unavailable(CodeStoreUnavailable, "rate limiter", err))
 		}
+		deps.ok("rate limiter")
 		if usage != nil {
 			return g.limited(ctx, c, entry, usage)
 		}
@@ -298,15 +322,40 @@ func (g *Gateway) resolve(ctx context.Context, ec identity.ExecContext, entry *c
 		Message: fmt.Sprintf("%s has no runner in this environment", entry.Ref())}
 }
 
-// run executes the call and appends its outcome, linked to the decision record.
+// closeUndispatched writes the outcome record of an admitted call that never reached its
+// runner, so its decision record is not left open.
+func (g *Gateway) closeUndispatched(ctx context.Context, c *call, kind string) {
+	outcome := c.rec
+	outcome.ParentID, outcome.ID = c.rec.ID, audit.OutcomeID(c.rec.ID)
+	outcome.Runner, outcome.Outcome, outcome.Time = kind, OutcomeNotDispatched, time.Now()
+	if err := g.Audit.Append(context.WithoutCancel(ctx), outcome); err != nil {
+		g.Spool.Add(spool.Entry{Audit: &outcome})
+	}
+}
+
+// run executes the call and appends its outcome, linked to the decision record. A shutdown
+// past its deadline (AbortRuns) cuts the run off: the outcome says interrupted. When the
+// outcome cannot be recorded the answer says the call ran, and the outcome is spooled.
 func (g *Gateway) run(ctx context.Context, c *call, r runner.Runner) (json.RawMessage, error) {
 	c.rec.Runner = r.Kind()
-	out, runErr := r.Run(ctx, kernel.Call{Ref: c.req.Ref, Input: c.req.Input, Exec: c.exec, AuditID: c.rec.ID})
+	rs := g.runs()
+	rs.add()
+	defer rs.done()
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(rs.ctx, cancel)
+	defer stop()
+	out, runErr := r.Run(runCtx, kernel.Call{Ref: c.req.Ref, Input: c.req.Input, Exec: c.exec, AuditID: c.rec.ID})
 	outcome := c.rec
 	outcome.ParentID, outcome.ID = c.rec.ID, audit.OutcomeID(c.rec.ID)
 	outcome.Outcome = "ok"
 	var answer error
-	if runErr != nil {
+	switch {
+	case runErr != nil && rs.ctx.Err() != nil:
+		slog.WarnContext(ctx, "run cut off by shutdown", "ref", c.req.Ref, "auditId", c.rec.ID, "runner", r.Kind())
+		answer = interrupted(c.rec.ID)
+		outcome.Outcome = CodeInterrupted
+	case runErr != nil:
 		// The internal error (a handler's Go error, a dial error) goes to the log with the
 		// auditId; the caller gets the typed code and the runner's fixed message.
 		slog.WarnContext(ctx, "run failed", "ref", c.req.Ref, "auditId", c.rec.ID, "runner", r.Kind(), "err", runErr)
@@ -315,9 +364,13 @@ func (g *Gateway) run(ctx context.Context, c *call, r runner.Runner) (json.RawMe
 	}
 	outcome.LatencyMicros = time.Since(c.start).Microseconds()
 	outcome.Time = time.Now()
-	if err := g.Audit.Append(ctx, outcome); err != nil {
-		return nil, unavailable(CodeAuditUnavailable, "audit log", err)
+	// The run happened: its outcome is written even if the caller has gone.
+	if err := g.Audit.Append(context.WithoutCancel(ctx), outcome); err != nil {
+		deps.fail("audit log", err)
+		spooled := g.Spool.Add(spool.Entry{Audit: &outcome})
+		return nil, outcomeNotRecorded(c.rec.ID, outcome.Outcome, spooled, out)
 	}
+	deps.ok("audit log")
 	if answer != nil {
 		answer.(*Error).AuditID = c.rec.ID
 		return nil, answer
@@ -332,6 +385,8 @@ func providerError(err error) *Error {
 	}
 	status := http.StatusBadGateway
 	switch {
+	case re.Code == runner.CodeProviderTimeout:
+		status = http.StatusGatewayTimeout // every runner: http, connector, mcp-external
 	case re.Status != 0:
 		status = re.Status
 	case re.Code == runner.CodeNoToken:
@@ -364,6 +419,7 @@ func (g *Gateway) record(ctx context.Context, c *call, decision, outcome string)
 	if err := g.Audit.Append(ctx, c.rec); err != nil {
 		return unavailable(CodeAuditUnavailable, "audit log", err)
 	}
+	deps.ok("audit log")
 	return nil
 }
 

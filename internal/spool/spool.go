@@ -38,8 +38,8 @@ const RetryEvery = time.Second
 
 // Entry is one deferred write; exactly one field is set.
 type Entry struct {
-	Audit       *store.AuditRecord          `json:"audit,omitempty"`
-	Approval    *store.ApprovalTransition   `json:"approval,omitempty"`
+	Audit       *store.AuditRecord           `json:"audit,omitempty"`
+	Approval    *store.ApprovalTransition    `json:"approval,omitempty"`
 	Idempotency *store.IdempotencyCompletion `json:"idempotency,omitempty"`
 }
 
