@@ -84,6 +84,16 @@ type readiness struct {
 const ProbeEvery = time.Second
 
 func (a *App) probeStore(ctx context.Context) error {
+	if err := a.probeCached(ctx); err != nil {
+		return err
+	}
+	if what, failed := gateway.RecentFailure(RecentFailureWindow, "audit log", "rate limiter", "idempotency store"); failed {
+		return fmt.Errorf("store refused a write of the %s within the last %v", what, RecentFailureWindow)
+	}
+	return nil
+}
+
+func (a *App) probeCached(ctx context.Context) error {
 	r := &a.ready
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -106,10 +116,14 @@ func (a *App) probeStore(ctx context.Context) error {
 		gateway.DependencyOK("store write probe")
 	}
 	if err != nil {
-		return fmt.Errorf("store cannot take a write: %w", err)
+		r.err = fmt.Errorf("store cannot take a write: %w", err)
 	}
-	return nil
+	return r.err
 }
+
+// RecentFailureWindow: a store write a call needed that failed this recently fails /readyz
+// even when the probe passes.
+const RecentFailureWindow = 5 * time.Second
 
 // Ready reports whether the gateway can serve: the store takes a write (a probe, cached for
 // ProbeEvery), a policy bundle is loaded, the identity provider's keys are available, and it

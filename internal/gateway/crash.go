@@ -38,7 +38,7 @@ func outcomeNotRecorded(auditID, outcome string, spooled bool, output json.RawMe
 	}
 	return &Error{Status: http.StatusInternalServerError, Code: CodeOutcomeNotRecorded, AuditID: auditID, Outcome: outcome,
 		Message: fmt.Sprintf("the call ran (its runner ended %q) but its outcome could not be recorded; the outcome is %s. "+
-			"It was not denied: retry only with the same Idempotency-Key", outcome, where), output: output}
+			"This is not a denial: retry only with the same Idempotency-Key", outcome, where), output: output}
 }
 
 func interrupted(auditID string) *Error {
@@ -117,6 +117,7 @@ type outages struct {
 	mu     sync.Mutex
 	active atomic.Int32
 	by     map[string]*outage
+	last   map[string]time.Time // the latest failure of each dependency
 }
 
 type outage struct {
@@ -125,7 +126,7 @@ type outage struct {
 	lastErr string
 }
 
-var deps = &outages{by: map[string]*outage{}}
+var deps = &outages{by: map[string]*outage{}, last: map[string]time.Time{}}
 
 // fail counts a failure of what; the first of an outage is logged.
 func (o *outages) fail(what string, err error) {
@@ -140,6 +141,21 @@ func (o *outages) fail(what string, err error) {
 	}
 	cur.failed++
 	cur.lastErr = fmt.Sprint(err)
+	o.last[what] = time.Now()
+}
+
+// RecentFailure names a dependency among whats that failed a call within the last d, if
+// one did: readiness fails on it (a write probe can pass while real writes fail, e.g. SQLite
+// reusing WAL space on a full disk).
+func RecentFailure(d time.Duration, whats ...string) (string, bool) {
+	deps.mu.Lock()
+	defer deps.mu.Unlock()
+	for _, w := range whats {
+		if t, ok := deps.last[w]; ok && time.Since(t) < d {
+			return w, true
+		}
+	}
+	return "", false
 }
 
 // ok ends what's outage, if one is going on.

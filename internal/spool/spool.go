@@ -160,9 +160,16 @@ func (s *Spool) Len() int {
 func (s *Spool) Run(ctx context.Context) {
 	t := time.NewTicker(RetryEvery)
 	defer t.Stop()
+	var failing error
 	for {
 		if s.Len() > 0 {
-			_ = s.Drain(ctx)
+			dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err := s.Drain(dctx)
+			cancel()
+			if err != nil && (failing == nil || err.Error() != failing.Error()) {
+				slog.Warn("outcome spool: the store refuses its entries; retrying every second", "entries", s.Len(), "err", err)
+			}
+			failing = err
 		}
 		select {
 		case <-ctx.Done():

@@ -134,7 +134,7 @@ func commentInput(text string) map[string]any {
 
 // crashTotals are the counts of a crash run, reported in BENCHMARKS.md ("Faults").
 type crashTotals struct {
-	kills, invokes, answered, auditMissing, doubleRuns, replayed, inUse int
+	kills, invokes, answered, auditMissing, doubleRuns, replayed, inUse            int
 	approvals, approvalsAnswered, stuck, recoveredPending, interrupted, reapproved int
 }
 
@@ -322,8 +322,8 @@ func TestIdempotencyKeys(t *testing.T) {
 	})
 }
 
-// TestProviderTimeoutIs504: a provider slower than its timeoutMs is a 504 PROVIDER_TIMEOUT.
-func TestProviderTimeoutIs504(t *testing.T) {
+// TestCrashProviderTimeoutIs504: a provider slower than its timeoutMs is a 504 PROVIDER_TIMEOUT.
+func TestCrashProviderTimeoutIs504(t *testing.T) {
 	g := startGateway(t, "")
 	prov := newCountingProvider(t)
 	admin := g.adminToken()
