@@ -38,6 +38,7 @@ import (
 	"github.com/xemahq/xema/internal/manifest"
 	"github.com/xemahq/xema/internal/policy"
 	"github.com/xemahq/xema/internal/ratelimit"
+	"github.com/xemahq/xema/internal/replay"
 	"github.com/xemahq/xema/internal/runner"
 	"github.com/xemahq/xema/internal/store"
 	"github.com/xemahq/xema/internal/store/engine"
@@ -136,6 +137,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, a.closeWith(err)
 	}
 	a.Publisher.HasBinding = a.Bindings.Serves
+	a.Publisher.Impact = a.grantImpact
 	if err := binding.Register(a.Kernel, a.Bindings); err != nil {
 		return nil, a.closeWith(err)
 	}
@@ -364,6 +366,25 @@ func (a *App) Rebuild(ctx context.Context) error {
 // compile builds data.xema at snap, with extra grants counted as if recorded.
 func (a *App) compile(ctx context.Context, snap *catalog.Snapshot, extra ...store.Grant) (map[string]any, string, error) {
 	return compileData(ctx, a.Catalog, snap, a.envs, a.profiles, extra...)
+}
+
+// grantImpact replays the calls candidate's org recorded since with the serving policy over
+// the data candidate would make (a grant's dry run). Nothing is stored.
+func (a *App) grantImpact(ctx context.Context, candidate store.Grant, since time.Time) (catalog.Impact, error) {
+	data, rev, err := a.compile(ctx, a.Catalog.Snapshot(), candidate)
+	if err != nil {
+		return catalog.Impact{}, err
+	}
+	eng, err := a.Policy.WithData(ctx, data, rev+"+dry-run")
+	if err != nil {
+		return catalog.Impact{}, fmt.Errorf("dry run: %w", err)
+	}
+	rep, err := replay.Run(ctx, a.Store, eng, replay.Window{Since: since, Org: candidate.Org})
+	if err != nil {
+		return catalog.Impact{}, fmt.Errorf("dry run: %w", err)
+	}
+	return catalog.Impact{Considered: rep.Considered, AllowToDeny: rep.AllowToDeny, DenyToAllow: rep.DenyToAllow,
+		Since: since.UTC().Format(time.RFC3339)}, nil
 }
 
 // PolicyData compiles data.xema from st as a gateway serving it now would (with the built-in

@@ -190,3 +190,47 @@ func openStoreDB(t *testing.T, g *gateway) *sql.DB {
 	t.Cleanup(func() { db.Close() })
 	return db
 }
+
+// TestGrantDryRun: a narrowing grant, dry-run, counts exactly the recorded calls it would
+// deny and records nothing.
+func TestGrantDryRun(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e engineCase) {
+		g := startGateway(t, e.store(t))
+		prov := newProvider(t)
+		admin := g.adminToken()
+		sub := g.install(admin, biomeDir(t, "ticketing", prov.URL))
+		bot := g.token("--subject", "agent:support-bot", "--env", "project")
+		other := g.token("--subject", "agent:other", "--env", "project")
+		for range 3 {
+			expect(t, g.post("/v1/capabilities/invoke", bot, findCall()), http.StatusOK)
+		}
+		expect(t, g.post("/v1/capabilities/invoke", other, findCall()), http.StatusOK)
+		grantsBefore := g.get("/v1/grants", admin)
+		expect(t, grantsBefore, http.StatusOK)
+
+		body := map[string]any{"biomeId": str(sub.Body, "biomeId"), "version": str(sub.Body, "version"),
+			"digestHash": str(sub.Body, "digest.hash"), "customize": map[string]any{"ticket:find@1": map[string]any{"subjects": []string{"agent:other"}}}}
+		dry := g.post("/v1/grants?dryRun=true&since=1h", admin, body)
+		expect(t, dry, http.StatusOK)
+		imp, _ := dry.Body["impact"].(map[string]any)
+		if imp == nil || imp["allowToDeny"] != float64(3) || imp["denyToAllow"] != float64(0) || imp["considered"].(float64) < 4 ||
+			dry.Body["dryRun"] != true || str(dry.Body, "grantId") == "" {
+			t.Fatalf("dry run: %s; want allowToDeny 3 (support-bot's finds), denyToAllow 0", dry.Raw)
+		}
+		// Nothing changed: the same grants, and the bot is still served.
+		grantsAfter := g.get("/v1/grants", admin)
+		if string(grantsAfter.Raw) != string(grantsBefore.Raw) {
+			t.Fatalf("a dry run recorded a grant:\nbefore %s\nafter  %s", grantsBefore.Raw, grantsAfter.Raw)
+		}
+		expect(t, g.post("/v1/capabilities/invoke", bot, findCall()), http.StatusOK)
+
+		for _, q := range []string{"?dryRun=yes", "?since=1h", "?dryRun=true&since=forever", "?dryRun=true&x=1"} {
+			if r := g.post("/v1/grants"+q, admin, body); r.Status != http.StatusBadRequest {
+				t.Errorf("POST /v1/grants%s: %d %s, want 400", q, r.Status, r.Raw)
+			}
+		}
+		// The real grant then denies exactly those calls.
+		expect(t, g.post("/v1/grants", admin, body), http.StatusCreated)
+		expect(t, g.post("/v1/capabilities/invoke", bot, findCall()), http.StatusForbidden)
+	})
+}
