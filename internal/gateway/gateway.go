@@ -224,6 +224,7 @@ func (g *Gateway) authorize(ctx context.Context, c *call, entry *catalog.Entry, 
 		return policy.Decision{}, unavailable(CodePolicyUnavailable, "policy", err)
 	}
 	deps.ok("policy")
+	c.rec.PolicyInput = mustJSON(in) // for replay: the verified context, never the raw input
 	c.rec.Reasons = reasonsJSON(d.Reasons)
 	c.rec.Suggestions = reasonsJSON(d.Suggestions)
 	c.rec.Obligations = reasonsJSON(d.Obligations)
@@ -326,7 +327,7 @@ func (g *Gateway) resolve(ctx context.Context, ec identity.ExecContext, entry *c
 // runner, so its decision record is not left open.
 func (g *Gateway) closeUndispatched(ctx context.Context, c *call, kind string) {
 	outcome := c.rec
-	outcome.ParentID, outcome.ID = c.rec.ID, audit.OutcomeID(c.rec.ID)
+	outcome.ParentID, outcome.ID, outcome.PolicyInput = c.rec.ID, audit.OutcomeID(c.rec.ID), nil
 	outcome.Runner, outcome.Outcome, outcome.Time = kind, OutcomeNotDispatched, time.Now()
 	if err := g.Audit.Append(context.WithoutCancel(ctx), outcome); err != nil {
 		g.Spool.Add(spool.Entry{Audit: &outcome})
@@ -347,7 +348,7 @@ func (g *Gateway) run(ctx context.Context, c *call, r runner.Runner) (json.RawMe
 	defer stop()
 	out, runErr := r.Run(runCtx, kernel.Call{Ref: c.req.Ref, Input: c.req.Input, Exec: c.exec, AuditID: c.rec.ID})
 	outcome := c.rec
-	outcome.ParentID, outcome.ID = c.rec.ID, audit.OutcomeID(c.rec.ID)
+	outcome.ParentID, outcome.ID, outcome.PolicyInput = c.rec.ID, audit.OutcomeID(c.rec.ID), nil
 	outcome.Outcome = "ok"
 	var answer error
 	switch {

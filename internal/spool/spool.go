@@ -55,6 +55,10 @@ type Spool struct {
 	drainMu sync.Mutex // one drain at a time
 	kick    chan struct{}
 	written int64 // entries written to the store since open
+
+	// AppendAudit writes a spooled audit record; set it to the gateway's audit log so the
+	// record joins its hash chain. nil writes to the store directly (unchained).
+	AppendAudit func(ctx context.Context, r store.AuditRecord) error
 }
 
 // Open opens (or creates) dir/FileName, loads the entries a previous process left and
@@ -224,7 +228,16 @@ func (s *Spool) apply(ctx context.Context, e Entry) error {
 	var err error
 	switch {
 	case e.Audit != nil:
-		err = s.store.AppendAudit(ctx, *e.Audit)
+		// The write that failed may have committed after all (an ambiguous failure): a record
+		// already stored is done, and is never sent twice (a duplicate would fail its batch).
+		if _, gerr := s.store.GetAudit(ctx, e.Audit.ID); gerr == nil {
+			return nil
+		}
+		if s.AppendAudit != nil {
+			err = s.AppendAudit(ctx, *e.Audit)
+		} else {
+			err = s.store.AppendAudit(ctx, *e.Audit)
+		}
 	case e.Approval != nil:
 		_, err = s.store.TransitionApproval(ctx, *e.Approval)
 	case e.Idempotency != nil:
