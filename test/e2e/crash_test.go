@@ -192,7 +192,7 @@ func TestCrashKill9(t *testing.T) {
 					approved[i] = g.try(http.MethodPost, "/v1/approvals/"+id+"/approve", admin, "", map[string]any{})
 				}()
 			}
-			time.Sleep(time.Duration(5+rand.IntN(150)) * time.Millisecond) // the kill point, not a synchronisation
+			time.Sleep(time.Duration(20+rand.IntN(300)) * time.Millisecond) // the kill point, not a synchronisation
 			g.kill()
 			tot.kills++
 			wg.Wait()

@@ -91,6 +91,9 @@ func TestCrashPostgresStopped(t *testing.T) {
 	}
 	expect(t, g.try(http.MethodPost, "/v1/capabilities/invoke", bot, "", createInput("pg-after")), http.StatusOK)
 	waitUntil(t, 5*time.Second, "the outage's end to be logged", func() bool { return strings.Contains(g.logs.String(), "outage ended") })
+	if out, code := g.cli(t, append([]string{"audit", "verify"}, g.storeArgs()...)...); code != 0 || !strings.Contains(out, "intact") {
+		t.Errorf("audit chain after the spooled outcome: exit %d: %s", code, out)
+	}
 	logs := g.logs.String()
 	begins, ends := countLines(logs, "outage begins"), countLines(logs, "outage ended")
 	if begins == 0 || begins > 4 || ends == 0 {
