@@ -161,7 +161,7 @@ func (g *Gateway) dispatch(ctx context.Context, c *call, entry *catalog.Entry, d
 	if err := g.record(ctx, c, audit.DecisionAllowed, "dispatched"); err != nil {
 		return nil, err
 	}
-	out, err := g.run(ctx, c, run)
+	out, err := g.run(ctx, c, entry, run)
 	if err != nil {
 		return nil, err
 	}
@@ -298,10 +298,17 @@ func (g *Gateway) resolve(ctx context.Context, ec identity.ExecContext, entry *c
 		Message: fmt.Sprintf("%s has no runner in this environment", entry.Ref())}
 }
 
-// run executes the call and appends its outcome, linked to the decision record.
-func (g *Gateway) run(ctx context.Context, c *call, r runner.Runner) (json.RawMessage, error) {
+// run executes the call and appends its outcome, linked to the decision record. A
+// provider's output is checked against the capability's output schema before it is passed
+// on: a violation is the typed 502 INVALID_OUTPUT and the output is dropped.
+func (g *Gateway) run(ctx context.Context, c *call, entry *catalog.Entry, r runner.Runner) (json.RawMessage, error) {
 	c.rec.Runner = r.Kind()
 	out, runErr := r.Run(ctx, kernel.Call{Ref: c.req.Ref, Input: c.req.Input, Exec: c.exec, AuditID: c.rec.ID})
+	if runErr == nil {
+		if v := checkOutput(entry, r.Kind(), out); len(v) > 0 {
+			runErr = invalidOutput(c.req.Ref, v)
+		}
+	}
 	outcome := c.rec
 	outcome.ParentID, outcome.ID = c.rec.ID, audit.OutcomeID(c.rec.ID)
 	outcome.Outcome = "ok"
@@ -325,7 +332,21 @@ func (g *Gateway) run(ctx context.Context, c *call, r runner.Runner) (json.RawMe
 	return out, nil
 }
 
+// checkOutput validates a provider's output against the entry's output schema. Kernel
+// handlers are the gateway's own code (their outputs are tested with it) and are not checked;
+// an entry without a declared output schema is not checked either.
+func checkOutput(entry *catalog.Entry, kind string, out json.RawMessage) []inputschema.Violation {
+	if entry == nil || entry.Output == nil || kind == "kernel" {
+		return nil
+	}
+	return entry.Output.Validate(out)
+}
+
 func providerError(err error) *Error {
+	var oe *outputError
+	if errors.As(err, &oe) {
+		return oe.answer
+	}
 	var re *runner.Error
 	if !errors.As(err, &re) {
 		re = &runner.Error{Code: runner.CodeHandlerFailed, Message: "the runner failed"}
