@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -32,6 +33,7 @@ func init() {
 		lim     limits
 		logJSON bool
 		bound   boundaryFlags
+		web     webFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -47,7 +49,7 @@ func init() {
 			if err := bound.apply(&cfg, idCfg); err != nil {
 				return &exitError{code: 2, err: err}
 			}
-			return serve(cmd.Context(), addr, cfg, idCfg, bound.bundleReaders, lim)
+			return serve(cmd.Context(), addr, cfg, idCfg, bound.bundleReaders, lim, web)
 		},
 	}
 	f := cmd.Flags()
@@ -79,7 +81,30 @@ func init() {
 	f.StringArrayVar(&bound.stdio, "mcp-stdio", nil, "declare a stdio MCP server: 'ID=COMMAND [ARG]...' (split on spaces); repeatable; the API registers it by providerId ID")
 	f.StringVar(&bound.stdioConfig, "mcp-stdio-config", "", "JSON file declaring stdio MCP servers: [{\"id\", \"command\", \"args\", \"env\"}]")
 	f.StringArrayVar(&bound.bundleReaders, "bundle-reader", nil, "a subject (e.g. service:opa-sidecar) allowed to GET the policy bundle; repeatable; nobody else is")
+	f.StringArrayVar(&web.corsOrigins, "cors-origin", nil, "a browser origin (scheme://host[:port]) granted CORS, e.g. for a browser MCP client; repeatable; no other origin is")
+	f.StringVar(&web.publicURL, "public-url", "", "the gateway's external base URL (behind a proxy), named in the RFC 9728 metadata; default: from each request's Host")
 	rootCmd.AddCommand(cmd)
+}
+
+// webFlags are the browser- and client-facing settings: CORS, the public URL, TLS.
+type webFlags struct {
+	corsOrigins []string
+	publicURL   string
+}
+
+func (w webFlags) check() error {
+	for _, o := range w.corsOrigins {
+		u, err := url.Parse(o)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" || u.RawQuery != "" || u.User != nil {
+			return fmt.Errorf("--cors-origin %q: want an origin scheme://host[:port], without a path", o)
+		}
+	}
+	if w.publicURL != "" {
+		if u, err := url.Parse(w.publicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("--public-url %q: want an absolute http(s) URL", w.publicURL)
+		}
+	}
+	return nil
 }
 
 func setupLogging(asJSON bool) {
@@ -169,7 +194,7 @@ func (l limits) check() error {
 	return nil
 }
 
-func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.ServerConfig, bundleReaders []string, lim limits) error {
+func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.ServerConfig, bundleReaders []string, lim limits, web webFlags) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -187,6 +212,9 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 		return &exitError{code: 2, err: errors.New("--operator-org: want an org name")}
 	}
 	if err := lim.check(); err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	if err := web.check(); err != nil {
 		return &exitError{code: 2, err: err}
 	}
 	if idCfg.MaxTokenTTL <= 0 {
@@ -217,6 +245,10 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	srv := &server.Server{Gateway: a.Gateway, OperatorOrg: cfg.OperatorOrg, Auth: ids, Ready: a.Ready, Bundles: a.Policy,
 		Mounts: map[string]http.Handler{}, BundleReaders: bundleReaders, BodyReadTimeout: lim.read - lim.readHeader}
 	srv.Approvals = a.Approvals
+	srv.CORSOrigins, srv.PublicURL = web.corsOrigins, web.publicURL
+	if idCfg.Issuer != "" {
+		srv.AuthorizationServers = []string{idCfg.Issuer}
+	}
 	for path, h := range ids.Mounts() {
 		srv.Mounts[path] = h
 	}

@@ -61,6 +61,9 @@ func (s *Server) authenticateMCP(next http.Handler) http.Handler {
 			if !errors.As(s.unauthenticated(r, "/mcp", err), &ge) {
 				ge = &gateway.Error{Status: http.StatusInternalServerError, Code: "INTERNAL", Message: "internal error"}
 			}
+			if ge.Status == http.StatusUnauthorized {
+				s.challenge(w, r)
+			}
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(ge.Status)
 			_ = json.NewEncoder(w).Encode(ge.Body())
