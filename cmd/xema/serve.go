@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/xemahq/xema/internal/app"
+	"github.com/xemahq/xema/internal/buildinfo"
 	"github.com/xemahq/xema/internal/egress"
 	"github.com/xemahq/xema/internal/federation"
 	"github.com/xemahq/xema/internal/gateway"
@@ -25,13 +27,18 @@ import (
 	"github.com/xemahq/xema/internal/server"
 )
 
-func init() {
+func init() { rootCmd.AddCommand(newServeCmd()) }
+
+// newServeCmd is `xema serve`; every one of its flags may also be set by --config.
+func newServeCmd() *cobra.Command {
 	var (
 		cfg     app.Config
 		addr    string
 		idCfg   identity.ServerConfig
 		lim     limits
 		logJSON bool
+		logLvl  string
+		config  string
 		bound   boundaryFlags
 		web     webFlags
 	)
@@ -42,7 +49,14 @@ func init() {
 --data-dir and runs its own development issuer (tokens from 'xema dev token').`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			setupLogging(logJSON)
+			if config != "" {
+				if err := applyConfig(cmd.Flags(), config); err != nil {
+					return &exitError{code: 2, err: err}
+				}
+			}
+			if err := setupLogging(logJSON, logLvl); err != nil {
+				return &exitError{code: 2, err: err}
+			}
 			if env := os.Getenv("XEMA_STORE"); cfg.StoreDSN == "" && env != "" {
 				cfg.StoreDSN = env
 			}
@@ -83,13 +97,33 @@ func init() {
 	f.StringArrayVar(&bound.bundleReaders, "bundle-reader", nil, "a subject (e.g. service:opa-sidecar) allowed to GET the policy bundle; repeatable; nobody else is")
 	f.StringArrayVar(&web.corsOrigins, "cors-origin", nil, "a browser origin (scheme://host[:port]) granted CORS, e.g. for a browser MCP client; repeatable; no other origin is")
 	f.StringVar(&web.publicURL, "public-url", "", "the gateway's external base URL (behind a proxy), named in the RFC 9728 metadata; default: from each request's Host")
-	rootCmd.AddCommand(cmd)
+	f.StringVar(&web.tlsCert, "tls-cert", "", "PEM certificate (chain) to serve HTTPS with; needs --tls-key")
+	f.StringVar(&web.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
+	f.StringVar(&logLvl, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&config, "config", "", "YAML file of serve flags by name (e.g. addr: 0.0.0.0:8181, egress-allow: [10.0.0.0/8]); ${VAR} and ${VAR:-default} expand from the environment; flags given on the command line override it")
+	return cmd
 }
 
 // webFlags are the browser- and client-facing settings: CORS, the public URL, TLS.
 type webFlags struct {
-	corsOrigins []string
-	publicURL   string
+	corsOrigins     []string
+	publicURL       string
+	tlsCert, tlsKey string
+}
+
+// tlsConfig loads --tls-cert and --tls-key; nil when neither is given (plain HTTP).
+func (w webFlags) tlsConfig() (*tls.Config, error) {
+	if w.tlsCert == "" && w.tlsKey == "" {
+		return nil, nil
+	}
+	if w.tlsCert == "" || w.tlsKey == "" {
+		return nil, errors.New("--tls-cert and --tls-key: give both or neither")
+	}
+	cert, err := tls.LoadX509KeyPair(w.tlsCert, w.tlsKey)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}, nil
 }
 
 func (w webFlags) check() error {
@@ -107,13 +141,18 @@ func (w webFlags) check() error {
 	return nil
 }
 
-func setupLogging(asJSON bool) {
-	opts := &slog.HandlerOptions{Level: slog.LevelInfo}
+func setupLogging(asJSON bool, level string) error {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
 	if asJSON {
 		slog.SetDefault(slog.New(slog.NewJSONHandler(os.Stderr, opts)))
-		return
+		return nil
 	}
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, opts)))
+	return nil
 }
 
 // boundaryFlags are the trust-boundary flags: egress allow-list, declared stdio servers,
@@ -217,6 +256,10 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	if err := web.check(); err != nil {
 		return &exitError{code: 2, err: err}
 	}
+	tlsCfg, err := web.tlsConfig()
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
 	if idCfg.MaxTokenTTL <= 0 {
 		return &exitError{code: 2, err: fmt.Errorf("--max-token-ttl %v: want more than 0", idCfg.MaxTokenTTL)}
 	}
@@ -265,15 +308,22 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	// context when it fires under the server's background read). The body's read is bounded
 	// by server.boundBody instead, the provider's wait by its timeoutMs.
 	hs := &http.Server{Addr: addr, Handler: srv.Handler(), ReadHeaderTimeout: lim.readHeader, IdleTimeout: lim.idle,
-		MaxHeaderBytes: 64 << 10}
+		MaxHeaderBytes: 64 << 10, TLSConfig: tlsCfg}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", addr, err)
 	}
 	ln = netutil.LimitListener(ln, lim.maxConns)
-	slog.Info("xema serving", "addr", ln.Addr().String(), "data-dir", cfg.DataDir, "policy-revision", a.Policy.Revision())
+	slog.Info("xema serving", "addr", ln.Addr().String(), "tls", tlsCfg != nil, "data-dir", cfg.DataDir,
+		"policy-revision", a.Policy.Revision(), "version", buildinfo.Read().Short())
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() {
+		if tlsCfg != nil {
+			errc <- hs.ServeTLS(ln, "", "")
+			return
+		}
+		errc <- hs.Serve(ln)
+	}()
 	select {
 	case err := <-errc:
 		if !errors.Is(err, http.ErrServerClosed) {

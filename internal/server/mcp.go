@@ -12,12 +12,14 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/xemahq/xema/internal/buildinfo"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
 )
 
-// Version is reported to MCP clients.
-var Version = "dev"
+// Version is reported to MCP clients as serverInfo.version: the module version and commit
+// of the binary (buildinfo.Info.Short), the same `xema version` prints.
+var Version = buildinfo.Read().Short()
 
 const execKey = "xema.exec"
 
