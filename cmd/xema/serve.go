@@ -25,6 +25,7 @@ import (
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/server"
+	"github.com/xemahq/xema/internal/telemetry"
 )
 
 func init() { rootCmd.AddCommand(newServeCmd()) }
@@ -269,11 +270,26 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	if cfg.MCPResyncEvery < 0 {
 		return &exitError{code: 2, err: fmt.Errorf("--mcp-resync-every %v: want 0 (off) or more", cfg.MCPResyncEvery)}
 	}
+	tracing, err := telemetry.SetupTracing(ctx, buildinfo.Read().Short())
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	defer func() {
+		// Flush the buffered spans: the last calls' traces must not be lost at a stop.
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tracing.Shutdown(sctx); err != nil {
+			slog.Warn("trace exporter shutdown", "err", err)
+		}
+	}()
 	a, err := app.New(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer a.Close()
+	// Trace context reaches http providers, bindings and MCP servers (off: unchanged).
+	a.HTTP.Transport = tracing.Transport(a.HTTP.Transport)
+	a.Federation.WrapTransport(tracing.Transport)
 
 	idCfg.DataDir = cfg.DataDir
 	ids, err := identity.NewServerIdentity(ctx, idCfg)
@@ -307,7 +323,7 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	// legitimately waits for a slow provider (ReadTimeout's deadline cancels the request's
 	// context when it fires under the server's background read). The body's read is bounded
 	// by server.boundBody instead, the provider's wait by its timeoutMs.
-	hs := &http.Server{Addr: addr, Handler: srv.Handler(), ReadHeaderTimeout: lim.readHeader, IdleTimeout: lim.idle,
+	hs := &http.Server{Addr: addr, Handler: tracing.Handler(srv.Handler()), ReadHeaderTimeout: lim.readHeader, IdleTimeout: lim.idle,
 		MaxHeaderBytes: 64 << 10, TLSConfig: tlsCfg}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -315,7 +331,7 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	}
 	ln = netutil.LimitListener(ln, lim.maxConns)
 	slog.Info("xema serving", "addr", ln.Addr().String(), "tls", tlsCfg != nil, "data-dir", cfg.DataDir,
-		"policy-revision", a.Policy.Revision(), "version", buildinfo.Read().Short())
+		"policy-revision", a.Policy.Revision(), "version", buildinfo.Read().Short(), "tracing", tracing.Enabled())
 	errc := make(chan error, 1)
 	go func() {
 		if tlsCfg != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/xemahq/xema/internal/store"
+	"github.com/xemahq/xema/internal/telemetry"
 )
 
 // DefaultMaxBatch bounds the records one commit carries when Log.MaxBatch is 0.
@@ -146,7 +147,9 @@ func (l *Log) write() {
 			recs = append(recs, w.rec)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+		began := time.Now()
 		err := l.Store.AppendAudits(ctx, recs)
+		telemetry.AuditBatch(len(recs), time.Since(began).Seconds(), err)
 		cancel()
 		clear(recs) // records hold the callers' documents: keep none past the batch
 		for i, w := range batch {

@@ -16,6 +16,7 @@ import (
 	"github.com/xemahq/xema/internal/inputschema"
 	"github.com/xemahq/xema/internal/manifest"
 	"github.com/xemahq/xema/internal/store"
+	"github.com/xemahq/xema/internal/telemetry"
 )
 
 // Entry is one capability ready for the funnel.
@@ -266,9 +267,11 @@ func (c *Catalog) entry(capa store.Capability) (*Entry, error) {
 	e.resourceProp = resourceProperty(e.Manifest.InputSchema)
 	key := capa.Ref + "@" + capa.BiomeVersion
 	if cs, ok := c.compiled[key]; ok && cs.manifest == string(capa.Manifest) {
+		telemetry.Cache("catalog_schema", true)
 		e.Input, e.Output = cs.schema, cs.output
 		return e, nil
 	}
+	telemetry.Cache("catalog_schema", false)
 	schema, err := inputschema.Compile(capa.Ref, e.Manifest.InputSchema)
 	if err != nil {
 		return nil, fmt.Errorf("input schema: %w", err)

@@ -57,7 +57,7 @@ type mcpCaller struct{}
 // verifier) and answered with the HTTP API's typed 401 body and its audit id.
 func (s *Server) authenticateMCP(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ec, err := s.Auth.Authenticate(r)
+		ec, err := s.verify(r)
 		if err != nil {
 			var ge *gateway.Error
 			if !errors.As(s.unauthenticated(r, "/mcp", err), &ge) {

@@ -21,6 +21,8 @@ import (
 	"github.com/xemahq/xema/internal/approval"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
+	"github.com/xemahq/xema/internal/telemetry"
+	"go.opentelemetry.io/otel/attribute"
 )
 
 // MaxBodyBytes is the documented limit of a request body.
@@ -104,7 +106,7 @@ const ctxKey = "xema.exec"
 // authenticate verifies the bearer token; nothing behind it runs without a verified caller.
 func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		ec, err := s.Auth.Authenticate(c.Request())
+		ec, err := s.verify(c.Request())
 		if err != nil {
 			answer := s.unauthenticated(c.Request(), c.Path(), err)
 			if ge, ok := answer.(*gateway.Error); ok && ge.Status == http.StatusUnauthorized {
@@ -115,6 +117,18 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		c.Set(ctxKey, ec)
 		return next(c)
 	}
+}
+
+// verify is the funnel's authenticate step: the bearer token checked against the issuer.
+func (s *Server) verify(r *http.Request) (identity.ExecContext, error) {
+	_, step := telemetry.Start(r.Context(), telemetry.StepAuthenticate)
+	ec, err := s.Auth.Authenticate(r)
+	if err != nil {
+		step.End(gateway.CodeUnauthenticated, telemetry.AttrReason.String(identity.Reason(err)))
+		return ec, err
+	}
+	step.End("", attribute.String("xema.subject_kind", ec.Subject.Kind))
+	return ec, nil
 }
 
 // unauthenticated audits the refused attempt and answers 401. The verifier's messages never
