@@ -199,7 +199,7 @@ func (b boundaryFlags) apply(cfg *app.Config, idCfg identity.ServerConfig) error
 	return nil
 }
 
-// Upper bounds of the per-request limits (docs/security-bounds.md): a deployment may tighten
+// Upper bounds of the per-request limits (docs/security.md): a deployment may tighten
 // them, never loosen them.
 const (
 	maxReadHeaderTimeout = 10 * time.Second

@@ -33,6 +33,8 @@ type Log struct {
 	// smaller than MaxBatch; 0 commits as soon as the writer is free, which under load
 	// batches by itself (records arriving during one commit form the next batch).
 	MaxWait time.Duration
+	// Chain, when set, links every record into its hash chain as its batch is written.
+	Chain *Chain
 
 	mu      sync.Mutex
 	queue   []*waiter
@@ -146,11 +148,19 @@ func (l *Log) write() {
 		for _, w := range batch {
 			recs = append(recs, w.rec)
 		}
+		var undoSeq int64
+		var undoHead string
+		if l.Chain != nil {
+			undoSeq, undoHead = l.Chain.seal(recs)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 		began := time.Now()
 		err := l.Store.AppendAudits(ctx, recs)
 		telemetry.AuditBatch(len(recs), time.Since(began).Seconds(), err)
 		cancel()
+		if err != nil && l.Chain != nil {
+			l.Chain.undo(undoSeq, undoHead)
+		}
 		clear(recs) // records hold the callers' documents: keep none past the batch
 		for i, w := range batch {
 			batch[i] = nil // w goes back to its caller, maybe to the pool

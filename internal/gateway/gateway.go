@@ -241,6 +241,7 @@ func (g *Gateway) authorize(ctx context.Context, c *call, entry *catalog.Entry, 
 		c.reason = reason
 	}
 	step.End("", telemetry.AttrDecision.String(verdict), telemetry.AttrReason.String(reason))
+	c.rec.PolicyInput = mustJSON(in) // for replay: the verified context, never the raw input
 	c.rec.Reasons = reasonsJSON(d.Reasons)
 	c.rec.Suggestions = reasonsJSON(d.Suggestions)
 	c.rec.Obligations = reasonsJSON(d.Obligations)
@@ -361,7 +362,7 @@ func (g *Gateway) run(ctx context.Context, c *call, entry *catalog.Entry, r runn
 	telemetry.Provider(r.Kind(), cmp.Or(runCode, "ok"), time.Since(began).Seconds())
 	step.End(runCode, telemetry.AttrOutcome.String(cmp.Or(runCode, "ok")))
 	outcome := c.rec
-	outcome.ParentID, outcome.ID = c.rec.ID, audit.OutcomeID(c.rec.ID)
+	outcome.ParentID, outcome.ID, outcome.PolicyInput = c.rec.ID, audit.OutcomeID(c.rec.ID), nil
 	outcome.Outcome = "ok"
 	var answer error
 	if runErr != nil {
