@@ -28,6 +28,7 @@ import (
 	"github.com/xemahq/xema/internal/binding"
 	"github.com/xemahq/xema/internal/catalog"
 	"github.com/xemahq/xema/internal/credential"
+	"github.com/xemahq/xema/internal/decisionlog"
 	"github.com/xemahq/xema/internal/demo"
 	"github.com/xemahq/xema/internal/egress"
 	"github.com/xemahq/xema/internal/federation"
@@ -58,6 +59,10 @@ type Config struct {
 	// OperatorOrg is the org whose administrators act for the operator: they move the
 	// lifecycle of the operator's biome store and read audit records of no org.
 	OperatorOrg string
+	// DecisionLog ships decisions in OPA's decision-log format: "stdout", "file:PATH" or an
+	// http(s) URL; "" is off. DecisionLogMask erases those JSON pointers from each input.
+	DecisionLog     string
+	DecisionLogMask []string
 	// PolicyDir holds the platform team's own Rego (package xema.custom).
 	PolicyDir string
 	// ReloadEvery is how often the store's revision is polled so changes made through
@@ -100,6 +105,8 @@ type App struct {
 
 	envs     grant.Environments
 	profiles grant.Profiles
+
+	decisions *decisionlog.Exporter // nil unless Config.DecisionLog
 
 	dsn      string     // the store DSN, for the change listener of a PostgreSQL store
 	mu       sync.Mutex // serializes rebuilds
@@ -173,6 +180,13 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, a.closeWith(err)
 	}
 	a.Approvals.Audit.Chain = audit.NewChain(keys.chain)
+	if cfg.DecisionLog != "" {
+		if a.decisions, err = decisionlog.New(decisionlog.Options{Sink: cfg.DecisionLog, Mask: cfg.DecisionLogMask,
+			Client: a.HTTP}); err != nil {
+			return nil, a.closeWith(err)
+		}
+		a.Approvals.Audit.Committed = a.decisions.Records
+	}
 	a.Gateway = &gateway.Gateway{Catalog: a.Catalog, Policy: eng, Audit: a.Approvals.Audit, // one log: one writer batches both
 		Kernel: a.Kernel, HTTP: a.HTTP, Resolvers: []gateway.Resolver{a.Bindings, a.Federation},
 		CursorKey: keys.cursor, InputHashKey: keys.inputHash}
@@ -240,6 +254,9 @@ func (a *App) Close() error {
 		a.Gateway.Unauth.Close() // open aggregate buckets write their counts
 	}
 	a.Approvals.Audit.Close() // queued audit records commit before the store closes
+	if a.decisions != nil {
+		a.decisions.Close() // after the audit log: its last batch is shipped too
+	}
 	return a.Store.Close()
 }
 

@@ -35,6 +35,9 @@ type Log struct {
 	MaxWait time.Duration
 	// Chain, when set, links every record into its hash chain as its batch is written.
 	Chain *Chain
+	// Committed, when set, is handed each batch once it has committed (the decision log
+	// export); it must not block or keep the slice.
+	Committed func([]store.AuditRecord)
 
 	mu      sync.Mutex
 	queue   []*waiter
@@ -160,6 +163,9 @@ func (l *Log) write() {
 		cancel()
 		if err != nil && l.Chain != nil {
 			l.Chain.undo(undoSeq, undoHead)
+		}
+		if err == nil && l.Committed != nil {
+			l.Committed(recs)
 		}
 		clear(recs) // records hold the callers' documents: keep none past the batch
 		for i, w := range batch {

@@ -234,3 +234,45 @@ func TestGrantDryRun(t *testing.T) {
 		expect(t, g.post("/v1/capabilities/invoke", bot, findCall()), http.StatusForbidden)
 	})
 }
+
+// TestDecisionLogExport: every decision is shipped as one OPA decision-log event with the
+// gateway's reasons, masked fields erased.
+func TestDecisionLogExport(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e engineCase) {
+		logFile := filepath.Join(t.TempDir(), "decisions.jsonl")
+		g := startGateway(t, e.store(t), "--decision-log", "file:"+logFile, "--decision-log-mask", "/input/session")
+		bot := g.token("--subject", "agent:support-bot", "--env", "project", "--session", "s-secret-42")
+		public := g.token("--subject", "agent:support-bot", "--env", "public-session", "--session", "s-secret-42")
+		ok := g.post("/v1/capabilities/invoke", bot, map[string]any{"ref": "kb:page.read@1", "input": map[string]any{"pageId": "welcome"}})
+		expect(t, ok, http.StatusOK)
+		den := g.post("/v1/capabilities/invoke", public, map[string]any{"ref": "workflow:run.start@1", "input": map[string]any{"workflowId": "onboarding"}})
+		expect(t, den, http.StatusForbidden)
+		g.stop() // the exporter ships what is queued before exit
+
+		raw, err := os.ReadFile(logFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(raw), "s-secret-42") {
+			t.Fatalf("a masked field was shipped:\n%s", raw)
+		}
+		events := map[string]map[string]any{}
+		for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+			var ev map[string]any
+			if err := json.Unmarshal([]byte(line), &ev); err != nil {
+				t.Fatalf("line %q: %v", line, err)
+			}
+			events[str(ev, "decision_id")] = ev
+		}
+		for id, allow := range map[string]bool{str(ok.Body, "auditId"): true, str(den.Body, "auditId"): false} {
+			ev := events[id]
+			if ev == nil || str(ev, "path") != "xema/authz/decision" || str(ev, "input.environment") == "" ||
+				str(ev, "bundles.xema.revision") == "" || ev["result"].(map[string]any)["allow"] != allow || str(ev, "timestamp") == "" {
+				t.Fatalf("event of %s: %v (all: %s)", id, ev, raw)
+			}
+		}
+		if !strings.Contains(string(raw), "AUDIENCE_INCOMPATIBLE") || !strings.Contains(string(raw), `"erased":["/input/session"]`) {
+			t.Errorf("the denial's reasons or the erased list are missing:\n%s", raw)
+		}
+	})
+}
