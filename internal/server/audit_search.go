@@ -13,6 +13,7 @@ import (
 	"github.com/xemahq/xema/internal/approval"
 	"github.com/xemahq/xema/internal/audit"
 	"github.com/xemahq/xema/internal/gateway"
+	"github.com/xemahq/xema/internal/grant"
 	"github.com/xemahq/xema/internal/store"
 )
 
@@ -29,7 +30,7 @@ var auditDecisions = []string{
 	approval.DecisionApproved, approval.DecisionRejected, approval.DecisionExpired,
 }
 
-var auditSearchParams = []string{"ref", "subject", "decision", "reason", "since", "until", "cursor", "limit"}
+var auditSearchParams = []string{"ref", "subject", "decision", "reason", "parent", "since", "until", "cursor", "limit"}
 
 // AuditPage is the answer of GET /v1/audit.
 type AuditPage struct {
@@ -68,13 +69,13 @@ func (s *Server) auditSearch(c echo.Context) error {
 		return &gateway.Error{Status: http.StatusBadRequest, Code: "INVALID_REQUEST",
 			Message: fmt.Sprintf("unknown query parameter(s) %s; want %s", strings.Join(unknown, ", "), strings.Join(auditSearchParams, ", "))}
 	}
-	for _, k := range []string{"ref", "subject", "reason"} {
+	for _, k := range []string{"ref", "subject", "reason", "parent"} {
 		if len(q[k]) > 300 {
 			return badParam(k, "longer than 300 characters")
 		}
 	}
 	ec := execOf(c)
-	f := store.AuditFilter{Org: ec.Org, Ref: q["ref"], SubjectRef: q["subject"], ReasonCode: q["reason"], Limit: DefaultAuditPage}
+	f := store.AuditFilter{Org: ec.Org, Ref: q["ref"], SubjectRef: q["subject"], ReasonCode: q["reason"], ParentID: q["parent"], Limit: DefaultAuditPage}
 	if d := q["decision"]; d != "" {
 		ok := false
 		for _, known := range auditDecisions {
@@ -110,7 +111,7 @@ func (s *Server) auditSearch(c echo.Context) error {
 	// The caller's own scope is part of the query a cursor is bound to: a cursor opens only
 	// for the caller, role and filters that got it.
 	queryKey := strings.Join([]string{"audit", ec.Org, ec.Subject.Ref, strconv.FormatBool(isOrgAdmin(ec)),
-		f.Ref, f.SubjectRef, f.Decision, f.ReasonCode, q["since"], q["until"], strconv.Itoa(f.Limit)}, "\x00")
+		f.Ref, f.SubjectRef, f.Decision, f.ReasonCode, f.ParentID, q["since"], q["until"], strconv.Itoa(f.Limit)}, "\x00")
 	if cur := q["cursor"]; cur != "" {
 		pos, err := s.Gateway.OpenPosition(cur, queryKey)
 		if err != nil {
@@ -144,6 +145,12 @@ func (s *Server) auditSearch(c echo.Context) error {
 		page.Records = append(page.Records, audit.View(r))
 	}
 	return c.JSON(http.StatusOK, page)
+}
+
+// profiles is GET /v1/profiles: the built-in permission profiles a grant may name, so a
+// person approving a digest sees what a profile admits before confirming.
+func (s *Server) profiles(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]any{"profiles": grant.Builtin()})
 }
 
 func parsePosition(pos string) (store.AuditPosition, bool) {

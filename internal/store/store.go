@@ -119,6 +119,7 @@ type AuditFilter struct {
 	SubjectRef string // exact subject ref ("user:alice")
 	Ref        string // exact capability ref (or route, for records of no org)
 	Decision   string
+	ParentID   string    // records linked to this one (outcome, approval steps, the run)
 	ReasonCode string    // one of the record's reasons has this code
 	Since      time.Time // inclusive; zero is unbounded
 	Until      time.Time // exclusive; zero is unbounded

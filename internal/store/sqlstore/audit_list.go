@@ -16,7 +16,7 @@ func (s *Store) ListAudit(ctx context.Context, f store.AuditFilter) ([]store.Aud
 	where := []string{"org = ?"}
 	args := []any{f.Org}
 	for _, eq := range []struct{ col, v string }{
-		{"subject_ref", f.SubjectRef}, {"ref", f.Ref}, {"decision", f.Decision},
+		{"subject_ref", f.SubjectRef}, {"ref", f.Ref}, {"decision", f.Decision}, {"parent_id", f.ParentID},
 	} {
 		if eq.v != "" {
 			where = append(where, eq.col+" = ?")

@@ -37,6 +37,11 @@ func testListAudit(t *testing.T, s store.Store) {
 	r3 := add("a-03", "acme", at(3), "user:alice", "kb:page.write@1", "denied", "ENVIRONMENT_NOT_ALLOWED")
 	r4b := add("a-04b", "acme", at(4), "user:alice", "kb:page.write@1", "pending-approval", "")
 	r4a := add("a-04a", "acme", at(4), "user:bob", "kb:page.read@1", "allowed", "")
+	linked := store.AuditRecord{ID: "a-04a.outcome", Org: "acme", Time: at(4), Decision: "allowed", ParentID: "a-04a"}
+	if err := s.AppendAudit(ctx, linked); err != nil {
+		t.Fatalf("AppendAudit(a-04a.outcome): %v", err)
+	}
+	linked, _ = s.GetAudit(ctx, "a-04a.outcome")
 	add("a-05", "globex", at(5), "user:alice", "kb:page.read@1", "denied", "MISSING_GRANT")
 	add("a-06", "", at(6), "", "/v1/grants", "unauthenticated", "")
 	// Reasons that are not an array never match a reason filter, nor break the query.
@@ -58,7 +63,9 @@ func testListAudit(t *testing.T, s store.Store) {
 		f    store.AuditFilter
 		want []store.AuditRecord
 	}{
-		{"org only", store.AuditFilter{Org: "acme"}, []store.AuditRecord{r4b, r4a, r3, r2, r1, r7}},
+		{"org only", store.AuditFilter{Org: "acme"}, []store.AuditRecord{r4b, linked, r4a, r3, r2, r1, r7}},
+		{"parent", store.AuditFilter{Org: "acme", ParentID: "a-04a"}, []store.AuditRecord{linked}},
+		{"parent of another org", store.AuditFilter{Org: "globex", ParentID: "a-04a"}, nil},
 		{"other org", store.AuditFilter{Org: "globex"}, []store.AuditRecord{all[5]}},
 		{"no org", store.AuditFilter{Org: ""}, []store.AuditRecord{all[6]}},
 		{"unknown org", store.AuditFilter{Org: "initech"}, nil},
@@ -67,12 +74,12 @@ func testListAudit(t *testing.T, s store.Store) {
 		{"decision", store.AuditFilter{Org: "acme", Decision: "denied"}, []store.AuditRecord{r3, r2}},
 		{"reason", store.AuditFilter{Org: "acme", ReasonCode: "MISSING_GRANT"}, []store.AuditRecord{r2}},
 		{"reason of another element", store.AuditFilter{Org: "acme", ReasonCode: "OTHER"}, []store.AuditRecord{r3, r2}},
-		{"since inclusive", store.AuditFilter{Org: "acme", Since: at(3)}, []store.AuditRecord{r4b, r4a, r3}},
+		{"since inclusive", store.AuditFilter{Org: "acme", Since: at(3)}, []store.AuditRecord{r4b, linked, r4a, r3}},
 		{"until exclusive", store.AuditFilter{Org: "acme", Until: at(2)}, []store.AuditRecord{r1, r7}},
 		{"range", store.AuditFilter{Org: "acme", Since: at(2), Until: at(4)}, []store.AuditRecord{r3, r2}},
 		{"combined", store.AuditFilter{Org: "acme", SubjectRef: "user:alice", Decision: "denied", Ref: "kb:page.write@1"}, []store.AuditRecord{r3}},
-		{"limit", store.AuditFilter{Org: "acme", Limit: 2}, []store.AuditRecord{r4b, r4a}},
-		{"before a tie", store.AuditFilter{Org: "acme", Before: &store.AuditPosition{Time: r4b.Time, ID: r4b.ID}}, []store.AuditRecord{r4a, r3, r2, r1, r7}},
+		{"limit", store.AuditFilter{Org: "acme", Limit: 2}, []store.AuditRecord{r4b, linked}},
+		{"before a tie", store.AuditFilter{Org: "acme", Before: &store.AuditPosition{Time: r4b.Time, ID: r4b.ID}}, []store.AuditRecord{linked, r4a, r3, r2, r1, r7}},
 		{"before with filter", store.AuditFilter{Org: "acme", SubjectRef: "user:alice", Before: &store.AuditPosition{Time: r3.Time, ID: r3.ID}}, []store.AuditRecord{r1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -105,7 +112,7 @@ func testListAudit(t *testing.T, s store.Store) {
 			last := got[len(got)-1]
 			before = &store.AuditPosition{Time: last.Time, ID: last.ID}
 		}
-		equal(t, "paged ids", seen, []string{"a-04b", "a-04a", "a-03", "a-02", "a-01", "a-07"})
+		equal(t, "paged ids", seen, []string{"a-04b", "a-04a.outcome", "a-04a", "a-03", "a-02", "a-01", "a-07"})
 	})
 
 	t.Run("cancelled", func(t *testing.T) {
