@@ -12,6 +12,9 @@ import (
 	"github.com/xemahq/xema/internal/audit"
 )
 
+// auditCmd groups the audit log commands (search here, verify in auditverify.go).
+var auditCmd = &cobra.Command{Use: "audit", Short: "Work with the audit log"}
+
 func init() {
 	var (
 		api    adminFlags
@@ -20,7 +23,6 @@ func init() {
 		limit  int
 		all    bool
 	)
-	root := &cobra.Command{Use: "audit", Short: "Read the audit log of a gateway"}
 	search := &cobra.Command{
 		Use:   "search",
 		Short: "Search the audit log of your org, newest first (administrators: every subject's; others: your own)",
@@ -73,7 +75,7 @@ func init() {
 			return nil
 		},
 	}
-	api.addTo(root.PersistentFlags())
+	api.add(search)
 	fl := search.Flags()
 	fl.StringVar(&format, "format", "text", "text or json")
 	fl.StringVar(&f.ref, "ref", "", "only records of this capability ref")
@@ -85,6 +87,6 @@ func init() {
 	fl.StringVar(&f.cursor, "cursor", "", "the cursor a previous page printed")
 	fl.IntVar(&limit, "limit", 0, "records per page (1-100; default 50)")
 	fl.BoolVar(&all, "all", false, "follow the cursors to the last page")
-	root.AddCommand(search)
-	rootCmd.AddCommand(root)
+	auditCmd.AddCommand(search)
+	rootCmd.AddCommand(auditCmd)
 }

@@ -57,6 +57,8 @@ func init() {
 	f.StringVar(&cfg.StoreDSN, "store", "", "store: empty for SQLite under --data-dir, or postgres://... (also XEMA_STORE)")
 	f.StringSliceVar(&cfg.DevGrants, "dev-grant", nil, "approve these biomes with their default profile at first start (development only)")
 	f.StringVar(&cfg.OperatorOrg, "operator-org", identity.DefaultOrg, "org whose administrators act for the operator: they move the lifecycle of the --biomes store and read audit records of no org")
+	f.StringVar(&cfg.DecisionLog, "decision-log", "", "ship decisions in OPA's decision-log format to stdout, file:PATH or an http(s) URL (batched; off by default)")
+	f.StringArrayVar(&cfg.DecisionLogMask, "decision-log-mask", nil, "a JSON pointer erased from every decision-log event's input, e.g. /input/session; repeatable")
 	f.StringVar(&cfg.PolicyDir, "policy-dir", "", "directory of the platform team's own Rego (package xema.custom)")
 	f.DurationVar(&cfg.ReloadEvery, "reload-every", 2*time.Second, "how often to look for policy data changed through another replica")
 	f.DurationVar(&cfg.ApprovalTTL, "approval-ttl", 24*time.Hour, "how long a call held for human approval may wait before it expires and never runs")
@@ -134,7 +136,7 @@ func (b boundaryFlags) apply(cfg *app.Config, idCfg identity.ServerConfig) error
 	return nil
 }
 
-// Upper bounds of the per-request limits (docs/security-bounds.md): a deployment may tighten
+// Upper bounds of the per-request limits (docs/security.md): a deployment may tighten
 // them, never loosen them.
 const (
 	maxReadHeaderTimeout = 10 * time.Second

@@ -8,10 +8,12 @@ import (
 	"embed"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/xemahq/xema/internal/catalog"
 	"github.com/xemahq/xema/internal/kernel"
+	"github.com/xemahq/xema/internal/runner"
 	"github.com/xemahq/xema/internal/store"
 )
 
@@ -60,6 +62,55 @@ func ViewGrant(g store.Grant) GrantView {
 		Profile: g.Profile, Customize: g.Customize, ApprovedBy: g.ApprovedBy, ApprovedAt: g.ApprovedAt.Format(time.RFC3339)}
 }
 
+// DryRunView answers a grant's dry run: the grant it would record and its impact.
+type DryRunView struct {
+	GrantView
+	DryRun bool           `json:"dryRun"`
+	Impact catalog.Impact `json:"impact"`
+}
+
+// DefaultDryRunWindow is how far back a grant's dry run replays without `since`.
+const DefaultDryRunWindow = 7 * 24 * time.Hour
+
+// splitDryRun takes dryRun and since out of a biome:install@1 input (the grant request proper
+// is decoded strictly); window is nil unless dryRun is true.
+func splitDryRun(input json.RawMessage) (req json.RawMessage, window *time.Duration, err error) {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(input, &obj); err != nil {
+		return nil, nil, fmt.Errorf("decode validated input: %w", err)
+	}
+	var dry bool
+	var since string
+	if raw, ok := obj["dryRun"]; ok {
+		if err := json.Unmarshal(raw, &dry); err != nil {
+			return nil, nil, fmt.Errorf("decode validated input: %w", err)
+		}
+	}
+	if raw, ok := obj["since"]; ok {
+		if err := json.Unmarshal(raw, &since); err != nil {
+			return nil, nil, fmt.Errorf("decode validated input: %w", err)
+		}
+	}
+	delete(obj, "dryRun")
+	delete(obj, "since")
+	if req, err = json.Marshal(obj); err != nil {
+		return nil, nil, fmt.Errorf("encode grant request: %w", err)
+	}
+	if !dry {
+		if since != "" {
+			return nil, nil, runner.ClientError(http.StatusBadRequest, "INVALID_ARGUMENT", "/since: only with dryRun")
+		}
+		return req, nil, nil
+	}
+	w := DefaultDryRunWindow
+	if since != "" {
+		if w, err = time.ParseDuration(since); err != nil || w <= 0 {
+			return nil, nil, runner.ClientError(http.StatusBadRequest, "INVALID_ARGUMENT", "/since: %q is not a positive duration such as 168h", since)
+		}
+	}
+	return req, &w, nil
+}
+
 // Register queues the admin capabilities on reg with their handlers over pub.
 func Register(reg *kernel.Registry, pub *catalog.Publisher) error {
 	handlers := map[string]kernel.Handler{
@@ -71,11 +122,22 @@ func Register(reg *kernel.Registry, pub *catalog.Publisher) error {
 			return pub.Submit(ctx, sub, call.Exec.Org)
 		},
 		"contributions/biome-install.json": func(ctx context.Context, call kernel.Call) (any, error) {
-			g, err := pub.Install(ctx, call.Input, call.Exec.Org, call.Exec.Subject.Ref)
+			req, dry, err := splitDryRun(call.Input)
 			if err != nil {
 				return nil, err
 			}
-			return ViewGrant(g), nil
+			if dry == nil {
+				g, err := pub.Install(ctx, req, call.Exec.Org, call.Exec.Subject.Ref)
+				if err != nil {
+					return nil, err
+				}
+				return ViewGrant(g), nil
+			}
+			g, imp, err := pub.DryRun(ctx, req, call.Exec.Org, call.Exec.Subject.Ref, time.Now().Add(-*dry))
+			if err != nil {
+				return nil, err
+			}
+			return DryRunView{GrantView: ViewGrant(g), DryRun: true, Impact: imp}, nil
 		},
 		"contributions/biome-list.json": func(ctx context.Context, call kernel.Call) (any, error) {
 			in, err := decodeLookup(call)

@@ -28,6 +28,7 @@ import (
 	"github.com/xemahq/xema/internal/binding"
 	"github.com/xemahq/xema/internal/catalog"
 	"github.com/xemahq/xema/internal/credential"
+	"github.com/xemahq/xema/internal/decisionlog"
 	"github.com/xemahq/xema/internal/demo"
 	"github.com/xemahq/xema/internal/egress"
 	"github.com/xemahq/xema/internal/federation"
@@ -38,6 +39,7 @@ import (
 	"github.com/xemahq/xema/internal/manifest"
 	"github.com/xemahq/xema/internal/policy"
 	"github.com/xemahq/xema/internal/ratelimit"
+	"github.com/xemahq/xema/internal/replay"
 	"github.com/xemahq/xema/internal/runner"
 	"github.com/xemahq/xema/internal/store"
 	"github.com/xemahq/xema/internal/store/engine"
@@ -57,6 +59,10 @@ type Config struct {
 	// OperatorOrg is the org whose administrators act for the operator: they move the
 	// lifecycle of the operator's biome store and read audit records of no org.
 	OperatorOrg string
+	// DecisionLog ships decisions in OPA's decision-log format: "stdout", "file:PATH" or an
+	// http(s) URL; "" is off. DecisionLogMask erases those JSON pointers from each input.
+	DecisionLog     string
+	DecisionLogMask []string
 	// PolicyDir holds the platform team's own Rego (package xema.custom).
 	PolicyDir string
 	// ReloadEvery is how often the store's revision is polled so changes made through
@@ -100,6 +106,8 @@ type App struct {
 	envs     grant.Environments
 	profiles grant.Profiles
 
+	decisions *decisionlog.Exporter // nil unless Config.DecisionLog
+
 	dsn      string     // the store DSN, for the change listener of a PostgreSQL store
 	mu       sync.Mutex // serializes rebuilds
 	loadedAt int64
@@ -136,6 +144,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, a.closeWith(err)
 	}
 	a.Publisher.HasBinding = a.Bindings.Serves
+	a.Publisher.Impact = a.grantImpact
 	if err := binding.Register(a.Kernel, a.Bindings); err != nil {
 		return nil, a.closeWith(err)
 	}
@@ -166,13 +175,21 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err := a.Rebuild(ctx); err != nil {
 		return nil, a.closeWith(err)
 	}
-	cursorKey, inputHashKey, err := deploymentKeys(ctx, st)
+	keys, err := deploymentKeys(ctx, st)
 	if err != nil {
 		return nil, a.closeWith(err)
 	}
+	a.Approvals.Audit.Chain = audit.NewChain(keys.chain)
+	if cfg.DecisionLog != "" {
+		if a.decisions, err = decisionlog.New(decisionlog.Options{Sink: cfg.DecisionLog, Mask: cfg.DecisionLogMask,
+			Client: a.HTTP}); err != nil {
+			return nil, a.closeWith(err)
+		}
+		a.Approvals.Audit.Committed = a.decisions.Records
+	}
 	a.Gateway = &gateway.Gateway{Catalog: a.Catalog, Policy: eng, Audit: a.Approvals.Audit, // one log: one writer batches both
 		Kernel: a.Kernel, HTTP: a.HTTP, Resolvers: []gateway.Resolver{a.Bindings, a.Federation},
-		CursorKey: cursorKey, InputHashKey: inputHashKey}
+		CursorKey: keys.cursor, InputHashKey: keys.inputHash}
 	a.Gateway.Limiter = &ratelimit.Limiter{Counter: st}
 	a.Gateway.Unauth = &gateway.UnauthAggregator{Audit: a.Approvals.Audit, Revision: eng.Revision, Interval: cfg.UnauthAuditInterval}
 	a.Gateway.Approvals, a.Approvals.Gateway = a.Approvals, a.Gateway
@@ -180,28 +197,38 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	return a, nil
 }
 
-// deploymentKeys loads the search cursor key and the audit input-hash key, generating each
-// (32 random bytes) on the deployment's first start. The store keeps the first one written,
-// so replicas starting together, and every later start, agree on the same keys.
-func deploymentKeys(ctx context.Context, st store.Store) (cursor, inputHash []byte, err error) {
-	load := func(name string) ([]byte, error) {
-		candidate := make([]byte, 32)
-		if _, err := rand.Read(candidate); err != nil {
-			return nil, fmt.Errorf("deployment key %s: %w", name, err)
+// keys are the per-deployment secrets.
+type keys struct{ cursor, inputHash, chain []byte }
+
+// deploymentKeys loads the search cursor key, the audit input-hash key and the audit chain
+// key, generating each on the deployment's first start.
+func deploymentKeys(ctx context.Context, st store.Store) (keys, error) {
+	var k keys
+	var err error
+	for _, d := range []struct {
+		name string
+		dst  *[]byte
+	}{{audit.KeyCursor, &k.cursor}, {audit.KeyInputHash, &k.inputHash}, {audit.KeyChain, &k.chain}} {
+		if *d.dst, err = DeploymentKey(ctx, st, d.name); err != nil {
+			return keys{}, err
 		}
-		key, err := st.DeploymentKey(ctx, name, candidate)
-		if err != nil {
-			return nil, fmt.Errorf("deployment key %s: %w", name, err)
-		}
-		return key, nil
 	}
-	if cursor, err = load(audit.KeyCursor); err != nil {
-		return nil, nil, err
+	return k, nil
+}
+
+// DeploymentKey loads the per-deployment secret name, generating it (32 random bytes) if no
+// replica has yet. The store keeps the first one written, so replicas starting together, and
+// every later start, agree on the same key.
+func DeploymentKey(ctx context.Context, st store.Store, name string) ([]byte, error) {
+	candidate := make([]byte, 32)
+	if _, err := rand.Read(candidate); err != nil {
+		return nil, fmt.Errorf("deployment key %s: %w", name, err)
 	}
-	if inputHash, err = load(audit.KeyInputHash); err != nil {
-		return nil, nil, err
+	key, err := st.DeploymentKey(ctx, name, candidate)
+	if err != nil {
+		return nil, fmt.Errorf("deployment key %s: %w", name, err)
 	}
-	return cursor, inputHash, nil
+	return key, nil
 }
 
 // bindings opens the credential keyring (XEMA_SECRET_KEY, or a key file created under
@@ -227,6 +254,9 @@ func (a *App) Close() error {
 		a.Gateway.Unauth.Close() // open aggregate buckets write their counts
 	}
 	a.Approvals.Audit.Close() // queued audit records commit before the store closes
+	if a.decisions != nil {
+		a.decisions.Close() // after the audit log: its last batch is shipped too
+	}
 	return a.Store.Close()
 }
 
@@ -339,24 +369,9 @@ func (a *App) Rebuild(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	grants := snap.Grants()
-	biomes, err := a.grantedBiomes(ctx, grants)
+	data, rev, err := a.compile(ctx, snap)
 	if err != nil {
 		return err
-	}
-	caps := make([]store.Capability, 0, len(snap.All()))
-	for _, e := range snap.All() {
-		caps = append(caps, e.Capability)
-	}
-	var pinned []store.Capability
-	for _, e := range snap.Pinned() {
-		pinned = append(pinned, e.Capability)
-	}
-	rev := fmt.Sprintf("r%d", snap.Revision)
-	data, err := grant.Compile(grant.Input{Capabilities: caps, Pinned: pinned, Grants: grants, Biomes: biomes,
-		Environments: a.envs, Profiles: a.profiles, Revision: rev})
-	if err != nil {
-		return fmt.Errorf("rebuild: %w", err)
 	}
 	if err := a.Policy.Load(ctx, data, rev); err != nil {
 		return fmt.Errorf("rebuild: %w", err)
@@ -365,22 +380,53 @@ func (a *App) Rebuild(ctx context.Context) error {
 	return nil
 }
 
-func (a *App) grantedBiomes(ctx context.Context, grants []store.Grant) ([]store.BiomeVersion, error) {
-	seen := map[string]bool{}
-	var out []store.BiomeVersion
-	for _, g := range grants {
-		key := g.BiomeID + "@" + g.BiomeVersion
-		if seen[key] {
-			continue
-		}
-		seen[key] = true
-		bv, err := a.Store.GetBiomeVersion(ctx, g.BiomeID, g.BiomeVersion)
-		if err != nil {
-			return nil, fmt.Errorf("rebuild: grant %s: %w", g.ID, err)
-		}
-		out = append(out, bv)
+// compile builds data.xema at snap, with extra grants counted as if recorded.
+func (a *App) compile(ctx context.Context, snap *catalog.Snapshot, extra ...store.Grant) (map[string]any, string, error) {
+	return compileData(ctx, a.Catalog, snap, a.envs, a.profiles, extra...)
+}
+
+// grantImpact replays the calls candidate's org recorded since with the serving policy over
+// the data candidate would make (a grant's dry run). Nothing is stored.
+func (a *App) grantImpact(ctx context.Context, candidate store.Grant, since time.Time) (catalog.Impact, error) {
+	data, rev, err := a.compile(ctx, a.Catalog.Snapshot(), candidate)
+	if err != nil {
+		return catalog.Impact{}, err
 	}
-	return out, nil
+	eng, err := a.Policy.WithData(ctx, data, rev+"+dry-run")
+	if err != nil {
+		return catalog.Impact{}, fmt.Errorf("dry run: %w", err)
+	}
+	rep, err := replay.Run(ctx, a.Store, eng, replay.Window{Since: since, Org: candidate.Org})
+	if err != nil {
+		return catalog.Impact{}, fmt.Errorf("dry run: %w", err)
+	}
+	return catalog.Impact{Considered: rep.Considered, AllowToDeny: rep.AllowToDeny, DenyToAllow: rep.DenyToAllow,
+		Since: since.UTC().Format(time.RFC3339)}, nil
+}
+
+// PolicyData compiles data.xema from st as a gateway serving it now would (with the built-in
+// environments and profiles), for tools that decide without a gateway (xema replay).
+func PolicyData(ctx context.Context, st store.Store) (map[string]any, string, error) {
+	cat := catalog.New(st)
+	snap, err := cat.Reload(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	return compileData(ctx, cat, snap, grant.DefaultEnvironments(), grant.Builtin())
+}
+
+func compileData(ctx context.Context, cat *catalog.Catalog, snap *catalog.Snapshot, envs grant.Environments,
+	profiles grant.Profiles, extra ...store.Grant) (map[string]any, string, error) {
+	in, err := cat.CompileInput(ctx, snap, extra...)
+	if err != nil {
+		return nil, "", fmt.Errorf("compile policy data: %w", err)
+	}
+	in.Environments, in.Profiles, in.Revision = envs, profiles, fmt.Sprintf("r%d", snap.Revision)
+	data, err := grant.Compile(in)
+	if err != nil {
+		return nil, "", fmt.Errorf("compile policy data: %w", err)
+	}
+	return data, in.Revision, nil
 }
 
 // Watch rebuilds whenever policy data changes through another replica, until ctx ends. On

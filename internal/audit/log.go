@@ -32,6 +32,11 @@ type Log struct {
 	// smaller than MaxBatch; 0 commits as soon as the writer is free, which under load
 	// batches by itself (records arriving during one commit form the next batch).
 	MaxWait time.Duration
+	// Chain, when set, links every record into its hash chain as its batch is written.
+	Chain *Chain
+	// Committed, when set, is handed each batch once it has committed (the decision log
+	// export); it must not block or keep the slice.
+	Committed func([]store.AuditRecord)
 
 	mu      sync.Mutex
 	queue   []*waiter
@@ -145,9 +150,20 @@ func (l *Log) write() {
 		for _, w := range batch {
 			recs = append(recs, w.rec)
 		}
+		var undoSeq int64
+		var undoHead string
+		if l.Chain != nil {
+			undoSeq, undoHead = l.Chain.seal(recs)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 		err := l.Store.AppendAudits(ctx, recs)
 		cancel()
+		if err != nil && l.Chain != nil {
+			l.Chain.undo(undoSeq, undoHead)
+		}
+		if err == nil && l.Committed != nil {
+			l.Committed(recs)
+		}
 		clear(recs) // records hold the callers' documents: keep none past the batch
 		for i, w := range batch {
 			batch[i] = nil // w goes back to its caller, maybe to the pool

@@ -37,6 +37,9 @@ type Publisher struct {
 	HasBinding func(ref string) bool
 	// Changed is called after every successful write.
 	Changed func(ctx context.Context) error
+	// Impact replays org's calls recorded since with candidate counted as if recorded (a
+	// grant's dry run); nil refuses dry runs.
+	Impact func(ctx context.Context, candidate store.Grant, since time.Time) (Impact, error)
 	// CheckURL judges a declared http invocation's URL (egress.Policy.CheckURL): a non-empty
 	// answer is a 400 naming /contributions/N/invocation/url. nil checks nothing.
 	CheckURL func(raw string, credential bool) string
@@ -271,13 +274,58 @@ func contributionsOf(bv store.BiomeVersion) []json.RawMessage {
 // The grant is org's: it covers org's callers only. A biome another org owns is answered
 // as an unknown one.
 func (p *Publisher) Install(ctx context.Context, raw json.RawMessage, org, approvedBy string) (store.Grant, error) {
+	g, _, err := p.install(ctx, raw, org, approvedBy, nil)
+	return g, err
+}
+
+// Impact is what a grant would change over the calls an org recorded since Since.
+type Impact struct {
+	Considered  int    `json:"considered"`
+	AllowToDeny int    `json:"allowToDeny"`
+	DenyToAllow int    `json:"denyToAllow"`
+	Since       string `json:"since"`
+}
+
+// DryRun validates a grant exactly as Install does and answers the grant it would record with
+// its impact on org's calls recorded since since; it changes nothing.
+func (p *Publisher) DryRun(ctx context.Context, raw json.RawMessage, org, approvedBy string, since time.Time) (store.Grant, Impact, error) {
+	if p.Impact == nil {
+		return store.Grant{}, Impact{}, runner.ClientError(http.StatusNotImplemented, "DRY_RUN_UNAVAILABLE", "this gateway cannot replay calls")
+	}
+	return p.install(ctx, raw, org, approvedBy, &since)
+}
+
+// install is Install, or its dry run when dryRunSince is set.
+func (p *Publisher) install(ctx context.Context, raw json.RawMessage, org, approvedBy string, dryRunSince *time.Time) (store.Grant, Impact, error) {
+	g, bv, err := p.validateGrant(ctx, raw, org, approvedBy)
+	if err != nil {
+		return store.Grant{}, Impact{}, err
+	}
+	if dryRunSince != nil {
+		imp, err := p.Impact(ctx, g, *dryRunSince)
+		return g, imp, err
+	}
+	if err := p.Store.PutGrant(ctx, g); err != nil {
+		return store.Grant{}, Impact{}, fmt.Errorf("install: %w", err)
+	}
+	if err := p.adopt(ctx, bv); err != nil {
+		return store.Grant{}, Impact{}, err
+	}
+	if err := p.publishRefs(ctx, bv, approvedBy); err != nil {
+		return store.Grant{}, Impact{}, err
+	}
+	return g, Impact{}, p.Changed(ctx)
+}
+
+// validateGrant decodes and checks a grant request of org against the biome version it names.
+func (p *Publisher) validateGrant(ctx context.Context, raw json.RawMessage, org, approvedBy string) (store.Grant, store.BiomeVersion, error) {
 	req, err := grant.DecodeRequest(raw)
 	if err != nil {
-		return store.Grant{}, grantError(err)
+		return store.Grant{}, store.BiomeVersion{}, grantError(err)
 	}
 	mine, err := p.ownedBy(ctx, req.BiomeID, org)
 	if err != nil {
-		return store.Grant{}, fmt.Errorf("install: %w", err)
+		return store.Grant{}, store.BiomeVersion{}, fmt.Errorf("install: %w", err)
 	}
 	bv, err := p.Store.GetBiomeVersion(ctx, req.BiomeID, req.Version)
 	var bvp *store.BiomeVersion
@@ -285,27 +333,18 @@ func (p *Publisher) Install(ctx context.Context, raw json.RawMessage, org, appro
 	case err == nil && mine:
 		bvp = &bv
 	case err != nil && !errors.Is(err, store.ErrNotFound):
-		return store.Grant{}, fmt.Errorf("install: %w", err)
+		return store.Grant{}, store.BiomeVersion{}, fmt.Errorf("install: %w", err)
 	}
 	req, err = grant.Validate(req, bvp, p.Envs, p.Profiles)
 	if err != nil {
-		return store.Grant{}, grantError(err)
+		return store.Grant{}, store.BiomeVersion{}, grantError(err)
 	}
 	g, err := grant.NewGrant(req, approvedBy, time.Now())
 	if err != nil {
-		return store.Grant{}, err
+		return store.Grant{}, store.BiomeVersion{}, err
 	}
 	g.Org = org
-	if err := p.Store.PutGrant(ctx, g); err != nil {
-		return store.Grant{}, fmt.Errorf("install: %w", err)
-	}
-	if err := p.adopt(ctx, bv); err != nil {
-		return store.Grant{}, err
-	}
-	if err := p.publishRefs(ctx, bv, approvedBy); err != nil {
-		return store.Grant{}, err
-	}
-	return g, p.Changed(ctx)
+	return g, bv, nil
 }
 
 // ownedBy reports whether org may use biome id: its own, or the operator's store. An id

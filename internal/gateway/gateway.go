@@ -201,6 +201,7 @@ func (g *Gateway) authorize(ctx context.Context, c *call, entry *catalog.Entry, 
 	if err != nil {
 		return policy.Decision{}, unavailable(CodePolicyUnavailable, "policy", err)
 	}
+	c.rec.PolicyInput = mustJSON(in) // for replay: the verified context, never the raw input
 	c.rec.Reasons = reasonsJSON(d.Reasons)
 	c.rec.Suggestions = reasonsJSON(d.Suggestions)
 	c.rec.Obligations = reasonsJSON(d.Obligations)
@@ -303,7 +304,7 @@ func (g *Gateway) run(ctx context.Context, c *call, r runner.Runner) (json.RawMe
 	c.rec.Runner = r.Kind()
 	out, runErr := r.Run(ctx, kernel.Call{Ref: c.req.Ref, Input: c.req.Input, Exec: c.exec, AuditID: c.rec.ID})
 	outcome := c.rec
-	outcome.ParentID, outcome.ID = c.rec.ID, audit.OutcomeID(c.rec.ID)
+	outcome.ParentID, outcome.ID, outcome.PolicyInput = c.rec.ID, audit.OutcomeID(c.rec.ID), nil
 	outcome.Outcome = "ok"
 	var answer error
 	if runErr != nil {

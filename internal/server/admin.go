@@ -15,11 +15,44 @@ import (
 // and the call goes through the whole funnel (authorized by the capability's humanBaseline).
 func (s *Server) adminRoutes(g *echo.Group) {
 	g.POST("/biomes", s.kernelRoute(admin.RefSubmit))
-	g.POST("/grants", s.kernelRoute(admin.RefInstall))
+	g.POST("/grants", s.postGrant)
 	g.POST("/lifecycle", s.kernelRoute(admin.RefLifecycle))
 	g.GET("/biomes", s.lookupRoute(admin.RefBiomeList))
 	g.GET("/biomes/:id/:version", s.lookupRoute(admin.RefBiomeGet))
 	g.GET("/grants", s.lookupRoute(admin.RefGrantList))
+}
+
+// postGrant is POST /v1/grants: biome:install@1 with the body as input; ?dryRun=true (and
+// ?since=DURATION) answers 200 with the grant it would record and its impact, recording nothing.
+func (s *Server) postGrant(c echo.Context) error {
+	var input map[string]json.RawMessage
+	if err := bind(c, &input); err != nil {
+		return err
+	}
+	status := http.StatusCreated
+	for k, vs := range c.QueryParams() {
+		if len(vs) != 1 {
+			return &gateway.Error{Status: http.StatusBadRequest, Code: "INVALID_REQUEST", Message: fmt.Sprintf("query parameter %q given %d times, want once", k, len(vs))}
+		}
+		switch {
+		case k == "dryRun" && (vs[0] == "true" || vs[0] == "false"):
+			input["dryRun"] = json.RawMessage(vs[0])
+			if vs[0] == "true" {
+				status = http.StatusOK
+			}
+		case k == "since":
+			input["since"], _ = json.Marshal(vs[0]) // a string always encodes
+		case k == "dryRun":
+			return &gateway.Error{Status: http.StatusBadRequest, Code: "INVALID_REQUEST", Message: fmt.Sprintf("query parameter dryRun=%q: want true or false", vs[0])}
+		default:
+			return &gateway.Error{Status: http.StatusBadRequest, Code: "INVALID_REQUEST", Message: fmt.Sprintf("unknown query parameter %q; want dryRun, since", k)}
+		}
+	}
+	raw, err := json.Marshal(input)
+	if err != nil {
+		return fmt.Errorf("encode grant request: %w", err)
+	}
+	return s.kernelCall(c, admin.RefInstall, raw, status)
 }
 
 // lookupRoute serves a reading capability from the path (:id, :version) and the optional

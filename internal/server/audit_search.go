@@ -75,7 +75,7 @@ func (s *Server) auditSearch(c echo.Context) error {
 		}
 	}
 	ec := execOf(c)
-	f := store.AuditFilter{Org: ec.Org, Ref: q["ref"], SubjectRef: q["subject"], ReasonCode: q["reason"], ParentID: q["parent"], Limit: DefaultAuditPage}
+	f := store.AuditQuery{Org: ec.Org, Ref: q["ref"], SubjectRef: q["subject"], ReasonCode: q["reason"], ParentID: q["parent"], Limit: DefaultAuditPage}
 	if d := q["decision"]; d != "" {
 		ok := false
 		for _, known := range auditDecisions {

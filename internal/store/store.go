@@ -108,13 +108,45 @@ type AuditRecord struct {
 	LatencyMicros  int64
 	ParentID       string          // links follow-up records (approval, run) to the original call
 	Detail         json.RawMessage // subject and context needed to rebuild why-denied
+	// PolicyInput is the input the policy decided on (decision records only; nil on others
+	// and on records written before replay existed).
+	PolicyInput json.RawMessage
+	// Chain links the record to the previous one of its chain; zero when unchained.
+	Chain ChainLink
+}
+
+// ChainLink places an audit record in its hash chain: Seq counts from 1 within ChainID and
+// Hash covers the record and the previous link's hash.
+type ChainLink struct {
+	ChainID string
+	Seq     int64
+	Hash    string
+}
+
+// ChainHead is the checkpointed last link of one chain.
+type ChainHead struct {
+	ChainID   string
+	Seq       int64
+	Hash      string
+	UpdatedAt time.Time
+}
+
+// AuditFilter selects audit records for replay and verification.
+type AuditFilter struct {
+	Since, Until time.Time // zero: unbounded
+	Org          string    // "" is every org
+	// Replayable keeps only decision records carrying a PolicyInput.
+	Replayable bool
+	// ChainID keeps one chain's records, ordered by Seq (otherwise by time, id).
+	ChainID string
 }
 
 // MaxAuditPage bounds one ListAudit answer.
 const MaxAuditPage = 1000
 
-// AuditFilter selects audit records of one org. Empty fields match everything.
-type AuditFilter struct {
+// AuditQuery selects audit records of one org for search (GET /v1/audit). Empty fields
+// match everything.
+type AuditQuery struct {
 	Org        string // required: records of other orgs never match ("" is the records of no org)
 	SubjectRef string // exact subject ref ("user:alice")
 	Ref        string // exact capability ref (or route, for records of no org)
@@ -176,9 +208,15 @@ type Store interface {
 	// AppendAudits writes rs durably in one transaction, all or none (group commit).
 	AppendAudits(ctx context.Context, rs []AuditRecord) error
 	GetAudit(ctx context.Context, id string) (AuditRecord, error)
-	// ListAudit returns the records of one org matching f, newest first (time, then id,
-	// descending), at most f.Limit of them (MaxAuditPage when 0 or larger).
-	ListAudit(ctx context.Context, f AuditFilter) ([]AuditRecord, error)
+	// ListAudit returns the records of one org matching q, newest first (time, then id,
+	// descending), at most q.Limit of them (MaxAuditPage when 0 or larger).
+	ListAudit(ctx context.Context, q AuditQuery) ([]AuditRecord, error)
+	// ScanAudit calls fn for every record f selects, in order, reading in pages so a large
+	// log is never held in memory; fn's error stops the scan and is returned.
+	ScanAudit(ctx context.Context, f AuditFilter, fn func(AuditRecord) error) error
+	// ChainHeads returns every chain's checkpointed head. AppendAudits checkpoints the last
+	// link of each chain of its batch in the batch's transaction.
+	ChainHeads(ctx context.Context) ([]ChainHead, error)
 
 	ObligationStore
 

@@ -119,5 +119,5 @@ func (r AuditRecord) Validate() error {
 		return err
 	}
 	return jsonDocs(what, false, doc{"Reasons", r.Reasons}, doc{"Suggestions", r.Suggestions},
-		doc{"Obligations", r.Obligations}, doc{"Detail", r.Detail})
+		doc{"Obligations", r.Obligations}, doc{"Detail", r.Detail}, doc{"PolicyInput", r.PolicyInput})
 }

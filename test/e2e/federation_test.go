@@ -217,7 +217,9 @@ func TestFederationRugPull(t *testing.T) {
 		t.Fatalf("beta lists the default org's server: %d %s", l.Status, l.Raw)
 	}
 	expect(t, g.post("/v1/mcp-servers/wx/sync", beta.admin, map[string]any{}), http.StatusNotFound)
-	expect(t, g.post("/v1/grants", beta.admin, map[string]any{"biomeId": "wx", "version": "1.0.1", "digestHash": str(reg.Body, "digest.hash")}), http.StatusNotFound)
+	if r := g.post("/v1/grants", beta.admin, map[string]any{"biomeId": "wx", "version": "1.0.1", "digestHash": str(reg.Body, "digest.hash")}); str(r.Body, "code") != "UNKNOWN_BIOME_VERSION" {
+		t.Fatalf("beta's grant of the default org's server: %d %s, want it answered as an unknown biome", r.Status, r.Raw)
+	}
 	expect(t, g.post("/v1/capabilities/invoke", beta.bot, weather), http.StatusNotFound)
 	ping := map[string]any{"ref": "wx:ping@1", "input": map[string]any{}}
 	if r := g.post("/v1/capabilities/invoke", agent, weather); r.Status != 200 || !strings.Contains(string(r.Raw), "getWeather:") {

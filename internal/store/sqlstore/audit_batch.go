@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/xemahq/xema/internal/store"
 )
@@ -14,9 +15,10 @@ import (
 // auditColumns is one audit_log row, in the order auditArgs gives them.
 const (
 	auditColumns = `id, time, ref, subject_kind, subject_ref, environment, decision, reasons, suggestions,
-		obligations, bundle_revision, input_hash, runner, outcome, latency_micros, parent_id, detail, org`
-	auditColumnCount = 18
-	// auditRowsPerInsert bounds one INSERT statement: 18 × 64 placeholders stay far below
+		obligations, bundle_revision, input_hash, runner, outcome, latency_micros, parent_id, detail, org,
+		policy_input, chain_id, chain_seq, chain_hash`
+	auditColumnCount = 22
+	// auditRowsPerInsert bounds one INSERT statement: 22 × 64 placeholders stay far below
 	// SQLite's 32,766 and PostgreSQL's 65,535, and one statement text per size is cached.
 	auditRowsPerInsert = 64
 )
@@ -44,15 +46,35 @@ func (s *Store) AppendAudits(ctx context.Context, rs []store.AuditRecord) error 
 				return s.fail(op, err)
 			}
 		}
-		return nil
+		return s.checkpointChains(ctx, tx, op, rs)
 	})
+}
+
+// checkpointChains records the last link of each chain in rs as its head.
+func (s *Store) checkpointChains(ctx context.Context, tx *sql.Tx, op string, rs []store.AuditRecord) error {
+	last := map[string]store.ChainLink{}
+	for _, r := range rs {
+		if r.Chain.ChainID != "" && r.Chain.Seq > last[r.Chain.ChainID].Seq {
+			last[r.Chain.ChainID] = r.Chain
+		}
+	}
+	for _, l := range last {
+		if _, err := s.exec(ctx, tx, `INSERT INTO audit_chain_heads (chain_id, seq, hash, updated_at) VALUES (?, ?, ?, ?)
+			ON CONFLICT (chain_id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, updated_at = excluded.updated_at
+			WHERE excluded.seq > audit_chain_heads.seq`,
+			l.ChainID, l.Seq, l.Hash, s.d.TimeArg(store.Stamp(time.Time{}))); err != nil {
+			return s.fail(op, err)
+		}
+	}
+	return nil
 }
 
 // auditArgs appends the column values of r to args.
 func (s *Store) auditArgs(args []any, r store.AuditRecord) []any {
 	return append(args, r.ID, s.d.TimeArg(store.Stamp(r.Time)), r.Ref, r.SubjectKind, r.SubjectRef,
 		r.Environment, r.Decision, jsonArg(r.Reasons), jsonArg(r.Suggestions), jsonArg(r.Obligations),
-		r.BundleRevision, r.InputHash, r.Runner, r.Outcome, r.LatencyMicros, r.ParentID, jsonArg(r.Detail), r.Org)
+		r.BundleRevision, r.InputHash, r.Runner, r.Outcome, r.LatencyMicros, r.ParentID, jsonArg(r.Detail), r.Org,
+		jsonArg(r.PolicyInput), r.Chain.ChainID, r.Chain.Seq, r.Chain.Hash)
 }
 
 // auditInserts caches the INSERT of n rows per placeholder style, built on first use.

@@ -12,7 +12,7 @@ import (
 // ListAudit implements store.Store: one org's records, newest first, keyset-paginated on
 // (time, id) so a page never shifts when new records arrive. Served by the indexes
 // audit_log_org_time, audit_log_org_subject_time and audit_log_org_ref_time.
-func (s *Store) ListAudit(ctx context.Context, f store.AuditFilter) ([]store.AuditRecord, error) {
+func (s *Store) ListAudit(ctx context.Context, f store.AuditQuery) ([]store.AuditRecord, error) {
 	where := []string{"org = ?"}
 	args := []any{f.Org}
 	for _, eq := range []struct{ col, v string }{
@@ -47,15 +47,4 @@ func (s *Store) ListAudit(ctx context.Context, f store.AuditFilter) ([]store.Aud
 	return list(ctx, s, "list audit records", scanAudit,
 		`SELECT `+auditColumns+` FROM audit_log WHERE `+strings.Join(where, " AND ")+
 			fmt.Sprintf(` ORDER BY time DESC, id DESC LIMIT %d`, limit), args...)
-}
-
-func scanAudit(sc scanner) (store.AuditRecord, error) {
-	var r store.AuditRecord
-	var reasons, suggestions, obligations, detail []byte
-	err := sc.Scan(&r.ID, timeCol{&r.Time}, &r.Ref, &r.SubjectKind, &r.SubjectRef,
-		&r.Environment, &r.Decision, &reasons, &suggestions, &obligations, &r.BundleRevision, &r.InputHash,
-		&r.Runner, &r.Outcome, &r.LatencyMicros, &r.ParentID, &detail, &r.Org)
-	r.Reasons, r.Suggestions, r.Obligations = jsonCol(reasons), jsonCol(suggestions), jsonCol(obligations)
-	r.Detail = jsonCol(detail)
-	return r, err
 }

@@ -5,6 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/xemahq/xema/internal/store"
 )
@@ -391,26 +394,103 @@ func (s *Store) AppendAudit(ctx context.Context, r store.AuditRecord) error {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	if _, err := s.exec(ctx, s.db, `INSERT INTO audit_log
-		(`+auditColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		(`+auditColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		s.auditArgs(nil, r)...); err != nil {
 		return s.fail(op, err)
 	}
 	return nil
 }
 
+// scanAudit reads one audit_log row of auditColumns.
+func scanAudit(sc scanner) (store.AuditRecord, error) {
+	var r store.AuditRecord
+	var reasons, suggestions, obligations, detail, policyInput []byte
+	err := sc.Scan(&r.ID, timeCol{&r.Time}, &r.Ref, &r.SubjectKind, &r.SubjectRef,
+		&r.Environment, &r.Decision, &reasons, &suggestions, &obligations, &r.BundleRevision, &r.InputHash,
+		&r.Runner, &r.Outcome, &r.LatencyMicros, &r.ParentID, &detail, &r.Org,
+		&policyInput, &r.Chain.ChainID, &r.Chain.Seq, &r.Chain.Hash)
+	r.Reasons, r.Suggestions, r.Obligations = jsonCol(reasons), jsonCol(suggestions), jsonCol(obligations)
+	r.Detail, r.PolicyInput = jsonCol(detail), jsonCol(policyInput)
+	return r, err
+}
+
+// auditPage is how many records ScanAudit reads per query.
+const auditPage = 1000
+
+// ScanAudit implements store.Store: keyset pages, by (chain_seq) for one chain, else by
+// (time, id).
+func (s *Store) ScanAudit(ctx context.Context, f store.AuditFilter, fn func(store.AuditRecord) error) error {
+	var where []string
+	var args []any
+	add := func(cond string, v any) { where = append(where, cond); args = append(args, v) }
+	if !f.Since.IsZero() {
+		add("time >= ?", s.d.TimeArg(store.Stamp(f.Since)))
+	}
+	if !f.Until.IsZero() {
+		add("time < ?", s.d.TimeArg(store.Stamp(f.Until)))
+	}
+	if f.Org != "" {
+		add("org = ?", f.Org)
+	}
+	if f.Replayable {
+		where = append(where, "policy_input IS NOT NULL")
+	}
+	if f.ChainID != "" {
+		add("chain_id = ?", f.ChainID)
+	}
+	var lastSeq int64
+	var lastTime time.Time
+	lastID, first := "", true
+	for {
+		cond, cargs := slices.Clone(where), slices.Clone(args)
+		order := "time, id"
+		switch {
+		case f.ChainID != "":
+			order = "chain_seq"
+			if !first {
+				cond, cargs = append(cond, "chain_seq > ?"), append(cargs, lastSeq)
+			}
+		case !first:
+			cond = append(cond, "(time > ? OR (time = ? AND id > ?))")
+			t := s.d.TimeArg(lastTime)
+			cargs = append(cargs, t, t, lastID)
+		}
+		q := `SELECT ` + auditColumns + ` FROM audit_log`
+		if len(cond) > 0 {
+			q += ` WHERE ` + strings.Join(cond, " AND ")
+		}
+		q += ` ORDER BY ` + order + ` LIMIT ?`
+		page, err := list(ctx, s, "scan audit log", scanAudit, q, append(cargs, auditPage)...)
+		if err != nil {
+			return err
+		}
+		for _, r := range page {
+			if err := fn(r); err != nil {
+				return err
+			}
+		}
+		if len(page) < auditPage {
+			return nil
+		}
+		last := page[len(page)-1]
+		lastSeq, lastTime, lastID, first = last.Chain.Seq, last.Time, last.ID, false
+	}
+}
+
+// ChainHeads implements store.Store.
+func (s *Store) ChainHeads(ctx context.Context) ([]store.ChainHead, error) {
+	return list(ctx, s, "list audit chain heads", func(sc scanner) (store.ChainHead, error) {
+		var h store.ChainHead
+		return h, sc.Scan(&h.ChainID, &h.Seq, &h.Hash, timeCol{&h.UpdatedAt})
+	}, `SELECT chain_id, seq, hash, updated_at FROM audit_chain_heads ORDER BY chain_id`)
+}
+
 // GetAudit implements store.Store.
 func (s *Store) GetAudit(ctx context.Context, id string) (store.AuditRecord, error) {
-	var r store.AuditRecord
-	var reasons, suggestions, obligations, detail []byte
-	err := s.db.QueryRowContext(ctx, s.d.bind(`SELECT `+auditColumns+`
-		FROM audit_log WHERE id = ?`), id).Scan(&r.ID, timeCol{&r.Time}, &r.Ref, &r.SubjectKind, &r.SubjectRef,
-		&r.Environment, &r.Decision, &reasons, &suggestions, &obligations, &r.BundleRevision, &r.InputHash,
-		&r.Runner, &r.Outcome, &r.LatencyMicros, &r.ParentID, &detail, &r.Org)
+	r, err := scanAudit(s.db.QueryRowContext(ctx, s.d.bind(`SELECT `+auditColumns+` FROM audit_log WHERE id = ?`), id))
 	if err != nil {
 		return store.AuditRecord{}, s.fail(fmt.Sprintf("get audit record %q", id), err)
 	}
-	r.Reasons, r.Suggestions, r.Obligations = jsonCol(reasons), jsonCol(suggestions), jsonCol(obligations)
-	r.Detail = jsonCol(detail)
 	return r, nil
 }
 

@@ -60,27 +60,27 @@ func testListAudit(t *testing.T, s store.Store) {
 	}
 	for _, tc := range []struct {
 		name string
-		f    store.AuditFilter
+		f    store.AuditQuery
 		want []store.AuditRecord
 	}{
-		{"org only", store.AuditFilter{Org: "acme"}, []store.AuditRecord{r4b, linked, r4a, r3, r2, r1, r7}},
-		{"parent", store.AuditFilter{Org: "acme", ParentID: "a-04a"}, []store.AuditRecord{linked}},
-		{"parent of another org", store.AuditFilter{Org: "globex", ParentID: "a-04a"}, nil},
-		{"other org", store.AuditFilter{Org: "globex"}, []store.AuditRecord{all[5]}},
-		{"no org", store.AuditFilter{Org: ""}, []store.AuditRecord{all[6]}},
-		{"unknown org", store.AuditFilter{Org: "initech"}, nil},
-		{"subject", store.AuditFilter{Org: "acme", SubjectRef: "user:alice"}, []store.AuditRecord{r4b, r3, r1}},
-		{"ref", store.AuditFilter{Org: "acme", Ref: "kb:page.read@1"}, []store.AuditRecord{r4a, r2, r1}},
-		{"decision", store.AuditFilter{Org: "acme", Decision: "denied"}, []store.AuditRecord{r3, r2}},
-		{"reason", store.AuditFilter{Org: "acme", ReasonCode: "MISSING_GRANT"}, []store.AuditRecord{r2}},
-		{"reason of another element", store.AuditFilter{Org: "acme", ReasonCode: "OTHER"}, []store.AuditRecord{r3, r2}},
-		{"since inclusive", store.AuditFilter{Org: "acme", Since: at(3)}, []store.AuditRecord{r4b, linked, r4a, r3}},
-		{"until exclusive", store.AuditFilter{Org: "acme", Until: at(2)}, []store.AuditRecord{r1, r7}},
-		{"range", store.AuditFilter{Org: "acme", Since: at(2), Until: at(4)}, []store.AuditRecord{r3, r2}},
-		{"combined", store.AuditFilter{Org: "acme", SubjectRef: "user:alice", Decision: "denied", Ref: "kb:page.write@1"}, []store.AuditRecord{r3}},
-		{"limit", store.AuditFilter{Org: "acme", Limit: 2}, []store.AuditRecord{r4b, linked}},
-		{"before a tie", store.AuditFilter{Org: "acme", Before: &store.AuditPosition{Time: r4b.Time, ID: r4b.ID}}, []store.AuditRecord{linked, r4a, r3, r2, r1, r7}},
-		{"before with filter", store.AuditFilter{Org: "acme", SubjectRef: "user:alice", Before: &store.AuditPosition{Time: r3.Time, ID: r3.ID}}, []store.AuditRecord{r1}},
+		{"org only", store.AuditQuery{Org: "acme"}, []store.AuditRecord{r4b, linked, r4a, r3, r2, r1, r7}},
+		{"parent", store.AuditQuery{Org: "acme", ParentID: "a-04a"}, []store.AuditRecord{linked}},
+		{"parent of another org", store.AuditQuery{Org: "globex", ParentID: "a-04a"}, nil},
+		{"other org", store.AuditQuery{Org: "globex"}, []store.AuditRecord{all[5]}},
+		{"no org", store.AuditQuery{Org: ""}, []store.AuditRecord{all[6]}},
+		{"unknown org", store.AuditQuery{Org: "initech"}, nil},
+		{"subject", store.AuditQuery{Org: "acme", SubjectRef: "user:alice"}, []store.AuditRecord{r4b, r3, r1}},
+		{"ref", store.AuditQuery{Org: "acme", Ref: "kb:page.read@1"}, []store.AuditRecord{r4a, r2, r1}},
+		{"decision", store.AuditQuery{Org: "acme", Decision: "denied"}, []store.AuditRecord{r3, r2}},
+		{"reason", store.AuditQuery{Org: "acme", ReasonCode: "MISSING_GRANT"}, []store.AuditRecord{r2}},
+		{"reason of another element", store.AuditQuery{Org: "acme", ReasonCode: "OTHER"}, []store.AuditRecord{r3, r2}},
+		{"since inclusive", store.AuditQuery{Org: "acme", Since: at(3)}, []store.AuditRecord{r4b, linked, r4a, r3}},
+		{"until exclusive", store.AuditQuery{Org: "acme", Until: at(2)}, []store.AuditRecord{r1, r7}},
+		{"range", store.AuditQuery{Org: "acme", Since: at(2), Until: at(4)}, []store.AuditRecord{r3, r2}},
+		{"combined", store.AuditQuery{Org: "acme", SubjectRef: "user:alice", Decision: "denied", Ref: "kb:page.write@1"}, []store.AuditRecord{r3}},
+		{"limit", store.AuditQuery{Org: "acme", Limit: 2}, []store.AuditRecord{r4b, linked}},
+		{"before a tie", store.AuditQuery{Org: "acme", Before: &store.AuditPosition{Time: r4b.Time, ID: r4b.ID}}, []store.AuditRecord{linked, r4a, r3, r2, r1, r7}},
+		{"before with filter", store.AuditQuery{Org: "acme", SubjectRef: "user:alice", Before: &store.AuditPosition{Time: r3.Time, ID: r3.ID}}, []store.AuditRecord{r1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := s.ListAudit(ctx, tc.f)
@@ -101,7 +101,7 @@ func testListAudit(t *testing.T, s store.Store) {
 			if page > 10 {
 				t.Fatal("pagination does not end")
 			}
-			got, err := s.ListAudit(ctx, store.AuditFilter{Org: "acme", Limit: 2, Before: before})
+			got, err := s.ListAudit(ctx, store.AuditQuery{Org: "acme", Limit: 2, Before: before})
 			if err != nil {
 				t.Fatalf("ListAudit: %v", err)
 			}
@@ -118,7 +118,7 @@ func testListAudit(t *testing.T, s store.Store) {
 	t.Run("cancelled", func(t *testing.T) {
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()
-		if _, err := s.ListAudit(cctx, store.AuditFilter{Org: "acme"}); !errors.Is(err, context.Canceled) {
+		if _, err := s.ListAudit(cctx, store.AuditQuery{Org: "acme"}); !errors.Is(err, context.Canceled) {
 			t.Fatalf("ListAudit with a cancelled context = %v, want context.Canceled", err)
 		}
 	})

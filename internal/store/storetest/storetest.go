@@ -50,6 +50,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Ping", testPing},
 		{"Federation", testFederation},
 		{"DeploymentKeys", testDeploymentKeys},
+		{"AuditScanAndChains", testAuditScan},
+		{"BiomeOwners", testBiomeOwners},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/xemahq/xema/internal/app"
+	"github.com/xemahq/xema/internal/policy"
+	"github.com/xemahq/xema/internal/replay"
+	"github.com/xemahq/xema/internal/store"
+	"github.com/xemahq/xema/internal/store/engine"
+)
+
+// storeFlags name the store a command reads directly (not through a running gateway).
+type storeFlags struct{ dsn, dataDir string }
+
+func (f *storeFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.dsn, "store", "", "store: empty for SQLite under --data-dir, sqlite:PATH, or postgres://... (also XEMA_STORE)")
+	cmd.Flags().StringVar(&f.dataDir, "data-dir", ".xema", "data directory of the embedded SQLite store")
+}
+
+func (f *storeFlags) open(ctx context.Context) (store.Store, error) {
+	dsn := f.dsn
+	if dsn == "" {
+		dsn = os.Getenv("XEMA_STORE")
+	}
+	st, err := engine.Open(ctx, dsn, f.dataDir)
+	if err != nil {
+		return nil, &exitError{code: 2, err: err}
+	}
+	return st, nil
+}
+
+func init() {
+	var sf storeFlags
+	var since, until time.Duration
+	var untilAt, policyDir, bundleFile, format, org string
+	cmd := &cobra.Command{
+		Use:   "replay",
+		Short: "Re-decide recorded calls with a candidate policy and report what would change",
+		Long: `replay re-evaluates every decision the audit log recorded in the window with a candidate
+policy: the built-in Rego plus --policy-dir (platform Rego added or changed) over the store's
+current grants, or a whole --bundle. It reports the calls whose decision would change. It reads
+the store and writes nothing, so it runs beside a serving gateway. Calls never authorized
+(unauthenticated, unknown ref) are not considered; decisions recorded before the policy input
+was kept are counted as not replayable.`,
+		Example: `  xema replay --data-dir .xema --since 24h --policy-dir ./candidate --format json`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if format != "text" && format != "json" {
+				return &exitError{code: 2, err: fmt.Errorf("--format %q: want text or json", format)}
+			}
+			if since <= 0 {
+				return &exitError{code: 2, err: fmt.Errorf("--since %v: want a positive duration such as 24h", since)}
+			}
+			if policyDir != "" && bundleFile != "" {
+				return &exitError{code: 2, err: fmt.Errorf("--policy-dir and --bundle: give one candidate")}
+			}
+			now := time.Now()
+			w := replay.Window{Since: now.Add(-since), Org: org}
+			switch {
+			case untilAt != "" && until != 0:
+				return &exitError{code: 2, err: fmt.Errorf("--until: give a time or a duration, not both")}
+			case untilAt != "":
+				t, err := time.Parse(time.RFC3339, untilAt)
+				if err != nil {
+					return &exitError{code: 2, err: fmt.Errorf("--until %q: want an RFC 3339 time: %w", untilAt, err)}
+				}
+				w.Until = t
+			case until != 0:
+				w.Until = now.Add(-until)
+			}
+			ctx := cmd.Context()
+			st, err := sf.open(ctx)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			d, err := candidate(ctx, st, policyDir, bundleFile)
+			if err != nil {
+				return &exitError{code: 2, err: err}
+			}
+			start := time.Now()
+			rep, err := replay.Run(ctx, st, d, w)
+			if err != nil {
+				return err
+			}
+			if format == "json" {
+				return writeJSON(cmd.OutOrStdout(), rep)
+			}
+			printReplay(cmd.OutOrStdout(), rep, time.Since(start))
+			return nil
+		},
+	}
+	sf.add(cmd)
+	f := cmd.Flags()
+	f.DurationVar(&since, "since", 0, "replay the decisions of this long ago up to --until (required, e.g. 24h)")
+	f.DurationVar(&until, "until-ago", 0, "end of the window as a duration before now (default: now)")
+	f.StringVar(&untilAt, "until", "", "end of the window as an RFC 3339 time (default: now)")
+	f.StringVar(&policyDir, "policy-dir", "", "candidate platform Rego (package xema.custom) added to the built-in policy")
+	f.StringVar(&bundleFile, "bundle", "", "candidate bundle file in OPA's format (gzipped tar) replacing the whole policy")
+	f.StringVar(&org, "org", "", "only this org's calls (default: every org)")
+	f.StringVar(&format, "format", "text", "text or json")
+	rootCmd.AddCommand(cmd)
+}
+
+// candidate is the policy replay decides with: a bundle file, or the built-in Rego (plus
+// platform Rego) over the store's current data.
+func candidate(ctx context.Context, st store.Store, policyDir, bundleFile string) (replay.Decider, error) {
+	if bundleFile != "" {
+		f, err := os.Open(bundleFile)
+		if err != nil {
+			return nil, fmt.Errorf("--bundle: %w", err)
+		}
+		defer f.Close()
+		return policy.FromBundle(ctx, f)
+	}
+	eng, err := policy.New(ctx, policy.Options{ExtraDir: policyDir})
+	if err != nil {
+		return nil, fmt.Errorf("--policy-dir: %w", err)
+	}
+	data, rev, err := app.PolicyData(ctx, st)
+	if err != nil {
+		return nil, err
+	}
+	if err := eng.Load(ctx, data, rev); err != nil {
+		return nil, err
+	}
+	return eng, nil
+}
+
+// printReplay writes the summary grouped by ref and reason, then the changed calls.
+func printReplay(out io.Writer, rep *replay.Report, took time.Duration) {
+	fmt.Fprintf(out, "considered %d decision(s) in %v: %d allow→deny, %d deny→allow, %d changed in all",
+		rep.Considered, took.Round(time.Millisecond), rep.AllowToDeny, rep.DenyToAllow, len(rep.Changes))
+	if rep.NotReplayable > 0 {
+		fmt.Fprintf(out, "; %d recorded before replay existed (not replayable)", rep.NotReplayable)
+	}
+	fmt.Fprintln(out)
+	if len(rep.Changes) == 0 {
+		return
+	}
+	groups := map[string]int{}
+	for _, c := range rep.Changes {
+		reasons := strings.Join(c.After.Reasons, ",")
+		if c.After.Allow {
+			reasons = "allowed"
+		}
+		groups[c.Ref+"\t"+reasons]++
+	}
+	keys := make([]string, 0, len(groups))
+	for k := range groups {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nREF\tAFTER\tCALLS")
+	for _, k := range keys {
+		fmt.Fprintf(tw, "%s\t%d\n", k, groups[k])
+	}
+	fmt.Fprintln(tw, "\nAUDIT ID\tTIME\tREF\tSUBJECT\tENVIRONMENT\tBEFORE\tAFTER")
+	side := func(s replay.Side) string {
+		if s.Allow {
+			return "allow"
+		}
+		return "deny " + strings.Join(s.Reasons, ",")
+	}
+	for _, c := range rep.Changes {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.AuditID, c.Time, c.Ref, c.Subject, c.Environment, side(c.Before), side(c.After))
+	}
+	tw.Flush()
+}

@@ -1,0 +1,174 @@
+package audit
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"hash"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/xemahq/xema/internal/store"
+)
+
+// KeyChain names the per-deployment secret the audit hash chain is keyed with, so rewriting
+// a chain takes that key as well as write access to the log.
+const KeyChain = "audit-chain"
+
+// Chain links the records one process writes into a hash chain: each record's hash covers
+// every stored column of it and the previous record's hash, and its Seq counts from 1. One
+// chain per process (a replica, a restart) keeps group commit lock-free across replicas; the
+// store checkpoints each chain's head in the batch's transaction (store.ChainHead), so a
+// deleted tail, a deleted record, an altered one or one inserted behind the gateway's back
+// breaks verification (Verify).
+type Chain struct {
+	id  string
+	key []byte
+
+	mu   sync.Mutex
+	seq  int64
+	head string
+}
+
+// NewChain starts a chain with a fresh id under key.
+func NewChain(key []byte) *Chain {
+	return &Chain{id: NewID("ch_"), key: key}
+}
+
+// ID is the chain's id.
+func (c *Chain) ID() string { return c.id }
+
+// seal links rs after the chain's head and returns the state to restore if their batch
+// fails to commit. Times are stamped first: the hash covers what the store keeps.
+func (c *Chain) seal(rs []store.AuditRecord) (undoSeq int64, undoHead string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	undoSeq, undoHead = c.seq, c.head
+	for i := range rs {
+		rs[i].Time = store.Stamp(rs[i].Time)
+		c.seq++
+		rs[i].Chain = store.ChainLink{ChainID: c.id, Seq: c.seq}
+		rs[i].Chain.Hash = LinkHash(c.key, c.head, rs[i])
+		c.head = rs[i].Chain.Hash
+	}
+	return undoSeq, undoHead
+}
+
+// undo restores the state seal returned: the batch was not stored, its links are reused.
+func (c *Chain) undo(seq int64, head string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq, c.head = seq, head
+}
+
+// LinkHash is the chain hash of r after prev: an HMAC-SHA256 under key of prev and every
+// stored column of r, each length-prefixed so no two records encode alike.
+func LinkHash(key []byte, prev string, r store.AuditRecord) string {
+	mac := hmac.New(sha256.New, key)
+	put := func(h hash.Hash, parts ...string) {
+		for _, p := range parts {
+			h.Write([]byte(strconv.Itoa(len(p))))
+			h.Write([]byte{':'})
+			h.Write([]byte(p))
+		}
+	}
+	put(mac, prev, r.ID, r.Org, store.Stamp(r.Time).Format("2006-01-02T15:04:05.000000Z"), r.Ref, r.SubjectKind,
+		r.SubjectRef, r.Environment, r.Decision, string(r.Reasons), string(r.Suggestions), string(r.Obligations),
+		r.BundleRevision, r.InputHash, r.Runner, r.Outcome, strconv.FormatInt(r.LatencyMicros, 10), r.ParentID,
+		string(r.Detail), string(r.PolicyInput), r.Chain.ChainID, strconv.FormatInt(r.Chain.Seq, 10))
+	return "hmac-sha256:" + hex.EncodeToString(mac.Sum(nil))
+}
+
+// Break is the first place a chain does not verify.
+type Break struct {
+	ChainID  string
+	Seq      int64
+	RecordID string
+	Problem  string
+}
+
+func (b Break) Error() string {
+	if b.RecordID == "" {
+		return fmt.Sprintf("chain %s at seq %d: %s", b.ChainID, b.Seq, b.Problem)
+	}
+	return fmt.Sprintf("chain %s at seq %d (record %s): %s", b.ChainID, b.Seq, b.RecordID, b.Problem)
+}
+
+// VerifyResult counts what Verify read.
+type VerifyResult struct {
+	Chains   int
+	Records  int // chained records verified
+	Legacy   int // records older than every chain (written before chaining existed)
+	Breaks   []Break
+	Verified bool
+}
+
+// Verify re-derives every chain of the store from its records and checks it against the
+// checkpointed heads: an altered record, a deleted one (a gap, or a tail shorter than its
+// head), one inserted out of order or behind the gateway's back (unchained, or of an unknown
+// chain) is a Break; the first of each chain is reported, in chain order. Only breaks at
+// records from since on are reported (zero: all). It only reads.
+func Verify(ctx context.Context, st store.Store, key []byte, since time.Time) (VerifyResult, error) {
+	var res VerifyResult
+	heads, err := st.ChainHeads(ctx)
+	if err != nil {
+		return res, err
+	}
+	known := make(map[string]store.ChainHead, len(heads))
+	var firstChained time.Time
+	for _, h := range heads {
+		known[h.ChainID] = h
+		res.Chains++
+		var prev string
+		var want int64 = 1
+		broken := false
+		report := func(r store.AuditRecord, seq int64, problem string) {
+			if !broken && (since.IsZero() || !r.Time.Before(since)) {
+				res.Breaks = append(res.Breaks, Break{ChainID: h.ChainID, Seq: seq, RecordID: r.ID, Problem: problem})
+			}
+			broken = true
+		}
+		err := st.ScanAudit(ctx, store.AuditFilter{ChainID: h.ChainID}, func(r store.AuditRecord) error {
+			res.Records++
+			if firstChained.IsZero() || r.Time.Before(firstChained) {
+				firstChained = r.Time
+			}
+			switch {
+			case r.Chain.Seq != want:
+				report(r, want, fmt.Sprintf("expected seq %d, found %d: a record was deleted or inserted out of order", want, r.Chain.Seq))
+			case LinkHash(key, prev, r) != r.Chain.Hash:
+				report(r, r.Chain.Seq, "hash mismatch: the record was altered (or its predecessor was)")
+			}
+			prev, want = r.Chain.Hash, r.Chain.Seq+1
+			return nil
+		})
+		if err != nil {
+			return res, err
+		}
+		switch {
+		case want-1 < h.Seq:
+			report(store.AuditRecord{Time: h.UpdatedAt}, want, fmt.Sprintf("the chain ends at seq %d but its checkpoint is at %d: records at its end were deleted", want-1, h.Seq))
+		case prev != h.Hash && want-1 == h.Seq:
+			report(store.AuditRecord{Time: h.UpdatedAt}, h.Seq, "the last record does not match the checkpointed head")
+		}
+	}
+	err = st.ScanAudit(ctx, store.AuditFilter{Since: since}, func(r store.AuditRecord) error {
+		switch {
+		case r.Chain.ChainID == "" && (firstChained.IsZero() || r.Time.Before(firstChained)):
+			res.Legacy++
+		case r.Chain.ChainID == "":
+			res.Breaks = append(res.Breaks, Break{RecordID: r.ID, Problem: "an unchained record among chained ones: inserted behind the gateway's back"})
+		case known[r.Chain.ChainID].ChainID == "":
+			res.Breaks = append(res.Breaks, Break{ChainID: r.Chain.ChainID, Seq: r.Chain.Seq, RecordID: r.ID, Problem: "a record of a chain with no checkpoint: inserted behind the gateway's back"})
+		}
+		return nil
+	})
+	if err != nil {
+		return res, err
+	}
+	res.Verified = len(res.Breaks) == 0
+	return res, nil
+}

@@ -1,0 +1,49 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/bundle"
+	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/storage/inmem"
+)
+
+// WithData returns a new engine deciding with e's policies over data (a dry run: the
+// serving engine is untouched).
+func (e *Engine) WithData(ctx context.Context, data map[string]any, revision string) (*Engine, error) {
+	c := &Engine{modules: e.modules}
+	if err := c.Load(ctx, data, revision); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// FromBundle returns an engine deciding with a whole bundle in OPA's format (gzipped tar of
+// Rego and data.json, as GET /v1/bundles/xema.tar.gz serves or `opa build` writes). Its
+// policy must define data.xema.authz.decision.
+func FromBundle(ctx context.Context, r io.Reader) (*Engine, error) {
+	b, err := bundle.NewReader(r).WithRegoVersion(ast.RegoV1).Read()
+	if err != nil {
+		return nil, fmt.Errorf("policy: read bundle: %w", err)
+	}
+	opts := []func(*rego.Rego){rego.Query(Query), rego.Store(inmem.NewFromObject(b.Data))}
+	mods := make([]module, 0, len(b.Modules))
+	for _, m := range b.Modules {
+		opts = append(opts, rego.ParsedModule(m.Parsed))
+		mods = append(mods, module{path: m.Path, source: string(m.Raw), parsed: m.Parsed})
+	}
+	pq, err := rego.New(opts...).PrepareForEval(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("policy: compile bundle: %w", err)
+	}
+	rev := b.Manifest.Revision
+	if rev == "" {
+		rev = "bundle"
+	}
+	e := &Engine{modules: mods}
+	e.serving.Store(&compiled{query: pq, revision: rev})
+	return e, nil
+}

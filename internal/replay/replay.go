@@ -1,0 +1,134 @@
+// Package replay re-decides recorded calls with a candidate policy and reports what would
+// change: a platform team's "what would this break?" before a policy or grant change. It
+// reads the audit log (the policy input each decision record keeps) and never writes.
+package replay
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/xemahq/xema/internal/audit"
+	"github.com/xemahq/xema/internal/policy"
+	"github.com/xemahq/xema/internal/store"
+)
+
+// Decider is the candidate policy.
+type Decider interface {
+	Decide(ctx context.Context, in policy.Input) (policy.Decision, error)
+}
+
+// Window selects the recorded calls to replay.
+type Window struct {
+	Since, Until time.Time
+	Org          string // "" is every org
+}
+
+// Side is one decision of a call: allowed or not, and its reason codes.
+type Side struct {
+	Allow   bool     `json:"allow"`
+	Reasons []string `json:"reasons"`
+}
+
+// Change is one recorded call the candidate decides otherwise.
+type Change struct {
+	AuditID     string `json:"auditId"`
+	Ref         string `json:"ref"`
+	Subject     string `json:"subject"`
+	Environment string `json:"environment"`
+	Time        string `json:"time"`
+	Before      Side   `json:"before"`
+	After       Side   `json:"after"`
+}
+
+// Report is the outcome of a replay. Considered counts the decisions re-evaluated;
+// NotReplayable the decision records written before the policy input was kept (never
+// guessed).
+type Report struct {
+	Considered    int      `json:"considered"`
+	AllowToDeny   int      `json:"allowToDeny"`
+	DenyToAllow   int      `json:"denyToAllow"`
+	NotReplayable int      `json:"notReplayable"`
+	Changes       []Change `json:"changes"`
+}
+
+// Run replays every decision record of the window with d. A call whose allow and reason codes
+// are both unchanged is not a change; one whose reasons alone change is listed with equal
+// allow flags.
+func Run(ctx context.Context, st store.Store, d Decider, w Window) (*Report, error) {
+	rep := &Report{Changes: []Change{}}
+	err := st.ScanAudit(ctx, store.AuditFilter{Since: w.Since, Until: w.Until, Org: w.Org}, func(r store.AuditRecord) error {
+		if !decisionRecord(r) {
+			return nil
+		}
+		if len(r.PolicyInput) == 0 {
+			rep.NotReplayable++
+			return nil
+		}
+		var in policy.Input
+		if err := json.Unmarshal(r.PolicyInput, &in); err != nil {
+			return fmt.Errorf("audit record %s: policy input: %w", r.ID, err)
+		}
+		before, err := recorded(r)
+		if err != nil {
+			return err
+		}
+		dec, err := d.Decide(ctx, in)
+		if err != nil {
+			return fmt.Errorf("replay %s: %w", r.ID, err)
+		}
+		rep.Considered++
+		after := Side{Allow: dec.Allow, Reasons: codes(dec.Reasons)}
+		if before.Allow == after.Allow && slices.Equal(before.Reasons, after.Reasons) {
+			return nil
+		}
+		switch {
+		case before.Allow && !after.Allow:
+			rep.AllowToDeny++
+		case !before.Allow && after.Allow:
+			rep.DenyToAllow++
+		}
+		rep.Changes = append(rep.Changes, Change{AuditID: r.ID, Ref: r.Ref, Subject: r.SubjectRef,
+			Environment: r.Environment, Time: r.Time.UTC().Format(time.RFC3339Nano), Before: before, After: after})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+// decisionRecord reports whether r records a decision of the policy on a call: not an
+// outcome, an approval step, an unauthenticated attempt or an unknown ref.
+func decisionRecord(r store.AuditRecord) bool {
+	switch {
+	case strings.HasSuffix(r.ID, ".outcome"), r.ParentID != "" && len(r.PolicyInput) == 0,
+		r.Decision == audit.DecisionUnauthenticated, r.Decision == audit.DecisionNotFound:
+		return false
+	}
+	return true
+}
+
+// recorded is the decision the record keeps: the policy's reasons (a policy that allowed
+// keeps none, whatever happened to the call after).
+func recorded(r store.AuditRecord) (Side, error) {
+	var reasons []policy.Reason
+	if len(r.Reasons) > 0 {
+		if err := json.Unmarshal(r.Reasons, &reasons); err != nil {
+			return Side{}, fmt.Errorf("audit record %s: reasons: %w", r.ID, err)
+		}
+	}
+	return Side{Allow: len(reasons) == 0, Reasons: codes(reasons)}, nil
+}
+
+func codes(rs []policy.Reason) []string {
+	out := make([]string, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, r.Code)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
