@@ -19,6 +19,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/xemahq/xema/internal/approval"
+	"github.com/xemahq/xema/internal/console"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/telemetry"
@@ -82,6 +83,10 @@ func (s *Server) Handler() http.Handler {
 	for path, h := range s.Mounts {
 		e.Any(path, echo.WrapHandler(h))
 	}
+	// The web console: static pages whose script calls /v1 with the person's own token.
+	con := echo.WrapHandler(console.Handler())
+	e.GET("/console", con)
+	e.GET("/console/*", con)
 	v1 := e.Group("/v1", s.authenticate)
 	v1.POST("/capabilities/invoke", s.invoke)
 	s.metaRoutes(v1)
