@@ -1,10 +1,14 @@
 GO ?= go
 BIN := bin/xema
+# The commit and version for `xema version` where the toolchain cannot stamp them itself
+# (a git worktree, a tarball): see internal/buildinfo.
+BUILDINFO := github.com/xemahq/xema/internal/buildinfo
+LDFLAGS := -X $(BUILDINFO).commit=$(shell git rev-parse HEAD 2>/dev/null) -X $(BUILDINFO).version=$(shell git describe --tags --always --dirty 2>/dev/null)
 
 .PHONY: build run test lint bench policy-test fuzz
 
 build:
-	$(GO) build -o $(BIN) ./cmd/xema
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/xema
 
 run: build
 	./$(BIN) serve --addr 127.0.0.1:8181 --data-dir .xema --biomes biomes --dev-grant demo

@@ -64,7 +64,5 @@ than every chain (written before chaining existed) are counted, not judged.`,
 }
 
 func init() {
-	auditCmd := &cobra.Command{Use: "audit", Short: "Work with the audit log"}
-	auditCmd.AddCommand(newAuditVerifyCmd())
-	rootCmd.AddCommand(auditCmd)
+	auditCmd.AddCommand(newAuditVerifyCmd()) // auditCmd: audit.go
 }

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -17,21 +19,29 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/xemahq/xema/internal/app"
+	"github.com/xemahq/xema/internal/buildinfo"
 	"github.com/xemahq/xema/internal/egress"
 	"github.com/xemahq/xema/internal/federation"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/server"
+	"github.com/xemahq/xema/internal/telemetry"
 )
 
-func init() {
+func init() { rootCmd.AddCommand(newServeCmd()) }
+
+// newServeCmd is `xema serve`; every one of its flags may also be set by --config.
+func newServeCmd() *cobra.Command {
 	var (
 		cfg     app.Config
 		addr    string
 		idCfg   identity.ServerConfig
 		lim     limits
 		logJSON bool
+		logLvl  string
+		config  string
 		bound   boundaryFlags
+		web     webFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -40,14 +50,21 @@ func init() {
 --data-dir and runs its own development issuer (tokens from 'xema dev token').`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			setupLogging(logJSON)
+			if config != "" {
+				if err := applyConfig(cmd.Flags(), config); err != nil {
+					return &exitError{code: 2, err: err}
+				}
+			}
+			if err := setupLogging(logJSON, logLvl); err != nil {
+				return &exitError{code: 2, err: err}
+			}
 			if env := os.Getenv("XEMA_STORE"); cfg.StoreDSN == "" && env != "" {
 				cfg.StoreDSN = env
 			}
 			if err := bound.apply(&cfg, idCfg); err != nil {
 				return &exitError{code: 2, err: err}
 			}
-			return serve(cmd.Context(), addr, cfg, idCfg, bound.bundleReaders, lim)
+			return serve(cmd.Context(), addr, cfg, idCfg, bound.bundleReaders, lim, web)
 		},
 	}
 	f := cmd.Flags()
@@ -82,16 +99,64 @@ func init() {
 	f.StringArrayVar(&bound.stdio, "mcp-stdio", nil, "declare a stdio MCP server: 'ID=COMMAND [ARG]...' (split on spaces); repeatable; the API registers it by providerId ID")
 	f.StringVar(&bound.stdioConfig, "mcp-stdio-config", "", "JSON file declaring stdio MCP servers: [{\"id\", \"command\", \"args\", \"env\"}]")
 	f.StringArrayVar(&bound.bundleReaders, "bundle-reader", nil, "a subject (e.g. service:opa-sidecar) allowed to GET the policy bundle; repeatable; nobody else is")
-	rootCmd.AddCommand(cmd)
+	f.StringArrayVar(&web.corsOrigins, "cors-origin", nil, "a browser origin (scheme://host[:port]) granted CORS, e.g. for a browser MCP client; repeatable; no other origin is")
+	f.StringVar(&web.publicURL, "public-url", "", "the gateway's external base URL (behind a proxy), named in the RFC 9728 metadata; default: from each request's Host")
+	f.StringVar(&web.tlsCert, "tls-cert", "", "PEM certificate (chain) to serve HTTPS with; needs --tls-key")
+	f.StringVar(&web.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
+	f.StringVar(&logLvl, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&config, "config", "", "YAML file of serve flags by name (e.g. addr: 0.0.0.0:8181, egress-allow: [10.0.0.0/8]); ${VAR} and ${VAR:-default} expand from the environment; flags given on the command line override it")
+	return cmd
 }
 
-func setupLogging(asJSON bool) {
-	opts := &slog.HandlerOptions{Level: slog.LevelInfo}
+// webFlags are the browser- and client-facing settings: CORS, the public URL, TLS.
+type webFlags struct {
+	corsOrigins     []string
+	publicURL       string
+	tlsCert, tlsKey string
+}
+
+// tlsConfig loads --tls-cert and --tls-key; nil when neither is given (plain HTTP).
+func (w webFlags) tlsConfig() (*tls.Config, error) {
+	if w.tlsCert == "" && w.tlsKey == "" {
+		return nil, nil
+	}
+	if w.tlsCert == "" || w.tlsKey == "" {
+		return nil, errors.New("--tls-cert and --tls-key: give both or neither")
+	}
+	cert, err := tls.LoadX509KeyPair(w.tlsCert, w.tlsKey)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}, nil
+}
+
+func (w webFlags) check() error {
+	for _, o := range w.corsOrigins {
+		u, err := url.Parse(o)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" || u.RawQuery != "" || u.User != nil {
+			return fmt.Errorf("--cors-origin %q: want an origin scheme://host[:port], without a path", o)
+		}
+	}
+	if w.publicURL != "" {
+		if u, err := url.Parse(w.publicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("--public-url %q: want an absolute http(s) URL", w.publicURL)
+		}
+	}
+	return nil
+}
+
+func setupLogging(asJSON bool, level string) error {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
 	if asJSON {
 		slog.SetDefault(slog.New(slog.NewJSONHandler(os.Stderr, opts)))
-		return
+		return nil
 	}
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, opts)))
+	return nil
 }
 
 // boundaryFlags are the trust-boundary flags: egress allow-list, declared stdio servers,
@@ -181,7 +246,7 @@ func (l limits) check() error {
 	return nil
 }
 
-func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.ServerConfig, bundleReaders []string, lim limits) error {
+func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.ServerConfig, bundleReaders []string, lim limits, web webFlags) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -201,6 +266,13 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	if err := lim.check(); err != nil {
 		return &exitError{code: 2, err: err}
 	}
+	if err := web.check(); err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	tlsCfg, err := web.tlsConfig()
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
 	if idCfg.MaxTokenTTL <= 0 {
 		return &exitError{code: 2, err: fmt.Errorf("--max-token-ttl %v: want more than 0", idCfg.MaxTokenTTL)}
 	}
@@ -210,11 +282,26 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	if cfg.MCPResyncEvery < 0 {
 		return &exitError{code: 2, err: fmt.Errorf("--mcp-resync-every %v: want 0 (off) or more", cfg.MCPResyncEvery)}
 	}
+	tracing, err := telemetry.SetupTracing(ctx, buildinfo.Read().Short())
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	defer func() {
+		// Flush the buffered spans: the last calls' traces must not be lost at a stop.
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tracing.Shutdown(sctx); err != nil {
+			slog.Warn("trace exporter shutdown", "err", err)
+		}
+	}()
 	a, err := app.New(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer a.Close()
+	// Trace context reaches http providers, bindings and MCP servers (off: unchanged).
+	a.HTTP.Transport = tracing.Transport(a.HTTP.Transport)
+	a.Federation.WrapTransport(tracing.Transport)
 
 	idCfg.DataDir = cfg.DataDir
 	ids, err := identity.NewServerIdentity(ctx, idCfg)
@@ -230,6 +317,10 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	srv := &server.Server{Gateway: a.Gateway, OperatorOrg: cfg.OperatorOrg, Auth: ids, Ready: a.Ready, Bundles: a.Policy,
 		Mounts: map[string]http.Handler{}, BundleReaders: bundleReaders, BodyReadTimeout: lim.read - lim.readHeader}
 	srv.Approvals = a.Approvals
+	srv.CORSOrigins, srv.PublicURL = web.corsOrigins, web.publicURL
+	if idCfg.Issuer != "" {
+		srv.AuthorizationServers = []string{idCfg.Issuer}
+	}
 	for path, h := range ids.Mounts() {
 		srv.Mounts[path] = h
 	}
@@ -246,16 +337,23 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	// legitimately waits for a slow provider (ReadTimeout's deadline cancels the request's
 	// context when it fires under the server's background read). The body's read is bounded
 	// by server.boundBody instead, the provider's wait by its timeoutMs.
-	hs := &http.Server{Addr: addr, Handler: srv.Handler(), ReadHeaderTimeout: lim.readHeader, IdleTimeout: lim.idle,
-		MaxHeaderBytes: 64 << 10}
+	hs := &http.Server{Addr: addr, Handler: tracing.Handler(srv.Handler()), ReadHeaderTimeout: lim.readHeader, IdleTimeout: lim.idle,
+		MaxHeaderBytes: 64 << 10, TLSConfig: tlsCfg}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", addr, err)
 	}
 	ln = netutil.LimitListener(ln, lim.maxConns)
-	slog.Info("xema serving", "addr", ln.Addr().String(), "data-dir", cfg.DataDir, "policy-revision", a.Policy.Revision())
+	slog.Info("xema serving", "addr", ln.Addr().String(), "tls", tlsCfg != nil, "data-dir", cfg.DataDir,
+		"policy-revision", a.Policy.Revision(), "version", buildinfo.Read().Short(), "tracing", tracing.Enabled())
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() {
+		if tlsCfg != nil {
+			errc <- hs.ServeTLS(ln, "", "")
+			return
+		}
+		errc <- hs.Serve(ln)
+	}()
 	select {
 	case err := <-errc:
 		if !errors.Is(err, http.ErrServerClosed) {

@@ -13,7 +13,7 @@ import (
 func TestServeRefusesTokenLeewayOutOfRange(t *testing.T) {
 	for _, leeway := range []time.Duration{0, -time.Second, identity.MaxLeeway + time.Second} {
 		t.Run(leeway.String(), func(t *testing.T) {
-			err := serve(t.Context(), "127.0.0.1:0", app.Config{DataDir: t.TempDir(), OperatorOrg: identity.DefaultOrg}, identity.ServerConfig{Leeway: leeway}, nil, defaultLimits())
+			err := serve(t.Context(), "127.0.0.1:0", app.Config{DataDir: t.TempDir(), OperatorOrg: identity.DefaultOrg}, identity.ServerConfig{Leeway: leeway}, nil, defaultLimits(), webFlags{})
 			var ee *exitError
 			if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), "--token-leeway") {
 				t.Fatalf("leeway %v: want exit 2 naming --token-leeway, got %v", leeway, err)
@@ -24,7 +24,7 @@ func TestServeRefusesTokenLeewayOutOfRange(t *testing.T) {
 
 func TestServeRefusesNegativeMCPResync(t *testing.T) {
 	err := serve(t.Context(), "127.0.0.1:0", app.Config{DataDir: t.TempDir(), OperatorOrg: identity.DefaultOrg, MCPResyncEvery: -time.Second},
-		identity.ServerConfig{Leeway: identity.DefaultLeeway, MaxTokenTTL: identity.DefaultMaxTokenTTL}, nil, defaultLimits())
+		identity.ServerConfig{Leeway: identity.DefaultLeeway, MaxTokenTTL: identity.DefaultMaxTokenTTL}, nil, defaultLimits(), webFlags{})
 	var ee *exitError
 	if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), "--mcp-resync-every") {
 		t.Fatalf("want exit 2 naming --mcp-resync-every, got %v", err)
@@ -49,7 +49,7 @@ func TestServeRefusesLimitsOutOfRange(t *testing.T) {
 			lim := defaultLimits()
 			tc.mutate(&lim)
 			err := serve(t.Context(), "127.0.0.1:0", app.Config{DataDir: t.TempDir(), OperatorOrg: identity.DefaultOrg},
-				identity.ServerConfig{Leeway: identity.DefaultLeeway, MaxTokenTTL: identity.DefaultMaxTokenTTL}, nil, lim)
+				identity.ServerConfig{Leeway: identity.DefaultLeeway, MaxTokenTTL: identity.DefaultMaxTokenTTL}, nil, lim, webFlags{})
 			var ee *exitError
 			if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), tc.flag) {
 				t.Fatalf("want exit 2 naming %s, got %v", tc.flag, err)
@@ -63,7 +63,7 @@ func TestServeRefusesLimitsOutOfRange(t *testing.T) {
 
 func TestServeRefusesMaxTokenTTL(t *testing.T) {
 	err := serve(t.Context(), "127.0.0.1:0", app.Config{DataDir: t.TempDir(), OperatorOrg: identity.DefaultOrg},
-		identity.ServerConfig{Leeway: identity.DefaultLeeway, MaxTokenTTL: -time.Hour}, nil, defaultLimits())
+		identity.ServerConfig{Leeway: identity.DefaultLeeway, MaxTokenTTL: -time.Hour}, nil, defaultLimits(), webFlags{})
 	var ee *exitError
 	if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), "--max-token-ttl") {
 		t.Fatalf("want exit 2 naming --max-token-ttl, got %v", err)
@@ -72,9 +72,32 @@ func TestServeRefusesMaxTokenTTL(t *testing.T) {
 
 func TestServeRefusesEmptyOperatorOrg(t *testing.T) {
 	err := serve(t.Context(), "127.0.0.1:0", app.Config{DataDir: t.TempDir()},
-		identity.ServerConfig{Leeway: identity.DefaultLeeway, MaxTokenTTL: identity.DefaultMaxTokenTTL}, nil, defaultLimits())
+		identity.ServerConfig{Leeway: identity.DefaultLeeway, MaxTokenTTL: identity.DefaultMaxTokenTTL}, nil, defaultLimits(), webFlags{})
 	var ee *exitError
 	if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), "--operator-org") {
 		t.Fatalf("want exit 2 naming --operator-org, got %v", err)
+	}
+}
+
+func TestWebFlagsCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		web  webFlags
+		flag string // "" accepted
+	}{
+		{"none", webFlags{}, ""},
+		{"origins", webFlags{corsOrigins: []string{"https://inspector.example", "http://localhost:6274"}}, ""},
+		{"origin with path", webFlags{corsOrigins: []string{"https://a.example/app"}}, "--cors-origin"},
+		{"origin without scheme", webFlags{corsOrigins: []string{"a.example"}}, "--cors-origin"},
+		{"wildcard", webFlags{corsOrigins: []string{"*"}}, "--cors-origin"},
+		{"public url", webFlags{publicURL: "https://xema.example"}, ""},
+		{"relative public url", webFlags{publicURL: "/xema"}, "--public-url"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.web.check()
+			if tc.flag == "" && err != nil || tc.flag != "" && (err == nil || !strings.Contains(err.Error(), tc.flag)) {
+				t.Fatalf("check: %v, want %q", err, tc.flag)
+			}
+		})
 	}
 }

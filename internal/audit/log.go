@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/xemahq/xema/internal/store"
+	"github.com/xemahq/xema/internal/telemetry"
 )
 
 // DefaultMaxBatch bounds the records one commit carries when Log.MaxBatch is 0.
@@ -156,7 +157,9 @@ func (l *Log) write() {
 			undoSeq, undoHead = l.Chain.seal(recs)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+		began := time.Now()
 		err := l.Store.AppendAudits(ctx, recs)
+		telemetry.AuditBatch(len(recs), time.Since(began).Seconds(), err)
 		cancel()
 		if err != nil && l.Chain != nil {
 			l.Chain.undo(undoSeq, undoHead)

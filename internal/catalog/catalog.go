@@ -16,6 +16,7 @@ import (
 	"github.com/xemahq/xema/internal/inputschema"
 	"github.com/xemahq/xema/internal/manifest"
 	"github.com/xemahq/xema/internal/store"
+	"github.com/xemahq/xema/internal/telemetry"
 )
 
 // Entry is one capability ready for the funnel.
@@ -24,6 +25,8 @@ type Entry struct {
 	Manifest   manifest.Manifest
 	Invocation *manifest.Invocation
 	Input      *inputschema.Schema
+	// Output checks what a provider answers; nil when the manifest declares no output schema.
+	Output *inputschema.Schema
 
 	resourceProp string
 }
@@ -135,6 +138,7 @@ type parsedVersion struct {
 type compiledSchema struct {
 	manifest string
 	schema   *inputschema.Schema
+	output   *inputschema.Schema
 }
 
 // New returns a catalog over st; call Reload before use.
@@ -263,15 +267,23 @@ func (c *Catalog) entry(capa store.Capability) (*Entry, error) {
 	e.resourceProp = resourceProperty(e.Manifest.InputSchema)
 	key := capa.Ref + "@" + capa.BiomeVersion
 	if cs, ok := c.compiled[key]; ok && cs.manifest == string(capa.Manifest) {
-		e.Input = cs.schema
+		telemetry.Cache("catalog_schema", true)
+		e.Input, e.Output = cs.schema, cs.output
 		return e, nil
 	}
+	telemetry.Cache("catalog_schema", false)
 	schema, err := inputschema.Compile(capa.Ref, e.Manifest.InputSchema)
 	if err != nil {
 		return nil, fmt.Errorf("input schema: %w", err)
 	}
-	c.compiled[key] = compiledSchema{manifest: string(capa.Manifest), schema: schema}
-	e.Input = schema
+	// An output schema that does not compile cannot check outputs: the entry is left out
+	// (fail closed), as for an input schema; publishing refuses it in the first place.
+	output, err := inputschema.CompileOutput(capa.Ref, e.Manifest.OutputSchema)
+	if err != nil {
+		return nil, fmt.Errorf("output schema: %w", err)
+	}
+	c.compiled[key] = compiledSchema{manifest: string(capa.Manifest), schema: schema, output: output}
+	e.Input, e.Output = schema, output
 	return e, nil
 }
 

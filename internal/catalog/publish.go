@@ -126,6 +126,9 @@ func (p *Publisher) publish(ctx context.Context, b *manifest.Biome, sub Submissi
 		if _, err := inputschema.Compile(ref, c.Manifest.InputSchema); err != nil {
 			problems = append(problems, inputschema.Violation{Path: at + "/manifest/inputSchema", Message: err.Error()})
 		}
+		if _, err := inputschema.CompileOutput(ref, c.Manifest.OutputSchema); err != nil {
+			problems = append(problems, inputschema.Violation{Path: at + "/manifest/outputSchema", Message: err.Error()})
+		}
 		if old, ok := byRef[ref]; ok && old.BiomeID != b.ID {
 			problems = append(problems, inputschema.Violation{Path: at + "/manifest/ref",
 				Message: fmt.Sprintf("%s is already provided by biome %s", ref, old.BiomeID)})

@@ -305,3 +305,9 @@ func text(content []mcp.Content) string {
 	}
 	return strings.Join(parts, " ")
 }
+
+// WrapTransport wraps the transport of streamable-http servers (e.g. in client spans that
+// propagate the trace context); call it before the first connection.
+func (f *Federation) WrapTransport(wrap func(http.RoundTripper) http.RoundTripper) {
+	f.dialer.transport = wrap(f.dialer.transport)
+}

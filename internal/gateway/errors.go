@@ -20,6 +20,8 @@ const (
 	CodePolicyUnavailable = "POLICY_UNAVAILABLE"
 	CodeAuditUnavailable  = "AUDIT_UNAVAILABLE"
 	CodeStoreUnavailable  = "STORE_UNAVAILABLE"
+	// CodeInvalidOutput: the provider answered an output its capability's outputSchema refuses.
+	CodeInvalidOutput = "INVALID_OUTPUT"
 )
 
 // Error is a typed answer of the funnel: never a stack trace, never a provider secret.
@@ -98,4 +100,23 @@ func reasonsJSON(v any) json.RawMessage {
 		return json.RawMessage("[]")
 	}
 	return raw
+}
+
+// outputError carries an INVALID_OUTPUT answer through the run step's error path, so it is
+// logged and audited as the call's outcome like any other provider failure.
+type outputError struct{ answer *Error }
+
+func (e *outputError) Error() string { return e.answer.Error() }
+
+// invalidOutput is the 502 of an output that does not match the capability's outputSchema:
+// the message names the first JSON path (into the output), the violations list them all.
+func invalidOutput(ref string, v []inputschema.Violation) error {
+	v, total := capViolations(v)
+	at := v[0].Path
+	if at == "" {
+		at = "/"
+	}
+	return &outputError{answer: &Error{Status: http.StatusBadGateway, Code: CodeInvalidOutput, ViolationCount: total, Violations: v,
+		Message: fmt.Sprintf("the provider of %s answered an output that does not match its outputSchema at %s: %s (%d violation(s)); the output was not passed on",
+			ref, at, v[0].Message, total)}}
 }

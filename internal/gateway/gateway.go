@@ -4,6 +4,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,6 +24,8 @@ import (
 	"github.com/xemahq/xema/internal/runner"
 	"github.com/xemahq/xema/internal/spool"
 	"github.com/xemahq/xema/internal/store"
+	"github.com/xemahq/xema/internal/telemetry"
+	"go.opentelemetry.io/otel/attribute"
 )
 
 // Gateway wires the funnel's parts.
@@ -105,6 +108,8 @@ type call struct {
 	rec   store.AuditRecord
 	// dispatching is RunApproved's hook between the decision record and the run.
 	dispatching func(ctx context.Context) error
+	// reason is the first reason code of a denying decision (the metrics' reason label).
+	reason string
 }
 
 // Invoke runs req for the caller ec through the whole funnel. Every outcome, allowed or not,
@@ -119,6 +124,18 @@ func (g *Gateway) Invoke(ctx context.Context, ec identity.ExecContext, req Reque
 		return nil, err
 	}
 	return g.dispatch(ctx, c, entry, decision)
+}
+
+// codeOf is the typed code of a funnel error ("" for nil), for span status and metrics.
+func codeOf(err error) string {
+	var ge *Error
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &ge):
+		return ge.Code
+	}
+	return "INTERNAL"
 }
 
 // RunApproved runs a call a person has approved, as its requester: route, validate and
@@ -141,11 +158,11 @@ func (g *Gateway) RunApproved(ctx context.Context, ec identity.ExecContext, req 
 
 // admit is route → validate → authorize; every refusal is audited.
 func (g *Gateway) admit(ctx context.Context, c *call) (*catalog.Entry, policy.Decision, error) {
-	entry, err := g.route(c)
+	entry, err := g.route(ctx, c)
 	if err != nil {
 		return nil, policy.Decision{}, g.fail(ctx, c, audit.DecisionNotFound, err)
 	}
-	violations := g.validate(entry, c.req.Input)
+	violations := g.validate(ctx, entry, c.req.Input)
 	decision, err := g.authorize(ctx, c, entry, nil)
 	if err != nil {
 		return nil, decision, g.fail(ctx, c, audit.DecisionError, err)
@@ -161,10 +178,13 @@ func (g *Gateway) admit(ctx context.Context, c *call) (*catalog.Entry, policy.De
 
 // dispatch is resolve → run, with the decision recorded before the run.
 func (g *Gateway) dispatch(ctx context.Context, c *call, entry *catalog.Entry, decision policy.Decision) (*Result, error) {
-	run, err := g.resolve(ctx, c.exec, entry)
+	rctx, step := telemetry.Start(ctx, telemetry.StepResolve, telemetry.AttrRef.String(entry.Ref()))
+	run, err := g.resolve(rctx, c.exec, entry)
 	if err != nil {
+		step.End(codeOf(err))
 		return nil, g.fail(ctx, c, audit.DecisionError, err)
 	}
+	step.End("", telemetry.AttrRunner.String(run.Kind()))
 	if run.Kind() != "kernel" {
 		release, ok := g.Outbound.Acquire()
 		if !ok {
@@ -183,7 +203,7 @@ func (g *Gateway) dispatch(ctx context.Context, c *call, entry *catalog.Entry, d
 			return nil, err
 		}
 	}
-	out, err := g.run(ctx, c, run)
+	out, err := g.run(ctx, c, entry, run)
 	if err != nil {
 		return nil, err
 	}
@@ -200,18 +220,25 @@ func (g *Gateway) begin(ec identity.ExecContext, req Request) *call {
 }
 
 // route finds the catalog entry; an unknown ref is a 404.
-func (g *Gateway) route(c *call) (*catalog.Entry, error) {
+func (g *Gateway) route(ctx context.Context, c *call) (*catalog.Entry, error) {
+	_, step := telemetry.Start(ctx, telemetry.StepRoute)
 	entry, ok := g.Catalog.Snapshot().For(c.exec.Org, c.req.Ref)
 	if !ok {
+		// The ref is the caller's text: not an attribute until the catalog knows it.
+		step.End(CodeUnknownCapability)
 		return nil, unknownCapability(c.req.Ref)
 	}
+	step.End("", telemetry.AttrRef.String(entry.Ref()))
 	return entry, nil
 }
 
 // validate checks the input strictly. Violations are only reported after the policy has
 // admitted the caller, so a denied caller learns nothing of the schema.
-func (g *Gateway) validate(entry *catalog.Entry, input json.RawMessage) []inputschema.Violation {
-	return entry.Input.Validate(input)
+func (g *Gateway) validate(ctx context.Context, entry *catalog.Entry, input json.RawMessage) []inputschema.Violation {
+	_, step := telemetry.Start(ctx, telemetry.StepValidate, telemetry.AttrRef.String(entry.Ref()))
+	v := entry.Input.Validate(input)
+	step.End("", attribute.Int("xema.violations", len(v)))
+	return v
 }
 
 // authorize asks the embedded OPA for the decision, with the counting state of the rate
@@ -219,11 +246,24 @@ func (g *Gateway) validate(entry *catalog.Entry, input json.RawMessage) []inputs
 func (g *Gateway) authorize(ctx context.Context, c *call, entry *catalog.Entry, usage *policy.Usage) (policy.Decision, error) {
 	in := policyInput(c.exec, entry.Ref(), entry.Resource(c.req.Input))
 	in.Usage = usage
+	_, step := telemetry.Start(ctx, telemetry.StepAuthorize, telemetry.AttrRef.String(entry.Ref()))
 	d, err := g.Policy.Decide(ctx, in)
 	if err != nil {
+		step.End(CodePolicyUnavailable)
 		return policy.Decision{}, unavailable(CodePolicyUnavailable, "policy", err)
 	}
 	deps.ok("policy")
+	verdict, reason := "allow", ""
+	if !d.Allow {
+		verdict = "deny"
+	}
+	if len(d.Reasons) > 0 {
+		reason = d.Reasons[0].Code
+	}
+	if !d.Allow {
+		c.reason = reason
+	}
+	step.End("", telemetry.AttrDecision.String(verdict), telemetry.AttrReason.String(reason))
 	c.rec.PolicyInput = mustJSON(in) // for replay: the verified context, never the raw input
 	c.rec.Reasons = reasonsJSON(d.Reasons)
 	c.rec.Suggestions = reasonsJSON(d.Suggestions)
@@ -243,7 +283,9 @@ func (g *Gateway) denial(c *call, d policy.Decision) *Error {
 // obligations enforces what an allowing decision demands before the call may run: the
 // rate limits and quotas are counted (over them the policy, told the usage, names the
 // denial), then a call that needs a person's approval is held instead of run.
-func (g *Gateway) obligations(ctx context.Context, c *call, entry *catalog.Entry, d policy.Decision) error {
+func (g *Gateway) obligations(ctx context.Context, c *call, entry *catalog.Entry, d policy.Decision) (err error) {
+	ctx, step := telemetry.Start(ctx, telemetry.StepObligations, telemetry.AttrRef.String(entry.Ref()))
+	defer func() { step.End(codeOf(err), attribute.Int("xema.obligations", len(d.Obligations))) }()
 	if g.Limiter != nil {
 		key := ratelimit.Key{Ref: entry.Ref(), Subject: c.exec.Subject.Ref, Environment: c.exec.Environment}
 		usage, err := g.Limiter.Take(ctx, key, d.Obligations)
@@ -329,15 +371,17 @@ func (g *Gateway) closeUndispatched(ctx context.Context, c *call, kind string) {
 	outcome := c.rec
 	outcome.ParentID, outcome.ID, outcome.PolicyInput = c.rec.ID, audit.OutcomeID(c.rec.ID), nil
 	outcome.Runner, outcome.Outcome, outcome.Time = kind, OutcomeNotDispatched, time.Now()
-	if err := g.Audit.Append(context.WithoutCancel(ctx), outcome); err != nil {
+	if err := g.appendAudit(context.WithoutCancel(ctx), outcome); err != nil {
 		g.Spool.Add(spool.Entry{Audit: &outcome})
 	}
 }
 
-// run executes the call and appends its outcome, linked to the decision record. A shutdown
-// past its deadline (AbortRuns) cuts the run off: the outcome says interrupted. When the
-// outcome cannot be recorded the answer says the call ran, and the outcome is spooled.
-func (g *Gateway) run(ctx context.Context, c *call, r runner.Runner) (json.RawMessage, error) {
+// run executes the call and appends its outcome, linked to the decision record. A
+// provider's output is checked against the capability's output schema before it is passed
+// on: a violation is the typed 502 INVALID_OUTPUT and the output is dropped. A shutdown past
+// its deadline (AbortRuns) cuts the run off: the outcome says interrupted. When the outcome
+// cannot be recorded the answer says the call ran, and the outcome is spooled.
+func (g *Gateway) run(ctx context.Context, c *call, entry *catalog.Entry, r runner.Runner) (json.RawMessage, error) {
 	c.rec.Runner = r.Kind()
 	rs := g.runs()
 	rs.add()
@@ -346,7 +390,21 @@ func (g *Gateway) run(ctx context.Context, c *call, r runner.Runner) (json.RawMe
 	defer cancel()
 	stop := context.AfterFunc(rs.ctx, cancel)
 	defer stop()
-	out, runErr := r.Run(runCtx, kernel.Call{Ref: c.req.Ref, Input: c.req.Input, Exec: c.exec, AuditID: c.rec.ID})
+	rctx, step := telemetry.Start(runCtx, telemetry.StepRun, telemetry.AttrRef.String(entry.Ref()),
+		telemetry.AttrRunner.String(r.Kind()), telemetry.AttrAuditID.String(c.rec.ID))
+	began := time.Now()
+	out, runErr := r.Run(rctx, kernel.Call{Ref: c.req.Ref, Input: c.req.Input, Exec: c.exec, AuditID: c.rec.ID})
+	if runErr == nil {
+		if v := checkOutput(entry, r.Kind(), out); len(v) > 0 {
+			runErr = invalidOutput(c.req.Ref, v)
+		}
+	}
+	runCode := ""
+	if runErr != nil {
+		runCode = providerError(runErr).Code
+	}
+	telemetry.Provider(r.Kind(), cmp.Or(runCode, "ok"), time.Since(began).Seconds())
+	step.End(runCode, telemetry.AttrOutcome.String(cmp.Or(runCode, "ok")))
 	outcome := c.rec
 	outcome.ParentID, outcome.ID, outcome.PolicyInput = c.rec.ID, audit.OutcomeID(c.rec.ID), nil
 	outcome.Outcome = "ok"
@@ -366,7 +424,7 @@ func (g *Gateway) run(ctx context.Context, c *call, r runner.Runner) (json.RawMe
 	outcome.LatencyMicros = time.Since(c.start).Microseconds()
 	outcome.Time = time.Now()
 	// The run happened: its outcome is written even if the caller has gone.
-	if err := g.Audit.Append(context.WithoutCancel(ctx), outcome); err != nil {
+	if err := g.appendAudit(context.WithoutCancel(ctx), outcome); err != nil {
 		deps.fail("audit log", err)
 		spooled := g.Spool.Add(spool.Entry{Audit: &outcome})
 		return nil, outcomeNotRecorded(c.rec.ID, outcome.Outcome, spooled, out)
@@ -379,7 +437,21 @@ func (g *Gateway) run(ctx context.Context, c *call, r runner.Runner) (json.RawMe
 	return out, nil
 }
 
+// checkOutput validates a provider's output against the entry's output schema. Kernel
+// handlers are the gateway's own code (their outputs are tested with it) and are not checked;
+// an entry without a declared output schema is not checked either.
+func checkOutput(entry *catalog.Entry, kind string, out json.RawMessage) []inputschema.Violation {
+	if entry == nil || entry.Output == nil || kind == "kernel" {
+		return nil
+	}
+	return entry.Output.Validate(out)
+}
+
 func providerError(err error) *Error {
+	var oe *outputError
+	if errors.As(err, &oe) {
+		return oe.answer
+	}
 	var re *runner.Error
 	if !errors.As(err, &re) {
 		re = &runner.Error{Code: runner.CodeHandlerFailed, Message: "the runner failed"}
@@ -417,10 +489,31 @@ func (g *Gateway) record(ctx context.Context, c *call, decision, outcome string)
 	c.rec.Decision, c.rec.Outcome = decision, outcome
 	c.rec.Time = time.Now()
 	c.rec.LatencyMicros = time.Since(c.start).Microseconds()
-	if err := g.Audit.Append(ctx, c.rec); err != nil {
+	if err := g.appendAudit(ctx, c.rec); err != nil {
 		return unavailable(CodeAuditUnavailable, "audit log", err)
 	}
 	deps.ok("audit log")
+	ref, reason := c.req.Ref, c.reason
+	if decision == audit.DecisionNotFound {
+		ref = telemetry.UnknownRef
+	}
+	if reason == "" && decision != audit.DecisionAllowed {
+		reason = outcome
+	}
+	telemetry.Decision(ref, decision, reason)
+	return nil
+}
+
+// appendAudit is the audit step: one record appended (and committed) to the audit log.
+func (g *Gateway) appendAudit(ctx context.Context, rec store.AuditRecord) error {
+	ctx, step := telemetry.Start(ctx, telemetry.StepAudit, telemetry.AttrAuditID.String(rec.ID),
+		telemetry.AttrDecision.String(rec.Decision), telemetry.AttrOutcome.String(rec.Outcome))
+	err := g.Audit.Append(ctx, rec)
+	if err != nil {
+		step.End(CodeAuditUnavailable)
+		return err
+	}
+	step.End("")
 	return nil
 }
 
@@ -429,6 +522,8 @@ func (g *Gateway) record(ctx context.Context, c *call, decision, outcome string)
 // the verifier's code. With Unauth set the attempt is counted into an aggregate record (a
 // flood adds a bounded number of rows); without, it is one record of its own.
 func (g *Gateway) RecordUnauthenticated(ctx context.Context, route, reason, source string) (string, error) {
+	// route is the router's pattern (or /mcp), never the caller's path: a bounded label.
+	telemetry.Decision(route, audit.DecisionUnauthenticated, reason)
 	if g.Unauth != nil {
 		return g.Unauth.Record(ctx, route, reason, source)
 	}
@@ -437,7 +532,7 @@ func (g *Gateway) RecordUnauthenticated(ctx context.Context, route, reason, sour
 		Reasons:        reasonsJSON([]policy.Reason{{Code: CodeUnauthenticated, Detail: reason}}),
 		BundleRevision: g.Policy.Revision(), Outcome: "not-run",
 	}
-	if err := g.Audit.Append(ctx, rec); err != nil {
+	if err := g.appendAudit(ctx, rec); err != nil {
 		return "", unavailable(CodeAuditUnavailable, "audit log", err)
 	}
 	return rec.ID, nil

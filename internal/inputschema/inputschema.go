@@ -69,6 +69,10 @@ type Schema struct {
 // and the embedded JSON Schema metaschemas can be referenced. schema is not
 // modified. Compile once per capability, when it is published.
 func Compile(ref string, schema map[string]any) (*Schema, error) {
+	return compile(ref, schema, true)
+}
+
+func compile(ref string, schema map[string]any, closed bool) (*Schema, error) {
 	doc, err := normalize(schema)
 	if err != nil {
 		return nil, &CompileError{Ref: ref, Err: err}
@@ -76,7 +80,9 @@ func Compile(ref string, schema map[string]any) (*Schema, error) {
 	if err := checkDialect(doc); err != nil {
 		return nil, &CompileError{Ref: ref, Err: err}
 	}
-	closeSchema(doc)
+	if closed {
+		closeSchema(doc)
+	}
 
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
@@ -163,4 +169,18 @@ type refuseLoader struct{}
 
 func (refuseLoader) Load(string) (any, error) {
 	return nil, ErrRemoteRef
+}
+
+// CompileOutput compiles a capability's declared output schema for checking what a provider
+// answers: draft 2020-12 only, formats asserted, strict JSON decoding (no duplicate keys,
+// bounded depth), no coercion and no remote $ref, exactly as for inputs. One difference: the
+// schema is not closed. A provider adding a property is how APIs evolve, and an author who
+// wants an output closed says so with additionalProperties or unevaluatedProperties, which is
+// honoured. An absent or empty schema ({}) declares nothing and yields nil: the output is then
+// not checked (a federated tool without an outputSchema, for instance).
+func CompileOutput(ref string, schema map[string]any) (*Schema, error) {
+	if len(schema) == 0 {
+		return nil, nil
+	}
+	return compile(ref, schema, false)
 }

@@ -13,6 +13,8 @@ import (
 )
 
 func (s *Server) auditRoutes(g *echo.Group) {
+	g.GET("/audit", s.auditSearch)
+	g.GET("/profiles", s.profiles)
 	g.GET("/audit/:id", s.auditRecord)
 	g.GET("/audit/:id/why-denied", s.whyDenied)
 }

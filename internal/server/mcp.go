@@ -12,12 +12,14 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/xemahq/xema/internal/buildinfo"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
 )
 
-// Version is reported to MCP clients.
-var Version = "dev"
+// Version is reported to MCP clients as serverInfo.version: the module version and commit
+// of the binary (buildinfo.Info.Short), the same `xema version` prints.
+var Version = buildinfo.Read().Short()
 
 const execKey = "xema.exec"
 
@@ -71,11 +73,14 @@ type mcpCaller struct{}
 // verifier) and answered with the HTTP API's typed 401 body and its audit id.
 func (s *Server) authenticateMCP(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ec, err := s.Auth.Authenticate(r)
+		ec, err := s.verify(r)
 		if err != nil {
 			var ge *gateway.Error
 			if !errors.As(s.unauthenticated(r, "/mcp", err), &ge) {
 				ge = &gateway.Error{Status: http.StatusInternalServerError, Code: "INTERNAL", Message: "internal error"}
+			}
+			if ge.Status == http.StatusUnauthorized {
+				s.challenge(w, r)
 			}
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(ge.Status)

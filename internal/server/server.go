@@ -19,8 +19,11 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/xemahq/xema/internal/approval"
+	"github.com/xemahq/xema/internal/console"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
+	"github.com/xemahq/xema/internal/telemetry"
+	"go.opentelemetry.io/otel/attribute"
 )
 
 // MaxBodyBytes is the documented limit of a request body.
@@ -52,6 +55,13 @@ type Server struct {
 	// BodyReadTimeout bounds reading a request's body (0: DefaultBodyReadTimeout); the
 	// headers are bounded by the http.Server's ReadHeaderTimeout.
 	BodyReadTimeout time.Duration
+	// CORSOrigins are the browser origins (xema serve --cors-origin) granted CORS; no other is.
+	CORSOrigins []string
+	// PublicURL is the gateway's external base URL (behind a proxy); "" derives it from the
+	// request. It names the resource in the RFC 9728 metadata and the 401 challenge.
+	PublicURL string
+	// AuthorizationServers are the issuers named in the RFC 9728 metadata (the --issuer).
+	AuthorizationServers []string
 }
 
 // errorBody is every error answer: a code and a human message.
@@ -68,9 +78,15 @@ func (s *Server) Handler() http.Handler {
 	e.Use(measure)
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET("/readyz", s.readyz)
+	e.GET(ProtectedResourcePath, echo.WrapHandler(s.protectedResource("")))
+	e.GET(ProtectedResourcePath+"/mcp", echo.WrapHandler(s.protectedResource("/mcp")))
 	for path, h := range s.Mounts {
 		e.Any(path, echo.WrapHandler(h))
 	}
+	// The web console: static pages whose script calls /v1 with the person's own token.
+	con := echo.WrapHandler(console.Handler())
+	e.GET("/console", con)
+	e.GET("/console/*", con)
 	v1 := e.Group("/v1", s.authenticate)
 	v1.POST("/capabilities/invoke", s.invoke)
 	s.metaRoutes(v1)
@@ -80,7 +96,7 @@ func (s *Server) Handler() http.Handler {
 	s.auditRoutes(v1)
 	s.approvalRoutes(v1)
 	v1.GET("/bundles/xema.tar.gz", s.bundle)
-	return s.boundBody(e)
+	return s.cors(s.boundBody(e))
 }
 
 func (s *Server) readyz(c echo.Context) error {
@@ -95,13 +111,29 @@ const ctxKey = "xema.exec"
 // authenticate verifies the bearer token; nothing behind it runs without a verified caller.
 func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		ec, err := s.Auth.Authenticate(c.Request())
+		ec, err := s.verify(c.Request())
 		if err != nil {
-			return s.unauthenticated(c.Request(), c.Path(), err)
+			answer := s.unauthenticated(c.Request(), c.Path(), err)
+			if ge, ok := answer.(*gateway.Error); ok && ge.Status == http.StatusUnauthorized {
+				s.challenge(c.Response(), c.Request())
+			}
+			return answer
 		}
 		c.Set(ctxKey, ec)
 		return next(c)
 	}
+}
+
+// verify is the funnel's authenticate step: the bearer token checked against the issuer.
+func (s *Server) verify(r *http.Request) (identity.ExecContext, error) {
+	_, step := telemetry.Start(r.Context(), telemetry.StepAuthenticate)
+	ec, err := s.Auth.Authenticate(r)
+	if err != nil {
+		step.End(gateway.CodeUnauthenticated, telemetry.AttrReason.String(identity.Reason(err)))
+		return ec, err
+	}
+	step.End("", attribute.String("xema.subject_kind", ec.Subject.Kind))
+	return ec, nil
 }
 
 // unauthenticated audits the refused attempt and answers 401. The verifier's messages never

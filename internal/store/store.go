@@ -141,6 +141,32 @@ type AuditFilter struct {
 	ChainID string
 }
 
+// MaxAuditPage bounds one ListAudit answer.
+const MaxAuditPage = 1000
+
+// AuditQuery selects audit records of one org for search (GET /v1/audit). Empty fields
+// match everything.
+type AuditQuery struct {
+	Org        string // required: records of other orgs never match ("" is the records of no org)
+	SubjectRef string // exact subject ref ("user:alice")
+	Ref        string // exact capability ref (or route, for records of no org)
+	Decision   string
+	ParentID   string    // records linked to this one (outcome, approval steps, the run)
+	ReasonCode string    // one of the record's reasons has this code
+	Since      time.Time // inclusive; zero is unbounded
+	Until      time.Time // exclusive; zero is unbounded
+	// Before, when set, keeps only records older than it in the (time, id) order: the keyset
+	// of the next page is the last record of the previous one.
+	Before *AuditPosition
+	Limit  int
+}
+
+// AuditPosition is a place in the newest-first order of the audit log.
+type AuditPosition struct {
+	Time time.Time
+	ID   string
+}
+
 // Store is the one storage interface both engines implement.
 type Store interface {
 	FederationStore
@@ -182,6 +208,9 @@ type Store interface {
 	// AppendAudits writes rs durably in one transaction, all or none (group commit).
 	AppendAudits(ctx context.Context, rs []AuditRecord) error
 	GetAudit(ctx context.Context, id string) (AuditRecord, error)
+	// ListAudit returns the records of one org matching q, newest first (time, then id,
+	// descending), at most q.Limit of them (MaxAuditPage when 0 or larger).
+	ListAudit(ctx context.Context, q AuditQuery) ([]AuditRecord, error)
 	// ScanAudit calls fn for every record f selects, in order, reading in pages so a large
 	// log is never held in memory; fn's error stops the scan and is returned.
 	ScanAudit(ctx context.Context, f AuditFilter, fn func(AuditRecord) error) error

@@ -164,9 +164,21 @@ func telegramSend(ctx context.Context, t connector.Target, text string) (string,
 		}
 		return "", time.Time{}, connector.Failure("telegram", r)
 	}
-	at := time.Unix(body.Result.Date, 0)
-	if body.Result.Date == 0 {
-		at = time.Now()
+	return strconv.FormatInt(body.Result.MessageID, 10), telegramDate(body.Result.Date), nil
+}
+
+// maxUnixSeconds is 9999-12-31T23:59:59Z, the last instant an RFC 3339 date-time can write.
+const maxUnixSeconds = 253402300799
+
+// telegramDate reads a message's date: Unix seconds in the Bot API; a value past year 9999 is
+// milliseconds (some Bot API stand-ins answer those), which as seconds would format as a
+// date-time the capability's outputSchema refuses. 0 or out of range is now.
+func telegramDate(d int64) time.Time {
+	switch {
+	case d > 0 && d <= maxUnixSeconds:
+		return time.Unix(d, 0)
+	case d > maxUnixSeconds && d/1000 <= maxUnixSeconds:
+		return time.UnixMilli(d)
 	}
-	return strconv.FormatInt(body.Result.MessageID, 10), at, nil
+	return time.Now()
 }

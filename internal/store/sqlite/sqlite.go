@@ -29,6 +29,8 @@ var Dialect = sqlstore.Dialect{
 	Name:     "sqlite",
 	TimeArg:  func(t time.Time) any { return t.UnixMicro() },
 	Classify: classify,
+	ReasonCodeMatch: `EXISTS (SELECT 1 FROM json_each(CASE WHEN json_type(reasons) = 'array' THEN reasons ELSE '[]' END) e
+		WHERE json_extract(e.value, '$.code') = ?)`,
 }
 
 // busyTimeout is how long a writer waits for another one before the store is unavailable.

@@ -25,6 +25,9 @@ type Dialect struct {
 	// MigrationLock, when set, runs first in each migration transaction so that replicas
 	// starting together apply each migration once.
 	MigrationLock string
+	// ReasonCodeMatch is a boolean SQL expression with one '?' (a reason code), true when
+	// one element of the audit_log row's reasons array has that code.
+	ReasonCodeMatch string
 }
 
 // bind adapts a shared query to the dialect's placeholders. The shared queries hold no '?'

@@ -44,6 +44,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Audit", testAudit},
 		{"AuditIsAppendOnly", testAuditAppendOnly},
 		{"AuditBatch", testAuditBatch},
+		{"ListAudit", testListAudit},
 		{"RevisionBumpsOnPolicyData", testRevision},
 		{"ConcurrentPublish", testConcurrentPublish},
 		{"Ping", testPing},

@@ -1,0 +1,166 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/xemahq/xema/internal/approval"
+	"github.com/xemahq/xema/internal/audit"
+	"github.com/xemahq/xema/internal/gateway"
+	"github.com/xemahq/xema/internal/grant"
+	"github.com/xemahq/xema/internal/store"
+)
+
+// Page sizes of GET /v1/audit.
+const (
+	DefaultAuditPage = 50
+	MaxAuditPage     = 100
+)
+
+// auditDecisions are the decisions the log records, the values ?decision= accepts.
+var auditDecisions = []string{
+	audit.DecisionAllowed, audit.DecisionDenied, audit.DecisionPendingApproval, audit.DecisionInvalid,
+	audit.DecisionNotFound, audit.DecisionError, audit.DecisionUnauthenticated,
+	approval.DecisionApproved, approval.DecisionRejected, approval.DecisionExpired,
+}
+
+var auditSearchParams = []string{"ref", "subject", "decision", "reason", "parent", "since", "until", "cursor", "limit"}
+
+// AuditPage is the answer of GET /v1/audit.
+type AuditPage struct {
+	Records    []audit.Record `json:"records"`
+	NextCursor string         `json:"nextCursor,omitempty"`
+}
+
+func badParam(name, msg string) error {
+	return &gateway.Error{Status: http.StatusBadRequest, Code: "INVALID_REQUEST",
+		Message: fmt.Sprintf("query parameter %q: %s", name, msg)}
+}
+
+// auditSearch is GET /v1/audit: the caller's org's records newest first, the administrators
+// of the org reading every subject's, anyone else only their own (the rule of GET
+// /v1/audit/{id}, mayRead). Like that route it reads the log directly rather than through a
+// kernel capability, so that reading the log does not write to it.
+func (s *Server) auditSearch(c echo.Context) error {
+	q := map[string]string{}
+	known := map[string]bool{}
+	for _, p := range auditSearchParams {
+		known[p] = true
+	}
+	var unknown []string
+	for k, vs := range c.QueryParams() {
+		switch {
+		case !known[k]:
+			unknown = append(unknown, k)
+		case len(vs) != 1:
+			return badParam(k, fmt.Sprintf("given %d times, want once", len(vs)))
+		default:
+			q[k] = vs[0]
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return &gateway.Error{Status: http.StatusBadRequest, Code: "INVALID_REQUEST",
+			Message: fmt.Sprintf("unknown query parameter(s) %s; want %s", strings.Join(unknown, ", "), strings.Join(auditSearchParams, ", "))}
+	}
+	for _, k := range []string{"ref", "subject", "reason", "parent"} {
+		if len(q[k]) > 300 {
+			return badParam(k, "longer than 300 characters")
+		}
+	}
+	ec := execOf(c)
+	f := store.AuditQuery{Org: ec.Org, Ref: q["ref"], SubjectRef: q["subject"], ReasonCode: q["reason"], ParentID: q["parent"], Limit: DefaultAuditPage}
+	if d := q["decision"]; d != "" {
+		ok := false
+		for _, known := range auditDecisions {
+			ok = ok || d == known
+		}
+		if !ok {
+			return badParam("decision", "want one of "+strings.Join(auditDecisions, ", "))
+		}
+		f.Decision = d
+	}
+	for _, tp := range []struct {
+		name string
+		into *time.Time
+	}{{"since", &f.Since}, {"until", &f.Until}} {
+		if v := q[tp.name]; v != "" {
+			t, err := time.Parse(time.RFC3339Nano, v)
+			if err != nil {
+				return badParam(tp.name, "want an RFC 3339 time such as 2026-03-01T12:00:00Z")
+			}
+			*tp.into = t
+		}
+	}
+	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until) {
+		return badParam("until", "must be later than since")
+	}
+	if v, ok := q["limit"]; ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxAuditPage {
+			return badParam("limit", fmt.Sprintf("want an integer from 1 to %d", MaxAuditPage))
+		}
+		f.Limit = n
+	}
+	// The caller's own scope is part of the query a cursor is bound to: a cursor opens only
+	// for the caller, role and filters that got it.
+	queryKey := strings.Join([]string{"audit", ec.Org, ec.Subject.Ref, strconv.FormatBool(isOrgAdmin(ec)),
+		f.Ref, f.SubjectRef, f.Decision, f.ReasonCode, f.ParentID, q["since"], q["until"], strconv.Itoa(f.Limit)}, "\x00")
+	if cur := q["cursor"]; cur != "" {
+		pos, err := s.Gateway.OpenPosition(cur, queryKey)
+		if err != nil {
+			return badParam("cursor", "not a cursor this query issued")
+		}
+		before, ok := parsePosition(pos)
+		if !ok {
+			return badParam("cursor", "not a cursor this query issued")
+		}
+		f.Before = &before
+	}
+	page := AuditPage{Records: []audit.Record{}}
+	if !isOrgAdmin(ec) {
+		if f.SubjectRef != "" && f.SubjectRef != ec.Subject.Ref {
+			return c.JSON(http.StatusOK, page) // another subject's records: none the caller may read
+		}
+		f.SubjectRef = ec.Subject.Ref
+	}
+	want := f.Limit
+	f.Limit++ // one more tells whether there is a next page
+	recs, err := s.Gateway.Audit.Store.ListAudit(c.Request().Context(), f)
+	if err != nil {
+		return &gateway.Error{Status: http.StatusServiceUnavailable, Code: gateway.CodeStoreUnavailable, Message: "audit log unavailable"}
+	}
+	if len(recs) > want {
+		recs = recs[:want]
+		last := recs[len(recs)-1]
+		page.NextCursor = s.Gateway.SealPosition(strconv.FormatInt(last.Time.UnixMicro(), 10)+"|"+last.ID, queryKey)
+	}
+	for _, r := range recs {
+		page.Records = append(page.Records, audit.View(r))
+	}
+	return c.JSON(http.StatusOK, page)
+}
+
+// profiles is GET /v1/profiles: the built-in permission profiles a grant may name, so a
+// person approving a digest sees what a profile admits before confirming.
+func (s *Server) profiles(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]any{"profiles": grant.Builtin()})
+}
+
+func parsePosition(pos string) (store.AuditPosition, bool) {
+	micros, id, ok := strings.Cut(pos, "|")
+	if !ok || id == "" {
+		return store.AuditPosition{}, false
+	}
+	n, err := strconv.ParseInt(micros, 10, 64)
+	if err != nil {
+		return store.AuditPosition{}, false
+	}
+	return store.AuditPosition{Time: time.UnixMicro(n).UTC(), ID: id}, true
+}
