@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/xemahq/xema/internal/app"
-	"github.com/xemahq/xema/internal/apptest"
 	"github.com/xemahq/xema/internal/approval"
+	"github.com/xemahq/xema/internal/apptest"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/store"

@@ -20,7 +20,9 @@ var comment = json.RawMessage(`{"ticketId":"3f1c2a9e-8b4d-4c57-9a61-2b7e0f4d5c88
 // audit record it names (decision), and whether the provider was called.
 func TestFunnelExits(t *testing.T) {
 	bot := apptest.Exec("agent:support-bot", "project", "")
-	failing := func(w http.ResponseWriter, _ *http.Request) { http.Error(w, `{"error":"down"}`, http.StatusInternalServerError) }
+	failing := func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, `{"error":"down"}`, http.StatusInternalServerError)
+	}
 	for _, tc := range []struct {
 		name      string
 		customize map[string]any
