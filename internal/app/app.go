@@ -166,9 +166,6 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err := binding.Register(a.Kernel, a.Bindings); err != nil {
 		return nil, a.closeWith(err)
 	}
-	if err := demo.Serve(a.Kernel); err != nil {
-		return nil, a.closeWith(err)
-	}
 	if err := admin.Register(a.Kernel, a.Publisher); err != nil {
 		return nil, a.closeWith(err)
 	}
@@ -351,6 +348,13 @@ func (a *App) loadBiomes(ctx context.Context, dir string) {
 				slog.Error("biome problem", "dir", path, "file", p.File, "path", p.Path, "message", p.Message)
 			}
 			continue
+		}
+		if b.ID == demo.BiomeID {
+			// The demo's in-process runners exist only where the demo biome is loaded.
+			if err := demo.Serve(a.Kernel); err != nil {
+				slog.Error("biome skipped: its runners", "dir", path, "err", err)
+				continue
+			}
 		}
 		res, err := a.Publisher.SubmitDir(ctx, b)
 		if err != nil {
