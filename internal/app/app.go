@@ -16,12 +16,9 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/xemahq/xema/internal/admin"
 	"github.com/xemahq/xema/internal/approval"
@@ -120,7 +117,6 @@ type App struct {
 
 	decisions *decisionlog.Exporter // nil unless Config.DecisionLog
 
-	dsn      string     // the store DSN, for the change listener of a PostgreSQL store
 	mu       sync.Mutex // serializes rebuilds
 	loadedAt int64
 }
@@ -211,7 +207,6 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	a.Gateway.Unauth = &gateway.UnauthAggregator{Audit: a.Approvals.Audit, Revision: eng.Revision, Interval: cfg.UnauthAuditInterval}
 	a.Gateway.Approvals, a.Approvals.Gateway = a.Approvals, a.Gateway
 	a.Gateway.Spool, a.Gateway.Idempotency = a.Spool, st
-	a.dsn = cfg.StoreDSN
 	if err := a.recoverAtStart(ctx); err != nil {
 		return nil, a.closeWith(err)
 	}
@@ -473,8 +468,8 @@ func compileData(ctx context.Context, cat *catalog.Catalog, snap *catalog.Snapsh
 // SQLite (one process) it polls the revision every `every`. A store error leaves the serving
 // bundle in place.
 func (a *App) Watch(ctx context.Context, every time.Duration) {
-	if engine.IsPostgres(a.dsn) {
-		a.listen(ctx, every)
+	if sub, ok := a.Store.(store.RevisionSubscriber); ok {
+		a.listen(ctx, sub, every)
 		return
 	}
 	periodically(ctx, every, func(time.Time) { a.catchUp(ctx) })
@@ -507,10 +502,17 @@ func periodically(ctx context.Context, every time.Duration, fn func(now time.Tim
 	}
 }
 
-// listen keeps one connection LISTENing for revision bumps, reconnecting until ctx ends.
-func (a *App) listen(ctx context.Context, retry time.Duration) {
+// listen keeps a revision subscription, resubscribing every retry until ctx ends.
+func (a *App) listen(ctx context.Context, sub store.RevisionSubscriber, retry time.Duration) {
 	for {
-		err := a.listenOnce(ctx)
+		err := sub.SubscribeRevisions(ctx, func() { a.catchUp(ctx) }, func(rev int64) {
+			a.mu.Lock()
+			seen := rev >= 0 && rev <= a.loadedAt
+			a.mu.Unlock()
+			if !seen { // a burst of bumps is rebuilt once: the first rebuild loads the newest
+				a.catchUp(ctx)
+			}
+		})
 		if ctx.Err() != nil {
 			return
 		}
@@ -519,31 +521,6 @@ func (a *App) listen(ctx context.Context, retry time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-time.After(retry):
-		}
-	}
-}
-
-func (a *App) listenOnce(ctx context.Context) error {
-	conn, err := pgx.Connect(ctx, a.dsn)
-	if err != nil {
-		return fmt.Errorf("connect: %w", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN xema_policy_revision"); err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
-	a.catchUp(ctx)
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return fmt.Errorf("wait for notification: %w", err)
-		}
-		rev, err := strconv.ParseInt(n.Payload, 10, 64)
-		a.mu.Lock()
-		seen := err == nil && rev <= a.loadedAt
-		a.mu.Unlock()
-		if !seen { // a burst of bumps is rebuilt once: the first rebuild loads the newest
-			a.catchUp(ctx)
 		}
 	}
 }
