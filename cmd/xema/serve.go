@@ -94,6 +94,7 @@ func newServeCmd() *cobra.Command {
 	f.IntVar(&lim.maxConns, "max-connections", def.maxConns, "most client connections open at once; more wait to be accepted")
 	f.DurationVar(&lim.shutdown, "shutdown-timeout", def.shutdown, "on SIGTERM, how long in-flight calls may finish before they are cut off (each with an outcome recorded); more than the largest timeoutMs (120s)")
 	f.IntVar(&lim.maxInflight, "max-inflight-calls", def.maxInflight, "most outbound calls (http, connector, MCP server) running at once; beyond it a call is answered 503 CAPACITY_EXCEEDED")
+	f.IntVar(&lim.maxPerProvider, "max-inflight-per-provider", def.maxPerProvider, "most outbound calls one provider (biome or MCP server) has running at once; beyond it a call is answered 503 PROVIDER_BUSY")
 	f.BoolVar(&logJSON, "log-json", false, "log as JSON lines")
 	f.StringArrayVar(&bound.egressAllow, "egress-allow", nil, "a loopback or private CIDR (or address) outbound calls may reach; repeatable (the development issuer allows loopback)")
 	f.StringArrayVar(&bound.stdio, "mcp-stdio", nil, "declare a stdio MCP server: 'ID=COMMAND [ARG]...' (split on spaces); repeatable; the API registers it by providerId ID")
@@ -214,6 +215,8 @@ const (
 type limits struct {
 	readHeader, read, idle time.Duration
 	maxConns, maxInflight  int
+	// maxPerProvider bounds one provider's (biome's or MCP server's) calls in flight.
+	maxPerProvider int
 	// shutdown is how long a SIGTERM waits for in-flight calls.
 	shutdown time.Duration
 }
@@ -225,7 +228,7 @@ const DefaultShutdownTimeout = 130 * time.Second
 // defaultLimits are the flags' defaults.
 func defaultLimits() limits {
 	return limits{readHeader: maxReadHeaderTimeout, read: maxReadTimeout, idle: maxIdleTimeout, maxConns: 1024, maxInflight: 256,
-		shutdown: DefaultShutdownTimeout}
+		maxPerProvider: 64, shutdown: DefaultShutdownTimeout}
 }
 
 func (l limits) check() error {
@@ -240,6 +243,8 @@ func (l limits) check() error {
 		return fmt.Errorf("--max-connections %d: want at least 1", l.maxConns)
 	case l.maxInflight <= 0:
 		return fmt.Errorf("--max-inflight-calls %d: want at least 1", l.maxInflight)
+	case l.maxPerProvider <= 0 || l.maxPerProvider > l.maxInflight:
+		return fmt.Errorf("--max-inflight-per-provider %d: want at least 1 and at most --max-inflight-calls (%d)", l.maxPerProvider, l.maxInflight)
 	case l.shutdown <= 0:
 		return fmt.Errorf("--shutdown-timeout %v: want more than 0", l.shutdown)
 	}
@@ -313,6 +318,7 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	a.KeysReady = ids.KeysReady
 
 	a.Gateway.Outbound = gateway.NewSlots(lim.maxInflight)
+	a.Gateway.PerProvider = gateway.NewProviderSlots(lim.maxPerProvider)
 	// The headers get --read-header-timeout, the body what remains of --read-timeout.
 	srv := &server.Server{Gateway: a.Gateway, OperatorOrg: cfg.OperatorOrg, Auth: ids, Ready: a.Ready, Bundles: a.Policy,
 		Mounts: map[string]http.Handler{}, BundleReaders: bundleReaders, BodyReadTimeout: lim.read - lim.readHeader}
