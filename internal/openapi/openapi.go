@@ -128,7 +128,9 @@ func pathParam(name, desc string) Param {
 	return Param{Name: name, In: "path", Required: true, Description: desc, Schema: str}
 }
 
-func query(name, desc string) Param { return Param{Name: name, In: "query", Description: desc, Schema: str} }
+func query(name, desc string) Param {
+	return Param{Name: name, In: "query", Description: desc, Schema: str}
+}
 
 // meta is a meta-tool route: a strict JSON body in, a result out.
 func meta(path, summary string, req any, res any) Operation {
