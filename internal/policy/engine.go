@@ -75,9 +75,8 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 			return nil, fmt.Errorf("platform policy dir %s: %w", opts.ExtraDir, err)
 		}
 		for _, m := range extra {
-			if !m.parsed.Package.Path.HasPrefix(customPackage) {
-				return nil, fmt.Errorf("platform policy %s: package %s must be %s or below it",
-					m.path, m.parsed.Package.Path, customPackage)
+			if err := checkPlatformModule(m.path, m.parsed); err != nil {
+				return nil, err
 			}
 		}
 		mods = append(mods, extra...)
