@@ -93,6 +93,7 @@ func newServeCmd() *cobra.Command {
 	f.DurationVar(&lim.read, "read-timeout", def.read, "how long a client may take to send a whole request, headers and body (more than --read-header-timeout, at most "+maxReadTimeout.String()+"); a handler waiting for a provider is not cut off")
 	f.DurationVar(&lim.idle, "idle-timeout", def.idle, "how long an idle keep-alive connection stays open (at most "+maxIdleTimeout.String()+")")
 	f.IntVar(&lim.maxConns, "max-connections", def.maxConns, "most client connections open at once; more wait to be accepted")
+	f.DurationVar(&lim.shutdown, "shutdown-timeout", def.shutdown, "on SIGTERM, how long in-flight calls may finish before they are cut off (each with an outcome recorded); more than the largest timeoutMs (120s)")
 	f.IntVar(&lim.maxInflight, "max-inflight-calls", def.maxInflight, "most outbound calls (http, connector, MCP server) running at once; beyond it a call is answered 503 CAPACITY_EXCEEDED")
 	f.BoolVar(&logJSON, "log-json", false, "log as JSON lines")
 	f.StringArrayVar(&bound.egressAllow, "egress-allow", nil, "a loopback or private CIDR (or address) outbound calls may reach; repeatable (the development issuer allows loopback)")
@@ -214,11 +215,18 @@ const (
 type limits struct {
 	readHeader, read, idle time.Duration
 	maxConns, maxInflight  int
+	// shutdown is how long a SIGTERM waits for in-flight calls.
+	shutdown time.Duration
 }
+
+// DefaultShutdownTimeout outlasts the largest timeoutMs an invocation may declare (120 s),
+// so a drain never cuts off a call that is within its own bounds.
+const DefaultShutdownTimeout = 130 * time.Second
 
 // defaultLimits are the flags' defaults.
 func defaultLimits() limits {
-	return limits{readHeader: maxReadHeaderTimeout, read: maxReadTimeout, idle: maxIdleTimeout, maxConns: 1024, maxInflight: 256}
+	return limits{readHeader: maxReadHeaderTimeout, read: maxReadTimeout, idle: maxIdleTimeout, maxConns: 1024, maxInflight: 256,
+		shutdown: DefaultShutdownTimeout}
 }
 
 func (l limits) check() error {
@@ -233,6 +241,8 @@ func (l limits) check() error {
 		return fmt.Errorf("--max-connections %d: want at least 1", l.maxConns)
 	case l.maxInflight <= 0:
 		return fmt.Errorf("--max-inflight-calls %d: want at least 1", l.maxInflight)
+	case l.shutdown <= 0:
+		return fmt.Errorf("--shutdown-timeout %v: want more than 0", l.shutdown)
 	}
 	return nil
 }
@@ -304,6 +314,7 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	}
 	defer ids.Close()
 	a.Gateway.Tokens = ids.ServiceTokens()
+	a.KeysReady = ids.KeysReady
 
 	a.Gateway.Outbound = gateway.NewSlots(lim.maxInflight)
 	// The headers get --read-header-timeout, the body what remains of --read-timeout.
@@ -325,6 +336,7 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	go a.PruneRateCounters(ctx, time.Minute)
 	go a.Gateway.Unauth.Run(ctx)
 	go a.Federation.ResyncEvery(ctx, cfg.MCPResyncEvery)
+	go a.Maintain(ctx, 15*time.Second)
 
 	// No ReadTimeout or WriteTimeout on the server: either would also cut off an invoke that
 	// legitimately waits for a slow provider (ReadTimeout's deadline cancels the request's
@@ -353,12 +365,33 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 			return fmt.Errorf("serve: %w", err)
 		}
 	case <-ctx.Done():
-		slog.Info("shutting down")
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := hs.Shutdown(shutdownCtx); err != nil {
-			return fmt.Errorf("shutdown: %w", err)
-		}
+		drain(hs, a, lim.shutdown)
 	}
-	return nil
+	return nil // the deferred a.Close commits the audit log and the spool, then closes the store
+}
+
+// drain is the shutdown: stop accepting (and fail /readyz), let in-flight calls finish up to
+// timeout, then cut off the ones still running (each records an INTERRUPTED_BY_SHUTDOWN
+// outcome and answers it) and close the connections.
+func drain(hs *http.Server, a *app.App, timeout time.Duration) {
+	a.Drain()
+	slog.Info("shutting down: no new connections; draining in-flight calls", "inFlight", a.Gateway.InFlight(), "timeout", timeout.String())
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	err := hs.Shutdown(ctx)
+	cancel()
+	if err == nil {
+		slog.Info("drained: every in-flight call finished", "took", time.Since(start).Round(time.Millisecond).String())
+		return
+	}
+	slog.Warn("shutdown deadline reached: cutting off the calls still running, each with its outcome recorded",
+		"inFlight", a.Gateway.InFlight())
+	a.Gateway.AbortRuns()
+	grace, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.Gateway.WaitRuns(grace); err != nil {
+		slog.Error("calls still running after the cut-off; their outcome stays unknown", "inFlight", a.Gateway.InFlight())
+	}
+	_ = hs.Shutdown(grace) // the cut-off calls write their answers
+	_ = hs.Close()
 }

@@ -249,9 +249,26 @@ func (s *Server) invoke(c echo.Context) error {
 	if len(req.Input) == 0 {
 		return &gateway.Error{Status: http.StatusBadRequest, Code: "INVALID_REQUEST", Message: "missing required field /input"}
 	}
+	if key := c.Request().Header.Get(IdempotencyHeader); key != "" {
+		ans, err := s.Gateway.InvokeIdempotent(c.Request().Context(), execOf(c), req, key)
+		if err != nil {
+			return err
+		}
+		if ans.Replayed {
+			c.Response().Header().Set(ReplayedHeader, "true")
+		}
+		return c.JSONBlob(ans.Status, ans.Body)
+	}
 	res, err := s.Gateway.Invoke(c.Request().Context(), execOf(c), req)
 	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, res)
 }
+
+// IdempotencyHeader carries a client's idempotency key on POST /v1/capabilities/invoke;
+// ReplayedHeader marks an answer that is the stored answer of the key's first call.
+const (
+	IdempotencyHeader = "Idempotency-Key"
+	ReplayedHeader    = "Idempotent-Replayed"
+)
