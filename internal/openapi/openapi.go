@@ -171,7 +171,9 @@ func Operations() []Operation {
 
 		{Method: "POST", Path: "/v1/capabilities/invoke", Summary: "Invoke a capability through the funnel (authenticate, route, validate, authorize, obligations, resolve, run, audit)", Tag: "capabilities",
 			Request: ref("InvokeRequest"),
-			Responses: merge(errorsOf(authed...), errorsOf(bodied...), errorsOf(funnel...), errorsOf(502, 504),
+			Params: []Param{{Name: "Idempotency-Key", In: "header", Schema: str,
+				Description: "a client's key for this call: a retry with the same key and body answers the first call's answer (Idempotent-Replayed: true) instead of running it again; 409 while it runs, 422 for another body"}},
+			Responses: merge(errorsOf(authed...), errorsOf(bodied...), errorsOf(funnel...), errorsOf(422, 502, 504),
 				ok(200, "the output, the auditId and the obligations the call met", ref("InvokeResult")))},
 		meta("/v1/capabilities/search", "Search the capabilities the caller may invoke", ref("SearchRequest"), ref("SearchResult")),
 		meta("/v1/capabilities/describe", "Full schemas of up to 20 capabilities", ref("DescribeRequest"), map[string]any{"type": "array", "items": ref("Description")}),
@@ -473,20 +475,31 @@ func typeSchemas() (map[string]any, error) {
 	out["Profiles"] = map[string]any{"type": "object", "required": []string{"profiles"}, "additionalProperties": false,
 		"properties": map[string]any{"profiles": ref("ProfileSet")}}
 	out["Status"] = map[string]any{"type": "object", "required": []string{"status"}, "properties": map[string]any{"status": str}}
-	out["Error"] = map[string]any{
-		"description": "every error answer: a code and a human message, never a stack trace",
-		"type":        "object", "required": []string{"code", "message"}, "additionalProperties": false,
-		"properties": map[string]any{
-			"code": str, "message": str,
-			"auditId":        map[string]any{"type": "string", "description": "the audit record of the refused call, when one was written"},
-			"violations":     map[string]any{"type": "array", "items": ref("Violation"), "description": "INVALID_INPUT, INVALID_MANIFEST, INVALID_OUTPUT: each problem with its JSON pointer"},
-			"violationCount": map[string]any{"type": "integer"},
-			"retryAfter":     map[string]any{"type": "integer", "description": "seconds (also the Retry-After header)"},
-			"status":         map[string]any{"type": "string", "description": "pending-approval (202)"},
-			"approvalId":     str,
-			"providerStatus": map[string]any{"type": "integer", "description": "the provider's HTTP status"},
-		},
+	// Error is inferred from gateway.Error (so a new field cannot go undocumented), with the
+	// fields' meaning added.
+	errSchema, err := jsonschema.For[gateway.Error](opts)
+	if err != nil {
+		return nil, fmt.Errorf("openapi: Error: %w", err)
 	}
+	errAny, err := toAny(errSchema)
+	if err != nil {
+		return nil, err
+	}
+	errAny["description"] = "every error answer: a code and a human message, never a stack trace"
+	props := errAny["properties"].(map[string]any)
+	for name, desc := range map[string]string{
+		"auditId":        "the audit record of the refused call, when one was written",
+		"violations":     "INVALID_INPUT, INVALID_MANIFEST, INVALID_OUTPUT: each problem with its JSON pointer",
+		"retryAfter":     "seconds (also the Retry-After header)",
+		"status":         "pending-approval (202)",
+		"providerStatus": "the provider's HTTP status",
+		"outcome":        "OUTCOME_NOT_RECORDED: how the call ended, as far as the gateway knows",
+	} {
+		if p, ok := props[name].(map[string]any); ok {
+			p["description"] = desc
+		}
+	}
+	out["Error"] = errAny
 	out["Violation"] = map[string]any{"type": "object", "required": []string{"path", "message"}, "additionalProperties": false,
 		"properties": map[string]any{"path": map[string]any{"type": "string", "description": "RFC 6901 pointer"}, "message": str}}
 	denial := out["WhyDenied"].(map[string]any)
