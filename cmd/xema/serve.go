@@ -77,6 +77,7 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&cfg.DecisionLog, "decision-log", "", "ship decisions in OPA's decision-log format to stdout, file:PATH or an http(s) URL (batched; off by default)")
 	f.StringArrayVar(&cfg.DecisionLogMask, "decision-log-mask", nil, "a JSON pointer erased from every decision-log event's input, e.g. /input/session; repeatable")
 	f.StringVar(&cfg.PolicyDir, "policy-dir", "", "directory of the platform team's own Rego (package xema.custom)")
+	f.DurationVar(&cfg.PolicyDirPoll, "policy-dir-poll", 2*time.Second, "how often to look for changed Rego in --policy-dir (file sizes and mtimes; 0: never, restart to apply); a file that does not compile keeps the serving policy and is logged")
 	f.DurationVar(&cfg.ReloadEvery, "reload-every", 2*time.Second, "how often to look for policy data changed through another replica")
 	f.DurationVar(&cfg.ApprovalTTL, "approval-ttl", 24*time.Hour, "how long a call held for human approval may wait before it expires and never runs")
 	f.DurationVar(&cfg.MCPResyncEvery, "mcp-resync-every", 0, "how often to sync every external MCP server's tools (0: only on its tools/list_changed)")
@@ -284,6 +285,9 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	if cfg.UnauthAuditInterval < 0 || cfg.UnauthAuditInterval > time.Hour {
 		return &exitError{code: 2, err: fmt.Errorf("--unauth-audit-interval %v: want 0 (the default) up to 1h", cfg.UnauthAuditInterval)}
 	}
+	if cfg.PolicyDirPoll < 0 {
+		return &exitError{code: 2, err: fmt.Errorf("--policy-dir-poll %v: want 0 (off) or more", cfg.PolicyDirPoll)}
+	}
 	if cfg.MCPResyncEvery < 0 {
 		return &exitError{code: 2, err: fmt.Errorf("--mcp-resync-every %v: want 0 (off) or more", cfg.MCPResyncEvery)}
 	}
@@ -334,6 +338,7 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	srv.Mounts["/metrics"] = server.MetricsHandler()
 
 	go a.Watch(ctx, cfg.ReloadEvery)
+	go a.Policy.WatchExtra(ctx, cfg.PolicyDirPoll)
 	go a.PruneRateCounters(ctx, time.Minute)
 	go a.Gateway.Unauth.Run(ctx)
 	go a.Federation.ResyncEvery(ctx, cfg.MCPResyncEvery)
