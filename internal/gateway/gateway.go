@@ -287,7 +287,7 @@ func (g *Gateway) obligations(ctx context.Context, c *call, entry *catalog.Entry
 	ctx, step := telemetry.Start(ctx, telemetry.StepObligations, telemetry.AttrRef.String(entry.Ref()))
 	defer func() { step.End(codeOf(err), attribute.Int("xema.obligations", len(d.Obligations))) }()
 	if g.Limiter != nil {
-		key := ratelimit.Key{Ref: entry.Ref(), Subject: c.exec.Subject.Ref, Environment: c.exec.Environment}
+		key := ratelimit.Key{Org: c.exec.Org, Ref: entry.Ref(), Subject: c.exec.Subject.Ref, Environment: c.exec.Environment}
 		usage, err := g.Limiter.Take(ctx, key, d.Obligations)
 		if err != nil {
 			return g.fail(ctx, c, audit.DecisionError, unavailable(CodeStoreUnavailable, "rate limiter", err))

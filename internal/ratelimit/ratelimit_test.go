@@ -53,7 +53,7 @@ func quota(n int, per string) policy.Obligation {
 
 func TestTake(t *testing.T) {
 	start := time.Unix(1_699_920_000, 0) // a multiple of 24h: every window starts here
-	key := Key{Ref: "kb:page.read@1", Subject: "agent:bot", Environment: "project"}
+	key := Key{Org: "acme", Ref: "kb:page.read@1", Subject: "agent:bot", Environment: "project"}
 	cases := []struct {
 		name      string
 		obs       []policy.Obligation
@@ -86,6 +86,17 @@ func TestTake(t *testing.T) {
 				other.Subject = "agent:other"
 				if u, err := l.Take(context.Background(), other, tc.obs); err != nil || u != nil {
 					t.Fatalf("another subject: usage %+v err %v; want its own counter", u, err)
+				}
+				// The same subject ref in another org is another caller.
+				otherOrg := key
+				otherOrg.Org = "beta"
+				if u, err := l.Take(context.Background(), otherOrg, tc.obs); err != nil || u != nil {
+					t.Fatalf("the same subject in another org: usage %+v err %v; want its own counter", u, err)
+				}
+				// No org, subject or environment holding a "|" spells another caller's key.
+				spelled := Key{Org: "acme", Ref: key.Ref, Subject: "agent:bot\"|\"project", Environment: ""}
+				if u, err := l.Take(context.Background(), spelled, tc.obs); err != nil || u != nil {
+					t.Fatalf("a subject spelling another's key: usage %+v err %v; want its own counter", u, err)
 				}
 			})
 		}
