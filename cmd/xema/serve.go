@@ -101,6 +101,8 @@ func newServeCmd() *cobra.Command {
 	f.StringArrayVar(&bound.stdio, "mcp-stdio", nil, "declare a stdio MCP server: 'ID=COMMAND [ARG]...' (split on spaces); repeatable; the API registers it by providerId ID")
 	f.StringVar(&bound.stdioConfig, "mcp-stdio-config", "", "JSON file declaring stdio MCP servers: [{\"id\", \"command\", \"args\", \"env\"}]")
 	f.StringArrayVar(&bound.bundleReaders, "bundle-reader", nil, "a subject (e.g. service:opa-sidecar) allowed to GET the policy bundle; repeatable; nobody else is")
+	f.StringArrayVar(&web.metricsReaders, "metrics-reader", nil, "a subject (e.g. service:prometheus) allowed to GET /metrics on the API listener; repeatable; nobody else is")
+	f.StringVar(&web.metricsAddr, "metrics-addr", "", "also serve GET /metrics without authentication on this HOST:PORT (bind it where only the scraper reaches)")
 	f.StringArrayVar(&web.corsOrigins, "cors-origin", nil, "a browser origin (scheme://host[:port]) granted CORS, e.g. for a browser MCP client; repeatable; no other origin is")
 	f.StringVar(&web.publicURL, "public-url", "", "the gateway's external base URL (behind a proxy), named in the RFC 9728 metadata; default: from each request's Host")
 	f.StringVar(&web.tlsCert, "tls-cert", "", "PEM certificate (chain) to serve HTTPS with; needs --tls-key")
@@ -115,6 +117,8 @@ type webFlags struct {
 	corsOrigins     []string
 	publicURL       string
 	tlsCert, tlsKey string
+	metricsReaders  []string
+	metricsAddr     string
 }
 
 // tlsConfig loads --tls-cert and --tls-key; nil when neither is given (plain HTTP).
@@ -137,6 +141,16 @@ func (w webFlags) check() error {
 		u, err := url.Parse(o)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" || u.RawQuery != "" || u.User != nil {
 			return fmt.Errorf("--cors-origin %q: want an origin scheme://host[:port], without a path", o)
+		}
+	}
+	for _, r := range w.metricsReaders {
+		if kind, name, ok := strings.Cut(r, ":"); !ok || name == "" || !identity.ValidSubjectKind(kind) {
+			return fmt.Errorf("--metrics-reader %q: want a subject KIND:NAME such as service:prometheus", r)
+		}
+	}
+	if w.metricsAddr != "" {
+		if _, _, err := net.SplitHostPort(w.metricsAddr); err != nil {
+			return fmt.Errorf("--metrics-addr %q: want HOST:PORT", w.metricsAddr)
 		}
 	}
 	if w.publicURL != "" {
@@ -335,7 +349,19 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 		srv.Mounts[path] = h
 	}
 	srv.Mounts["/mcp"] = srv.MCPHandler()
-	srv.Mounts["/metrics"] = server.MetricsHandler()
+	srv.MetricsReaders = web.metricsReaders
+	if web.metricsAddr != "" {
+		ml, err := net.Listen("tcp", web.metricsAddr)
+		if err != nil {
+			return &exitError{code: 2, err: fmt.Errorf("--metrics-addr %s: %w", web.metricsAddr, err)}
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", server.MetricsHandler())
+		ms := &http.Server{Handler: mux, ReadHeaderTimeout: lim.readHeader, IdleTimeout: lim.idle}
+		go func() { _ = ms.Serve(ml) }()
+		defer ms.Close()
+		slog.Info("metrics served without authentication on their own listener", "addr", ml.Addr().String())
+	}
 
 	go a.Watch(ctx, cfg.ReloadEvery)
 	go a.Policy.WatchExtra(ctx, cfg.PolicyDirPoll)

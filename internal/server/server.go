@@ -3,6 +3,7 @@
 package server
 
 import (
+	"slices"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -53,6 +54,9 @@ type Server struct {
 	// BundleReaders are the subject refs (xema serve --bundle-reader) the policy bundle is
 	// served to; nobody else may fetch it.
 	BundleReaders []string
+	// MetricsReaders are the subject refs (xema serve --metrics-reader) GET /metrics is
+	// served to on this listener.
+	MetricsReaders []string
 	// BodyReadTimeout bounds reading a request's body (0: DefaultBodyReadTimeout); the
 	// headers are bounded by the http.Server's ReadHeaderTimeout.
 	BodyReadTimeout time.Duration
@@ -102,7 +106,19 @@ func (s *Server) router() *echo.Echo {
 	s.auditRoutes(v1)
 	s.approvalRoutes(v1)
 	v1.GET("/bundles/xema.tar.gz", s.bundle)
+	// Metrics name every org's refs: served only to the subjects the operator names (an
+	// unauthenticated scrape is for xema serve --metrics-addr, a listener of its own).
+	e.GET("/metrics", s.metrics, s.authenticate)
 	return e
+}
+
+func (s *Server) metrics(c echo.Context) error {
+	if !slices.Contains(s.MetricsReaders, execOf(c).Subject.Ref) {
+		return &gateway.Error{Status: http.StatusForbidden, Code: gateway.CodeDenied,
+			Message: "metrics are served only to the subjects the operator names (xema serve --metrics-reader), or on --metrics-addr"}
+	}
+	MetricsHandler().ServeHTTP(c.Response(), c.Request())
+	return nil
 }
 
 // openAPI serves the OpenAPI 3.1 document of this API (schemas/openapi.json).

@@ -468,21 +468,20 @@ func TestAttackMaliciousProvider(t *testing.T) {
 	}
 }
 
-// TestAttackMetricsNameOtherOrgsRefs: GET /metrics is served to anyone without a token
-// (README, docs/operations.md) and labels xema_decisions_total with the ref of every known
-// capability, so an unauthenticated client, or another org, learns the refs an org's biome
-// provides and how often each is called, which §1 and §7 of docs/security.md hide on every
-// other route. Skipped: fixing it changes the documented scrape contract (a token or a
-// separate listener for /metrics), the owner's call; see the attack report.
+// TestAttackMetricsNameOtherOrgsRefs: metrics label decisions with every org's refs, so on
+// the API listener GET /metrics is served only to the --metrics-reader subjects: neither an
+// unauthenticated client nor another org's admin learns the refs an org's biome provides.
 func TestAttackMetricsNameOtherOrgsRefs(t *testing.T) {
-	t.Skip("open finding: /metrics is public and labels decisions with every org's refs")
 	g := startGateway(t, "")
 	prov := newProvider(t)
 	acme := g.sameSubjectsOrg("acme")
 	g.install(acme.alice, biomeDir(t, "ticketing", prov.URL))
 	expect(t, g.post("/v1/capabilities/invoke", acme.bot, findCall()), http.StatusOK)
-	m := g.get("/metrics", "")
-	if m.Status == http.StatusOK && strings.Contains(string(m.Raw), `ref="ticket:find@1"`) {
-		t.Errorf("an unauthenticated GET /metrics names acme's ref ticket:find@1")
+	beta := g.sameSubjectsOrg("beta")
+	for _, tok := range []string{"", beta.alice, acme.alice} {
+		m := g.get("/metrics", tok)
+		if m.Status == http.StatusOK || strings.Contains(string(m.Raw), `ticket:find@1`) {
+			t.Errorf("GET /metrics without being a --metrics-reader: %d, names acme's ref: %v", m.Status, strings.Contains(string(m.Raw), "ticket:find@1"))
+		}
 	}
 }

@@ -163,6 +163,7 @@ func TestOpenAPI(t *testing.T) {
 		dir := biomeDir(t, "ticketing", prov.URL)
 		check := func(method, path string, r response) { t.Helper(); d.check(method, path, r) }
 
+		check("GET", "/metrics", g.get("/metrics", agent)) // 403: not a --metrics-reader
 		for _, p := range []string{"/healthz", "/readyz", "/metrics", "/openapi.json", "/.well-known/oauth-protected-resource",
 			"/.well-known/oauth-protected-resource/mcp", "/.well-known/jwks.json", "/console"} {
 			check("GET", p, g.get(p, ""))
