@@ -215,3 +215,26 @@ func randomString(n int) string {
 	_, _ = rand.Read(b)
 	return base64.RawURLEncoding.EncodeToString(b)
 }
+
+// SetRedirectURI replaces client c's redirect URIs with redirectURI (for a client registered
+// before the address it redirects to was known).
+func (s *Server) SetRedirectURI(t testing.TB, c Client, redirectURI string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPatch, s.AdminURL+"/admin/clients/"+url.PathEscape(c.ID),
+		strings.NewReader(`[{"op":"replace","path":"/redirect_uris","value":[`+strconvQuote(redirectURI)+`]}]`))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("hydra: patch client: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("hydra: patch client: %s: %s", resp.Status, b)
+	}
+}
+
+func strconvQuote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
