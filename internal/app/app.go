@@ -64,6 +64,8 @@ type Config struct {
 	DecisionLogMask []string
 	// PolicyDir holds the platform team's own Rego (package xema.custom).
 	PolicyDir string
+	// PolicyDirPoll is how often serve looks for changed Rego in PolicyDir (0: never).
+	PolicyDirPoll time.Duration
 	// ReloadEvery is how often the store's revision is polled so changes made through
 	// another replica take effect here.
 	ReloadEvery time.Duration

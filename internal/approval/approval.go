@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"slices"
 	"time"
@@ -79,6 +80,10 @@ const DefaultTTL = 24 * time.Hour
 
 //go:embed contributions/*.json
 var descriptors embed.FS
+
+// Contributions are the kernel capabilities' descriptors (contributions/*.json): the OpenAPI
+// document takes their inputSchema and outputSchema as the routes' bodies.
+var Contributions fs.FS = descriptors
 
 // Service holds, decides and runs calls waiting for approval.
 type Service struct {

@@ -55,6 +55,9 @@ type Gateway struct {
 	// nothing. Kernel handlers are not counted: a flood of slow providers must not lock an
 	// admin out of the gateway's own operations.
 	Outbound *Slots
+	// PerProvider bounds the outbound calls in flight per provider (biome or MCP server); nil
+	// is no bound beyond Outbound.
+	PerProvider *ProviderSlots
 	// Unauth audits unauthenticated attempts in aggregate; nil writes one record each.
 	Unauth *UnauthAggregator
 	// Spool keeps the outcome records the audit log could not take, and writes them once
@@ -191,6 +194,12 @@ func (g *Gateway) dispatch(ctx context.Context, c *call, entry *catalog.Entry, d
 			return nil, g.fail(ctx, c, audit.DecisionError, capacityExceeded(g.Outbound.Cap()))
 		}
 		defer release()
+		provider := entry.Capability.BiomeID
+		releaseProvider, ok := g.PerProvider.Acquire(provider)
+		if !ok {
+			return nil, g.fail(ctx, c, audit.DecisionError, providerBusy(provider, g.PerProvider.n))
+		}
+		defer releaseProvider()
 	}
 	// The decision record says admitted, not dispatched: the outcome record, written after
 	// the run, is the one that says how it ended.

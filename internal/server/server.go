@@ -23,6 +23,7 @@ import (
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/telemetry"
+	"github.com/xemahq/xema/schemas"
 	"go.opentelemetry.io/otel/attribute"
 )
 
@@ -74,13 +75,18 @@ type errorBody struct {
 }
 
 // Handler builds the Echo router.
-func (s *Server) Handler() http.Handler {
+func (s *Server) Handler() http.Handler { return s.cors(s.boundBody(s.router())) }
+
+// router is every route of the HTTP API; schemas/openapi.json documents each of them
+// (TestOpenAPIDocumentsEveryRoute).
+func (s *Server) router() *echo.Echo {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = httpError
 	e.Use(measure)
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET("/readyz", s.readyz)
+	e.GET("/openapi.json", openAPI)
 	e.GET(ProtectedResourcePath, echo.WrapHandler(s.protectedResource("")))
 	e.GET(ProtectedResourcePath+"/mcp", echo.WrapHandler(s.protectedResource("/mcp")))
 	for path, h := range s.Mounts {
@@ -100,7 +106,13 @@ func (s *Server) Handler() http.Handler {
 	s.auditRoutes(v1)
 	s.approvalRoutes(v1)
 	v1.GET("/bundles/xema.tar.gz", s.bundle)
-	return s.cors(s.boundBody(e))
+	return e
+}
+
+// openAPI serves the OpenAPI 3.1 document of this API (schemas/openapi.json).
+func openAPI(c echo.Context) error {
+	c.Response().Header().Set("Cache-Control", "max-age=300")
+	return c.Blob(http.StatusOK, "application/json", schemas.OpenAPI)
 }
 
 func (s *Server) readyz(c echo.Context) error {

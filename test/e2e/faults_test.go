@@ -203,20 +203,8 @@ func TestDrainSIGTERMSlowCalls(t *testing.T) {
 		bot := g.token("--subject", "agent:support-bot", "--env", "project")
 		g.install(admin, biomeDir(t, "ticketing", prov.URL))
 		const n = 6
-		arrived, release := prov.holdCalls(n)
+		answers, wg, release := callsAtProvider(g, prov, bot, "drain", n)
 		defer release()
-		answers := make([]response, n)
-		var wg sync.WaitGroup
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				answers[i] = g.try(http.MethodPost, "/v1/capabilities/invoke", bot, "", createInput(fmt.Sprintf("drain-%d", i)))
-			}()
-		}
-		for range n {
-			<-arrived
-		}
 		_ = g.cmd.Process.Signal(syscall.SIGTERM)
 		waitUntil(t, 10*time.Second, "the drain to begin", func() bool { return strings.Contains(g.logs.String(), "draining in-flight calls") })
 		if r := g.try(http.MethodPost, "/v1/capabilities/invoke", bot, "", createInput("after-sigterm")); r.Status != 0 {
@@ -253,20 +241,8 @@ func TestDrainDeadlineRecordsOutcomes(t *testing.T) {
 	bot := g.token("--subject", "agent:support-bot", "--env", "project")
 	g.install(admin, biomeDir(t, "ticketing", prov.URL))
 	const n = 3
-	arrived, release := prov.holdCalls(n)
+	answers, wg, release := callsAtProvider(g, prov, bot, "cut", n)
 	defer release()
-	answers := make([]response, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			answers[i] = g.try(http.MethodPost, "/v1/capabilities/invoke", bot, "", createInput(fmt.Sprintf("cut-%d", i)))
-		}()
-	}
-	for range n {
-		<-arrived
-	}
 	_ = g.cmd.Process.Signal(syscall.SIGTERM)
 	wg.Wait()
 	if err := g.cmd.Wait(); err != nil {
@@ -281,4 +257,22 @@ func TestDrainDeadlineRecordsOutcomes(t *testing.T) {
 			t.Errorf("call %d: recorded outcome %q", i, got)
 		}
 	}
+}
+
+// callsAtProvider starts n invokes as bot and returns once all n are held at prov: their
+// answers fill in as wg completes; release lets the provider answer.
+func callsAtProvider(g *gateway, prov *countingProvider, bot, prefix string, n int) (answers []response, wg *sync.WaitGroup, release func()) {
+	arrived, release := prov.holdCalls(n)
+	answers, wg = make([]response, n), &sync.WaitGroup{}
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			answers[i] = g.try(http.MethodPost, "/v1/capabilities/invoke", bot, "", createInput(fmt.Sprintf("%s-%d", prefix, i)))
+		}()
+	}
+	for range n {
+		<-arrived
+	}
+	return answers, wg, release
 }
