@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/xemahq/xema/internal/app"
 	"github.com/xemahq/xema/internal/buildinfo"
+	"github.com/xemahq/xema/internal/console"
 	"github.com/xemahq/xema/internal/egress"
 	"github.com/xemahq/xema/internal/federation"
 	"github.com/xemahq/xema/internal/gateway"
@@ -104,6 +106,8 @@ func newServeCmd() *cobra.Command {
 	f.StringArrayVar(&web.metricsReaders, "metrics-reader", nil, "a subject (e.g. service:prometheus) allowed to GET /metrics on the API listener; repeatable; nobody else is")
 	f.StringVar(&web.metricsAddr, "metrics-addr", "", "also serve GET /metrics without authentication on this HOST:PORT (bind it where only the scraper reaches)")
 	f.StringArrayVar(&web.corsOrigins, "cors-origin", nil, "a browser origin (scheme://host[:port]) granted CORS, e.g. for a browser MCP client; repeatable; no other origin is")
+	f.StringVar(&web.consoleClientID, "console-client-id", "", "OAuth client id (public, PKCE, no secret) of the web console at --issuer: /console/login then signs in with the authorization code flow, redirect URI <public URL>/console/callback")
+	f.StringVar(&web.consoleScope, "console-scope", "openid", "scopes the console asks --issuer for (space-separated; openid is always asked)")
 	f.StringVar(&web.publicURL, "public-url", "", "the gateway's external base URL (behind a proxy), named in the RFC 9728 metadata; default: from each request's Host")
 	f.StringVar(&web.tlsCert, "tls-cert", "", "PEM certificate (chain) to serve HTTPS with; needs --tls-key")
 	f.StringVar(&web.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
@@ -116,6 +120,8 @@ func newServeCmd() *cobra.Command {
 type webFlags struct {
 	corsOrigins     []string
 	publicURL       string
+	consoleClientID string
+	consoleScope    string
 	tlsCert, tlsKey string
 	metricsReaders  []string
 	metricsAddr     string
@@ -159,6 +165,27 @@ func (w webFlags) check() error {
 		}
 	}
 	return nil
+}
+
+// consoleOIDC is the console's production sign-in from --console-client-id: the endpoints
+// come from the issuer's discovery document, read once at start (like its JWKS).
+func (w webFlags) consoleOIDC(ctx context.Context, idCfg identity.ServerConfig) (*console.OIDC, error) {
+	if w.consoleClientID == "" {
+		return nil, nil
+	}
+	d, err := identity.Discover(ctx, idCfg.Issuer)
+	if err != nil {
+		return nil, fmt.Errorf("--console-client-id: %w", err)
+	}
+	if d.AuthorizationEndpoint == "" || d.TokenEndpoint == "" {
+		return nil, fmt.Errorf("--console-client-id: the discovery document of %s names no authorization_endpoint or token_endpoint", idCfg.Issuer)
+	}
+	scopes := strings.Fields(w.consoleScope)
+	if !slices.Contains(scopes, "openid") {
+		scopes = append([]string{"openid"}, scopes...)
+	}
+	return &console.OIDC{Issuer: idCfg.Issuer, ClientID: w.consoleClientID, Audience: idCfg.Audience, Scope: strings.Join(scopes, " "),
+		AuthorizationEndpoint: d.AuthorizationEndpoint, TokenEndpoint: d.TokenEndpoint, PublicURL: w.publicURL}, nil
 }
 
 func setupLogging(asJSON bool, level string) error {
@@ -289,6 +316,9 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	if err := web.check(); err != nil {
 		return &exitError{code: 2, err: err}
 	}
+	if web.consoleClientID != "" && idCfg.Issuer == "" {
+		return &exitError{code: 2, err: errors.New("--console-client-id: needs --issuer (the development issuer signs in with a pasted token)")}
+	}
 	tlsCfg, err := web.tlsConfig()
 	if err != nil {
 		return &exitError{code: 2, err: err}
@@ -342,6 +372,9 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 		Mounts: map[string]http.Handler{}, BundleReaders: bundleReaders, BodyReadTimeout: lim.read - lim.readHeader}
 	srv.Approvals = a.Approvals
 	srv.CORSOrigins, srv.PublicURL = web.corsOrigins, web.publicURL
+	if srv.ConsoleOIDC, err = web.consoleOIDC(ctx, idCfg); err != nil {
+		return err
+	}
 	if idCfg.Issuer != "" {
 		srv.AuthorizationServers = []string{idCfg.Issuer}
 	}

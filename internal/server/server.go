@@ -67,6 +67,9 @@ type Server struct {
 	PublicURL string
 	// AuthorizationServers are the issuers named in the RFC 9728 metadata (the --issuer).
 	AuthorizationServers []string
+	// ConsoleOIDC is the console's production sign-in (xema serve --console-client-id); nil
+	// offers only the pasted token.
+	ConsoleOIDC *console.OIDC
 }
 
 // errorBody is every error answer: a code and a human message.
@@ -94,9 +97,10 @@ func (s *Server) router() *echo.Echo {
 		e.Any(path, echo.WrapHandler(h))
 	}
 	// The web console: static pages whose script calls /v1 with the person's own token.
-	con := echo.WrapHandler(console.Handler())
+	con := echo.WrapHandler(console.New(s.ConsoleOIDC))
 	e.GET("/console", con)
 	e.GET("/console/*", con)
+	e.POST(console.TokenPath, con)
 	v1 := e.Group("/v1", s.authenticate)
 	v1.POST("/capabilities/invoke", s.invoke)
 	s.metaRoutes(v1)

@@ -169,6 +169,7 @@ func TestOpenAPI(t *testing.T) {
 			check("GET", p, g.get(p, ""))
 		}
 		check("GET", "/console/{path}", g.get("/console/audit", ""))
+		check("POST", "/console/token", g.post("/console/token", "", map[string]any{})) // 404: no --console-client-id
 		check("GET", "/v1/profiles", g.get("/v1/profiles", agent))
 		unauth := g.post("/v1/capabilities/search", "", map[string]any{})
 		check("POST", "/v1/capabilities/search", unauth)

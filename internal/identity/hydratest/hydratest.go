@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -40,48 +41,62 @@ func CacheDir() (string, error) {
 // cold). A failed build fails the test: these tests never skip.
 func Binary(t testing.TB) string {
 	t.Helper()
+	bin, err := BuildBinary(t.Logf)
+	if err != nil {
+		t.Fatalf("%v (these tests need a real hydra and do not skip)", err)
+	}
+	return bin
+}
+
+// BuildBinary is Binary for a test that may skip when hydra cannot be had: it returns the
+// cached binary, building it first if missing, or why it could not. logf reports a build.
+func BuildBinary(logf func(format string, args ...any)) (string, error) {
 	dir, err := CacheDir()
 	if err != nil {
-		t.Fatalf("hydra: no cache dir: %v", err)
+		return "", fmt.Errorf("hydra: no cache dir: %w", err)
 	}
-	bin := filepath.Join(dir, "hydra-"+Version+"-sqlite")
+	bin := binPath(dir)
 	if _, err := os.Stat(bin); err == nil {
-		return bin
+		return bin, nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatalf("hydra: cache dir: %v", err)
+		return "", fmt.Errorf("hydra: cache dir: %w", err)
 	}
 	// Several test packages may need the binary at once: one builds, the others wait.
 	lock, err := os.OpenFile(filepath.Join(dir, ".build.lock"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
-		t.Fatalf("hydra: lock: %v", err)
+		return "", fmt.Errorf("hydra: lock: %w", err)
 	}
 	defer lock.Close()
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatalf("hydra: lock: %v", err)
+		return "", fmt.Errorf("hydra: lock: %w", err)
 	}
 	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
 	if _, err := os.Stat(bin); err == nil {
-		return bin
+		return bin, nil
 	}
 	_, self, _, _ := runtime.Caller(0)
 	script := filepath.Join(filepath.Dir(self), "..", "..", "..", "tools", "hydra", "build.sh")
-	t.Logf("hydra: building %s with %s (first run only, takes minutes)", Version, script)
+	logf("hydra: building %s with %s (first run only, takes minutes)", Version, script)
 	out, err := exec.Command("sh", script, dir).CombinedOutput()
 	if err != nil {
-		t.Fatalf("hydra: %s failed (these tests need a real hydra and do not skip): %v\n%s", script, err, out)
+		return "", fmt.Errorf("hydra: %s failed: %v\n%s", script, err, out)
 	}
 	if got := strings.TrimSpace(string(out)); got != bin {
-		t.Fatalf("hydra: %s built %q, want %q", script, got, bin)
+		return "", fmt.Errorf("hydra: %s built %q, want %q", script, got, bin)
 	}
-	return bin
+	return bin, nil
 }
+
+func binPath(dir string) string { return filepath.Join(dir, "hydra-"+Version+"-sqlite") }
 
 // Server is one running hydra.
 type Server struct {
 	PublicURL string // http://127.0.0.1:P
 	AdminURL  string // http://127.0.0.1:A
 	Issuer    string // PublicURL + "/"
+	// LoginURL is the test login and consent app's base URL (StartWithLogin only).
+	LoginURL string
 }
 
 // TokenURL is the OAuth2 token endpoint.
