@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
@@ -16,17 +15,8 @@ import (
 	"time"
 
 	"github.com/xemahq/xema/internal/policy/opatest"
+	"github.com/xemahq/xema/internal/testnet"
 )
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 // bundleServer serves e.Bundle() as the gateway does, honouring If-None-Match.
 type bundleServer struct {
@@ -84,7 +74,7 @@ func TestStockOPAAgrees(t *testing.T) {
 	srv := httptest.NewServer(bs)
 	t.Cleanup(srv.Close)
 
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
 	ctx, cancel := context.WithCancel(context.Background())
 	logs := &lockedBuffer{}
 	cmd := exec.CommandContext(ctx, bin, "run", "--server", "--addr", addr,

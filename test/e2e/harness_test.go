@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -21,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xemahq/xema/internal/testnet"
 	"github.com/xemahq/xema/internal/testpg"
 )
 
@@ -59,15 +59,6 @@ func xemaBinary(t testing.TB) string {
 		t.Fatal(buildErr)
 	}
 	return binPath
-}
-
-func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // gateway is one running `xema serve`.
@@ -129,7 +120,7 @@ func startGateway(t testing.TB, storeDSN string, args ...string) *gateway {
 
 func (g *gateway) start(args ...string) {
 	t := g.t
-	port := freePort(t)
+	port := testnet.FreePort(t)
 	g.URL = fmt.Sprintf("http://127.0.0.1:%d", port)
 	full := []string{"serve", "--addr", fmt.Sprintf("127.0.0.1:%d", port), "--data-dir", g.DataDir,
 		"--biomes", filepath.Join(repoRoot(t), "biomes"), "--dev-grant", "demo"}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/xemahq/xema/internal/policy/opatest"
+	"github.com/xemahq/xema/internal/testnet"
 )
 
 // stockOPA is a running `opa run --server` that downloads its bundle from the gateway.
@@ -47,7 +48,7 @@ func startStockOPA(t *testing.T, g *gateway, token string) *stockOPA {
 	if err := os.WriteFile(path, config, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
 	o := &stockOPA{URL: "http://" + addr, logs: &lockedBuffer{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, opatest.Binary(t), "run", "--server", "--skip-version-check", "--log-level", "error", "--addr", addr, "--config-file", path)

@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/xemahq/xema/internal/testnet"
 )
 
 // Version is the hydra release built from tools/hydra.
@@ -112,7 +113,7 @@ func Start(t testing.TB, extraEnv ...string) *Server {
 // start runs one hydra and waits until it is ready; exited reports that it stopped first.
 func start(t testing.TB, bin string, extraEnv []string) (s *Server, logs string, exited bool) {
 	t.Helper()
-	pub, adm := freePort(t), freePort(t)
+	pub, adm := testnet.FreePort(t), testnet.FreePort(t)
 	s = &Server{
 		PublicURL: "http://127.0.0.1:" + strconv.Itoa(pub),
 		AdminURL:  "http://127.0.0.1:" + strconv.Itoa(adm),
@@ -195,16 +196,6 @@ func (s *Server) CreateClient(t testing.TB, audience ...string) Client {
 		t.Fatalf("hydra: create client: unexpected answer %s (%v)", b, err)
 	}
 	return Client{ID: c.ID, Secret: c.Secret}
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 type syncBuffer struct {
