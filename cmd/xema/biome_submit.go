@@ -40,9 +40,7 @@ func init() {
 			if err := c.Do(cmd.Context(), "POST", "/v1/biomes", sub, &out); err != nil {
 				return err
 			}
-			enc := json.NewEncoder(cmd.OutOrStdout())
-			enc.SetIndent("", "  ")
-			return enc.Encode(out)
+			return writeJSON(cmd.OutOrStdout(), out)
 		},
 	}
 	api.add(cmd)

@@ -61,7 +61,7 @@ func init() {
 				return err
 			}
 			if format == "json" {
-				return printApprovalsJSON(cmd.OutOrStdout(), g)
+				return writeJSON(cmd.OutOrStdout(), g)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "grant %s: %s@%s (digest %s), profile %s, approved by %s\n",
 				g.GrantID, g.BiomeID, g.Version, g.DigestHash, g.Profile, g.ApprovedBy)
@@ -104,7 +104,7 @@ func init() {
 				return err
 			}
 			if format == "json" {
-				return printApprovalsJSON(cmd.OutOrStdout(), out)
+				return writeJSON(cmd.OutOrStdout(), out)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "GRANT\tBIOME\tVERSION\tPROFILE\tAPPROVED BY\tAPPROVED AT")

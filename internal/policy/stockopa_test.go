@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"os/exec"
 	"reflect"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -44,24 +43,6 @@ func (s *bundleServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(tarGz)
 }
 
-// lockedBuffer collects the opa process output for failure messages.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestStockOPAAgrees runs a stock `opa run --server` against the bundle this package serves
 // and checks that its decisions equal Engine.Decide on every case of the table.
 func TestStockOPAAgrees(t *testing.T) {
@@ -76,7 +57,7 @@ func TestStockOPAAgrees(t *testing.T) {
 
 	addr := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
 	ctx, cancel := context.WithCancel(context.Background())
-	logs := &lockedBuffer{}
+	logs := &testnet.Output{}
 	cmd := exec.CommandContext(ctx, bin, "run", "--server", "--addr", addr,
 		"--set", "services.xema.url="+srv.URL,
 		"--set", "bundles.xema.service=xema",
@@ -132,7 +113,7 @@ func TestStockOPAAgrees(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, logs *lockedBuffer, what string, cond func() bool) {
+func waitFor(t *testing.T, logs *testnet.Output, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {

@@ -68,30 +68,9 @@ type gateway struct {
 	URL     string
 	DataDir string
 	Store   string
-	logs    *lockedBuffer
+	logs    *testnet.Output
 	cmd     *exec.Cmd
 }
-
-// lockedBuffer collects a process's output while the test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// Bytes is a copy of what was written so far.
-func (b *lockedBuffer) Bytes() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return bytes.Clone(b.buf.Bytes())
-}
-
-func (b *lockedBuffer) String() string { return string(b.Bytes()) }
 
 type engineCase struct {
 	name  string
@@ -113,7 +92,7 @@ func forEachEngine(t *testing.T, fn func(t *testing.T, e engineCase)) {
 // startGateway runs `xema serve` with the repo's biomes and the demo dev grant, plus args.
 func startGateway(t testing.TB, storeDSN string, args ...string) *gateway {
 	t.Helper()
-	g := &gateway{t: t, bin: xemaBinary(t), DataDir: t.TempDir(), Store: storeDSN, logs: &lockedBuffer{}}
+	g := &gateway{t: t, bin: xemaBinary(t), DataDir: t.TempDir(), Store: storeDSN, logs: &testnet.Output{}}
 	g.start(args...)
 	return g
 }

@@ -87,7 +87,7 @@ func TestTLS(t *testing.T) {
 	certFile, keyFile, pool := selfSigned(t, dir)
 	port := testnet.FreePort(t)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	logs := &lockedBuffer{}
+	logs := &testnet.Output{}
 	cmd := exec.Command(xemaBinary(t), "serve", "--addr", addr, "--data-dir", t.TempDir(), "--tls-cert", certFile, "--tls-key", keyFile)
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/xemahq/xema/internal/testnet"
 	"github.com/xemahq/xema/internal/testpg"
 )
 
@@ -22,7 +23,7 @@ func startReplicas(t *testing.T, dsn string, n int) []*gateway {
 	dir := t.TempDir()
 	var gws []*gateway
 	for range n {
-		g := &gateway{t: t, bin: xemaBinary(t), DataDir: dir, Store: dsn, logs: &lockedBuffer{}}
+		g := &gateway{t: t, bin: xemaBinary(t), DataDir: dir, Store: dsn, logs: &testnet.Output{}}
 		g.start()
 		gws = append(gws, g)
 	}

@@ -164,7 +164,7 @@ func TestCreateIssueGitHubGitLab(t *testing.T) {
 
 			for _, c := range []struct {
 				name, tok, repo, want string
-				status              int
+				status                int
 			}{
 				{"bad credential", "wrong", "acme/app", connector.CodeCredentialRejected, http.StatusBadGateway},
 				{"unknown repository", token, "acme/nope", connector.CodeRepositoryNotFound, http.StatusNotFound},

@@ -14,7 +14,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -131,7 +130,7 @@ func start(t testing.TB, bin string, extraEnv []string) (s *Server, logs string,
 		"LOG_LEVEL=warn",
 	)
 	cmd.Env = append(cmd.Env, extraEnv...)
-	var out syncBuffer
+	var out testnet.Output
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		cancel()
@@ -154,11 +153,11 @@ func start(t testing.TB, bin string, extraEnv []string) (s *Server, logs string,
 		}
 		select {
 		case <-done:
-			return nil, out.String(), true
+			return nil, strings.TrimSpace(out.String()), true
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("hydra not ready after 30s:\n%s", out.String())
+			t.Fatalf("hydra not ready after 30s:\n%s", strings.TrimSpace(out.String()))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -196,21 +195,4 @@ func (s *Server) CreateClient(t testing.TB, audience ...string) Client {
 		t.Fatalf("hydra: create client: unexpected answer %s (%v)", b, err)
 	}
 	return Client{ID: c.ID, Secret: c.Secret}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.TrimSpace(s.b.String())
 }
