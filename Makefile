@@ -16,9 +16,17 @@ run: build
 test: build policy-test
 	$(GO) test -count=1 -timeout 30m ./...
 
-lint:
+# golangci-lint at a pinned version (config: .golangci.yml), installed into bin/ on first use.
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT := bin/golangci-lint-$(GOLANGCI_LINT_VERSION)/golangci-lint
+
+$(GOLANGCI_LINT):
+	GOBIN=$(abspath $(dir $@)) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+
+lint: $(GOLANGCI_LINT)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
+	$(GOLANGCI_LINT) run --timeout 15m ./...
 
 # The stock opa of the version in go.mod, for the load run's comparison.
 OPA := bin/opa-$(shell $(GO) list -m -f '{{.Version}}' github.com/open-policy-agent/opa)

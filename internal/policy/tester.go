@@ -9,7 +9,6 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/cover"
-	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 	"github.com/open-policy-agent/opa/v1/tester"
 
@@ -43,7 +42,7 @@ func Test(ctx context.Context, dirs []string, coverage bool) (TestReport, error)
 	if err != nil {
 		return TestReport{}, err
 	}
-	var store storage.Store = inmem.New()
+	store := inmem.New()
 	if len(dirs) > 0 {
 		extra, s, err := tester.LoadWithRegoVersion(dirs, nil, ast.RegoV1)
 		if err != nil {
