@@ -5,10 +5,14 @@ BIN := bin/xema
 BUILDINFO := github.com/xemahq/xema/internal/buildinfo
 LDFLAGS := -X $(BUILDINFO).commit=$(shell git rev-parse HEAD 2>/dev/null) -X $(BUILDINFO).version=$(shell git describe --tags --always --dirty 2>/dev/null)
 
-.PHONY: build run test lint bench policy-test fuzz
+.PHONY: build run test lint bench policy-test fuzz bundle
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/xema
+
+# The demo bundle (bundles/README.md): the Rego of policies/ with bundles/demo/data.json.
+bundle: build
+	./$(BIN) bundle build -o bundles/demo.tar.gz --data bundles/demo/data.json --revision demo
 
 run: build
 	./$(BIN) serve --addr 127.0.0.1:8181 --data-dir .xema --biomes biomes --dev-grant demo
