@@ -77,6 +77,7 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&cfg.DecisionLog, "decision-log", "", "ship decisions in OPA's decision-log format to stdout, file:PATH or an http(s) URL (batched; off by default)")
 	f.StringArrayVar(&cfg.DecisionLogMask, "decision-log-mask", nil, "a JSON pointer erased from every decision-log event's input, e.g. /input/session; repeatable")
 	f.StringVar(&cfg.PolicyDir, "policy-dir", "", "directory of the platform team's own Rego (package xema.custom)")
+	f.DurationVar(&cfg.PolicyDirPoll, "policy-dir-poll", 2*time.Second, "how often to look for changed Rego in --policy-dir (file sizes and mtimes; 0: never, restart to apply); a file that does not compile keeps the serving policy and is logged")
 	f.DurationVar(&cfg.ReloadEvery, "reload-every", 2*time.Second, "how often to look for policy data changed through another replica")
 	f.DurationVar(&cfg.ApprovalTTL, "approval-ttl", 24*time.Hour, "how long a call held for human approval may wait before it expires and never runs")
 	f.DurationVar(&cfg.MCPResyncEvery, "mcp-resync-every", 0, "how often to sync every external MCP server's tools (0: only on its tools/list_changed)")
@@ -92,7 +93,9 @@ func newServeCmd() *cobra.Command {
 	f.DurationVar(&lim.read, "read-timeout", def.read, "how long a client may take to send a whole request, headers and body (more than --read-header-timeout, at most "+maxReadTimeout.String()+"); a handler waiting for a provider is not cut off")
 	f.DurationVar(&lim.idle, "idle-timeout", def.idle, "how long an idle keep-alive connection stays open (at most "+maxIdleTimeout.String()+")")
 	f.IntVar(&lim.maxConns, "max-connections", def.maxConns, "most client connections open at once; more wait to be accepted")
+	f.DurationVar(&lim.shutdown, "shutdown-timeout", def.shutdown, "on SIGTERM, how long in-flight calls may finish before they are cut off (each with an outcome recorded); more than the largest timeoutMs (120s)")
 	f.IntVar(&lim.maxInflight, "max-inflight-calls", def.maxInflight, "most outbound calls (http, connector, MCP server) running at once; beyond it a call is answered 503 CAPACITY_EXCEEDED")
+	f.IntVar(&lim.maxPerProvider, "max-inflight-per-provider", def.maxPerProvider, "most outbound calls one provider (biome or MCP server) has running at once; beyond it a call is answered 503 PROVIDER_BUSY")
 	f.BoolVar(&logJSON, "log-json", false, "log as JSON lines")
 	f.StringArrayVar(&bound.egressAllow, "egress-allow", nil, "a loopback or private CIDR (or address) outbound calls may reach; repeatable (the development issuer allows loopback)")
 	f.StringArrayVar(&bound.stdio, "mcp-stdio", nil, "declare a stdio MCP server: 'ID=COMMAND [ARG]...' (split on spaces); repeatable; the API registers it by providerId ID")
@@ -213,11 +216,20 @@ const (
 type limits struct {
 	readHeader, read, idle time.Duration
 	maxConns, maxInflight  int
+	// maxPerProvider bounds one provider's (biome's or MCP server's) calls in flight.
+	maxPerProvider int
+	// shutdown is how long a SIGTERM waits for in-flight calls.
+	shutdown time.Duration
 }
+
+// DefaultShutdownTimeout outlasts the largest timeoutMs an invocation may declare (120 s),
+// so a drain never cuts off a call that is within its own bounds.
+const DefaultShutdownTimeout = 130 * time.Second
 
 // defaultLimits are the flags' defaults.
 func defaultLimits() limits {
-	return limits{readHeader: maxReadHeaderTimeout, read: maxReadTimeout, idle: maxIdleTimeout, maxConns: 1024, maxInflight: 256}
+	return limits{readHeader: maxReadHeaderTimeout, read: maxReadTimeout, idle: maxIdleTimeout, maxConns: 1024, maxInflight: 256,
+		maxPerProvider: 64, shutdown: DefaultShutdownTimeout}
 }
 
 func (l limits) check() error {
@@ -232,6 +244,10 @@ func (l limits) check() error {
 		return fmt.Errorf("--max-connections %d: want at least 1", l.maxConns)
 	case l.maxInflight <= 0:
 		return fmt.Errorf("--max-inflight-calls %d: want at least 1", l.maxInflight)
+	case l.maxPerProvider <= 0 || l.maxPerProvider > l.maxInflight:
+		return fmt.Errorf("--max-inflight-per-provider %d: want at least 1 and at most --max-inflight-calls (%d)", l.maxPerProvider, l.maxInflight)
+	case l.shutdown <= 0:
+		return fmt.Errorf("--shutdown-timeout %v: want more than 0", l.shutdown)
 	}
 	return nil
 }
@@ -269,6 +285,9 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	if cfg.UnauthAuditInterval < 0 || cfg.UnauthAuditInterval > time.Hour {
 		return &exitError{code: 2, err: fmt.Errorf("--unauth-audit-interval %v: want 0 (the default) up to 1h", cfg.UnauthAuditInterval)}
 	}
+	if cfg.PolicyDirPoll < 0 {
+		return &exitError{code: 2, err: fmt.Errorf("--policy-dir-poll %v: want 0 (off) or more", cfg.PolicyDirPoll)}
+	}
 	if cfg.MCPResyncEvery < 0 {
 		return &exitError{code: 2, err: fmt.Errorf("--mcp-resync-every %v: want 0 (off) or more", cfg.MCPResyncEvery)}
 	}
@@ -300,8 +319,10 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	}
 	defer ids.Close()
 	a.Gateway.Tokens = ids.ServiceTokens()
+	a.KeysReady = ids.KeysReady
 
 	a.Gateway.Outbound = gateway.NewSlots(lim.maxInflight)
+	a.Gateway.PerProvider = gateway.NewProviderSlots(lim.maxPerProvider)
 	// The headers get --read-header-timeout, the body what remains of --read-timeout.
 	srv := &server.Server{Gateway: a.Gateway, OperatorOrg: cfg.OperatorOrg, Auth: ids, Ready: a.Ready, Bundles: a.Policy,
 		Mounts: map[string]http.Handler{}, BundleReaders: bundleReaders, BodyReadTimeout: lim.read - lim.readHeader}
@@ -317,9 +338,11 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	srv.Mounts["/metrics"] = server.MetricsHandler()
 
 	go a.Watch(ctx, cfg.ReloadEvery)
+	go a.Policy.WatchExtra(ctx, cfg.PolicyDirPoll)
 	go a.PruneRateCounters(ctx, time.Minute)
 	go a.Gateway.Unauth.Run(ctx)
 	go a.Federation.ResyncEvery(ctx, cfg.MCPResyncEvery)
+	go a.Maintain(ctx, 15*time.Second)
 
 	// No ReadTimeout or WriteTimeout on the server: either would also cut off an invoke that
 	// legitimately waits for a slow provider (ReadTimeout's deadline cancels the request's
@@ -348,12 +371,33 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 			return fmt.Errorf("serve: %w", err)
 		}
 	case <-ctx.Done():
-		slog.Info("shutting down")
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := hs.Shutdown(shutdownCtx); err != nil {
-			return fmt.Errorf("shutdown: %w", err)
-		}
+		drain(hs, a, lim.shutdown)
 	}
-	return nil
+	return nil // the deferred a.Close commits the audit log and the spool, then closes the store
+}
+
+// drain is the shutdown: stop accepting (and fail /readyz), let in-flight calls finish up to
+// timeout, then cut off the ones still running (each records an INTERRUPTED_BY_SHUTDOWN
+// outcome and answers it) and close the connections.
+func drain(hs *http.Server, a *app.App, timeout time.Duration) {
+	a.Drain()
+	slog.Info("shutting down: no new connections; draining in-flight calls", "inFlight", a.Gateway.InFlight(), "timeout", timeout.String())
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	err := hs.Shutdown(ctx)
+	cancel()
+	if err == nil {
+		slog.Info("drained: every in-flight call finished", "took", time.Since(start).Round(time.Millisecond).String())
+		return
+	}
+	slog.Warn("shutdown deadline reached: cutting off the calls still running, each with its outcome recorded",
+		"inFlight", a.Gateway.InFlight())
+	a.Gateway.AbortRuns()
+	grace, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.Gateway.WaitRuns(grace); err != nil {
+		slog.Error("calls still running after the cut-off; their outcome stays unknown", "inFlight", a.Gateway.InFlight())
+	}
+	_ = hs.Shutdown(grace) // the cut-off calls write their answers
+	_ = hs.Close()
 }

@@ -62,3 +62,24 @@ func TestStartupSkipsInvalidBiomeWhole(t *testing.T) {
 		t.Fatal("no policy bundle loaded")
 	}
 }
+
+// The demo's in-process runners are served only where the demo biome is loaded.
+func TestDemoRunnersOnlyWithTheDemoBiome(t *testing.T) {
+	ctx := context.Background()
+	bare, err := New(ctx, Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bare.Close()
+	if _, ok := bare.Kernel.Handler("kb:page.read@1"); ok {
+		t.Fatal("a gateway without the demo biome serves the demo's page reader")
+	}
+	withDemo, err := New(ctx, Config{DataDir: t.TempDir(), BiomesDir: repoBiomes(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer withDemo.Close()
+	if _, ok := withDemo.Kernel.Handler("kb:page.read@1"); !ok {
+		t.Fatal("the demo biome is loaded but its page reader is not served")
+	}
+}

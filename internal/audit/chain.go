@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"hash"
 	"strconv"
 	"sync"
 	"time"
@@ -67,20 +66,47 @@ func (c *Chain) undo(seq int64, head string) {
 // LinkHash is the chain hash of r after prev: an HMAC-SHA256 under key of prev and every
 // stored column of r, each length-prefixed so no two records encode alike.
 func LinkHash(key []byte, prev string, r store.AuditRecord) string {
-	mac := hmac.New(sha256.New, key)
-	put := func(h hash.Hash, parts ...string) {
-		for _, p := range parts {
-			h.Write([]byte(strconv.Itoa(len(p))))
-			h.Write([]byte{':'})
-			h.Write([]byte(p))
-		}
+	bp := linkBufs.Get().(*[]byte)
+	b := (*bp)[:0]
+	put := func(p string) {
+		b = strconv.AppendInt(b, int64(len(p)), 10)
+		b = append(b, ':')
+		b = append(b, p...)
 	}
-	put(mac, prev, r.ID, r.Org, store.Stamp(r.Time).Format("2006-01-02T15:04:05.000000Z"), r.Ref, r.SubjectKind,
-		r.SubjectRef, r.Environment, r.Decision, string(r.Reasons), string(r.Suggestions), string(r.Obligations),
-		r.BundleRevision, r.InputHash, r.Runner, r.Outcome, strconv.FormatInt(r.LatencyMicros, 10), r.ParentID,
-		string(r.Detail), string(r.PolicyInput), r.Chain.ChainID, strconv.FormatInt(r.Chain.Seq, 10))
-	return "hmac-sha256:" + hex.EncodeToString(mac.Sum(nil))
+	putBytes := func(p []byte) {
+		b = strconv.AppendInt(b, int64(len(p)), 10)
+		b = append(b, ':')
+		b = append(b, p...)
+	}
+	put(prev)
+	put(r.ID)
+	put(r.Org)
+	b = store.Stamp(r.Time).AppendFormat(append(b, "27:"...), "2006-01-02T15:04:05.000000Z")
+	for _, p := range []string{r.Ref, r.SubjectKind, r.SubjectRef, r.Environment, r.Decision} {
+		put(p)
+	}
+	for _, p := range [][]byte{r.Reasons, r.Suggestions, r.Obligations} {
+		putBytes(p)
+	}
+	for _, p := range []string{r.BundleRevision, r.InputHash, r.Runner, r.Outcome} {
+		put(p)
+	}
+	b = strconv.AppendInt(append(b, '#'), r.LatencyMicros, 10)
+	put(r.ParentID)
+	putBytes(r.Detail)
+	putBytes(r.PolicyInput)
+	put(r.Chain.ChainID)
+	b = strconv.AppendInt(append(b, '#'), r.Chain.Seq, 10)
+	mac := hmac.New(sha256.New, key)
+	mac.Write(b)
+	*bp = b
+	linkBufs.Put(bp)
+	var sum [sha256.Size]byte
+	return "hmac-sha256:" + hex.EncodeToString(mac.Sum(sum[:0]))
 }
+
+// linkBufs recycles the buffers LinkHash encodes a record into.
+var linkBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
 // Break is the first place a chain does not verify.
 type Break struct {

@@ -25,8 +25,8 @@ func TestDemoBundleData(t *testing.T) {
 			Manifest: mustJSON(t, c.Manifest), Lifecycle: store.LifecyclePublished})
 	}
 	data, err := Build(Input{Capabilities: caps,
-		Grants: []store.Grant{{ID: "g_demo", Org: "default", BiomeID: b.ID, BiomeVersion: b.Version, Profile: b.DefaultProfile, ApprovedAt: t0}},
-		Biomes: []store.BiomeVersion{{ID: b.ID, Version: b.Version, Manifest: mustJSON(t, b)}},
+		Grants:       []store.Grant{{ID: "g_demo", Org: "default", BiomeID: b.ID, BiomeVersion: b.Version, Profile: b.DefaultProfile, ApprovedAt: t0}},
+		Biomes:       []store.BiomeVersion{{ID: b.ID, Version: b.Version, Manifest: mustJSON(t, b)}},
 		Environments: DefaultEnvironments(), Profiles: Builtin(), Revision: "demo"})
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,7 @@ import (
 )
 
 // syntheticData lays out n grants in the contract's layout: n/4 capabilities over 50
-// domains, each granted to 4 biomes.
+// domains, each granted to 4 biomes in org acme.
 func syntheticData(n int) map[string]any {
 	const biomesPerRef = 4
 	refs := max(n/biomesPerRef, 1)
@@ -23,14 +23,14 @@ func syntheticData(n int) map[string]any {
 		}
 		perBiome := make(map[string]any, biomesPerRef)
 		for b := range biomesPerRef {
-			perBiome[fmt.Sprintf("b%d", b)] = map[string]any{
-				"grantId": fmt.Sprintf("g_%d_%d", i, b), "biomeVersion": "1.0.0",
+			perBiome[fmt.Sprintf("b%d", b)] = map[string]any{"acme": map[string]any{
+				"grantId": fmt.Sprintf("g_%d_%d", i, b), "org": "acme", "biomeVersion": "1.0.0",
 				"profile": "read-only-assistant", "environments": map[string]any{"project": true},
 				"subjects":  map[string]any{"group:support": true, fmt.Sprintf("agent:a%d", b): true},
 				"resources": []any{fmt.Sprintf("kb/%d/*", i)}, "requiresApproval": false,
 				"audience":  map[string]any{"internal": true},
 				"rateLimit": map[string]any{"requests": 60, "per": "1m"},
-			}
+			}}
 		}
 		grants[ref] = perBiome
 	}

@@ -34,6 +34,8 @@ type Limiter struct {
 
 // Key is whose calls a limit counts: one capability, one subject, one environment.
 type Key struct {
+	// Org keeps tenants apart: the same subject ref in two orgs is two callers.
+	Org         string
 	Ref         string
 	Subject     string
 	Environment string
@@ -65,7 +67,7 @@ func (l *Limiter) Take(ctx context.Context, k Key, obs []policy.Obligation) (*po
 	lefts := make([]time.Duration, len(limits))
 	for i, lim := range limits {
 		window, left := windowOf(now, lim.per)
-		key := strings.Join([]string{lim.kind, lim.per.String(), k.Ref, k.Subject, k.Environment}, "|")
+		key := strings.Join([]string{lim.kind, lim.per.String(), k.Org, k.Ref, k.Subject, k.Environment}, "|")
 		adds[i], lefts[i] = store.UsageAdd{Key: key, Window: window, N: 1, Limit: lim.requests, Expires: now.Add(left)}, left
 	}
 	_, refused, err := l.Counter.AddUsage(ctx, adds)

@@ -109,6 +109,24 @@ func TestTakeNewWindow(t *testing.T) {
 	}
 }
 
+// The same subject ref in two orgs is two callers: one org's calls spend nothing of the other's.
+func TestTakeKeepsOrgsApart(t *testing.T) {
+	l := &Limiter{Counter: openSQLite(t)}
+	obs := []policy.Obligation{rate(1, "1m")}
+	acme := Key{Org: "acme", Ref: "a:b.c@1", Subject: "agent:x", Environment: "project"}
+	beta := acme
+	beta.Org = "beta"
+	if u, _ := l.Take(context.Background(), acme, obs); u != nil {
+		t.Fatal("acme's first call refused")
+	}
+	if u, _ := l.Take(context.Background(), beta, obs); u != nil {
+		t.Fatalf("beta's first call refused after acme's: %+v", u)
+	}
+	if u, _ := l.Take(context.Background(), acme, obs); u == nil {
+		t.Fatal("acme's second call admitted over its limit")
+	}
+}
+
 func TestTakeMalformed(t *testing.T) {
 	l := &Limiter{Counter: openSQLite(t)}
 	for _, o := range []policy.Obligation{rate(0, "1m"), rate(-1, "1m"), rate(1, "soon"), quota(1, "10ms")} {

@@ -23,6 +23,7 @@ import (
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/telemetry"
+	"github.com/xemahq/xema/schemas"
 	"go.opentelemetry.io/otel/attribute"
 )
 
@@ -71,13 +72,18 @@ type errorBody struct {
 }
 
 // Handler builds the Echo router.
-func (s *Server) Handler() http.Handler {
+func (s *Server) Handler() http.Handler { return s.cors(s.boundBody(s.router())) }
+
+// router is every route of the HTTP API; schemas/openapi.json documents each of them
+// (TestOpenAPIDocumentsEveryRoute).
+func (s *Server) router() *echo.Echo {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = httpError
 	e.Use(measure)
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET("/readyz", s.readyz)
+	e.GET("/openapi.json", openAPI)
 	e.GET(ProtectedResourcePath, echo.WrapHandler(s.protectedResource("")))
 	e.GET(ProtectedResourcePath+"/mcp", echo.WrapHandler(s.protectedResource("/mcp")))
 	for path, h := range s.Mounts {
@@ -96,7 +102,13 @@ func (s *Server) Handler() http.Handler {
 	s.auditRoutes(v1)
 	s.approvalRoutes(v1)
 	v1.GET("/bundles/xema.tar.gz", s.bundle)
-	return s.cors(s.boundBody(e))
+	return e
+}
+
+// openAPI serves the OpenAPI 3.1 document of this API (schemas/openapi.json).
+func openAPI(c echo.Context) error {
+	c.Response().Header().Set("Cache-Control", "max-age=300")
+	return c.Blob(http.StatusOK, "application/json", schemas.OpenAPI)
 }
 
 func (s *Server) readyz(c echo.Context) error {
@@ -237,9 +249,26 @@ func (s *Server) invoke(c echo.Context) error {
 	if len(req.Input) == 0 {
 		return &gateway.Error{Status: http.StatusBadRequest, Code: "INVALID_REQUEST", Message: "missing required field /input"}
 	}
+	if key := c.Request().Header.Get(IdempotencyHeader); key != "" {
+		ans, err := s.Gateway.InvokeIdempotent(c.Request().Context(), execOf(c), req, key)
+		if err != nil {
+			return err
+		}
+		if ans.Replayed {
+			c.Response().Header().Set(ReplayedHeader, "true")
+		}
+		return c.JSONBlob(ans.Status, ans.Body)
+	}
 	res, err := s.Gateway.Invoke(c.Request().Context(), execOf(c), req)
 	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, res)
 }
+
+// IdempotencyHeader carries a client's idempotency key on POST /v1/capabilities/invoke;
+// ReplayedHeader marks an answer that is the stored answer of the key's first call.
+const (
+	IdempotencyHeader = "Idempotency-Key"
+	ReplayedHeader    = "Idempotent-Replayed"
+)

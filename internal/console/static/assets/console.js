@@ -359,15 +359,25 @@ function grantForm(b, entries, access, profiles) {
       out.replaceChildren(errorBox(err));
     }
   } }, "Approve grant");
-  const review = h("button", { type: "button", onclick: () => {
+  // impact is the dry run's answer: what the grant would change over the org's recorded calls.
+  const impact = (dry) => {
+    const i = dry.impact || {};
+    return h("p", { id: "grant-impact", role: "status" },
+      `Replayed over this org's calls since ${i.since}: ${i.considered} considered; `,
+      h("span", { class: i.allowToDeny ? "tag bad" : "tag ok" }, `${i.allowToDeny} would now be denied`), ", ",
+      h("span", { class: i.denyToAllow ? "tag warn" : "tag ok" }, `${i.denyToAllow} would now be allowed`), ".");
+  };
+  const review = h("button", { type: "button", onclick: async () => {
     out.replaceChildren();
+    confirm.hidden = true;
     try {
       const req = body();
-      preview.replaceChildren(h("h3", {}, "Effect before you confirm"), effect(req), h("details", {}, h("summary", {}, "Request body"), pre(req)));
+      const dry = await api("POST", "/v1/grants?dryRun=true", req);
+      preview.replaceChildren(h("h3", {}, "Effect before you confirm"), effect(req), impact(dry),
+        h("details", {}, h("summary", {}, "Request body"), pre(req)));
       confirm.hidden = false;
     } catch (err) {
       preview.replaceChildren(errorBox(err));
-      confirm.hidden = true;
     }
   } }, "Review grant");
   return h("form", { onsubmit: (e) => e.preventDefault(), "aria-label": "Approve a grant" },
