@@ -95,7 +95,7 @@ func newServeCmd() *cobra.Command {
 	f.IntVar(&lim.maxConns, "max-connections", def.maxConns, "most client connections open at once; more wait to be accepted")
 	f.DurationVar(&lim.shutdown, "shutdown-timeout", def.shutdown, "on SIGTERM, how long in-flight calls may finish before they are cut off (each with an outcome recorded); more than the largest timeoutMs (120s)")
 	f.IntVar(&lim.maxInflight, "max-inflight-calls", def.maxInflight, "most outbound calls (http, connector, MCP server) running at once; beyond it a call is answered 503 CAPACITY_EXCEEDED")
-	f.IntVar(&lim.maxPerProvider, "max-inflight-per-provider", def.maxPerProvider, "most outbound calls one provider (biome or MCP server) has running at once; beyond it a call is answered 503 PROVIDER_BUSY")
+	f.IntVar(&lim.maxPerProvider, "max-inflight-per-provider", def.maxPerProvider, "most outbound calls one provider (biome or MCP server) has running at once; beyond it a call is answered 503 PROVIDER_BUSY (above --max-inflight-calls it never binds)")
 	f.BoolVar(&logJSON, "log-json", false, "log as JSON lines")
 	f.StringArrayVar(&bound.egressAllow, "egress-allow", nil, "a loopback or private CIDR (or address) outbound calls may reach; repeatable (the development issuer allows loopback)")
 	f.StringArrayVar(&bound.stdio, "mcp-stdio", nil, "declare a stdio MCP server: 'ID=COMMAND [ARG]...' (split on spaces); repeatable; the API registers it by providerId ID")
@@ -244,8 +244,8 @@ func (l limits) check() error {
 		return fmt.Errorf("--max-connections %d: want at least 1", l.maxConns)
 	case l.maxInflight <= 0:
 		return fmt.Errorf("--max-inflight-calls %d: want at least 1", l.maxInflight)
-	case l.maxPerProvider <= 0 || l.maxPerProvider > l.maxInflight:
-		return fmt.Errorf("--max-inflight-per-provider %d: want at least 1 and at most --max-inflight-calls (%d)", l.maxPerProvider, l.maxInflight)
+	case l.maxPerProvider <= 0:
+		return fmt.Errorf("--max-inflight-per-provider %d: want at least 1", l.maxPerProvider)
 	case l.shutdown <= 0:
 		return fmt.Errorf("--shutdown-timeout %v: want more than 0", l.shutdown)
 	}
