@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"net/http"
-	"net/url"
 	"strconv"
 	"text/tabwriter"
 
@@ -32,13 +31,8 @@ func init() {
 			if err != nil {
 				return err
 			}
-			q := url.Values{}
-			for k, v := range map[string]string{"ref": f.ref, "subject": f.subject, "decision": f.decision,
-				"reason": f.reason, "since": f.since, "until": f.until, "cursor": f.cursor} {
-				if v != "" {
-					q.Set(k, v)
-				}
-			}
+			q := queryOf(map[string]string{"ref": f.ref, "subject": f.subject, "decision": f.decision,
+				"reason": f.reason, "since": f.since, "until": f.until, "cursor": f.cursor})
 			if limit != 0 {
 				q.Set("limit", strconv.Itoa(limit))
 			}
@@ -59,7 +53,7 @@ func init() {
 				page.NextCursor = ""
 			}
 			if format == "json" {
-				return printApprovalsJSON(cmd.OutOrStdout(), map[string]any{"records": records, "nextCursor": page.NextCursor})
+				return writeJSON(cmd.OutOrStdout(), map[string]any{"records": records, "nextCursor": page.NextCursor})
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "TIME\tAUDIT ID\tDECISION\tREF\tSUBJECT\tENVIRONMENT\tOUTCOME")

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 
@@ -71,13 +70,4 @@ func runLint(out io.Writer, dir, format string) error {
 		}
 	}
 	return &exitError{code: 1, err: fmt.Errorf("%s: %d problem(s)", dir, len(problems))}
-}
-
-func writeJSON(out io.Writer, v any) error {
-	enc := json.NewEncoder(out)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
-		return fmt.Errorf("write JSON: %w", err)
-	}
-	return nil
 }

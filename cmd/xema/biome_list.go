@@ -46,7 +46,7 @@ func init() {
 				return err
 			}
 			if format == "json" {
-				return printApprovalsJSON(cmd.OutOrStdout(), raw)
+				return writeJSON(cmd.OutOrStdout(), raw)
 			}
 			if err := json.Unmarshal(raw, &out); err != nil {
 				return fmt.Errorf("decode biome list: %w", err)

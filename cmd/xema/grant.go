@@ -70,7 +70,7 @@ func init() {
 				return err
 			}
 			if format == "json" {
-				return printApprovalsJSON(cmd.OutOrStdout(), g)
+				return writeJSON(cmd.OutOrStdout(), g)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "grant %s: %s@%s (digest %s), profile %s, approved by %s\n",
 				g.GrantID, g.BiomeID, g.Version, g.DigestHash, g.Profile, g.ApprovedBy)
@@ -115,7 +115,7 @@ func init() {
 				return err
 			}
 			if format == "json" {
-				return printApprovalsJSON(cmd.OutOrStdout(), out)
+				return writeJSON(cmd.OutOrStdout(), out)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "GRANT\tBIOME\tVERSION\tPROFILE\tAPPROVED BY\tAPPROVED AT")
@@ -141,7 +141,7 @@ func dryRunGrant(cmd *cobra.Command, cl *client.Client, req grant.Request, since
 		return err
 	}
 	if format == "json" {
-		return printApprovalsJSON(cmd.OutOrStdout(), v)
+		return writeJSON(cmd.OutOrStdout(), v)
 	}
 	out := cmd.OutOrStdout()
 	fmt.Fprintf(out, "dry run (nothing recorded): %s@%s (digest %s), profile %s\n", v.BiomeID, v.Version, v.DigestHash, v.Profile)

@@ -30,9 +30,7 @@ func init() {
 				return err
 			}
 			if format == "json" {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(d)
+				return writeJSON(cmd.OutOrStdout(), d)
 			}
 			printDenial(cmd.OutOrStdout(), d)
 			return nil

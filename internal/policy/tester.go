@@ -10,7 +10,6 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/cover"
-	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 	"github.com/open-policy-agent/opa/v1/tester"
 
@@ -85,7 +84,7 @@ func Test(ctx context.Context, opts TestOptions) (TestReport, error) {
 			coverModules[m.path] = m.parsed
 		}
 	}
-	var store storage.Store = inmem.New()
+	store := inmem.New()
 	if len(opts.Dirs) > 0 {
 		extra, s, err := tester.LoadWithRegoVersion(opts.Dirs, nil, ast.RegoV1)
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -184,22 +185,23 @@ func toolError(err error) *mcp.CallToolResult {
 	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: string(raw)}}}
 }
 
+// The meta-tools' input schemas; their limits are the gateway's own (meta.go).
 var (
 	searchSchema = json.RawMessage(`{"type":"object","additionalProperties":false,"properties":{
 		"query":{"type":"string","description":"Free text over ref, title and summary; a resource noun anchors the search."},
 		"domain":{"type":"string","description":"Only refs of this domain, e.g. connector."},
 		"resourceType":{"type":"string","description":"Anchor: walk this resource type's capability-graph neighbourhood."},
 		"mutating":{"type":"boolean","description":"true: only capabilities that write; false: only reads."},
-		"limit":{"type":"integer","minimum":1,"maximum":100},
+		"limit":{"type":"integer","minimum":1,"maximum":` + strconv.Itoa(gateway.MaxSearchLimit) + `},
 		"cursor":{"type":"string","description":"nextCursor of the previous page of the same query."}}}`)
 	describeSchema = json.RawMessage(`{"type":"object","additionalProperties":false,"required":["refs"],"properties":{
-		"refs":{"type":"array","minItems":1,"maxItems":50,"items":{"type":"string"}}}}`)
+		"refs":{"type":"array","minItems":1,"maxItems":` + strconv.Itoa(gateway.MaxDescribeRefs) + `,"items":{"type":"string"}}}}`)
 	invokeSchema = json.RawMessage(`{"type":"object","additionalProperties":false,"required":["ref","input"],"properties":{
 		"ref":{"type":"string"},"input":{"type":"object","description":"Exactly the shape describe returns as inputSchema."},
 		"idempotencyKey":{"type":"string","minLength":1,"maxLength":255,"description":"Retry-safe key: the same key within 24 h returns the first call's answer."}}}`)
 	planSchema = json.RawMessage(`{"type":"object","additionalProperties":false,"required":["goalCapabilityRef"],"properties":{
 		"goalCapabilityRef":{"type":"string"},"fromResourceTypes":{"type":"array","items":{"type":"string"}},
-		"maxDepth":{"type":"integer","minimum":1,"maximum":10}}}`)
+		"maxDepth":{"type":"integer","minimum":1,"maximum":` + strconv.Itoa(gateway.MaxPlanDepth) + `}}}`)
 	preflightSchema = json.RawMessage(`{"type":"object","additionalProperties":false,"required":["ref"],"properties":{"ref":{"type":"string"}}}`)
 	explainSchema   = json.RawMessage(`{"type":"object","additionalProperties":false,"required":["capabilityRef","denialCode"],"properties":{
 		"capabilityRef":{"type":"string"},"denialCode":{"type":"string"}}}`)

@@ -17,7 +17,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -31,6 +30,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/xemahq/xema/internal/testnet"
 )
 
 // Environment variables read by the harness.
@@ -211,7 +212,7 @@ func (s *server) start() error {
 	port := s.port
 	if port == 0 {
 		var err error
-		if port, err = freePort(); err != nil {
+		if port, err = testnet.Port(); err != nil {
 			return err
 		}
 	}
@@ -287,13 +288,4 @@ func (s *server) logTail() string {
 		b = b[len(b)-2000:]
 	}
 	return string(b)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

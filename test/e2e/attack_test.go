@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -34,18 +33,6 @@ func (g *gateway) sameSubjectsOrg(name string) sameSubjects {
 		idem:  g.token("--subject", "agent:idem", "--env", "project", "--org", name),
 		wf:    g.token("--subject", "workflow:wf", "--env", "project", "--org", name),
 	}
-}
-
-// auditRecordIDs lists the ids of a GET /v1/audit page.
-func auditRecordIDs(r response) []string {
-	recs, _ := r.Body["records"].([]any)
-	ids := []string{}
-	for _, rec := range recs {
-		if m, ok := rec.(map[string]any); ok {
-			ids = append(ids, fmt.Sprint(m["id"]))
-		}
-	}
-	return ids
 }
 
 // installOperatorBiome grants the operator's demo biome for the admin's org, with customize.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xemahq/xema/internal/testnet"
 	"github.com/xemahq/xema/internal/testpg"
 )
 
@@ -116,7 +117,7 @@ func TestCrashDiskFull(t *testing.T) {
 		t.Skipf("full-disk test skipped: mount -t tmpfs is not allowed here: %v %s", err, out)
 	}
 	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
-	g := &gateway{t: t, bin: xemaBinary(t), DataDir: filepath.Join(dir, "data"), logs: &lockedBuffer{}}
+	g := &gateway{t: t, bin: xemaBinary(t), DataDir: filepath.Join(dir, "data"), logs: &testnet.Output{}}
 	g.start()
 	prov := newCountingProvider(t)
 	admin := g.adminToken()

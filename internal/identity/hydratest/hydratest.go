@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,10 +15,11 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/xemahq/xema/internal/testnet"
 )
 
 // Version is the hydra release built from tools/hydra.
@@ -71,7 +71,7 @@ func BuildBinary(logf func(format string, args ...any)) (string, error) {
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
 		return "", fmt.Errorf("hydra: lock: %w", err)
 	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	defer func() { _ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) }()
 	if _, err := os.Stat(bin); err == nil {
 		return bin, nil
 	}
@@ -127,7 +127,7 @@ func Start(t testing.TB, extraEnv ...string) *Server {
 // start runs one hydra and waits until it is ready; exited reports that it stopped first.
 func start(t testing.TB, bin string, extraEnv []string) (s *Server, logs string, exited bool) {
 	t.Helper()
-	pub, adm := freePort(t), freePort(t)
+	pub, adm := testnet.FreePort(t), testnet.FreePort(t)
 	s = &Server{
 		PublicURL: "http://127.0.0.1:" + strconv.Itoa(pub),
 		AdminURL:  "http://127.0.0.1:" + strconv.Itoa(adm),
@@ -145,7 +145,7 @@ func start(t testing.TB, bin string, extraEnv []string) (s *Server, logs string,
 		"LOG_LEVEL=warn",
 	)
 	cmd.Env = append(cmd.Env, extraEnv...)
-	var out syncBuffer
+	var out testnet.Output
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		cancel()
@@ -168,11 +168,11 @@ func start(t testing.TB, bin string, extraEnv []string) (s *Server, logs string,
 		}
 		select {
 		case <-done:
-			return nil, out.String(), true
+			return nil, strings.TrimSpace(out.String()), true
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("hydra not ready after 30s:\n%s", out.String())
+			t.Fatalf("hydra not ready after 30s:\n%s", strings.TrimSpace(out.String()))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -210,31 +210,4 @@ func (s *Server) CreateClient(t testing.TB, audience ...string) Client {
 		t.Fatalf("hydra: create client: unexpected answer %s (%v)", b, err)
 	}
 	return Client{ID: c.ID, Secret: c.Secret}
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.TrimSpace(s.b.String())
 }
