@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"github.com/xemahq/xema/internal/testnet"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -58,7 +59,7 @@ func TestTracingAndMetrics(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", url)
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
 	t.Setenv("OTEL_TRACES_SAMPLER", "always_on")
-	metricsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
 	g := startGateway(t, "", "--metrics-reader", "service:prometheus", "--metrics-addr", metricsAddr)
 	prov := newProvider(t)
 	g.install(g.adminToken(), biomeDir(t, "ticketing", prov.URL))
