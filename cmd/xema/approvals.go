@@ -11,7 +11,8 @@ import (
 	"github.com/xemahq/xema/internal/approval"
 )
 
-func init() {
+// newApprovalsCmd is `xema approvals`.
+func newApprovalsCmd() *cobra.Command {
 	var (
 		api    adminFlags
 		format string
@@ -95,5 +96,5 @@ func init() {
 	_ = reject.MarkFlagRequired("reason")
 
 	cmd.AddCommand(list, approve, reject)
-	rootCmd.AddCommand(cmd)
+	return cmd
 }

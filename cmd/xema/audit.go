@@ -11,10 +11,8 @@ import (
 	"github.com/xemahq/xema/internal/audit"
 )
 
-// auditCmd groups the audit log commands (search here, verify in auditverify.go).
-var auditCmd = &cobra.Command{Use: "audit", Short: "Work with the audit log"}
-
-func init() {
+// newAuditCmd is `xema audit`.
+func newAuditCmd() *cobra.Command {
 	var (
 		api    adminFlags
 		format string
@@ -81,6 +79,7 @@ func init() {
 	fl.StringVar(&f.cursor, "cursor", "", "the cursor a previous page printed")
 	fl.IntVar(&limit, "limit", 0, "records per page (1-100; default 50)")
 	fl.BoolVar(&all, "all", false, "follow the cursors to the last page")
-	auditCmd.AddCommand(search)
-	rootCmd.AddCommand(auditCmd)
+	auditCmd := &cobra.Command{Use: "audit", Short: "Work with the audit log"}
+	auditCmd.AddCommand(search, newAuditVerifyCmd())
+	return auditCmd
 }

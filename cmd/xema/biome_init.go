@@ -14,7 +14,8 @@ import (
 // biomeIDPattern is the id of a biome (schemas/biome.schema.json).
 var biomeIDPattern = regexp.MustCompile(`^[a-z][a-z0-9]*(-[a-z0-9]+)*$`)
 
-func init() {
+// newBiomeInitCmd is `xema biome init`.
+func newBiomeInitCmd() *cobra.Command {
 	var id, url string
 	cmd := &cobra.Command{
 		Use:   "init DIR",
@@ -57,7 +58,7 @@ ref, the schemas and the provider URL, then lint and submit it (docs/authoring.m
 	}
 	cmd.Flags().StringVar(&id, "id", "", "biome id (default: DIR's base name)")
 	cmd.Flags().StringVar(&url, "url", "http://127.0.0.1:9000/hello", "the provider URL the capability is invoked at")
-	biomeCmd.AddCommand(cmd)
+	return cmd
 }
 
 const initBiome = `{

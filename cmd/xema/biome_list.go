@@ -10,7 +10,8 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func init() {
+// newBiomeListCmd is `xema biome list`.
+func newBiomeListCmd() *cobra.Command {
 	var (
 		api     adminFlags
 		format  string
@@ -66,5 +67,5 @@ func init() {
 	api.add(cmd)
 	cmd.Flags().StringVar(&format, "format", "text", "text or json")
 	cmd.Flags().StringVar(&biomeID, "biome", "", "only versions of this biome")
-	biomeCmd.AddCommand(cmd)
+	return cmd
 }

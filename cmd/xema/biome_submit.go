@@ -14,7 +14,8 @@ import (
 	"github.com/xemahq/xema/internal/manifest"
 )
 
-func init() {
+// newBiomeSubmitCmd is `xema biome submit`.
+func newBiomeSubmitCmd() *cobra.Command {
 	var (
 		api    adminFlags
 		format string
@@ -72,7 +73,7 @@ Exit status: 0 submitted, 1 problems or a refusal, 2 a usage error or an unreada
 	}
 	api.add(cmd)
 	cmd.Flags().StringVar(&format, "format", "text", "output format: text or json")
-	biomeCmd.AddCommand(cmd)
+	return cmd
 }
 
 // readSubmission sends the files as written: the gateway validates them again.

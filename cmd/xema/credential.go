@@ -14,7 +14,8 @@ import (
 	"github.com/xemahq/xema/internal/store/engine"
 )
 
-func init() {
+// newCredentialCmd is `xema credential`.
+func newCredentialCmd() *cobra.Command {
 	credCmd := &cobra.Command{Use: "credential", Short: "Manage brokered provider credentials (write-only over the API)"}
 
 	var create adminFlags
@@ -91,5 +92,5 @@ to reseal; remove the old key afterwards.`,
 	rotateCmd.Flags().BoolVar(&prune, "prune", false, "after resealing, drop every key but the new one from the keyring file")
 
 	credCmd.AddCommand(createCmd, listCmd, deleteCmd, rotateCmd)
-	rootCmd.AddCommand(credCmd)
+	return credCmd
 }

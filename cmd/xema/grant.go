@@ -15,7 +15,8 @@ import (
 	"github.com/xemahq/xema/internal/grant"
 )
 
-func init() {
+// newGrantCmd is `xema grant`.
+func newGrantCmd() *cobra.Command {
 	var (
 		api    adminFlags
 		format string
@@ -127,7 +128,7 @@ func init() {
 	}
 	list.Flags().StringVar(&biomeID, "biome", "", "only grants of this biome")
 	root.AddCommand(create, list)
-	rootCmd.AddCommand(root)
+	return root
 }
 
 // dryRunGrant is `xema grant create --dry-run`: POST /v1/grants?dryRun=true, nothing recorded.

@@ -9,8 +9,6 @@ import (
 	"github.com/xemahq/xema/internal/store/engine"
 )
 
-func init() { rootCmd.AddCommand(newMigrateCmd()) }
-
 func newMigrateCmd() *cobra.Command {
 	var dsn, dataDir string
 	cmd := &cobra.Command{

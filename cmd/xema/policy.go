@@ -15,7 +15,8 @@ import (
 	"github.com/xemahq/xema/internal/policy"
 )
 
-func init() {
+// newPolicyCmd is `xema policy`.
+func newPolicyCmd() *cobra.Command {
 	var (
 		coverage, withBuiltin, verbose bool
 		format                         string
@@ -102,7 +103,7 @@ error (e.g. a package outside xema.custom).`,
 	test.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: 2, err: err} })
 	cmd := &cobra.Command{Use: "policy", Short: "Work with the Rego policies"}
 	cmd.AddCommand(test)
-	rootCmd.AddCommand(cmd)
+	return cmd
 }
 
 func printCoverage(out io.Writer, rep policy.TestReport) {

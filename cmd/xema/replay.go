@@ -39,7 +39,8 @@ func (f *storeFlags) open(ctx context.Context) (store.Store, error) {
 	return st, nil
 }
 
-func init() {
+// newReplayCmd is `xema replay`.
+func newReplayCmd() *cobra.Command {
 	var sf storeFlags
 	var since, until time.Duration
 	var untilAt, policyDir, bundleFile, format, org string
@@ -109,7 +110,7 @@ was kept are counted as not replayable.`,
 	f.StringVar(&bundleFile, "bundle", "", "candidate bundle file in OPA's format (gzipped tar) replacing the whole policy")
 	f.StringVar(&org, "org", "", "only this org's calls (default: every org)")
 	f.StringVar(&format, "format", "text", "text or json")
-	rootCmd.AddCommand(cmd)
+	return cmd
 }
 
 // candidate is the policy replay decides with: a bundle file, or the built-in Rego (plus

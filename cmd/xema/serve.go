@@ -30,8 +30,6 @@ import (
 	"github.com/xemahq/xema/internal/telemetry"
 )
 
-func init() { rootCmd.AddCommand(newServeCmd()) }
-
 // newServeCmd is `xema serve`; every one of its flags may also be set by --config.
 func newServeCmd() *cobra.Command {
 	var (

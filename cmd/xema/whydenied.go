@@ -11,7 +11,8 @@ import (
 	"github.com/xemahq/xema/internal/audit"
 )
 
-func init() {
+// newWhyDeniedCmd is `xema why-denied`.
+func newWhyDeniedCmd() *cobra.Command {
 	var (
 		api    adminFlags
 		format string
@@ -38,7 +39,7 @@ func init() {
 	}
 	api.add(cmd)
 	cmd.Flags().StringVar(&format, "format", "text", "text or json")
-	rootCmd.AddCommand(cmd)
+	return cmd
 }
 
 type reason struct {
