@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -66,10 +65,7 @@ the file when it changes. With XEMA_SECRET_KEY, list the new key first there and
 to reseal; remove the old key afterwards.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if dsn == "" {
-				dsn = os.Getenv("XEMA_STORE")
-			}
-			st, err := engine.Open(cmd.Context(), dsn, dataDir)
+			st, err := engine.Open(cmd.Context(), storeDSN(dsn), dataDir)
 			if err != nil {
 				return &exitError{code: 2, err: err}
 			}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 
 	"github.com/spf13/cobra"
 
@@ -19,10 +18,7 @@ and prints the versions it applied. Running it again applies nothing. 'xema serv
 them at start as well.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if env := os.Getenv("XEMA_STORE"); dsn == "" && env != "" {
-				dsn = env
-			}
-			applied, err := engine.Migrate(cmd.Context(), dsn, dataDir)
+			applied, err := engine.Migrate(cmd.Context(), storeDSN(dsn), dataDir)
 			for _, v := range applied {
 				fmt.Fprintln(cmd.OutOrStdout(), "applied", v)
 			}

@@ -27,12 +27,16 @@ func (f *storeFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.dataDir, "data-dir", ".xema", "data directory of the embedded SQLite store")
 }
 
-func (f *storeFlags) open(ctx context.Context) (store.Store, error) {
-	dsn := f.dsn
-	if dsn == "" {
-		dsn = os.Getenv("XEMA_STORE")
+// storeDSN is the one place the store's DSN is read: the --store flag, else XEMA_STORE.
+func storeDSN(flag string) string {
+	if flag != "" {
+		return flag
 	}
-	st, err := engine.Open(ctx, dsn, f.dataDir)
+	return os.Getenv("XEMA_STORE")
+}
+
+func (f *storeFlags) open(ctx context.Context) (store.Store, error) {
+	st, err := engine.Open(ctx, storeDSN(f.dsn), f.dataDir)
 	if err != nil {
 		return nil, &exitError{code: 2, err: err}
 	}

@@ -58,9 +58,7 @@ func newServeCmd() *cobra.Command {
 			if err := setupLogging(logJSON, logLvl); err != nil {
 				return &exitError{code: 2, err: err}
 			}
-			if env := os.Getenv("XEMA_STORE"); cfg.StoreDSN == "" && env != "" {
-				cfg.StoreDSN = env
-			}
+			cfg.StoreDSN = storeDSN(cfg.StoreDSN)
 			if err := bound.apply(&cfg, idCfg); err != nil {
 				return &exitError{code: 2, err: err}
 			}
