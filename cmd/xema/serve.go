@@ -303,8 +303,8 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	if idCfg.Leeway <= 0 || idCfg.Leeway > identity.MaxLeeway {
 		return &exitError{code: 2, err: fmt.Errorf("--token-leeway %v: want more than 0 and at most %v", idCfg.Leeway, identity.MaxLeeway)}
 	}
-	if cfg.OperatorOrg == "" {
-		return &exitError{code: 2, err: errors.New("--operator-org: want an org name")}
+	if err := cfg.Validate(); err != nil {
+		return &exitError{code: 2, err: err}
 	}
 	if err := lim.check(); err != nil {
 		return &exitError{code: 2, err: err}
@@ -321,15 +321,6 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	}
 	if idCfg.MaxTokenTTL <= 0 {
 		return &exitError{code: 2, err: fmt.Errorf("--max-token-ttl %v: want more than 0", idCfg.MaxTokenTTL)}
-	}
-	if cfg.UnauthAuditInterval < 0 || cfg.UnauthAuditInterval > time.Hour {
-		return &exitError{code: 2, err: fmt.Errorf("--unauth-audit-interval %v: want 0 (the default) up to 1h", cfg.UnauthAuditInterval)}
-	}
-	if cfg.PolicyDirPoll < 0 {
-		return &exitError{code: 2, err: fmt.Errorf("--policy-dir-poll %v: want 0 (off) or more", cfg.PolicyDirPoll)}
-	}
-	if cfg.MCPResyncEvery < 0 {
-		return &exitError{code: 2, err: fmt.Errorf("--mcp-resync-every %v: want 0 (off) or more", cfg.MCPResyncEvery)}
 	}
 	tracing, err := telemetry.SetupTracing(ctx, buildinfo.Read().Short())
 	if err != nil {

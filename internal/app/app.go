@@ -86,6 +86,26 @@ type Config struct {
 	UnauthAuditInterval time.Duration
 }
 
+// Validate checks the configuration before anything opens; each error names the `xema serve`
+// flag of the field.
+func (c Config) Validate() error {
+	switch {
+	case c.OperatorOrg == "":
+		return errors.New("--operator-org: want an org name")
+	case c.UnauthAuditInterval < 0 || c.UnauthAuditInterval > time.Hour:
+		return fmt.Errorf("--unauth-audit-interval %v: want 0 (the default) up to 1h", c.UnauthAuditInterval)
+	case c.PolicyDirPoll < 0:
+		return fmt.Errorf("--policy-dir-poll %v: want 0 (off) or more", c.PolicyDirPoll)
+	case c.MCPResyncEvery < 0:
+		return fmt.Errorf("--mcp-resync-every %v: want 0 (off) or more", c.MCPResyncEvery)
+	case c.ApprovalTTL < 0:
+		return fmt.Errorf("--approval-ttl %v: want more than 0", c.ApprovalTTL)
+	case c.ReloadEvery < 0:
+		return fmt.Errorf("--reload-every %v: want more than 0", c.ReloadEvery)
+	}
+	return nil
+}
+
 // App is a running gateway.
 type App struct {
 	Store     store.Store

@@ -5,7 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/xemahq/xema/internal/store"
 )
@@ -81,5 +83,26 @@ func TestDemoRunnersOnlyWithTheDemoBiome(t *testing.T) {
 	defer withDemo.Close()
 	if _, ok := withDemo.Kernel.Handler("kb:page.read@1"); !ok {
 		t.Fatal("the demo biome is loaded but its page reader is not served")
+	}
+}
+
+func TestConfigValidateNamesTheFlag(t *testing.T) {
+	ok := Config{OperatorOrg: "default"}
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("a valid config: %v", err)
+	}
+	for flag, mutate := range map[string]func(c *Config){
+		"--operator-org":          func(c *Config) { c.OperatorOrg = "" },
+		"--unauth-audit-interval": func(c *Config) { c.UnauthAuditInterval = 2 * time.Hour },
+		"--policy-dir-poll":       func(c *Config) { c.PolicyDirPoll = -time.Second },
+		"--mcp-resync-every":      func(c *Config) { c.MCPResyncEvery = -time.Second },
+		"--approval-ttl":          func(c *Config) { c.ApprovalTTL = -time.Second },
+		"--reload-every":          func(c *Config) { c.ReloadEvery = -time.Second },
+	} {
+		c := ok
+		mutate(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), flag) {
+			t.Errorf("%s: %v, want an error naming the flag", flag, err)
+		}
 	}
 }
