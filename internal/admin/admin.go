@@ -9,12 +9,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
-	"net/http"
 	"time"
 
 	"github.com/xemahq/xema/internal/catalog"
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/kernel"
-	"github.com/xemahq/xema/internal/runner"
 	"github.com/xemahq/xema/internal/store"
 )
 
@@ -103,14 +102,14 @@ func splitDryRun(input json.RawMessage) (req json.RawMessage, window *time.Durat
 	}
 	if !dry {
 		if since != "" {
-			return nil, nil, runner.ClientError(http.StatusBadRequest, "INVALID_ARGUMENT", "/since: only with dryRun")
+			return nil, nil, fault.New(fault.Invalid, "INVALID_ARGUMENT", "/since: only with dryRun")
 		}
 		return req, nil, nil
 	}
 	w := DefaultDryRunWindow
 	if since != "" {
 		if w, err = time.ParseDuration(since); err != nil || w <= 0 {
-			return nil, nil, runner.ClientError(http.StatusBadRequest, "INVALID_ARGUMENT", "/since: %q is not a positive duration such as 168h", since)
+			return nil, nil, fault.New(fault.Invalid, "INVALID_ARGUMENT", "/since: %q is not a positive duration such as 168h", since)
 		}
 	}
 	return req, &w, nil

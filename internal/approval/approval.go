@@ -17,11 +17,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/http"
 	"slices"
 	"time"
 
 	"github.com/xemahq/xema/internal/audit"
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/kernel"
@@ -352,7 +352,7 @@ func (s *Service) decidable(ctx context.Context, call kernel.Call) (store.Approv
 	if err := json.Unmarshal(call.Input, &in); err != nil {
 		return store.Approval{}, fmt.Errorf("decode validated input: %w", err)
 	}
-	notFound := runner.ClientError(http.StatusNotFound, CodeNotFound, "no approval %q", in.ApprovalID)
+	notFound := fault.New(fault.NotFound, CodeNotFound, "no approval %q", in.ApprovalID)
 	a, err := s.Store.GetApproval(ctx, in.ApprovalID)
 	if errors.Is(err, store.ErrNotFound) || err == nil && a.Org != call.Exec.Org {
 		return store.Approval{}, notFound
@@ -364,7 +364,7 @@ func (s *Service) decidable(ctx context.Context, call kernel.Call) (store.Approv
 	ask.Approval = &policy.Approval{Requester: a.RequesterRef, ApprovalID: a.ID}
 	d, err := s.Policy.Decide(ctx, ask)
 	if err != nil {
-		return a, runner.ClientError(http.StatusServiceUnavailable, gateway.CodePolicyUnavailable,
+		return a, fault.New(fault.Unavailable, gateway.CodePolicyUnavailable,
 			"policy unavailable; the approval was not decided (fail closed)")
 	}
 	if !d.Allow {
@@ -372,7 +372,7 @@ func (s *Service) decidable(ctx context.Context, call kernel.Call) (store.Approv
 		if code == CodeNotApprover {
 			return store.Approval{}, notFound
 		}
-		return a, runner.ClientError(http.StatusForbidden, code,
+		return a, fault.New(fault.Denied, code,
 			"%s may not decide approval %s of %s: %s", call.Exec.Subject.Ref, a.ID, a.Ref, reasonCodes(d.Reasons))
 	}
 	return a, nil
@@ -413,7 +413,7 @@ func (s *Service) move(ctx context.Context, a store.Approval, t store.ApprovalTr
 	case moved.Status == store.ApprovalPending && t.Live:
 		return a, s.expire(ctx, moved)
 	}
-	return moved, runner.ClientError(http.StatusConflict, CodeAlreadyDecided, "approval %s is already %s", a.ID, moved.Status)
+	return moved, fault.New(fault.Conflict, CodeAlreadyDecided, "approval %s is already %s", a.ID, moved.Status)
 }
 
 // expire closes a pending approval past its expiry; it never runs.
@@ -428,7 +428,7 @@ func (s *Service) expire(ctx context.Context, a store.Approval) error {
 	} else if !errors.Is(err, store.ErrConflict) {
 		return unavailable(err)
 	}
-	return runner.ClientError(http.StatusGone, CodeExpired, "approval %s expired at %s and will never run", a.ID,
+	return fault.New(fault.Gone, CodeExpired, "approval %s expired at %s and will never run", a.ID,
 		a.ExpiresAt.Format(time.RFC3339))
 }
 
@@ -450,13 +450,13 @@ func (s *Service) audit(ctx context.Context, a store.Approval, by identity.ExecC
 // run. Its requester may read it, and so may whoever the policy admits to approval:list@1
 // (org administrators); anyone else learns nothing, as for an unknown id.
 func (s *Service) Invocation(ctx context.Context, ec identity.ExecContext, id string) (View, error) {
-	notFound := &gateway.Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: fmt.Sprintf("no invocation %q", id)}
+	notFound := &gateway.Error{Kind: fault.NotFound, Code: CodeNotFound, Message: fmt.Sprintf("no invocation %q", id)}
 	a, err := s.Store.GetApproval(ctx, id)
 	if errors.Is(err, store.ErrNotFound) || err == nil && a.Org != ec.Org {
 		return View{}, notFound
 	}
 	if err != nil {
-		return View{}, &gateway.Error{Status: http.StatusServiceUnavailable, Code: gateway.CodeStoreUnavailable,
+		return View{}, &gateway.Error{Kind: fault.Unavailable, Code: gateway.CodeStoreUnavailable,
 			Message: "store unavailable; nothing was read (fail closed)"}
 	}
 	if a.RequesterRef != ec.Subject.Ref {
@@ -471,7 +471,7 @@ func (s *Service) Invocation(ctx context.Context, ec identity.ExecContext, id st
 }
 
 func unavailable(err error) *runner.Error {
-	return &runner.Error{Status: http.StatusServiceUnavailable, Code: gateway.CodeStoreUnavailable,
+	return &runner.Error{Kind: fault.Unavailable, Code: gateway.CodeStoreUnavailable,
 		Message: "approval store unavailable; nothing was changed (fail closed)", Err: err}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/xemahq/xema/internal/app"
 	"github.com/xemahq/xema/internal/approval"
 	"github.com/xemahq/xema/internal/apptest"
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/store"
@@ -53,7 +54,7 @@ func (f *fixture) hold(t *testing.T, requester identity.ExecContext) string {
 	_, err := f.app.Gateway.Invoke(context.Background(), requester, gateway.Request{Ref: ref,
 		Input: json.RawMessage(`{"ticketId":"3f1c2a9e-8b4d-4c57-9a61-2b7e0f4d5c88","text":"hi"}`)})
 	var ge *gateway.Error
-	if !errors.As(err, &ge) || ge.Status != http.StatusAccepted || ge.ApprovalID == "" || ge.AuditID == "" {
+	if !errors.As(err, &ge) || ge.Kind != fault.Pending || ge.ApprovalID == "" || ge.AuditID == "" {
 		t.Fatalf("held call: %v, want 202 with approval and audit ids", err)
 	}
 	return ge.ApprovalID
@@ -116,7 +117,7 @@ func TestConcurrentApprovesRunOnce(t *testing.T) {
 			switch {
 			case err == nil && v.Status == store.ApprovalDone:
 				done.Add(1)
-			case err != nil && err.Code == approval.CodeAlreadyDecided && err.Status == http.StatusConflict:
+			case err != nil && err.Code == approval.CodeAlreadyDecided && err.Kind == fault.Conflict:
 				conflicts.Add(1)
 			default:
 				t.Errorf("approve: %v %+v", err, v)
@@ -134,7 +135,7 @@ func TestExpiredNeverRuns(t *testing.T) {
 	id := f.hold(t, bot)
 	*f.clock = f.clock.Add(time.Hour + time.Second)
 	_, err := f.decide(approval.RefApprove, alice, map[string]any{"approvalId": id})
-	if err == nil || err.Code != approval.CodeExpired || err.Status != http.StatusGone || f.runs.Load() != 0 {
+	if err == nil || err.Code != approval.CodeExpired || err.Kind != fault.Gone || f.runs.Load() != 0 {
 		t.Fatalf("approve after the TTL: %v, runs %d; want 410 %s, no run", err, f.runs.Load(), approval.CodeExpired)
 	}
 	v, verr := f.app.Approvals.Invocation(context.Background(), bot, id)

@@ -6,10 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
-	"net/http"
 	"strings"
 
 	"github.com/xemahq/xema/internal/credential"
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/inputschema"
 	"github.com/xemahq/xema/internal/kernel"
 	"github.com/xemahq/xema/internal/runner"
@@ -73,7 +73,7 @@ func Register(reg *kernel.Registry, s *Service) error {
 				return nil, fmt.Errorf("decode validated input")
 			}
 			if _, ok := s.Providers[in.Provider]; !ok {
-				return nil, &runner.Error{Status: http.StatusBadRequest, Code: credential.CodeInvalid,
+				return nil, &runner.Error{Kind: fault.Invalid, Code: credential.CodeInvalid,
 					Message:    fmt.Sprintf("/provider: unknown provider %q (known: %s)", in.Provider, strings.Join(s.Providers.Names(), ", ")),
 					Violations: []inputschema.Violation{{Path: "/provider", Message: "unknown provider"}}}
 			}
@@ -91,7 +91,7 @@ func Register(reg *kernel.Registry, s *Service) error {
 			}
 			meta, err := s.Vault.Get(ctx, id)
 			if err == nil && meta.Org != OrgOf(call.Exec) {
-				return nil, runner.ClientError(http.StatusNotFound, credential.CodeNotFound, "no credential %q", id)
+				return nil, fault.New(fault.NotFound, credential.CodeNotFound, "no credential %q", id)
 			}
 			if err != nil {
 				return nil, err

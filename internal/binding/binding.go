@@ -20,15 +20,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/xemahq/xema/internal/connector"
 	"github.com/xemahq/xema/internal/credential"
 	"github.com/xemahq/xema/internal/egress"
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/grant"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/inputschema"
 	"github.com/xemahq/xema/internal/runner"
 	"github.com/xemahq/xema/internal/store"
-
-	"github.com/xemahq/xema/internal/connector"
 )
 
 // Error codes of binding management and resolution.
@@ -160,7 +160,7 @@ func (s *Service) Create(ctx context.Context, ec identity.ExecContext, spec Spec
 		}
 	}
 	if len(problems) > 0 {
-		return View{}, &runner.Error{Status: http.StatusBadRequest, Code: CodeInvalid, Violations: problems,
+		return View{}, &runner.Error{Kind: fault.Invalid, Code: CodeInvalid, Violations: problems,
 			Message: fmt.Sprintf("the binding cannot be stored (%d problem(s)): %s %s", len(problems), problems[0].Path, problems[0].Message)}
 	}
 	b := store.Binding{ID: newID(), Org: org, Project: spec.Project, Environment: spec.Environment, RefPattern: spec.RefPattern,
@@ -168,7 +168,7 @@ func (s *Service) Create(ctx context.Context, ec identity.ExecContext, spec Spec
 		CredentialID: spec.CredentialID, Config: spec.Config, CreatedBy: ec.Subject.Ref, CreatedAt: store.Stamp(time.Time{})}
 	if err := s.Store.PutBinding(ctx, b); err != nil {
 		if errors.Is(err, store.ErrConflict) {
-			return View{}, runner.ClientError(http.StatusConflict, CodeExists,
+			return View{}, fault.New(fault.Conflict, CodeExists,
 				"a binding for the same org, project, environment, ref pattern and conversation exists; delete it first")
 		}
 		return View{}, fmt.Errorf("store binding: %w", err)
@@ -218,14 +218,14 @@ func (s *Service) List(ctx context.Context, ec identity.ExecContext) ([]View, er
 func (s *Service) Delete(ctx context.Context, ec identity.ExecContext, id string) error {
 	b, err := s.Store.GetBinding(ctx, id)
 	if errors.Is(err, store.ErrNotFound) || err == nil && b.Org != OrgOf(ec) {
-		return runner.ClientError(http.StatusNotFound, CodeNotFound, "no binding %q", id)
+		return fault.New(fault.NotFound, CodeNotFound, "no binding %q", id)
 	}
 	if err != nil {
 		return fmt.Errorf("delete binding %s: %w", id, err)
 	}
 	if err := s.Store.DeleteBinding(ctx, id); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			return runner.ClientError(http.StatusNotFound, CodeNotFound, "no binding %q", id)
+			return fault.New(fault.NotFound, CodeNotFound, "no binding %q", id)
 		}
 		return fmt.Errorf("delete binding %s: %w", id, err)
 	}

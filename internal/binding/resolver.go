@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 
 	"github.com/xemahq/xema/internal/catalog"
 	"github.com/xemahq/xema/internal/connector"
 	"github.com/xemahq/xema/internal/credential"
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/kernel"
@@ -34,7 +34,7 @@ func (s *Service) Resolve(ctx context.Context, ec identity.ExecContext, entry *c
 	}
 	bs, err := s.Store.ListBindings(ctx, OrgOf(ec))
 	if err != nil {
-		return nil, false, &gateway.Error{Status: http.StatusServiceUnavailable, Code: gateway.CodeStoreUnavailable,
+		return nil, false, &gateway.Error{Kind: fault.Unavailable, Code: gateway.CodeStoreUnavailable,
 			Message: "bindings unavailable; the call was denied (fail closed)"}
 	}
 	if s.conversational(ref) {
@@ -49,10 +49,10 @@ func (s *Service) Resolve(ctx context.Context, ec identity.ExecContext, entry *c
 	}
 	if _, err := s.Store.GetCredential(ctx, b.CredentialID); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			return nil, false, &gateway.Error{Status: http.StatusBadGateway, Code: credential.CodeMissingCredential,
+			return nil, false, &gateway.Error{Kind: fault.Provider, Code: credential.CodeMissingCredential,
 				Message: fmt.Sprintf("binding %s of %s names credential %s, which does not exist; an admin must store it", b.ID, ref, b.CredentialID)}
 		}
-		return nil, false, &gateway.Error{Status: http.StatusServiceUnavailable, Code: gateway.CodeStoreUnavailable,
+		return nil, false, &gateway.Error{Kind: fault.Unavailable, Code: gateway.CodeStoreUnavailable,
 			Message: "credentials unavailable; the call was denied (fail closed)"}
 	}
 	return &Runner{svc: s, bindings: bs, ref: ref, chosen: &b}, true, nil
@@ -83,7 +83,7 @@ func missingBinding(ec identity.ExecContext, ref string) *gateway.Error {
 	if ec.Project != "" {
 		where += ", project " + ec.Project
 	}
-	return &gateway.Error{Status: http.StatusBadGateway, Code: CodeMissingBinding,
+	return &gateway.Error{Kind: fault.Provider, Code: CodeMissingBinding,
 		Message: fmt.Sprintf("no provider binding serves %s for %s in environment %s; an org admin must create one (POST /v1/bindings)", ref, where, ec.Environment)}
 }
 
@@ -108,26 +108,26 @@ func (r *Runner) Run(ctx context.Context, call kernel.Call) (json.RawMessage, er
 		_ = json.Unmarshal(call.Input, &in)
 		found, ok := Select(r.bindings, call.Exec, r.ref, in.Conversation)
 		if !ok || in.Conversation == "" {
-			return nil, runner.ClientError(http.StatusNotFound, CodeUnknownConversation,
+			return nil, fault.New(fault.NotFound, CodeUnknownConversation,
 				"no conversation %q is bound for you; an admin binds a conversation to Slack or Telegram", in.Conversation)
 		}
 		b = &found
 	}
 	p, ok := r.svc.Providers[b.Provider]
 	if !ok {
-		return nil, &runner.Error{Status: http.StatusBadGateway, Code: "BINDING_INVALID",
+		return nil, &runner.Error{Kind: fault.Provider, Code: "BINDING_INVALID",
 			Message: fmt.Sprintf("binding %s names provider %q, which this gateway does not have", b.ID, b.Provider)}
 	}
 	h, ok := p.Handlers[r.ref]
 	if !ok {
-		return nil, &runner.Error{Status: http.StatusBadGateway, Code: "BINDING_INVALID",
+		return nil, &runner.Error{Kind: fault.Provider, Code: "BINDING_INVALID",
 			Message: fmt.Sprintf("binding %s: provider %s does not serve %s", b.ID, b.Provider, r.ref)}
 	}
 	token, err := r.svc.Vault.Open(ctx, b.CredentialID)
 	if err != nil {
 		var re *runner.Error
 		if errors.As(err, &re) && re.Code == credential.CodeNotFound {
-			return nil, &runner.Error{Status: http.StatusBadGateway, Code: credential.CodeMissingCredential,
+			return nil, &runner.Error{Kind: fault.Provider, Code: credential.CodeMissingCredential,
 				Message: fmt.Sprintf("binding %s names credential %s, which does not exist", b.ID, b.CredentialID)}
 		}
 		return nil, err

@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
-	"github.com/xemahq/xema/internal/runner"
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/store"
 )
 
@@ -43,10 +42,10 @@ func (p *Publisher) Transition(ctx context.Context, t Transition, org, actor str
 	}
 	owner, known := owners[cur.BiomeID]
 	if errors.Is(err, store.ErrNotFound) || !known || owner != OperatorOwner && owner != org {
-		return t, runner.ClientError(http.StatusNotFound, "UNKNOWN_CAPABILITY", "/ref: no capability %q", t.Ref)
+		return t, fault.New(fault.NotFound, "UNKNOWN_CAPABILITY", "/ref: no capability %q", t.Ref)
 	}
 	if owner == OperatorOwner && (p.OperatorOrg == "" || org != p.OperatorOrg) {
-		return t, runner.ClientError(http.StatusForbidden, "OPERATOR_OWNED",
+		return t, fault.New(fault.Denied, "OPERATOR_OWNED",
 			"/ref: %s belongs to the operator's biome store; only administrators of the operator's org move it", t.Ref)
 	}
 	t.From = cur.Lifecycle
@@ -55,24 +54,24 @@ func (p *Publisher) Transition(ctx context.Context, t Transition, org, actor str
 		allowed = allowed || s == t.To
 	}
 	if !allowed {
-		return t, runner.ClientError(http.StatusConflict, "INVALID_TRANSITION",
+		return t, fault.New(fault.Conflict, "INVALID_TRANSITION",
 			"/to: %s is %s and cannot move to %s (allowed: %v)", t.Ref, cur.Lifecycle, t.To, nextStates[cur.Lifecycle])
 	}
 	if t.To == store.LifecycleRetired && t.ReplacedBy == "" {
-		return t, runner.ClientError(http.StatusBadRequest, "MISSING_SUCCESSOR", "/replacedBy: retiring %s needs the successor callers should move to", t.Ref)
+		return t, fault.New(fault.Invalid, "MISSING_SUCCESSOR", "/replacedBy: retiring %s needs the successor callers should move to", t.Ref)
 	}
 	if t.ReplacedBy != "" {
 		if t.ReplacedBy == t.Ref {
-			return t, runner.ClientError(http.StatusBadRequest, "INVALID_SUCCESSOR", "/replacedBy: a ref cannot replace itself")
+			return t, fault.New(fault.Invalid, "INVALID_SUCCESSOR", "/replacedBy: a ref cannot replace itself")
 		}
 		if _, err := p.Store.GetCapability(ctx, t.ReplacedBy); errors.Is(err, store.ErrNotFound) {
-			return t, runner.ClientError(http.StatusBadRequest, "UNKNOWN_SUCCESSOR", "/replacedBy: no capability %q", t.ReplacedBy)
+			return t, fault.New(fault.Invalid, "UNKNOWN_SUCCESSOR", "/replacedBy: no capability %q", t.ReplacedBy)
 		}
 	}
 	err = p.Store.TransitionLifecycle(ctx, store.LifecycleEvent{Ref: t.Ref, From: cur.Lifecycle, To: t.To,
 		ReplacedBy: t.ReplacedBy, Actor: actor, At: time.Now().UTC()})
 	if errors.Is(err, store.ErrConflict) {
-		return t, runner.ClientError(http.StatusConflict, "CONCURRENT_TRANSITION", "%s changed state while this transition was made; read it again", t.Ref)
+		return t, fault.New(fault.Conflict, "CONCURRENT_TRANSITION", "%s changed state while this transition was made; read it again", t.Ref)
 	}
 	if err != nil {
 		return t, fmt.Errorf("lifecycle %s: %w", t.Ref, err)

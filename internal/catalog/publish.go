@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"sort"
 	"strings"
 	"time"
@@ -15,11 +14,11 @@ import (
 	"golang.org/x/mod/semver"
 
 	"github.com/xemahq/xema/internal/capref"
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/grant"
 	"github.com/xemahq/xema/internal/inputschema"
 	"github.com/xemahq/xema/internal/kernel"
 	"github.com/xemahq/xema/internal/manifest"
-	"github.com/xemahq/xema/internal/runner"
 	"github.com/xemahq/xema/internal/store"
 )
 
@@ -95,7 +94,7 @@ const OperatorOwner = ""
 func (p *Publisher) publish(ctx context.Context, b *manifest.Biome, sub Submission, owner string) (*SubmitResult, error) {
 	switch _, err := p.Store.GetMCPServer(ctx, b.ID); {
 	case err == nil:
-		return nil, runner.ClientError(http.StatusConflict, "BIOME_ID_TAKEN",
+		return nil, fault.New(fault.Conflict, "BIOME_ID_TAKEN",
 			"/manifest/id: %q is a registered MCP server's provider id; its tools change only through a sync", b.ID)
 	case !errors.Is(err, store.ErrNotFound):
 		return nil, fmt.Errorf("submit %s@%s: %w", b.ID, b.Version, err)
@@ -153,7 +152,7 @@ func (p *Publisher) publish(ctx context.Context, b *manifest.Biome, sub Submissi
 		caps = append(caps, capa)
 	}
 	if len(problems) > 0 {
-		return nil, &runner.Error{Status: http.StatusBadRequest, Code: "INVALID_MANIFEST",
+		return nil, &fault.Error{Kind: fault.Invalid, Code: "INVALID_MANIFEST",
 			Message: fmt.Sprintf("biome %s@%s cannot be published (%d problem(s))", b.ID, b.Version, len(problems)), Violations: problems}
 	}
 
@@ -189,11 +188,11 @@ func (p *Publisher) publish(ctx context.Context, b *manifest.Biome, sub Submissi
 	}
 	if err := p.Store.PublishBiome(ctx, bv, caps); err != nil {
 		if errors.Is(err, store.ErrOwned) {
-			return nil, runner.ClientError(http.StatusConflict, "BIOME_ID_TAKEN",
+			return nil, fault.New(fault.Conflict, "BIOME_ID_TAKEN",
 				"/manifest/id: biome id %q belongs to another org; choose another id", b.ID)
 		}
 		if errors.Is(err, store.ErrConflict) {
-			return nil, runner.ClientError(http.StatusConflict, "BIOME_VERSION_CONFLICT",
+			return nil, fault.New(fault.Conflict, "BIOME_VERSION_CONFLICT",
 				"biome %s@%s was already submitted with different content; bump /manifest/version", b.ID, b.Version)
 		}
 		return nil, fmt.Errorf("submit %s@%s: %w", b.ID, b.Version, err)
@@ -303,7 +302,7 @@ type Impact struct {
 // its impact on org's calls recorded since since; it changes nothing.
 func (p *Publisher) DryRun(ctx context.Context, raw json.RawMessage, org, approvedBy string, since time.Time) (store.Grant, Impact, error) {
 	if p.Impact == nil {
-		return store.Grant{}, Impact{}, runner.ClientError(http.StatusNotImplemented, "DRY_RUN_UNAVAILABLE", "this gateway cannot replay calls")
+		return store.Grant{}, Impact{}, fault.New(fault.NotImplemented, "DRY_RUN_UNAVAILABLE", "this gateway cannot replay calls")
 	}
 	return p.install(ctx, raw, org, approvedBy, &since)
 }
@@ -463,7 +462,7 @@ func grantError(err error) error {
 	default:
 		return err
 	}
-	out := &runner.Error{Status: fes.Status(), Code: fes[0].Code, Message: fes.Error()}
+	out := &fault.Error{Kind: fes.Kind(), Code: fes[0].Code, Message: fes.Error()}
 	for _, f := range fes {
 		out.Violations = append(out.Violations, inputschema.Violation{Path: f.Path, Message: f.Message})
 	}
@@ -481,7 +480,7 @@ func fromSubmission(biome json.RawMessage, contributions []json.RawMessage) (*ma
 }
 
 func problemsError(code string, problems []manifest.Problem) error {
-	out := &runner.Error{Status: http.StatusBadRequest, Code: code,
+	out := &fault.Error{Kind: fault.Invalid, Code: code,
 		Message: fmt.Sprintf("%d problem(s) in the submission", len(problems))}
 	for _, pr := range problems {
 		out.Violations = append(out.Violations, inputschema.Violation{Path: pr.File + pr.Path, Message: pr.Message})

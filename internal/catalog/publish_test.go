@@ -5,14 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/grant"
 	"github.com/xemahq/xema/internal/kernel"
-	"github.com/xemahq/xema/internal/runner"
 	"github.com/xemahq/xema/internal/store"
 	"github.com/xemahq/xema/internal/store/sqlite"
 )
@@ -50,11 +49,11 @@ func contribution(ref, title string, invocation bool) json.RawMessage {
 
 func noop(context.Context, kernel.Call) (any, error) { return nil, nil }
 
-func clientError(t *testing.T, err error, status int, fragment string) {
+func clientError(t *testing.T, err error, kind fault.Kind, fragment string) {
 	t.Helper()
-	var re *runner.Error
-	if !errors.As(err, &re) || re.Status != status {
-		t.Fatalf("error %v, want a client error with status %d", err, status)
+	var re *fault.Error
+	if !errors.As(err, &re) || re.Kind != kind {
+		t.Fatalf("error %v, want a client error of kind %v", err, kind)
 	}
 	all := re.Message
 	for _, v := range re.Violations {
@@ -90,7 +89,7 @@ func TestSubmitEnvelope(t *testing.T) {
 				Contributions: []json.RawMessage{contribution("acme:thing.read@1", "Read", tc.invocation)}}, "org-a")
 			caps, _ := p.Store.ListCapabilities(ctx)
 			if tc.wantErr != "" {
-				clientError(t, err, http.StatusBadRequest, tc.wantErr)
+				clientError(t, err, fault.Invalid, tc.wantErr)
 				if len(caps) != 0 {
 					t.Fatalf("a refused submission stored %d capabilities", len(caps))
 				}
@@ -110,7 +109,7 @@ func TestSubmitInvalidManifestNamesBodyPaths(t *testing.T) {
 	p, _ := newPublisher(t)
 	bad := json.RawMessage(strings.Replace(string(contribution("acme:thing.read@1", "Read", true)), `"riskTier":"low"`, `"riskTier":"extreme"`, 1))
 	_, err := p.Submit(context.Background(), Submission{Manifest: biomeJSON("acme", "1.0.0", "acme:thing.read@1"), Contributions: []json.RawMessage{bad}}, "org-a")
-	clientError(t, err, http.StatusBadRequest, "/contributions/0/manifest/riskTier")
+	clientError(t, err, fault.Invalid, "/contributions/0/manifest/riskTier")
 }
 
 func TestSubmitSameVersionOtherContentConflicts(t *testing.T) {
@@ -127,7 +126,7 @@ func TestSubmitSameVersionOtherContentConflicts(t *testing.T) {
 	if err := sub("Read"); err != nil {
 		t.Fatalf("identical re-submission: %v", err)
 	}
-	clientError(t, sub("Read it all"), http.StatusConflict, "already submitted with different content")
+	clientError(t, sub("Read it all"), fault.Conflict, "already submitted with different content")
 }
 
 func TestInstallPublishesAndDeprecatesOlderMajor(t *testing.T) {
@@ -143,7 +142,7 @@ func TestInstallPublishesAndDeprecatesOlderMajor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clientError(t, install("1.0.0", "sha256:stale"), http.StatusConflict, "stale digest")
+	clientError(t, install("1.0.0", "sha256:stale"), fault.Conflict, "stale digest")
 	if c, _ := p.Store.GetCapability(ctx, "acme:thing.read@1"); c.Lifecycle != store.LifecycleSeeded {
 		t.Fatalf("a refused grant changed the lifecycle to %s", c.Lifecycle)
 	}
@@ -178,26 +177,26 @@ func TestTransition(t *testing.T) {
 	}
 	steps := []struct {
 		tr      Transition
-		status  int // 0 = succeeds
+		kind    fault.Kind // Internal = succeeds
 		message string
 	}{
-		{Transition{Ref: "acme:nope@1", To: "published"}, http.StatusNotFound, "no capability"},
-		{Transition{Ref: "acme:thing.read@1", To: "deprecated"}, http.StatusConflict, "cannot move to deprecated"},
-		{Transition{Ref: "acme:thing.read@1", To: "published"}, 0, ""},
-		{Transition{Ref: "acme:thing.read@1", To: "retired"}, http.StatusBadRequest, "needs the successor"},
-		{Transition{Ref: "acme:thing.read@1", To: "retired", ReplacedBy: "acme:gone@9"}, http.StatusBadRequest, "no capability"},
-		{Transition{Ref: "acme:thing.read@1", To: "retired", ReplacedBy: "acme:thing.read@2"}, 0, ""},
-		{Transition{Ref: "acme:thing.read@1", To: "published"}, http.StatusConflict, "cannot move"},
+		{Transition{Ref: "acme:nope@1", To: "published"}, fault.NotFound, "no capability"},
+		{Transition{Ref: "acme:thing.read@1", To: "deprecated"}, fault.Conflict, "cannot move to deprecated"},
+		{Transition{Ref: "acme:thing.read@1", To: "published"}, fault.Internal, ""},
+		{Transition{Ref: "acme:thing.read@1", To: "retired"}, fault.Invalid, "needs the successor"},
+		{Transition{Ref: "acme:thing.read@1", To: "retired", ReplacedBy: "acme:gone@9"}, fault.Invalid, "no capability"},
+		{Transition{Ref: "acme:thing.read@1", To: "retired", ReplacedBy: "acme:thing.read@2"}, fault.Internal, ""},
+		{Transition{Ref: "acme:thing.read@1", To: "published"}, fault.Conflict, "cannot move"},
 	}
 	for i, s := range steps {
 		_, err := p.Transition(ctx, s.tr, "org-a", "user:alice")
-		if s.status == 0 {
+		if s.kind == fault.Internal {
 			if err != nil {
 				t.Fatalf("step %d: %v", i, err)
 			}
 			continue
 		}
-		clientError(t, err, s.status, s.message)
+		clientError(t, err, s.kind, s.message)
 	}
 	c, _ := p.Store.GetCapability(ctx, "acme:thing.read@1")
 	events, _ := p.Store.ListLifecycleEvents(ctx, "acme:thing.read@1")
@@ -217,5 +216,5 @@ func TestSubmitRefusesAnMCPProviderID(t *testing.T) {
 	}
 	_, err := p.Submit(ctx, Submission{Manifest: biomeJSON("acme", "2.0.0", "acme:thing.read@1"),
 		Contributions: []json.RawMessage{contribution("acme:thing.read@1", "Read", true)}}, "org-a")
-	clientError(t, err, http.StatusConflict, "registered MCP server")
+	clientError(t, err, fault.Conflict, "registered MCP server")
 }

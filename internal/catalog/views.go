@@ -5,11 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"sort"
 	"time"
 
-	"github.com/xemahq/xema/internal/runner"
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/store"
 )
 
@@ -58,7 +57,7 @@ func (p *Publisher) Biomes(ctx context.Context, org, id string) ([]BiomeView, er
 
 // Biome returns one version org may install; another org's is answered as unknown.
 func (p *Publisher) Biome(ctx context.Context, org, id, version string) (BiomeView, error) {
-	notFound := runner.ClientError(http.StatusNotFound, "UNKNOWN_BIOME", "no biome %s@%s", id, version)
+	notFound := fault.New(fault.NotFound, "UNKNOWN_BIOME", "no biome %s@%s", id, version)
 	mine, err := p.ownedBy(ctx, id, org)
 	if err != nil {
 		return BiomeView{}, fmt.Errorf("get biome: %w", err)

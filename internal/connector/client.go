@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/runner"
 )
 
@@ -100,16 +101,16 @@ func Do(ctx context.Context, t Target, provider string, req Request) (*Response,
 // Anything else is PROVIDER_ERROR. The provider's body is never echoed: it may quote input
 // or headers back.
 func Failure(provider string, r *Response) *runner.Error {
-	e := &runner.Error{ProviderStatus: r.Status}
+	e := &runner.Error{Kind: fault.Provider, ProviderStatus: r.Status}
 	switch r.Status {
 	case http.StatusUnauthorized:
-		e.Code, e.Status = CodeCredentialRejected, http.StatusBadGateway
+		e.Code = CodeCredentialRejected
 		e.Message = provider + " rejected the bound credential; an admin must replace it"
 	case http.StatusForbidden:
-		e.Code, e.Status = CodeCredentialForbidden, http.StatusBadGateway
+		e.Code = CodeCredentialForbidden
 		e.Message = provider + " refused the bound credential the permission for this call"
 	case http.StatusTooManyRequests:
-		e.Code, e.Status = CodeRateLimited, http.StatusTooManyRequests
+		e.Code, e.Kind = CodeRateLimited, fault.RateLimited
 		e.Message = provider + " rate-limited the call" + retryAfter(r.Header)
 	default:
 		e.Code = runner.CodeProviderError
@@ -119,9 +120,9 @@ func Failure(provider string, r *Response) *runner.Error {
 }
 
 // ClientFailure is a typed error for a provider answer that is the caller's to fix (a
-// missing branch, an existing change request): status is what the caller gets.
-func ClientFailure(r *Response, status int, code, message string) *runner.Error {
-	return &runner.Error{Status: status, Code: code, Message: message, ProviderStatus: r.Status}
+// missing branch, an existing change request): kind is what the caller gets.
+func ClientFailure(r *Response, kind fault.Kind, code, message string) *runner.Error {
+	return &runner.Error{Kind: kind, Code: code, Message: message, ProviderStatus: r.Status}
 }
 
 func retryAfter(h http.Header) string {

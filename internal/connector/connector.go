@@ -12,6 +12,7 @@ import (
 	"sort"
 
 	"github.com/xemahq/xema/internal/credential"
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/inputschema"
 	"github.com/xemahq/xema/internal/kernel"
 	"github.com/xemahq/xema/internal/runner"
@@ -98,6 +99,6 @@ func (p *Provider) Refs() []string {
 
 // InvalidInput is a 400 naming the input field a connector could not use.
 func InvalidInput(path, problem string) error {
-	return &runner.Error{Status: http.StatusBadRequest, Code: "INVALID_INPUT", Message: path + " " + problem,
+	return &runner.Error{Kind: fault.Invalid, Code: "INVALID_INPUT", Message: path + " " + problem,
 		Violations: []inputschema.Violation{{Path: path, Message: problem}}}
 }

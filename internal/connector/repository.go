@@ -3,9 +3,9 @@ package connector
 import (
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"regexp"
 
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/kernel"
 	"github.com/xemahq/xema/internal/runner"
 )
@@ -48,7 +48,7 @@ func CheckRepositoryConfig(config json.RawMessage) error {
 func BoundRepository(t Target) (Repository, error) {
 	r, err := ParseRepository(t.Config)
 	if err != nil {
-		return Repository{}, &runner.Error{Status: http.StatusBadGateway, Code: "BINDING_INVALID", Message: "the binding's " + err.Error()}
+		return Repository{}, &runner.Error{Kind: fault.Provider, Code: "BINDING_INVALID", Message: "the binding's " + err.Error()}
 	}
 	return r, nil
 }

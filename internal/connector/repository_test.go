@@ -3,9 +3,9 @@ package connector
 import (
 	"encoding/json"
 	"errors"
-	"net/http"
 	"testing"
 
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/kernel"
 	"github.com/xemahq/xema/internal/runner"
 )
@@ -44,7 +44,7 @@ func TestRepositoryCall(t *testing.T) {
 				if tc.wantCode == "" && isRunner {
 					t.Fatalf("err = %v, want a decode error, not a runner error", err)
 				}
-				if tc.wantCode != "" && (!isRunner || re.Code != tc.wantCode || re.Status != http.StatusBadGateway) {
+				if tc.wantCode != "" && (!isRunner || re.Code != tc.wantCode || re.Kind != fault.Provider) {
 					t.Fatalf("err = %v, want runner error %s (502)", err, tc.wantCode)
 				}
 				return

@@ -11,10 +11,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"regexp"
 	"time"
 
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/runner"
 	"github.com/xemahq/xema/internal/store"
 )
@@ -139,7 +139,7 @@ func (v *Vault) List(ctx context.Context, org string) ([]Metadata, error) {
 func (v *Vault) Delete(ctx context.Context, id string) error {
 	err := v.Store.DeleteCredential(ctx, id)
 	if errors.Is(err, store.ErrConflict) {
-		return runner.ClientError(http.StatusConflict, CodeInUse, "credential %s is used by a binding; delete the binding first", id)
+		return fault.New(fault.Conflict, CodeInUse, "credential %s is used by a binding; delete the binding first", id)
 	}
 	if err != nil {
 		return lookupError(id, err)
@@ -209,12 +209,12 @@ func newID() string {
 }
 
 func invalid(path, problem string) error {
-	return &runner.Error{Status: http.StatusBadRequest, Code: CodeInvalid, Message: path + " " + problem}
+	return &runner.Error{Kind: fault.Invalid, Code: CodeInvalid, Message: path + " " + problem}
 }
 
 func lookupError(id string, err error) error {
 	if errors.Is(err, store.ErrNotFound) {
-		return runner.ClientError(http.StatusNotFound, CodeNotFound, "no credential %q", id)
+		return fault.New(fault.NotFound, CodeNotFound, "no credential %q", id)
 	}
 	return fmt.Errorf("credential %s: %w", id, err)
 }
@@ -223,6 +223,6 @@ func lookupError(id string, err error) error {
 // never hold a secret).
 func unavailable(err error) error {
 	slog.Error("credential keyring unavailable", "err", err)
-	return &runner.Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+	return &runner.Error{Kind: fault.Unavailable, Code: CodeUnavailable,
 		Message: "the credential keyring is unavailable; the call was not made (fail closed)"}
 }

@@ -11,10 +11,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net/http"
 
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/kernel"
-	"github.com/xemahq/xema/internal/runner"
 )
 
 var pages = map[string]struct{ Title, Body string }{
@@ -48,7 +47,7 @@ func readPage(_ context.Context, call kernel.Call) (any, error) {
 	}
 	p, ok := pages[in.PageID]
 	if !ok {
-		return nil, runner.ClientError(http.StatusNotFound, "PAGE_NOT_FOUND", "no knowledge-base page %q", in.PageID)
+		return nil, fault.New(fault.NotFound, "PAGE_NOT_FOUND", "no knowledge-base page %q", in.PageID)
 	}
 	return map[string]string{"pageId": in.PageID, "title": p.Title, "body": p.Body}, nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/xemahq/xema/internal/egress"
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/kernel"
 	"github.com/xemahq/xema/internal/runner"
 	"github.com/xemahq/xema/internal/store"
@@ -85,14 +86,14 @@ func (d *dialer) connect(ctx context.Context, srv store.MCPServer, listen bool) 
 		// Only the operator's declaration runs, never a command line from the store.
 		decl, ok := d.stdio[srv.ProviderID]
 		if !ok {
-			return nil, &runner.Error{Status: http.StatusBadGateway, Code: CodeUnknownServer,
+			return nil, &runner.Error{Kind: fault.Provider, Code: CodeUnknownServer,
 				Message: fmt.Sprintf("stdio MCP server %q is not declared on this gateway", srv.ProviderID)}
 		}
 		cmd := exec.Command(decl.Command, decl.Args...)
 		cmd.Env = decl.environ()
 		t = &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
 	default:
-		return nil, &runner.Error{Status: http.StatusBadRequest, Code: CodeInvalidServer, Message: fmt.Sprintf("unknown transport %q", srv.Transport)}
+		return nil, &runner.Error{Kind: fault.Invalid, Code: CodeInvalidServer, Message: fmt.Sprintf("unknown transport %q", srv.Transport)}
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(srv.TimeoutMs)*time.Millisecond)
 	defer cancel()
@@ -142,7 +143,7 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 		return nil, &runner.Error{Code: runner.CodeNoToken, Message: "the gateway has no outbound token source"}
 	}
 	if !sameOrigin(r.URL, b.audience) { // never hand a server's token to another origin
-		return nil, &runner.Error{Status: http.StatusBadGateway, Code: runner.CodeRedirect,
+		return nil, &runner.Error{Kind: fault.Provider, Code: runner.CodeRedirect,
 			Message: "the MCP server's request left its registered origin"}
 	}
 	tok, err := ts.Token(r.Context(), b.audience)
@@ -168,14 +169,14 @@ func callError(ctx context.Context, provider, op string, err error) *runner.Erro
 	var je *jsonrpc.Error
 	switch {
 	case errors.As(err, &je):
-		return &runner.Error{Status: http.StatusBadGateway, Code: CodeProtocolError, Err: err,
+		return &runner.Error{Kind: fault.Provider, Code: CodeProtocolError, Err: err,
 			Message: fmt.Sprintf("%s answered %s with JSON-RPC error %d", provider, op, je.Code)}
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return &runner.Error{Status: http.StatusGatewayTimeout, Code: CodeTimeout, Err: err,
+		return &runner.Error{Kind: fault.Timeout, Code: CodeTimeout, Err: err,
 			Message: fmt.Sprintf("%s did not answer %s in time", provider, op)}
 	}
 	slog.Warn("mcp server unreachable", "provider", provider, "op", op, "err", err)
-	return &runner.Error{Status: http.StatusBadGateway, Code: CodeUnreachable, Err: err,
+	return &runner.Error{Kind: fault.Provider, Code: CodeUnreachable, Err: err,
 		Message: fmt.Sprintf("%s could not be reached for %s (connection failed or the server exited)", provider, op)}
 }
 
@@ -276,7 +277,7 @@ func (r toolRunner) Run(ctx context.Context, call kernel.Call) (json.RawMessage,
 		return nil, callError(ctx, r.srv.ProviderID, "tools/call "+r.name, err)
 	}
 	if res.IsError {
-		return nil, &runner.Error{Status: http.StatusBadGateway, Code: CodeToolError,
+		return nil, &runner.Error{Kind: fault.Provider, Code: CodeToolError,
 			Message: fmt.Sprintf("tool %q of %s reported an error: %s", r.name, r.srv.ProviderID, clip(text(res.Content), 500))}
 	}
 	var out any = res.Content

@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"net/http"
 	"net/url"
 	"sort"
 	"sync"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/xemahq/xema/internal/catalog"
 	"github.com/xemahq/xema/internal/egress"
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/grant"
 	"github.com/xemahq/xema/internal/identity"
@@ -318,7 +318,7 @@ func (f *Federation) server(r Registration, by string, now time.Time) (store.MCP
 }
 
 func invalidServer(path, msg string) error {
-	return &runner.Error{Status: http.StatusBadRequest, Code: CodeInvalidServer, Message: path + ": " + msg,
+	return &runner.Error{Kind: fault.Invalid, Code: CodeInvalidServer, Message: path + ": " + msg,
 		Violations: []inputschema.Violation{{Path: path, Message: msg}}}
 }
 
@@ -334,14 +334,14 @@ func (f *Federation) RegisterServer(ctx context.Context, req Registration, org, 
 	}
 	srv.Org = org
 	if _, err := f.store.GetMCPServer(ctx, srv.ProviderID); err == nil {
-		return nil, runner.ClientError(http.StatusConflict, CodeServerExists, "MCP server %q is already registered; sync it instead", srv.ProviderID)
+		return nil, fault.New(fault.Conflict, CodeServerExists, "MCP server %q is already registered; sync it instead", srv.ProviderID)
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("register %s: %w", srv.ProviderID, err)
 	}
 	if versions, err := f.store.ListBiomeVersions(ctx, srv.ProviderID); err != nil {
 		return nil, fmt.Errorf("register %s: %w", srv.ProviderID, err)
 	} else if len(versions) > 0 {
-		return nil, runner.ClientError(http.StatusConflict, CodeProviderTaken, "provider id %q is already a biome id", srv.ProviderID)
+		return nil, fault.New(fault.Conflict, CodeProviderTaken, "provider id %q is already a biome id", srv.ProviderID)
 	}
 	listed, err := f.dialer.listTools(ctx, srv)
 	if err != nil {
@@ -361,7 +361,7 @@ func (f *Federation) mine(ctx context.Context, providerID, org string) error {
 		return fmt.Errorf("mcp server %s: %w", providerID, err)
 	}
 	if owner, ok := owners[providerID]; !ok || owner != org {
-		return runner.ClientError(http.StatusNotFound, CodeUnknownServer, "no MCP server %q is registered", providerID)
+		return fault.New(fault.NotFound, CodeUnknownServer, "no MCP server %q is registered", providerID)
 	}
 	return nil
 }
@@ -372,7 +372,7 @@ func (f *Federation) Sync(ctx context.Context, providerID, by string) (*SyncResu
 	defer f.mu.Unlock()
 	old, err := f.store.GetMCPServer(ctx, providerID)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, runner.ClientError(http.StatusNotFound, CodeUnknownServer, "no MCP server %q is registered", providerID)
+		return nil, fault.New(fault.NotFound, CodeUnknownServer, "no MCP server %q is registered", providerID)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("sync %s: %w", providerID, err)
@@ -476,7 +476,7 @@ func (f *Federation) save(ctx context.Context, srv store.MCPServer, prev *store.
 	}
 	if err := f.store.SaveMCPServer(ctx, srv, bv, newCaps, events); err != nil {
 		if errors.Is(err, store.ErrConflict) {
-			return nil, runner.ClientError(http.StatusConflict, CodeSyncConflict,
+			return nil, fault.New(fault.Conflict, CodeSyncConflict,
 				"%s changed concurrently, or one of its refs belongs to another biome; nothing was stored", srv.ProviderID)
 		}
 		return nil, fmt.Errorf("save %s: %w", srv.ProviderID, err)
@@ -604,7 +604,7 @@ func (f *Federation) Resolve(ctx context.Context, _ identity.ExecContext, entry 
 		var err error
 		if srv, err = f.store.GetMCPServer(ctx, c.BiomeID); err != nil {
 			slog.Error("mcp server unreadable", "ref", c.Ref, "provider", c.BiomeID, "err", err)
-			return nil, false, &gateway.Error{Status: http.StatusBadGateway, Code: CodeUnknownServer,
+			return nil, false, &gateway.Error{Kind: fault.Provider, Code: CodeUnknownServer,
 				Message: fmt.Sprintf("%s: its MCP server %q cannot be read", c.Ref, c.BiomeID)}
 		}
 		f.remember(srv)
@@ -614,6 +614,6 @@ func (f *Federation) Resolve(ctx context.Context, _ identity.ExecContext, entry 
 			return toolRunner{pool: f.pool, srv: srv, name: t.Name}, true, nil
 		}
 	}
-	return nil, false, &gateway.Error{Status: http.StatusBadGateway, Code: CodeUnknownServer,
+	return nil, false, &gateway.Error{Kind: fault.Provider, Code: CodeUnknownServer,
 		Message: fmt.Sprintf("%s is not a tool of MCP server %q at version %s", c.Ref, c.BiomeID, version(srv.Generation))}
 }

@@ -6,11 +6,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"sort"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/inputschema"
 	"github.com/xemahq/xema/internal/manifest"
 	"github.com/xemahq/xema/internal/runner"
@@ -57,7 +57,7 @@ func translate(provider string, tools []*mcp.Tool) ([]tool, error) {
 			continue
 		}
 		if other, ok := byRef[ref]; ok {
-			return nil, &runner.Error{Status: http.StatusConflict, Code: CodeToolCollision,
+			return nil, &runner.Error{Kind: fault.Conflict, Code: CodeToolCollision,
 				Message: fmt.Sprintf("tools %q and %q both map to %s; nothing was registered", other, t.Name, ref)}
 		}
 		byRef[ref] = t.Name
@@ -71,7 +71,7 @@ func translate(provider string, tools []*mcp.Tool) ([]tool, error) {
 		}
 	}
 	if len(problems) > 0 {
-		return nil, &runner.Error{Status: http.StatusUnprocessableEntity, Code: CodeInvalidTool,
+		return nil, &runner.Error{Kind: fault.Unprocessable, Code: CodeInvalidTool,
 			Message:    fmt.Sprintf("%d problem(s) in the server's tools (first: %s: %s); nothing was registered", len(problems), problems[0].Path, problems[0].Message),
 			Violations: problems}
 	}

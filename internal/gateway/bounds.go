@@ -2,9 +2,9 @@ package gateway
 
 import (
 	"fmt"
-	"net/http"
 	"sync"
 
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/inputschema"
 )
 
@@ -93,12 +93,12 @@ func (p *ProviderSlots) Acquire(provider string) (release func(), ok bool) {
 }
 
 func providerBusy(provider string, n int) *Error {
-	return &Error{Status: http.StatusServiceUnavailable, Code: CodeProviderBusy, RetryAfter: 1,
+	return &Error{Kind: fault.Unavailable, Code: CodeProviderBusy, RetryAfter: 1,
 		Message: fmt.Sprintf("provider %s already has its maximum of %d calls in flight; retry shortly", provider, n)}
 }
 
 func capacityExceeded(n int) *Error {
-	return &Error{Status: http.StatusServiceUnavailable, Code: CodeCapacityExceeded, RetryAfter: 1,
+	return &Error{Kind: fault.Unavailable, Code: CodeCapacityExceeded, RetryAfter: 1,
 		Message: fmt.Sprintf("the gateway is running its maximum of %d outbound calls; retry shortly", n)}
 }
 

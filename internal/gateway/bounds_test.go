@@ -3,10 +3,10 @@ package gateway
 import (
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"sync"
 	"testing"
 
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/inputschema"
 )
 
@@ -87,7 +87,7 @@ func TestSlotsNeverWait(t *testing.T) {
 	if granted != 4 {
 		t.Fatalf("granted %d of 4 slots", granted)
 	}
-	if e := capacityExceeded(4); e.Status != http.StatusServiceUnavailable || e.Code != CodeCapacityExceeded || e.RetryAfter < 1 {
+	if e := capacityExceeded(4); e.Kind != fault.Unavailable || e.Code != CodeCapacityExceeded || e.RetryAfter < 1 {
 		t.Fatalf("capacity answer %+v", e)
 	}
 }
@@ -107,8 +107,8 @@ func TestViolationsAreCapped(t *testing.T) {
 	}{
 		{"invalid input, 90000", invalidInput(many(90_000)), 90_000},
 		{"invalid input, 3", invalidInput(many(3)), 3},
-		{"handler client error, 250", &Error{Status: 400, Code: "X", Violations: many(250)}, 250},
-		{"exactly the maximum", &Error{Status: 400, Code: "X", Violations: many(MaxViolations)}, MaxViolations},
+		{"handler client error, 250", &Error{Kind: fault.Invalid, Code: "X", Violations: many(250)}, 250},
+		{"exactly the maximum", &Error{Kind: fault.Invalid, Code: "X", Violations: many(MaxViolations)}, MaxViolations},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			raw, err := json.Marshal(tc.err.Body())

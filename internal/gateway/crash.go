@@ -5,10 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/xemahq/xema/internal/fault"
 )
 
 // Answer codes of a call that ran (or may have run) but whose ending is not what it asked.
@@ -36,13 +37,13 @@ func outcomeNotRecorded(auditID, outcome string, spooled bool, output json.RawMe
 	if spooled {
 		where = "spooled to disk and written once the store is back"
 	}
-	return &Error{Status: http.StatusInternalServerError, Code: CodeOutcomeNotRecorded, AuditID: auditID, Outcome: outcome,
+	return &Error{Kind: fault.Internal, Code: CodeOutcomeNotRecorded, AuditID: auditID, Outcome: outcome,
 		Message: fmt.Sprintf("the call ran (its runner ended %q) but its outcome could not be recorded; the outcome is %s. "+
 			"This is not a denial: retry only with the same Idempotency-Key", outcome, where), output: output}
 }
 
 func interrupted(auditID string) *Error {
-	return &Error{Status: http.StatusServiceUnavailable, Code: CodeInterrupted, AuditID: auditID, Outcome: CodeInterrupted,
+	return &Error{Kind: fault.Unavailable, Code: CodeInterrupted, AuditID: auditID, Outcome: CodeInterrupted,
 		Message: "the gateway shut down while the call ran; it may have reached its provider (its outcome is recorded as interrupted)"}
 }
 

@@ -3,9 +3,9 @@ package gateway
 import (
 	"encoding/json"
 	"fmt"
-	"net/http"
 
 	"github.com/xemahq/xema/internal/audit"
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/inputschema"
 )
 
@@ -24,9 +24,10 @@ const (
 	CodeInvalidOutput = "INVALID_OUTPUT"
 )
 
-// Error is a typed answer of the funnel: never a stack trace, never a provider secret.
+// Error is a typed answer of the funnel: never a stack trace, never a provider secret. Its
+// Kind says what went wrong; the edge maps it to an HTTP status or an MCP error.
 type Error struct {
-	Status     int                     `json:"-"`
+	Kind       fault.Kind              `json:"-"`
 	Code       string                  `json:"code"`
 	Message    string                  `json:"message"`
 	AuditID    string                  `json:"auditId,omitempty"`
@@ -78,19 +79,19 @@ type denialBody struct {
 }
 
 func unknownCapability(ref string) *Error {
-	return &Error{Status: http.StatusNotFound, Code: CodeUnknownCapability,
+	return &Error{Kind: fault.NotFound, Code: CodeUnknownCapability,
 		Message: fmt.Sprintf("no capability %q", ref)}
 }
 
 func invalidInput(v []inputschema.Violation) *Error {
 	v, total := capViolations(v) // the producer's list is not kept past this answer
-	return &Error{Status: http.StatusBadRequest, Code: CodeInvalidInput, ViolationCount: total,
+	return &Error{Kind: fault.Invalid, Code: CodeInvalidInput, ViolationCount: total,
 		Message: fmt.Sprintf("input does not match the capability's schema (%d violation(s))", total), Violations: v}
 }
 
 func unavailable(code, what string, err error) *Error {
 	deps.fail(what, err)
-	return &Error{Status: http.StatusServiceUnavailable, Code: code,
+	return &Error{Kind: fault.Unavailable, Code: code,
 		Message: fmt.Sprintf("%s unavailable; the call was denied (fail closed)", what)}
 }
 
@@ -116,7 +117,7 @@ func invalidOutput(ref string, v []inputschema.Violation) error {
 	if at == "" {
 		at = "/"
 	}
-	return &outputError{answer: &Error{Status: http.StatusBadGateway, Code: CodeInvalidOutput, ViolationCount: total, Violations: v,
+	return &outputError{answer: &Error{Kind: fault.Provider, Code: CodeInvalidOutput, ViolationCount: total, Violations: v,
 		Message: fmt.Sprintf("the provider of %s answered an output that does not match its outputSchema at %s: %s (%d violation(s)); the output was not passed on",
 			ref, at, v[0].Message, total)}}
 }

@@ -14,8 +14,11 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/xemahq/xema/internal/audit"
 	"github.com/xemahq/xema/internal/catalog"
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/inputschema"
 	"github.com/xemahq/xema/internal/kernel"
@@ -25,7 +28,6 @@ import (
 	"github.com/xemahq/xema/internal/spool"
 	"github.com/xemahq/xema/internal/store"
 	"github.com/xemahq/xema/internal/telemetry"
-	"go.opentelemetry.io/otel/attribute"
 )
 
 // Gateway wires the funnel's parts.
@@ -285,7 +287,7 @@ func (g *Gateway) denial(c *call, d policy.Decision) *Error {
 	rec := c.rec
 	rec.Decision = audit.DecisionDenied
 	den, _ := audit.WhyDenied(rec)
-	return &Error{Status: http.StatusForbidden, Code: CodeDenied, AuditID: rec.ID,
+	return &Error{Kind: fault.Denied, Code: CodeDenied, AuditID: rec.ID,
 		Message: fmt.Sprintf("%s denied: %s", c.req.Ref, summary(d.Reasons)), Denial: &den}
 }
 
@@ -322,7 +324,7 @@ func (g *Gateway) limited(ctx context.Context, c *call, entry *catalog.Entry, u 
 		return g.fail(ctx, c, audit.DecisionError, err)
 	}
 	e := g.denial(c, d)
-	e.Status, e.Code, e.RetryAfter = http.StatusTooManyRequests, CodeRateLimited, u.RetryAfterSeconds
+	e.Kind, e.Code, e.RetryAfter = fault.RateLimited, CodeRateLimited, u.RetryAfterSeconds
 	if u.QuotaExceeded {
 		e.Code = CodeQuotaExceeded
 	}
@@ -333,10 +335,10 @@ func (g *Gateway) limited(ctx context.Context, c *call, entry *catalog.Entry, u 
 // audit record comes first: a call whose request is not audited is never held, so never run.
 func (g *Gateway) hold(ctx context.Context, c *call, entry *catalog.Entry) error {
 	if g.Approvals == nil {
-		return g.fail(ctx, c, audit.DecisionError, &Error{Status: http.StatusServiceUnavailable,
+		return g.fail(ctx, c, audit.DecisionError, &Error{Kind: fault.Unavailable,
 			Code: CodeApprovalUnavailable, Message: "this call requires a human approval and no approval queue is configured"})
 	}
-	pending := &Error{Status: http.StatusAccepted, Code: CodePendingApproval, State: StatePendingApproval,
+	pending := &Error{Kind: fault.Pending, Code: CodePendingApproval, State: StatePendingApproval,
 		ApprovalID: audit.NewID("apr_"), Message: "this call requires a human approval before it runs"}
 	if err := g.fail(ctx, c, audit.DecisionPendingApproval, pending); err != pending {
 		return err
@@ -370,7 +372,7 @@ func (g *Gateway) resolve(ctx context.Context, ec identity.ExecContext, entry *c
 			return run, nil
 		}
 	}
-	return nil, &Error{Status: http.StatusBadGateway, Code: CodeNoRunner,
+	return nil, &Error{Kind: fault.Provider, Code: CodeNoRunner,
 		Message: fmt.Sprintf("%s has no runner in this environment", entry.Ref())}
 }
 
@@ -465,23 +467,23 @@ func providerError(err error) *Error {
 	if !errors.As(err, &re) {
 		re = &runner.Error{Code: runner.CodeHandlerFailed, Message: "the runner failed"}
 	}
-	status := http.StatusBadGateway
+	kind := re.Kind
 	switch {
 	case re.Code == runner.CodeProviderTimeout:
-		status = http.StatusGatewayTimeout // every runner: http, connector, mcp-external
-	case re.Status != 0:
-		status = re.Status
+		kind = fault.Timeout // every runner: http, connector, mcp-external
 	case re.Code == runner.CodeNoToken:
-		status = http.StatusServiceUnavailable
+		kind = fault.Unavailable
+	case kind == fault.Internal: // a runner's failure that names no kind is its provider's
+		kind = fault.Provider
 	}
-	return &Error{Status: status, Code: re.Code, Message: re.Message, ProviderStatus: re.ProviderStatus, Violations: re.Violations}
+	return &Error{Kind: kind, Code: re.Code, Message: re.Message, ProviderStatus: re.ProviderStatus, Violations: re.Violations}
 }
 
 // fail audits a call that ends before running and returns the answer for the caller.
 func (g *Gateway) fail(ctx context.Context, c *call, decision string, err error) error {
 	var ge *Error
 	if !errors.As(err, &ge) {
-		ge = &Error{Status: http.StatusInternalServerError, Code: "INTERNAL", Message: "internal error"}
+		ge = &Error{Kind: fault.Internal, Code: "INTERNAL", Message: "internal error"}
 	}
 	if ge.AuditID == "" {
 		ge.AuditID = c.rec.ID

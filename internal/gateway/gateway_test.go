@@ -9,6 +9,7 @@ import (
 
 	"github.com/xemahq/xema/internal/apptest"
 	"github.com/xemahq/xema/internal/audit"
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
 )
 
@@ -16,7 +17,7 @@ const commentRef = "ticket:comment.add@1"
 
 var comment = json.RawMessage(`{"ticketId":"3f1c2a9e-8b4d-4c57-9a61-2b7e0f4d5c88","text":"hi"}`)
 
-// TestFunnelExits has one row per way out of the funnel: each answer's status and code, the
+// TestFunnelExits has one row per way out of the funnel: each answer's kind and code, the
 // audit record it names (decision), and whether the provider was called.
 func TestFunnelExits(t *testing.T) {
 	bot := apptest.Exec("agent:support-bot", "project", "")
@@ -29,28 +30,29 @@ func TestFunnelExits(t *testing.T) {
 		provider  http.HandlerFunc
 		prepare   func(f *apptest.Fixture)
 		req       gateway.Request
-		repeat    int // calls made before the one judged
-		status    int
+		repeat    int  // calls made before the one judged
+		ok        bool // answered with a result, not an error
+		kind      fault.Kind
 		code      string
 		decision  string
 		runs      bool
 	}{
-		{name: "200 ran", req: gateway.Request{Ref: commentRef, Input: comment}, status: http.StatusOK, decision: "allowed", runs: true},
-		{name: "404 unknown ref", req: gateway.Request{Ref: "ticket:nothing@1", Input: comment}, status: http.StatusNotFound,
+		{name: "200 ran", req: gateway.Request{Ref: commentRef, Input: comment}, ok: true, decision: "allowed", runs: true},
+		{name: "404 unknown ref", req: gateway.Request{Ref: "ticket:nothing@1", Input: comment}, kind: fault.NotFound,
 			code: gateway.CodeUnknownCapability, decision: "unknown-capability"},
 		{name: "403 denied", customize: map[string]any{commentRef: map[string]any{"subjects": []string{"agent:other"}}},
-			req: gateway.Request{Ref: commentRef, Input: comment}, status: http.StatusForbidden, code: gateway.CodeDenied, decision: "denied"},
+			req: gateway.Request{Ref: commentRef, Input: comment}, kind: fault.Denied, code: gateway.CodeDenied, decision: "denied"},
 		{name: "400 invalid input", req: gateway.Request{Ref: commentRef, Input: json.RawMessage(`{"ticketId":"x"}`)},
-			status: http.StatusBadRequest, code: gateway.CodeInvalidInput, decision: "invalid-input"},
+			kind: fault.Invalid, code: gateway.CodeInvalidInput, decision: "invalid-input"},
 		{name: "429 over the rate limit", customize: map[string]any{commentRef: map[string]any{"rateLimit": map[string]any{"requests": 1, "per": "1m"}}},
-			repeat: 1, req: gateway.Request{Ref: commentRef, Input: comment}, status: http.StatusTooManyRequests, code: gateway.CodeRateLimited, decision: "denied"},
+			repeat: 1, req: gateway.Request{Ref: commentRef, Input: comment}, kind: fault.RateLimited, code: gateway.CodeRateLimited, decision: "denied"},
 		{name: "202 held for approval", customize: map[string]any{commentRef: map[string]any{"requiresApproval": true}},
-			req: gateway.Request{Ref: commentRef, Input: comment}, status: http.StatusAccepted, code: gateway.CodePendingApproval, decision: "pending-approval"},
+			req: gateway.Request{Ref: commentRef, Input: comment}, kind: fault.Pending, code: gateway.CodePendingApproval, decision: "pending-approval"},
 		{name: "503 no approval queue", customize: map[string]any{commentRef: map[string]any{"requiresApproval": true}},
 			prepare: func(f *apptest.Fixture) { f.App.Gateway.Approvals = nil },
-			req:     gateway.Request{Ref: commentRef, Input: comment}, status: http.StatusServiceUnavailable, code: gateway.CodeApprovalUnavailable, decision: "error"},
+			req:     gateway.Request{Ref: commentRef, Input: comment}, kind: fault.Unavailable, code: gateway.CodeApprovalUnavailable, decision: "error"},
 		{name: "502 provider failed", provider: failing, req: gateway.Request{Ref: commentRef, Input: comment},
-			status: http.StatusBadGateway, decision: "allowed", runs: true},
+			kind: fault.Provider, decision: "allowed", runs: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			runs := 0
@@ -76,18 +78,18 @@ func TestFunnelExits(t *testing.T) {
 			}
 			runs = 0
 			res, err := f.App.Gateway.Invoke(ctx, bot, tc.req)
-			status, code, auditID := http.StatusOK, "", ""
+			ok, kind, code, auditID := true, fault.Internal, "", ""
 			if err != nil {
 				var ge *gateway.Error
 				if !errors.As(err, &ge) {
 					t.Fatalf("Invoke returned %T %v, want a *gateway.Error", err, err)
 				}
-				status, code, auditID = ge.Status, ge.Code, ge.AuditID
+				ok, kind, code, auditID = false, ge.Kind, ge.Code, ge.AuditID
 			} else {
 				auditID = res.AuditID
 			}
-			if status != tc.status || (tc.code != "" && code != tc.code) {
-				t.Fatalf("answer %d %s, want %d %s", status, code, tc.status, tc.code)
+			if ok != tc.ok || (!ok && kind != tc.kind) || (tc.code != "" && code != tc.code) {
+				t.Fatalf("answer ok=%v %v %s, want ok=%v %v %s", ok, kind, code, tc.ok, tc.kind, tc.code)
 			}
 			if (runs > 0) != tc.runs {
 				t.Fatalf("provider called %d times; want called: %v", runs, tc.runs)

@@ -8,9 +8,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/spool"
 	"github.com/xemahq/xema/internal/store"
@@ -49,13 +49,16 @@ var notRun = map[string]bool{CodeAuditUnavailable: true, CodeStoreUnavailable: t
 // and subject) within IdempotencyTTL returns the first call's answer instead of running
 // again; another ref or input under the key is a 422. A key with no store configured is a
 // 503: a client relying on the key must not get a second run silently.
-func (g *Gateway) InvokeIdempotent(ctx context.Context, ec identity.ExecContext, req Request, key string) (Answer, error) {
+// encode renders Invoke's result as the answer to store and send (the edge's mapping) and
+// names its error code ("" for success).
+func (g *Gateway) InvokeIdempotent(ctx context.Context, ec identity.ExecContext, req Request, key string,
+	encode func(*Result, error) (Answer, string)) (Answer, error) {
 	if len(key) == 0 || len(key) > MaxIdempotencyKey || !printable(key) {
 		return Answer{}, badRequest(CodeInvalidIdempotencyKey,
 			fmt.Sprintf("an idempotency key is 1 to %d printable ASCII characters", MaxIdempotencyKey))
 	}
 	if g.Idempotency == nil {
-		return Answer{}, &Error{Status: http.StatusServiceUnavailable, Code: CodeStoreUnavailable,
+		return Answer{}, &Error{Kind: fault.Unavailable, Code: CodeStoreUnavailable,
 			Message: "idempotency keys are not available on this gateway; the call was not run"}
 	}
 	now := time.Now()
@@ -68,16 +71,16 @@ func (g *Gateway) InvokeIdempotent(ctx context.Context, ec identity.ExecContext,
 	if !claimed {
 		switch {
 		case stored.InputHash != rec.InputHash:
-			return Answer{}, &Error{Status: http.StatusUnprocessableEntity, Code: CodeIdempotencyKeyReused,
+			return Answer{}, &Error{Kind: fault.Unprocessable, Code: CodeIdempotencyKeyReused,
 				Message: "this Idempotency-Key was used for another call (other ref or input); use a new key"}
 		case stored.State != store.IdempotencyDone:
-			return Answer{}, &Error{Status: http.StatusConflict, Code: CodeIdempotencyKeyInUse, AuditID: stored.AuditID,
+			return Answer{}, &Error{Kind: fault.Conflict, Code: CodeIdempotencyKeyInUse, AuditID: stored.AuditID,
 				Message: fmt.Sprintf("the call made with this Idempotency-Key at %s is running, or ran without its answer being "+
 					"stored; it is not run again", stored.CreatedAt.UTC().Format(time.RFC3339))}
 		}
 		return Answer{Status: stored.Status, Body: stored.Body, Replayed: true}, nil
 	}
-	ans, code := answerOf(g.Invoke(ctx, ec, req))
+	ans, code := encode(g.Invoke(ctx, ec, req))
 	done := context.WithoutCancel(ctx)
 	if notRun[code] {
 		_ = g.Idempotency.ReleaseIdempotency(done, ec.Org, ec.Subject.Ref, key) // a failed release leaves the key in use: safe
@@ -89,20 +92,6 @@ func (g *Gateway) InvokeIdempotent(ctx context.Context, ec identity.ExecContext,
 		g.Spool.Add(spool.Entry{Idempotency: &c})
 	}
 	return ans, nil
-}
-
-// answerOf encodes Invoke's result as the HTTP answer, with the error code ("" for 200).
-func answerOf(res *Result, err error) (Answer, string) {
-	if err == nil {
-		raw, _ := json.Marshal(res)
-		return Answer{Status: http.StatusOK, Body: raw}, ""
-	}
-	var ge *Error
-	if !errors.As(err, &ge) {
-		ge = &Error{Status: http.StatusInternalServerError, Code: "INTERNAL", Message: "internal error"}
-	}
-	raw, _ := json.Marshal(ge.Body())
-	return Answer{Status: ge.Status, Body: raw}, ge.Code
 }
 
 func auditIDOf(body json.RawMessage) string {

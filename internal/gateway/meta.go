@@ -7,11 +7,11 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"sort"
 	"strings"
 
 	"github.com/xemahq/xema/internal/catalog"
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/policy"
 	"github.com/xemahq/xema/internal/store"
@@ -251,14 +251,14 @@ func (g *Gateway) Describe(ctx context.Context, ec identity.ExecContext, req Des
 		})
 	}
 	if len(unknown) > 0 {
-		return nil, &Error{Status: http.StatusNotFound, Code: CodeUnknownCapability,
+		return nil, &Error{Kind: fault.NotFound, Code: CodeUnknownCapability,
 			Message: fmt.Sprintf("no capability %s", strings.Join(unknown, ", "))}
 	}
 	return out, nil
 }
 
 func badRequest(code, msg string) *Error {
-	return &Error{Status: http.StatusBadRequest, Code: code, Message: msg}
+	return &Error{Kind: fault.Invalid, Code: code, Message: msg}
 }
 
 func (g *Gateway) cursors() cursorSealer { return cursorSealer{key: g.CursorKey} }

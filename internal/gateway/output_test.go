@@ -3,11 +3,11 @@ package gateway
 import (
 	"encoding/json"
 	"errors"
-	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/xemahq/xema/internal/catalog"
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/inputschema"
 )
 
@@ -44,8 +44,8 @@ func TestCheckOutput(t *testing.T) {
 func TestInvalidOutputAnswer(t *testing.T) {
 	err := invalidOutput("t:c@1", []inputschema.Violation{{Path: "/total", Message: "got string, want integer"}})
 	e := providerError(err)
-	if e.Status != http.StatusBadGateway || e.Code != CodeInvalidOutput {
-		t.Fatalf("answer %d %s", e.Status, e.Code)
+	if e.Kind != fault.Provider || e.Code != CodeInvalidOutput {
+		t.Fatalf("answer %v %s", e.Kind, e.Code)
 	}
 	if !strings.Contains(e.Message, "/total") || len(e.Violations) != 1 || e.Violations[0].Path != "/total" {
 		t.Errorf("answer does not name the path: %+v", e)

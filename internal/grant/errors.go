@@ -2,8 +2,9 @@ package grant
 
 import (
 	"errors"
-	"net/http"
 	"strings"
+
+	"github.com/xemahq/xema/internal/fault"
 )
 
 // Sentinels every FieldError wraps, so callers can branch with errors.Is.
@@ -53,14 +54,13 @@ func (e *FieldError) Error() string {
 
 func (e *FieldError) Unwrap() error { return e.Err }
 
-// Status is the HTTP status the error answers with: 409 for a conflict, otherwise 400.
-// An unknown name inside the request body is a 400 like any other bad field (the issue's
-// "Bad input": each is a 400 or 409), not a 404: the URL addressed exists.
-func (e *FieldError) Status() int {
+// Kind is what the error is: a conflict, otherwise invalid. An unknown name inside the request
+// body is invalid like any other bad field, not "not found": the URL addressed exists.
+func (e *FieldError) Kind() fault.Kind {
 	if errors.Is(e.Err, ErrConflict) {
-		return http.StatusConflict
+		return fault.Conflict
 	}
-	return http.StatusBadRequest
+	return fault.Invalid
 }
 
 // Errors is every bad field found in one request, members in key order.
@@ -83,13 +83,14 @@ func (es Errors) Unwrap() []error {
 	return out
 }
 
-// Status is the most severe status among the errors.
-func (es Errors) Status() int {
-	status := http.StatusBadRequest
+// Kind is a conflict when any error is one, otherwise invalid.
+func (es Errors) Kind() fault.Kind {
 	for _, e := range es {
-		status = max(status, e.Status())
+		if e.Kind() == fault.Conflict {
+			return fault.Conflict
+		}
 	}
-	return status
+	return fault.Invalid
 }
 
 // err returns es as an error, or nil when empty (a nil Errors in an error is not nil).

@@ -2,9 +2,10 @@ package grant
 
 import (
 	"errors"
-	"net/http"
 	"reflect"
 	"testing"
+
+	"github.com/xemahq/xema/internal/fault"
 )
 
 func TestDecodeRequest(t *testing.T) {
@@ -61,8 +62,8 @@ func TestDecodeRequestErrors(t *testing.T) {
 			if fe.Path != tt.path || fe.Code != tt.code {
 				t.Errorf("error %q: path %q code %s, want path %q code %s", err, fe.Path, fe.Code, tt.path, tt.code)
 			}
-			if !errors.Is(err, ErrInvalid) || fe.Status() != http.StatusBadRequest {
-				t.Errorf("error %q: want ErrInvalid with status 400", err)
+			if !errors.Is(err, ErrInvalid) || fe.Kind() != fault.Invalid {
+				t.Errorf("error %q: want ErrInvalid of kind invalid", err)
 			}
 		})
 	}

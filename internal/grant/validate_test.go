@@ -2,10 +2,11 @@ package grant
 
 import (
 	"errors"
-	"net/http"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/xemahq/xema/internal/fault"
 )
 
 func validRequest(hash string) Request {
@@ -42,39 +43,39 @@ func TestValidateErrors(t *testing.T) {
 	}
 	const p = "/customize/kb:page.read@1"
 	tests := []struct {
-		name   string
-		req    Request
-		path   string
-		code   string
-		sent   error
-		status int
+		name string
+		req  Request
+		path string
+		code string
+		sent error
+		kind fault.Kind
 	}{
-		{"unknown version", Request{BiomeID: "demo", Version: "9.9.9", DigestHash: bv.DigestHash}, "/version", CodeUnknownBiomeVersion, ErrUnknown, 400},
-		{"unknown biome", Request{BiomeID: "nope", Version: "1.0.0", DigestHash: bv.DigestHash}, "/version", CodeUnknownBiomeVersion, ErrUnknown, 400},
-		{"stale digest", validRequest("sha256:old"), "/digestHash", CodeStaleDigest, ErrConflict, 409},
-		{"unknown profile", func() Request { r := validRequest(bv.DigestHash); r.Profile = "superuser"; return r }(), "/profile", CodeUnknownProfile, ErrUnknown, 400},
+		{"unknown version", Request{BiomeID: "demo", Version: "9.9.9", DigestHash: bv.DigestHash}, "/version", CodeUnknownBiomeVersion, ErrUnknown, fault.Invalid},
+		{"unknown biome", Request{BiomeID: "nope", Version: "1.0.0", DigestHash: bv.DigestHash}, "/version", CodeUnknownBiomeVersion, ErrUnknown, fault.Invalid},
+		{"stale digest", validRequest("sha256:old"), "/digestHash", CodeStaleDigest, ErrConflict, fault.Conflict},
+		{"unknown profile", func() Request { r := validRequest(bv.DigestHash); r.Profile = "superuser"; return r }(), "/profile", CodeUnknownProfile, ErrUnknown, fault.Invalid},
 		{"capability not required", func() Request {
 			r := validRequest(bv.DigestHash)
 			r.Customize = map[string]Customization{"kb:page.delete@1": {}}
 			return r
-		}(), "/customize/kb:page.delete@1", CodeUnknownCapability, ErrUnknown, 400},
-		{"unknown environment", custom(Customization{Environments: []string{"project", "prod"}}), p + "/environments/1", CodeUnknownEnvironment, ErrUnknown, 400},
-		{"glob does not compile", custom(Customization{Resources: []string{"kb/[pages"}}), p + "/resources/0", CodeInvalidGlob, ErrInvalid, 400},
-		{"unclosed alternatives", custom(Customization{Resources: []string{"ok/*", "kb/{a,b"}}), p + "/resources/1", CodeInvalidGlob, ErrInvalid, 400},
-		{"empty glob", custom(Customization{Resources: []string{""}}), p + "/resources/0", CodeInvalidGlob, ErrInvalid, 400},
-		{"subject without kind", custom(Customization{Subjects: []string{"bot"}}), p + "/subjects/0", CodeInvalidSubject, ErrInvalid, 400},
-		{"subject of unknown kind", custom(Customization{Subjects: []string{"agent:a", "team:x"}}), p + "/subjects/1", CodeInvalidSubject, ErrInvalid, 400},
-		{"subject with empty name", custom(Customization{Subjects: []string{"user:"}}), p + "/subjects/0", CodeInvalidSubject, ErrInvalid, 400},
-		{"subject with a space", custom(Customization{Subjects: []string{"group:a b"}}), p + "/subjects/0", CodeInvalidSubject, ErrInvalid, 400},
-		{"unknown audience", custom(Customization{Audience: []string{"top-secret"}}), p + "/audience/0", CodeInvalidValue, ErrInvalid, 400},
-		{"zero rate", custom(Customization{RateLimit: &Limit{0, "1m"}}), p + "/rateLimit/requests", CodeInvalidLimit, ErrInvalid, 400},
-		{"negative quota", custom(Customization{Quota: &Limit{-5, "24h"}}), p + "/quota/requests", CodeInvalidLimit, ErrInvalid, 400},
-		{"absurd rate", custom(Customization{RateLimit: &Limit{maxRateRequests + 1, "1s"}}), p + "/rateLimit/requests", CodeInvalidLimit, ErrInvalid, 400},
-		{"per not a duration", custom(Customization{RateLimit: &Limit{10, "minute"}}), p + "/rateLimit/per", CodeInvalidDuration, ErrInvalid, 400},
-		{"per in days", custom(Customization{Quota: &Limit{10, "1d"}}), p + "/quota/per", CodeInvalidDuration, ErrInvalid, 400},
-		{"per too short", custom(Customization{RateLimit: &Limit{10, "10ms"}}), p + "/rateLimit/per", CodeInvalidDuration, ErrInvalid, 400},
-		{"per negative", custom(Customization{RateLimit: &Limit{10, "-1m"}}), p + "/rateLimit/per", CodeInvalidDuration, ErrInvalid, 400},
-		{"per too long", custom(Customization{Quota: &Limit{10, "9000h"}}), p + "/quota/per", CodeInvalidDuration, ErrInvalid, 400},
+		}(), "/customize/kb:page.delete@1", CodeUnknownCapability, ErrUnknown, fault.Invalid},
+		{"unknown environment", custom(Customization{Environments: []string{"project", "prod"}}), p + "/environments/1", CodeUnknownEnvironment, ErrUnknown, fault.Invalid},
+		{"glob does not compile", custom(Customization{Resources: []string{"kb/[pages"}}), p + "/resources/0", CodeInvalidGlob, ErrInvalid, fault.Invalid},
+		{"unclosed alternatives", custom(Customization{Resources: []string{"ok/*", "kb/{a,b"}}), p + "/resources/1", CodeInvalidGlob, ErrInvalid, fault.Invalid},
+		{"empty glob", custom(Customization{Resources: []string{""}}), p + "/resources/0", CodeInvalidGlob, ErrInvalid, fault.Invalid},
+		{"subject without kind", custom(Customization{Subjects: []string{"bot"}}), p + "/subjects/0", CodeInvalidSubject, ErrInvalid, fault.Invalid},
+		{"subject of unknown kind", custom(Customization{Subjects: []string{"agent:a", "team:x"}}), p + "/subjects/1", CodeInvalidSubject, ErrInvalid, fault.Invalid},
+		{"subject with empty name", custom(Customization{Subjects: []string{"user:"}}), p + "/subjects/0", CodeInvalidSubject, ErrInvalid, fault.Invalid},
+		{"subject with a space", custom(Customization{Subjects: []string{"group:a b"}}), p + "/subjects/0", CodeInvalidSubject, ErrInvalid, fault.Invalid},
+		{"unknown audience", custom(Customization{Audience: []string{"top-secret"}}), p + "/audience/0", CodeInvalidValue, ErrInvalid, fault.Invalid},
+		{"zero rate", custom(Customization{RateLimit: &Limit{0, "1m"}}), p + "/rateLimit/requests", CodeInvalidLimit, ErrInvalid, fault.Invalid},
+		{"negative quota", custom(Customization{Quota: &Limit{-5, "24h"}}), p + "/quota/requests", CodeInvalidLimit, ErrInvalid, fault.Invalid},
+		{"absurd rate", custom(Customization{RateLimit: &Limit{maxRateRequests + 1, "1s"}}), p + "/rateLimit/requests", CodeInvalidLimit, ErrInvalid, fault.Invalid},
+		{"per not a duration", custom(Customization{RateLimit: &Limit{10, "minute"}}), p + "/rateLimit/per", CodeInvalidDuration, ErrInvalid, fault.Invalid},
+		{"per in days", custom(Customization{Quota: &Limit{10, "1d"}}), p + "/quota/per", CodeInvalidDuration, ErrInvalid, fault.Invalid},
+		{"per too short", custom(Customization{RateLimit: &Limit{10, "10ms"}}), p + "/rateLimit/per", CodeInvalidDuration, ErrInvalid, fault.Invalid},
+		{"per negative", custom(Customization{RateLimit: &Limit{10, "-1m"}}), p + "/rateLimit/per", CodeInvalidDuration, ErrInvalid, fault.Invalid},
+		{"per too long", custom(Customization{Quota: &Limit{10, "9000h"}}), p + "/quota/per", CodeInvalidDuration, ErrInvalid, fault.Invalid},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -89,8 +90,8 @@ func TestValidateErrors(t *testing.T) {
 			if fe.Path != tt.path || fe.Code != tt.code {
 				t.Errorf("error %q: path %q code %s, want path %q code %s", err, fe.Path, fe.Code, tt.path, tt.code)
 			}
-			if !errors.Is(err, tt.sent) || fe.Status() != tt.status {
-				t.Errorf("error %q: want %v with status %d, got status %d", err, tt.sent, tt.status, fe.Status())
+			if !errors.Is(err, tt.sent) || fe.Kind() != tt.kind {
+				t.Errorf("error %q: want %v of kind %v, got %v", err, tt.sent, tt.kind, fe.Kind())
 			}
 		})
 	}
@@ -113,8 +114,8 @@ func TestValidateStaleDigestHidesOtherErrors(t *testing.T) {
 	req.Profile = "nope"
 	_, err := Validate(req, &bv, DefaultEnvironments(), Builtin())
 	var es Errors
-	if !errors.As(err, &es) || len(es) != 1 || es.Status() != http.StatusConflict {
-		t.Errorf("err = %v, want exactly the 409", err)
+	if !errors.As(err, &es) || len(es) != 1 || es.Kind() != fault.Conflict {
+		t.Errorf("err = %v, want exactly the conflict", err)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/kernel"
 )
 
@@ -105,7 +106,7 @@ func (h HTTP) Run(ctx context.Context, call kernel.Call) (json.RawMessage, error
 		return nil, &Error{Code: CodeUnreachable, Message: "reading the provider's answer failed", Err: err}
 	}
 	if resp.StatusCode >= 300 && resp.StatusCode <= 399 { // a client that follows redirects is not ours
-		return nil, &Error{Status: http.StatusBadGateway, Code: CodeRedirect, ProviderStatus: resp.StatusCode,
+		return nil, &Error{Kind: fault.Provider, Code: CodeRedirect, ProviderStatus: resp.StatusCode,
 			Message: "provider answered a redirect; redirects are not followed"}
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {

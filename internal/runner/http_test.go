@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/xemahq/xema/internal/egress"
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/kernel"
 )
 
@@ -107,13 +108,13 @@ func TestHTTPRunnerEgress(t *testing.T) {
 	prod := egress.New(nil).Client(nil) // no loopback allowed
 	_, err := HTTP{Client: prod, URL: redirector.URL, Tokens: staticToken("t")}.Run(context.Background(), call)
 	var re *Error
-	if !errors.As(err, &re) || re.Code != CodeEgressDenied || re.Status != http.StatusBadGateway {
+	if !errors.As(err, &re) || re.Code != CodeEgressDenied || re.Kind != fault.Provider {
 		t.Fatalf("loopback under a production policy: %v", err)
 	}
 	dev := egress.New(egress.Loopback()).Client(nil)
 	aud := &audienceToken{}
 	_, err = HTTP{Client: dev, URL: redirector.URL + "/x", Tokens: aud}.Run(context.Background(), call)
-	if !errors.As(err, &re) || re.Code != CodeRedirect || re.Status != http.StatusBadGateway {
+	if !errors.As(err, &re) || re.Code != CodeRedirect || re.Kind != fault.Provider {
 		t.Fatalf("redirect: %v", err)
 	}
 	if second != 0 {

@@ -3,10 +3,10 @@ package runner
 import (
 	"context"
 	"errors"
-	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/kernel"
 )
 
@@ -22,7 +22,7 @@ func TestKernelErrorTextIsNotAnswered(t *testing.T) {
 	}{
 		{"untyped Go error", internal, CodeHandlerFailed, MessageHandlerFailed},
 		{"wrapped Go error", errors.Join(errors.New("publish"), internal), CodeHandlerFailed, MessageHandlerFailed},
-		{"typed client error", ClientError(http.StatusConflict, "CONFLICT", "biome %s exists", "acme"), "CONFLICT", "biome acme exists"},
+		{"typed client error", fault.New(fault.Conflict, "CONFLICT", "biome %s exists", "acme"), "CONFLICT", "biome acme exists"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := Kernel{Handler: func(context.Context, kernel.Call) (any, error) { return nil, tc.err }}

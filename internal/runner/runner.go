@@ -8,10 +8,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 
 	"github.com/xemahq/xema/internal/egress"
-	"github.com/xemahq/xema/internal/inputschema"
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/kernel"
 )
 
@@ -32,11 +31,11 @@ const (
 // mapping applies). what names the destination for the message ("provider", "gitlab").
 func TransportError(what string, err error) *Error {
 	if de, ok := egress.Denied(err); ok {
-		return &Error{Status: http.StatusBadGateway, Code: CodeEgressDenied, Err: err,
+		return &Error{Kind: fault.Provider, Code: CodeEgressDenied, Err: err,
 			Message: fmt.Sprintf("%s: the gateway refuses to connect to %s (%s)", what, de.Addr, de.Reason)}
 	}
 	if egress.Redirected(err) {
-		return &Error{Status: http.StatusBadGateway, Code: CodeRedirect, Err: err,
+		return &Error{Kind: fault.Provider, Code: CodeRedirect, Err: err,
 			Message: what + " answered a redirect; redirects are not followed"}
 	}
 	return nil
@@ -45,23 +44,9 @@ func TransportError(what string, err error) *Error {
 // MessageHandlerFailed is all a caller learns of a kernel handler's untyped error.
 const MessageHandlerFailed = "the capability's handler failed; the operator's log has the detail under this call's auditId"
 
-// Error is a typed run failure. Message is safe to show to the caller: a fixed sentence of
-// this package or one a handler wrote for its caller (ClientError), never an error's text.
-// Err holds the underlying error for the log only.
-type Error struct {
-	Code           string
-	Message        string
-	ProviderStatus int // HTTP status the provider answered, when there was one
-	// Status, when set by a kernel handler, is the HTTP status to answer (a client error such
-	// as 400, 404 or 409 rather than a provider failure).
-	Status int
-	// Violations name each bad field of a client error by JSON pointer.
-	Violations []inputschema.Violation
-	Err        error
-}
-
-func (e *Error) Error() string { return e.Code + ": " + e.Message }
-func (e *Error) Unwrap() error { return e.Err }
+// Error is a typed run failure: the domain's error type. A runner's error that names no
+// Kind is a provider failure.
+type Error = fault.Error
 
 // Runner runs one call.
 type Runner interface {
@@ -92,10 +77,4 @@ func (k Kernel) Run(ctx context.Context, call kernel.Call) (json.RawMessage, err
 		return nil, &Error{Code: CodeHandlerFailed, Message: "handler output is not JSON", Err: err}
 	}
 	return raw, nil
-}
-
-// ClientError is what a kernel handler returns for a bad request it can name: the caller
-// gets status and code as they are.
-func ClientError(status int, code, format string, args ...any) *Error {
-	return &Error{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/xemahq/xema/internal/admin"
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
 )
 
@@ -32,7 +33,7 @@ func (s *Server) postGrant(c echo.Context) error {
 	status := http.StatusCreated
 	for k, vs := range c.QueryParams() {
 		if len(vs) != 1 {
-			return &gateway.Error{Status: http.StatusBadRequest, Code: "INVALID_REQUEST", Message: fmt.Sprintf("query parameter %q given %d times, want once", k, len(vs))}
+			return &gateway.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: fmt.Sprintf("query parameter %q given %d times, want once", k, len(vs))}
 		}
 		switch {
 		case k == "dryRun" && (vs[0] == "true" || vs[0] == "false"):
@@ -43,9 +44,9 @@ func (s *Server) postGrant(c echo.Context) error {
 		case k == "since":
 			input["since"], _ = json.Marshal(vs[0]) // a string always encodes
 		case k == "dryRun":
-			return &gateway.Error{Status: http.StatusBadRequest, Code: "INVALID_REQUEST", Message: fmt.Sprintf("query parameter dryRun=%q: want true or false", vs[0])}
+			return &gateway.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: fmt.Sprintf("query parameter dryRun=%q: want true or false", vs[0])}
 		default:
-			return &gateway.Error{Status: http.StatusBadRequest, Code: "INVALID_REQUEST", Message: fmt.Sprintf("unknown query parameter %q; want dryRun, since", k)}
+			return &gateway.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: fmt.Sprintf("unknown query parameter %q; want dryRun, since", k)}
 		}
 	}
 	raw, err := json.Marshal(input)
@@ -62,7 +63,7 @@ func (s *Server) lookupRoute(ref string) echo.HandlerFunc {
 		input := map[string]string{}
 		for k, vs := range c.QueryParams() {
 			if k != "biomeId" || len(vs) != 1 {
-				return &gateway.Error{Status: http.StatusBadRequest, Code: "INVALID_REQUEST",
+				return &gateway.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST",
 					Message: fmt.Sprintf("query parameter %q: only biomeId, once, is accepted", k)}
 			}
 			input[k] = vs[0]

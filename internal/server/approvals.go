@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/xemahq/xema/internal/approval"
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
 )
 
@@ -33,7 +34,7 @@ func (s *Server) listApprovals(c echo.Context) error {
 		case !approvalFilters[k]:
 			unknown = append(unknown, k)
 		case len(vs) != 1:
-			return &gateway.Error{Status: http.StatusBadRequest, Code: "INVALID_REQUEST",
+			return &gateway.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST",
 				Message: fmt.Sprintf("query parameter %q given %d times, want once", k, len(vs))}
 		default:
 			input[k] = vs[0]
@@ -41,7 +42,7 @@ func (s *Server) listApprovals(c echo.Context) error {
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return &gateway.Error{Status: http.StatusBadRequest, Code: "INVALID_REQUEST",
+		return &gateway.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST",
 			Message: fmt.Sprintf("unknown query parameter(s) %s; want status, biome, ref, requester", strings.Join(unknown, ", "))}
 	}
 	raw, _ := json.Marshal(input) // a map of strings always encodes
@@ -83,7 +84,7 @@ func (s *Server) kernelCall(c echo.Context, ref string, input json.RawMessage, s
 // invocation is GET /v1/invocations/{id}: a held call's status and, once run, its output.
 func (s *Server) invocation(c echo.Context) error {
 	if s.Approvals == nil {
-		return &gateway.Error{Status: http.StatusNotFound, Code: approval.CodeNotFound, Message: "no approvals on this gateway"}
+		return &gateway.Error{Kind: fault.NotFound, Code: approval.CodeNotFound, Message: "no approvals on this gateway"}
 	}
 	v, err := s.Approvals.Invocation(c.Request().Context(), execOf(c), c.Param("id"))
 	if err != nil {

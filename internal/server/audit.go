@@ -7,6 +7,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/xemahq/xema/internal/audit"
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/store"
@@ -26,12 +27,12 @@ func (s *Server) auditRoutes(g *echo.Group) {
 func (s *Server) loadAudit(c echo.Context) (store.AuditRecord, error) {
 	id := c.Param("id")
 	rec, err := s.Gateway.Audit.Store.GetAudit(c.Request().Context(), id)
-	notFound := &gateway.Error{Status: http.StatusNotFound, Code: "UNKNOWN_AUDIT_ID", Message: "no audit record " + id}
+	notFound := &gateway.Error{Kind: fault.NotFound, Code: "UNKNOWN_AUDIT_ID", Message: "no audit record " + id}
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return rec, notFound
 	case err != nil:
-		return rec, &gateway.Error{Status: http.StatusServiceUnavailable, Code: gateway.CodeStoreUnavailable, Message: "audit log unavailable"}
+		return rec, &gateway.Error{Kind: fault.Unavailable, Code: gateway.CodeStoreUnavailable, Message: "audit log unavailable"}
 	}
 	ec := execOf(c)
 	if !s.mayRead(ec, rec) {
@@ -69,7 +70,7 @@ func (s *Server) whyDenied(c echo.Context) error {
 	}
 	d, ok := audit.WhyDenied(rec)
 	if !ok {
-		return &gateway.Error{Status: http.StatusConflict, Code: "NOT_A_DENIAL",
+		return &gateway.Error{Kind: fault.Conflict, Code: "NOT_A_DENIAL",
 			Message: "audit record " + rec.ID + " is a " + rec.Decision + " decision, not a denial"}
 	}
 	return c.JSON(http.StatusOK, d)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/xemahq/xema/internal/approval"
 	"github.com/xemahq/xema/internal/audit"
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/grant"
 	"github.com/xemahq/xema/internal/store"
@@ -39,7 +40,7 @@ type AuditPage struct {
 }
 
 func badParam(name, msg string) error {
-	return &gateway.Error{Status: http.StatusBadRequest, Code: "INVALID_REQUEST",
+	return &gateway.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST",
 		Message: fmt.Sprintf("query parameter %q: %s", name, msg)}
 }
 
@@ -66,7 +67,7 @@ func (s *Server) auditSearch(c echo.Context) error {
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return &gateway.Error{Status: http.StatusBadRequest, Code: "INVALID_REQUEST",
+		return &gateway.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST",
 			Message: fmt.Sprintf("unknown query parameter(s) %s; want %s", strings.Join(unknown, ", "), strings.Join(auditSearchParams, ", "))}
 	}
 	for _, k := range []string{"ref", "subject", "reason", "parent"} {
@@ -134,7 +135,7 @@ func (s *Server) auditSearch(c echo.Context) error {
 	f.Limit++ // one more tells whether there is a next page
 	recs, err := s.Gateway.Audit.Store.ListAudit(c.Request().Context(), f)
 	if err != nil {
-		return &gateway.Error{Status: http.StatusServiceUnavailable, Code: gateway.CodeStoreUnavailable, Message: "audit log unavailable"}
+		return &gateway.Error{Kind: fault.Unavailable, Code: gateway.CodeStoreUnavailable, Message: "audit log unavailable"}
 	}
 	if len(recs) > want {
 		recs = recs[:want]

@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/xemahq/xema/internal/buildinfo"
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
 )
@@ -39,7 +40,7 @@ func (s *Server) MCPHandler() http.Handler {
 		"With idempotencyKey, a retry with the same key returns the first call's answer instead of running it again.", invokeSchema,
 		func(ctx context.Context, ec identity.ExecContext, req mcpInvoke) (json.RawMessage, error) {
 			if len(req.Input) == 0 {
-				return nil, &gateway.Error{Status: http.StatusBadRequest, Code: "INVALID_REQUEST", Message: "missing required field /input"}
+				return nil, &gateway.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: "missing required field /input"}
 			}
 			call := gateway.Request{Ref: req.Ref, Input: req.Input}
 			if req.IdempotencyKey == nil {
@@ -49,7 +50,7 @@ func (s *Server) MCPHandler() http.Handler {
 				}
 				return json.Marshal(res)
 			}
-			ans, err := gw.InvokeIdempotent(ctx, ec, call, *req.IdempotencyKey)
+			ans, err := gw.InvokeIdempotent(ctx, ec, call, *req.IdempotencyKey, answerOf)
 			if err != nil {
 				return nil, err
 			}
@@ -78,13 +79,13 @@ func (s *Server) authenticateMCP(next http.Handler) http.Handler {
 		if err != nil {
 			var ge *gateway.Error
 			if !errors.As(s.unauthenticated(r, "/mcp", err), &ge) {
-				ge = &gateway.Error{Status: http.StatusInternalServerError, Code: "INTERNAL", Message: "internal error"}
+				ge = &gateway.Error{Kind: fault.Internal, Code: "INTERNAL", Message: "internal error"}
 			}
-			if ge.Status == http.StatusUnauthorized {
+			if ge.Kind == fault.Unauthenticated {
 				s.challenge(w, r)
 			}
 			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(ge.Status)
+			w.WriteHeader(statusOf(ge.Kind))
 			_ = json.NewEncoder(w).Encode(ge.Body())
 			return
 		}
@@ -139,7 +140,7 @@ func addTool[Req, Res any](srv *mcp.Server, name, description string, schema jso
 		func(ctx context.Context, call *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			ec, ok := execFromMCP(call)
 			if !ok {
-				return toolError(&gateway.Error{Status: http.StatusUnauthorized, Code: gateway.CodeUnauthenticated, Message: "no verified caller"}), nil
+				return toolError(&gateway.Error{Kind: fault.Unauthenticated, Code: gateway.CodeUnauthenticated, Message: "no verified caller"}), nil
 			}
 			var req Req
 			args := call.Params.Arguments
@@ -149,7 +150,7 @@ func addTool[Req, Res any](srv *mcp.Server, name, description string, schema jso
 			dec := json.NewDecoder(bytes.NewReader(args))
 			dec.DisallowUnknownFields()
 			if err := dec.Decode(&req); err != nil {
-				return toolError(&gateway.Error{Status: http.StatusBadRequest, Code: "MALFORMED_ARGUMENTS", Message: "arguments: " + jsonError(err)}), nil
+				return toolError(&gateway.Error{Kind: fault.Invalid, Code: "MALFORMED_ARGUMENTS", Message: "arguments: " + jsonError(err)}), nil
 			}
 			res, err := tool(ctx, ec, req)
 			if err != nil {
@@ -179,7 +180,7 @@ func toolError(err error) *mcp.CallToolResult {
 	}
 	var ge *gateway.Error
 	if !errors.As(err, &ge) {
-		ge = &gateway.Error{Status: http.StatusInternalServerError, Code: "INTERNAL", Message: "internal error"}
+		ge = &gateway.Error{Kind: fault.Internal, Code: "INTERNAL", Message: "internal error"}
 	}
 	raw, _ := json.Marshal(ge.Body())
 	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: string(raw)}}}

@@ -18,14 +18,15 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/xemahq/xema/internal/approval"
 	"github.com/xemahq/xema/internal/console"
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/telemetry"
 	"github.com/xemahq/xema/schemas"
-	"go.opentelemetry.io/otel/attribute"
 )
 
 // MaxBodyBytes is the documented limit of a request body.
@@ -118,7 +119,7 @@ func (s *Server) router() *echo.Echo {
 
 func (s *Server) metrics(c echo.Context) error {
 	if !slices.Contains(s.MetricsReaders, execOf(c).Subject.Ref) {
-		return &gateway.Error{Status: http.StatusForbidden, Code: gateway.CodeDenied,
+		return &gateway.Error{Kind: fault.Denied, Code: gateway.CodeDenied,
 			Message: "metrics are served only to the subjects the operator names (xema serve --metrics-reader), or on --metrics-addr"}
 	}
 	MetricsHandler().ServeHTTP(c.Response(), c.Request())
@@ -146,7 +147,7 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		ec, err := s.verify(c.Request())
 		if err != nil {
 			answer := s.unauthenticated(c.Request(), c.Path(), err)
-			if ge, ok := answer.(*gateway.Error); ok && ge.Status == http.StatusUnauthorized {
+			if ge, ok := answer.(*gateway.Error); ok && ge.Kind == fault.Unauthenticated {
 				s.challenge(c.Response(), c.Request())
 			}
 			return answer
@@ -183,7 +184,7 @@ func (s *Server) unauthenticated(r *http.Request, route string, err error) error
 		return aerr
 	}
 	slog.Debug("unauthenticated request", "route", route, "reason", reason, "auditId", id)
-	return &gateway.Error{Status: http.StatusUnauthorized, Code: gateway.CodeUnauthenticated, Message: err.Error(), AuditID: id}
+	return &gateway.Error{Kind: fault.Unauthenticated, Code: gateway.CodeUnauthenticated, Message: err.Error(), AuditID: id}
 }
 
 func execOf(c echo.Context) identity.ExecContext {
@@ -197,24 +198,24 @@ func bind(c echo.Context, v any) error {
 	ct := c.Request().Header.Get("Content-Type")
 	mt, _, err := mime.ParseMediaType(ct)
 	if err != nil || mt != "application/json" {
-		return &gateway.Error{Status: http.StatusUnsupportedMediaType, Code: "UNSUPPORTED_MEDIA_TYPE",
+		return &gateway.Error{Kind: fault.UnsupportedMedia, Code: "UNSUPPORTED_MEDIA_TYPE",
 			Message: fmt.Sprintf("Content-Type must be application/json, got %q", ct)}
 	}
 	body, err := io.ReadAll(io.LimitReader(c.Request().Body, MaxBodyBytes+1))
 	if err != nil {
-		return &gateway.Error{Status: http.StatusBadRequest, Code: "BAD_REQUEST", Message: "reading the body failed"}
+		return &gateway.Error{Kind: fault.Invalid, Code: "BAD_REQUEST", Message: "reading the body failed"}
 	}
 	if len(body) > MaxBodyBytes {
-		return &gateway.Error{Status: http.StatusRequestEntityTooLarge, Code: "BODY_TOO_LARGE",
+		return &gateway.Error{Kind: fault.TooLarge, Code: "BODY_TOO_LARGE",
 			Message: fmt.Sprintf("body exceeds %d bytes", MaxBodyBytes)}
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return &gateway.Error{Status: http.StatusBadRequest, Code: "MALFORMED_JSON", Message: "malformed request body: " + jsonError(err)}
+		return &gateway.Error{Kind: fault.Invalid, Code: "MALFORMED_JSON", Message: "malformed request body: " + jsonError(err)}
 	}
 	if dec.More() {
-		return &gateway.Error{Status: http.StatusBadRequest, Code: "MALFORMED_JSON", Message: "malformed request body: more than one JSON value"}
+		return &gateway.Error{Kind: fault.Invalid, Code: "MALFORMED_JSON", Message: "malformed request body: more than one JSON value"}
 	}
 	return nil
 }
@@ -248,7 +249,7 @@ func httpError(err error, c echo.Context) {
 		if ge.RetryAfter > 0 {
 			c.Response().Header().Set("Retry-After", fmt.Sprint(ge.RetryAfter))
 		}
-		_ = c.JSON(ge.Status, ge.Body())
+		_ = c.JSON(statusOf(ge.Kind), ge.Body())
 	case errors.As(err, &he):
 		_ = c.JSON(he.Code, errorBody{Code: strings.ToUpper(strings.ReplaceAll(http.StatusText(he.Code), " ", "_")), Message: fmt.Sprint(he.Message)})
 	default:
@@ -264,13 +265,13 @@ func (s *Server) invoke(c echo.Context) error {
 		return err
 	}
 	if req.Ref == "" {
-		return &gateway.Error{Status: http.StatusBadRequest, Code: "INVALID_REQUEST", Message: "missing required field /ref"}
+		return &gateway.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: "missing required field /ref"}
 	}
 	if len(req.Input) == 0 {
-		return &gateway.Error{Status: http.StatusBadRequest, Code: "INVALID_REQUEST", Message: "missing required field /input"}
+		return &gateway.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: "missing required field /input"}
 	}
 	if key := c.Request().Header.Get(IdempotencyHeader); key != "" {
-		ans, err := s.Gateway.InvokeIdempotent(c.Request().Context(), execOf(c), req, key)
+		ans, err := s.Gateway.InvokeIdempotent(c.Request().Context(), execOf(c), req, key, answerOf)
 		if err != nil {
 			return err
 		}

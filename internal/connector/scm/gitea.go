@@ -7,6 +7,7 @@ import (
 	"net/url"
 
 	"github.com/xemahq/xema/internal/connector"
+	"github.com/xemahq/xema/internal/fault"
 )
 
 // gitea follows the Gitea API v1 (tested against a real Gitea 1.26.0): the base URL is the
@@ -35,10 +36,10 @@ func (gitea) create(ctx context.Context, t connector.Target, repo connector.Repo
 	switch r.Status {
 	case http.StatusCreated:
 	case http.StatusConflict:
-		return ChangeRequest{}, connector.ClientFailure(r, http.StatusConflict, connector.CodeChangeRequestExists,
+		return ChangeRequest{}, connector.ClientFailure(r, fault.Conflict, connector.CodeChangeRequestExists,
 			"an open change request for these branches already exists")
 	case http.StatusNotFound:
-		return ChangeRequest{}, connector.ClientFailure(r, http.StatusNotFound, connector.CodeBranchNotFound,
+		return ChangeRequest{}, connector.ClientFailure(r, fault.NotFound, connector.CodeBranchNotFound,
 			"the source or target branch (or the bound repository) does not exist")
 	default:
 		return ChangeRequest{}, giteaFailure(r)

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/xemahq/xema/internal/connector"
+	"github.com/xemahq/xema/internal/fault"
 )
 
 // github follows the GitHub REST API, version 2022-11-28: the base URL is the API root
@@ -49,16 +50,16 @@ func githubFailure(r *connector.Response) error {
 		for _, e := range body.Errors {
 			switch {
 			case strings.Contains(e.Message, "already exists"):
-				return connector.ClientFailure(r, http.StatusConflict, connector.CodeChangeRequestExists,
+				return connector.ClientFailure(r, fault.Conflict, connector.CodeChangeRequestExists,
 					"an open change request for these branches already exists")
 			case (e.Field == "head" || e.Field == "base") && e.Code == "invalid":
-				return connector.ClientFailure(r, http.StatusNotFound, connector.CodeBranchNotFound,
+				return connector.ClientFailure(r, fault.NotFound, connector.CodeBranchNotFound,
 					fmt.Sprintf("the %s branch does not exist in the bound repository", branchSide(e.Field)))
 			}
 		}
 	}
 	if r.Status == http.StatusNotFound {
-		return connector.ClientFailure(r, http.StatusNotFound, connector.CodeRepositoryNotFound,
+		return connector.ClientFailure(r, fault.NotFound, connector.CodeRepositoryNotFound,
 			"github does not know the bound repository (or the credential cannot see it)")
 	}
 	return connector.Failure("github", r)

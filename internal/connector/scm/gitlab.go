@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/xemahq/xema/internal/connector"
+	"github.com/xemahq/xema/internal/fault"
 )
 
 // gitlab follows the GitLab REST API v4: the base URL is the instance root
@@ -77,13 +78,13 @@ func (gitlab) create(ctx context.Context, t connector.Target, repo connector.Rep
 		msg := gitlabMessage(r)
 		switch {
 		case r.Status == http.StatusConflict:
-			return ChangeRequest{}, connector.ClientFailure(r, http.StatusConflict, connector.CodeChangeRequestExists,
+			return ChangeRequest{}, connector.ClientFailure(r, fault.Conflict, connector.CodeChangeRequestExists,
 				"an open change request for these branches already exists")
 		case strings.Contains(msg, "branch") && (r.Status == http.StatusNotFound || r.Status == http.StatusUnprocessableEntity || r.Status == http.StatusBadRequest):
-			return ChangeRequest{}, connector.ClientFailure(r, http.StatusNotFound, connector.CodeBranchNotFound,
+			return ChangeRequest{}, connector.ClientFailure(r, fault.NotFound, connector.CodeBranchNotFound,
 				"the source or target branch does not exist in the bound repository")
 		case r.Status == http.StatusNotFound:
-			return ChangeRequest{}, connector.ClientFailure(r, http.StatusNotFound, connector.CodeRepositoryNotFound,
+			return ChangeRequest{}, connector.ClientFailure(r, fault.NotFound, connector.CodeRepositoryNotFound,
 				"gitlab does not know the bound project (or the credential cannot see it)")
 		}
 		return ChangeRequest{}, gitlabFailure(r)

@@ -14,6 +14,7 @@ import (
 	"strconv"
 
 	"github.com/xemahq/xema/internal/connector"
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/kernel"
 )
 
@@ -136,10 +137,10 @@ func mergeRefusal(r *connector.Response, number int, why string, fail func(*conn
 	case r.Status == http.StatusOK:
 		return nil
 	case r.Status == http.StatusNotFound:
-		return connector.ClientFailure(r, http.StatusNotFound, connector.CodeNotFound,
+		return connector.ClientFailure(r, fault.NotFound, connector.CodeNotFound,
 			fmt.Sprintf("no change request %d in the bound repository", number))
 	case slices.Contains(refused, r.Status):
-		return connector.ClientFailure(r, http.StatusConflict, connector.CodeNotMergeable,
+		return connector.ClientFailure(r, fault.Conflict, connector.CodeNotMergeable,
 			fmt.Sprintf("change request %d cannot be merged (%s)", number, why))
 	}
 	return fail(r)

@@ -24,6 +24,7 @@ import (
 	"github.com/xemahq/xema/internal/connector"
 	"github.com/xemahq/xema/internal/connector/scm"
 	"github.com/xemahq/xema/internal/credential"
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/kernel"
 	"github.com/xemahq/xema/internal/runner"
 )
@@ -237,20 +238,20 @@ func TestSameRecordEveryProvider(t *testing.T) {
 			}
 			for _, tc := range []struct {
 				name, ref, tok, input, mode, want string
-				status                            int
+				kind                              fault.Kind
 			}{
-				{"exists", scm.RefCreatePullRequest, token, create, "", connector.CodeChangeRequestExists, 409},
-				{"no branch", scm.RefCreatePullRequest, token, `{"sourceBranch":"nope","targetBranch":"main","title":"t"}`, "", connector.CodeBranchNotFound, 404},
-				{"bad credential", scm.RefCreatePullRequest, "wrong", create, "", connector.CodeCredentialRejected, 502},
-				{"rate limited", scm.RefCreatePullRequest, token, create, "ratelimit", connector.CodeRateLimited, 429},
-				{"secondary rate limit", scm.RefCreatePullRequest, token, create, "secondary", connector.CodeRateLimited, 429},
-				{"merge unknown", scm.RefMerge, token, `{"externalId":"99"}`, "", connector.CodeNotFound, 404},
+				{"exists", scm.RefCreatePullRequest, token, create, "", connector.CodeChangeRequestExists, fault.Conflict},
+				{"no branch", scm.RefCreatePullRequest, token, `{"sourceBranch":"nope","targetBranch":"main","title":"t"}`, "", connector.CodeBranchNotFound, fault.NotFound},
+				{"bad credential", scm.RefCreatePullRequest, "wrong", create, "", connector.CodeCredentialRejected, fault.Provider},
+				{"rate limited", scm.RefCreatePullRequest, token, create, "ratelimit", connector.CodeRateLimited, fault.RateLimited},
+				{"secondary rate limit", scm.RefCreatePullRequest, token, create, "secondary", connector.CodeRateLimited, fault.RateLimited},
+				{"merge unknown", scm.RefMerge, token, `{"externalId":"99"}`, "", connector.CodeNotFound, fault.NotFound},
 			} {
 				f.mode = tc.mode
 				_, err := call(t, provider, tc.ref, srv.URL, tc.tok, tc.input)
 				var re *runner.Error
-				if !errors.As(err, &re) || re.Code != tc.want || re.Status != tc.status || strings.Contains(re.Message, token) {
-					t.Errorf("%s: %v (status %d), want %s %d", tc.name, err, statusOf(err), tc.want, tc.status)
+				if !errors.As(err, &re) || re.Code != tc.want || re.Kind != tc.kind || strings.Contains(re.Message, token) {
+					t.Errorf("%s: %v (kind %v), want %s %v", tc.name, err, kindOf(err), tc.want, tc.kind)
 				}
 			}
 			f.mode = ""
@@ -265,12 +266,12 @@ func TestSameRecordEveryProvider(t *testing.T) {
 	}
 }
 
-func statusOf(err error) int {
+func kindOf(err error) fault.Kind {
 	var re *runner.Error
 	if errors.As(err, &re) {
-		return re.Status
+		return re.Kind
 	}
-	return 0
+	return fault.Internal
 }
 
 // TestUnreachableHidesURL: a transport failure never carries the URL (Telegram keeps the

@@ -14,6 +14,7 @@ import (
 
 	"github.com/xemahq/xema/internal/connector"
 	"github.com/xemahq/xema/internal/connector/scm"
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/kernel"
 )
 
@@ -69,7 +70,7 @@ func Handlers(provider string) map[string]connector.Handler {
 		switch r.Status {
 		case http.StatusCreated:
 		case http.StatusNotFound, http.StatusGone:
-			return nil, connector.ClientFailure(r, http.StatusNotFound, connector.CodeRepositoryNotFound,
+			return nil, connector.ClientFailure(r, fault.NotFound, connector.CodeRepositoryNotFound,
 				provider+" does not know the bound repository or its issues are disabled")
 		default:
 			return nil, connector.Failure(provider, r)

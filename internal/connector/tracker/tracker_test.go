@@ -29,6 +29,7 @@ import (
 	"github.com/xemahq/xema/internal/connector"
 	"github.com/xemahq/xema/internal/connector/tracker"
 	"github.com/xemahq/xema/internal/credential"
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/kernel"
 	"github.com/xemahq/xema/internal/runner"
 )
@@ -164,15 +165,15 @@ func TestCreateIssueGitHubGitLab(t *testing.T) {
 
 			for _, c := range []struct {
 				name, tok, repo, want string
-				status                int
+				kind                  fault.Kind
 			}{
-				{"bad credential", "wrong", "acme/app", connector.CodeCredentialRejected, http.StatusBadGateway},
-				{"unknown repository", token, "acme/nope", connector.CodeRepositoryNotFound, http.StatusNotFound},
+				{"bad credential", "wrong", "acme/app", connector.CodeCredentialRejected, fault.Provider},
+				{"unknown repository", token, "acme/nope", connector.CodeRepositoryNotFound, fault.NotFound},
 			} {
 				_, err := create(t, tc.provider, srv.URL, c.tok, c.repo, input)
 				var re *runner.Error
-				if !errors.As(err, &re) || re.Code != c.want || re.Status != c.status || strings.Contains(re.Error(), token) {
-					t.Errorf("%s: %v, want %s %d", c.name, err, c.want, c.status)
+				if !errors.As(err, &re) || re.Code != c.want || re.Kind != c.kind || strings.Contains(re.Error(), token) {
+					t.Errorf("%s: %v, want %s %v", c.name, err, c.want, c.kind)
 				}
 			}
 			if tc.provider == "github" {

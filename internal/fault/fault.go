@@ -1,0 +1,69 @@
+// Package fault holds the domain's error type: what went wrong (a Kind), a stable code, a
+// message safe to show the caller, and the fields at fault. Domain packages (gateway, runners,
+// catalog, grant, bindings, federation) say what kind of failure they return; the edge
+// (internal/server) alone maps a kind to an HTTP status or an MCP error, once, as OPA's
+// v1/server/writer does.
+package fault
+
+import (
+	"fmt"
+
+	"github.com/xemahq/xema/internal/inputschema"
+)
+
+// Kind is what went wrong, as the caller needs to know it.
+type Kind uint8
+
+// The kinds. Zero is Internal: an error that never said what it is must not pass for a
+// client error.
+const (
+	Internal        Kind = iota // a bug or an unexpected state: nothing the caller can fix
+	Invalid                     // the request is malformed or breaks a rule (fields named)
+	Unauthenticated             // no or an invalid credential
+	Denied                      // the policy refused the caller
+	NotFound                    // nothing by that name the caller may see
+	Conflict                    // the request contradicts the stored state
+	Gone                        // it existed and never will again (an expired approval)
+	TooLarge                    // a body over the limit
+	UnsupportedMedia            // a body of a media type not accepted
+	Unprocessable               // well-formed but not acceptable (an idempotency key reused)
+	RateLimited                 // over a rate limit or quota
+	Pending                     // accepted, waiting for a person's approval
+	NotImplemented              // the gateway cannot do this here
+	Provider                    // a provider (http, connector, MCP server) failed or misbehaved
+	Unavailable                 // a dependency (store, policy, capacity) is unavailable; retry
+	Timeout                     // a provider did not answer in time
+)
+
+var names = [...]string{"internal", "invalid", "unauthenticated", "denied", "not-found", "conflict", "gone",
+	"too-large", "unsupported-media", "unprocessable", "rate-limited", "pending", "not-implemented", "provider",
+	"unavailable", "timeout"}
+
+func (k Kind) String() string {
+	if int(k) < len(names) {
+		return names[k]
+	}
+	return fmt.Sprintf("kind(%d)", k)
+}
+
+// Error is a typed failure of a runner, a handler or a domain operation. Message is safe to
+// show the caller (a fixed sentence or one written for them, never an error's text); Err
+// holds the underlying error for the log only.
+type Error struct {
+	Kind    Kind
+	Code    string
+	Message string
+	// ProviderStatus is the HTTP status a provider answered, when there was one.
+	ProviderStatus int
+	// Violations name each bad field by JSON pointer.
+	Violations []inputschema.Violation
+	Err        error
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+func (e *Error) Unwrap() error { return e.Err }
+
+// New is a failure of kind with a code and a message written for the caller.
+func New(kind Kind, code, format string, args ...any) *Error {
+	return &Error{Kind: kind, Code: code, Message: fmt.Sprintf(format, args...)}
+}
