@@ -5,10 +5,14 @@ BIN := bin/xema
 BUILDINFO := github.com/xemahq/xema/internal/buildinfo
 LDFLAGS := -X $(BUILDINFO).commit=$(shell git rev-parse HEAD 2>/dev/null) -X $(BUILDINFO).version=$(shell git describe --tags --always --dirty 2>/dev/null)
 
-.PHONY: build run test lint bench policy-test fuzz
+.PHONY: build run test lint bench policy-test fuzz bundle cover
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/xema
+
+# The demo bundle (bundles/README.md): the Rego of policies/ with bundles/demo/data.json.
+bundle: build
+	./$(BIN) bundle build -o bundles/demo.tar.gz --data bundles/demo/data.json --revision demo
 
 run: build
 	./$(BIN) serve --addr 127.0.0.1:8181 --data-dir .xema --biomes biomes --dev-grant demo
@@ -16,9 +20,17 @@ run: build
 test: build policy-test
 	$(GO) test -count=1 -timeout 30m ./...
 
-lint:
+# golangci-lint at a pinned version (config: .golangci.yml), installed into bin/ on first use.
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT := bin/golangci-lint-$(GOLANGCI_LINT_VERSION)/golangci-lint
+
+$(GOLANGCI_LINT):
+	GOBIN=$(abspath $(dir $@)) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+
+lint: $(GOLANGCI_LINT)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
+	$(GOLANGCI_LINT) run --timeout 15m ./...
 
 # The stock opa of the version in go.mod, for the load run's comparison.
 OPA := bin/opa-$(shell $(GO) list -m -f '{{.Version}}' github.com/open-policy-agent/opa)
@@ -34,3 +46,21 @@ bench: build $(OPA)
 policy-test:
 	$(GO) tool opa test policies/ --coverage --threshold 90 > /dev/null
 	$(GO) tool opa test policies/
+
+# Go statement coverage of the module's own packages (cmd/, internal/, schemas/), printed
+# twice over one denominator (tools/cover/percent.awk): from the unit tests alone (every
+# package but test/), then from the unit tests and the e2e suite run against a cover-built
+# binary (XEMA_E2E_BIN, GOCOVERDIR). Rego coverage is policy-test's, not counted here.
+# E2E_RUN narrows the e2e run (a go test -run pattern).
+COVER := .cover
+COVERPKG := ./cmd/...,./internal/...,./schemas/...
+E2E_RUN ?= .
+cover:
+	rm -rf $(COVER) && mkdir -p $(COVER)/unit $(COVER)/e2e
+	$(GO) test -count=1 -timeout 30m -cover -coverpkg=$(COVERPKG) $$($(GO) list ./... | grep -v /test/) -args -test.gocoverdir=$(abspath $(COVER)/unit) > $(COVER)/unit.log || { tail -n 50 $(COVER)/unit.log; exit 1; }
+	$(GO) build -cover -coverpkg=$(COVERPKG) -o $(COVER)/xema ./cmd/xema
+	GOCOVERDIR=$(abspath $(COVER)/e2e) XEMA_E2E_BIN=$(abspath $(COVER)/xema) $(GO) test -count=1 -timeout 60m -run '$(E2E_RUN)' ./test/e2e > $(COVER)/e2e.log || { tail -n 50 $(COVER)/e2e.log; exit 1; }
+	$(GO) tool covdata textfmt -i=$(COVER)/unit -o $(COVER)/unit.out
+	$(GO) tool covdata textfmt -i=$(COVER)/unit,$(COVER)/e2e -o $(COVER)/all.out
+	@echo "(e2e run: -run '$(E2E_RUN)'; both over the statements of every package in the cover-built binary or a unit test binary)"
+	@awk -f tools/cover/percent.awk $(COVER)/unit.out $(COVER)/all.out

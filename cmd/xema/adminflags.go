@@ -38,7 +38,5 @@ func (f *adminFlags) call(cmd *cobra.Command, method, path string, body any) err
 	if err := c.Do(cmd.Context(), method, path, body, &out); err != nil {
 		return err
 	}
-	enc := json.NewEncoder(cmd.OutOrStdout())
-	enc.SetIndent("", "  ")
-	return enc.Encode(out)
+	return writeJSON(cmd.OutOrStdout(), out)
 }

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"text/tabwriter"
@@ -13,7 +11,8 @@ import (
 	"github.com/xemahq/xema/internal/approval"
 )
 
-func init() {
+// newApprovalsCmd is `xema approvals`.
+func newApprovalsCmd() *cobra.Command {
 	var (
 		api    adminFlags
 		format string
@@ -35,12 +34,7 @@ func init() {
 			if err != nil {
 				return err
 			}
-			q := url.Values{}
-			for k, v := range map[string]string{"status": filter.status, "biome": filter.biome, "ref": filter.ref, "requester": filter.requester} {
-				if v != "" {
-					q.Set(k, v)
-				}
-			}
+			q := queryOf(map[string]string{"status": filter.status, "biome": filter.biome, "ref": filter.ref, "requester": filter.requester})
 			path := "/v1/approvals"
 			if len(q) > 0 {
 				path += "?" + q.Encode()
@@ -52,7 +46,7 @@ func init() {
 				return err
 			}
 			if format == "json" {
-				return printApprovalsJSON(cmd.OutOrStdout(), out)
+				return writeJSON(cmd.OutOrStdout(), out)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "APPROVAL\tSTATUS\tREF\tREQUESTER\tENVIRONMENT\tEXPIRES")
@@ -82,7 +76,7 @@ func init() {
 					return err
 				}
 				if format == "json" {
-					return printApprovalsJSON(cmd.OutOrStdout(), v)
+					return writeJSON(cmd.OutOrStdout(), v)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %s", v.ApprovalID, v.Ref, v.Status)
 				if v.Outcome != "" {
@@ -102,11 +96,5 @@ func init() {
 	_ = reject.MarkFlagRequired("reason")
 
 	cmd.AddCommand(list, approve, reject)
-	rootCmd.AddCommand(cmd)
-}
-
-func printApprovalsJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	return cmd
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"net/http"
-	"net/url"
 	"strconv"
 	"text/tabwriter"
 
@@ -12,10 +11,8 @@ import (
 	"github.com/xemahq/xema/internal/audit"
 )
 
-// auditCmd groups the audit log commands (search here, verify in auditverify.go).
-var auditCmd = &cobra.Command{Use: "audit", Short: "Work with the audit log"}
-
-func init() {
+// newAuditCmd is `xema audit`.
+func newAuditCmd() *cobra.Command {
 	var (
 		api    adminFlags
 		format string
@@ -32,13 +29,8 @@ func init() {
 			if err != nil {
 				return err
 			}
-			q := url.Values{}
-			for k, v := range map[string]string{"ref": f.ref, "subject": f.subject, "decision": f.decision,
-				"reason": f.reason, "since": f.since, "until": f.until, "cursor": f.cursor} {
-				if v != "" {
-					q.Set(k, v)
-				}
-			}
+			q := queryOf(map[string]string{"ref": f.ref, "subject": f.subject, "decision": f.decision,
+				"reason": f.reason, "since": f.since, "until": f.until, "cursor": f.cursor})
 			if limit != 0 {
 				q.Set("limit", strconv.Itoa(limit))
 			}
@@ -59,7 +51,7 @@ func init() {
 				page.NextCursor = ""
 			}
 			if format == "json" {
-				return printApprovalsJSON(cmd.OutOrStdout(), map[string]any{"records": records, "nextCursor": page.NextCursor})
+				return writeJSON(cmd.OutOrStdout(), map[string]any{"records": records, "nextCursor": page.NextCursor})
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "TIME\tAUDIT ID\tDECISION\tREF\tSUBJECT\tENVIRONMENT\tOUTCOME")
@@ -87,6 +79,7 @@ func init() {
 	fl.StringVar(&f.cursor, "cursor", "", "the cursor a previous page printed")
 	fl.IntVar(&limit, "limit", 0, "records per page (1-100; default 50)")
 	fl.BoolVar(&all, "all", false, "follow the cursors to the last page")
-	auditCmd.AddCommand(search)
-	rootCmd.AddCommand(auditCmd)
+	auditCmd := &cobra.Command{Use: "audit", Short: "Work with the audit log"}
+	auditCmd.AddCommand(search, newAuditVerifyCmd())
+	return auditCmd
 }

@@ -62,7 +62,3 @@ than every chain (written before chaining existed) are counted, not judged.`,
 	cmd.Flags().StringVar(&sinceAt, "since", "", "only report breaks at records from this RFC 3339 time on")
 	return cmd
 }
-
-func init() {
-	auditCmd.AddCommand(newAuditVerifyCmd()) // auditCmd: audit.go
-}

@@ -11,7 +11,8 @@ import (
 	"github.com/xemahq/xema/internal/binding"
 )
 
-func init() {
+// newBindingCmd is `xema binding`.
+func newBindingCmd() *cobra.Command {
 	bindingCmd := &cobra.Command{Use: "binding", Short: "Manage org-level provider bindings (POST/GET/DELETE /v1/bindings)"}
 
 	var create adminFlags
@@ -57,5 +58,5 @@ func init() {
 	del.add(deleteCmd)
 
 	bindingCmd.AddCommand(createCmd, listCmd, deleteCmd)
-	rootCmd.AddCommand(bindingCmd)
+	return bindingCmd
 }

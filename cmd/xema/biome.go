@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 
@@ -10,13 +9,8 @@ import (
 	"github.com/xemahq/xema/internal/manifest"
 )
 
-// biomeCmd groups the biome authoring commands; each sub-command adds itself in its file.
-var biomeCmd = &cobra.Command{
-	Use:   "biome",
-	Short: "Author, check and submit biomes",
-}
-
-func init() {
+// newBiomeCmd is `xema biome`.
+func newBiomeCmd() *cobra.Command {
 	var format string
 	lint := &cobra.Command{
 		Use:   "lint DIR",
@@ -43,8 +37,9 @@ with --format json), 2 on a usage error or an unreadable DIR.`,
 	lint.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return &exitError{code: 2, err: err}
 	})
-	biomeCmd.AddCommand(lint)
-	rootCmd.AddCommand(biomeCmd)
+	biomeCmd := &cobra.Command{Use: "biome", Short: "Author, check and submit biomes"}
+	biomeCmd.AddCommand(lint, newBiomeInitCmd(), newBiomeListCmd(), newBiomeSubmitCmd())
+	return biomeCmd
 }
 
 func runLint(out io.Writer, dir, format string) error {
@@ -71,13 +66,4 @@ func runLint(out io.Writer, dir, format string) error {
 		}
 	}
 	return &exitError{code: 1, err: fmt.Errorf("%s: %d problem(s)", dir, len(problems))}
-}
-
-func writeJSON(out io.Writer, v any) error {
-	enc := json.NewEncoder(out)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
-		return fmt.Errorf("write JSON: %w", err)
-	}
-	return nil
 }

@@ -10,7 +10,8 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func init() {
+// newBiomeListCmd is `xema biome list`.
+func newBiomeListCmd() *cobra.Command {
 	var (
 		api     adminFlags
 		format  string
@@ -46,7 +47,7 @@ func init() {
 				return err
 			}
 			if format == "json" {
-				return printApprovalsJSON(cmd.OutOrStdout(), raw)
+				return writeJSON(cmd.OutOrStdout(), raw)
 			}
 			if err := json.Unmarshal(raw, &out); err != nil {
 				return fmt.Errorf("decode biome list: %w", err)
@@ -66,5 +67,5 @@ func init() {
 	api.add(cmd)
 	cmd.Flags().StringVar(&format, "format", "text", "text or json")
 	cmd.Flags().StringVar(&biomeID, "biome", "", "only versions of this biome")
-	biomeCmd.AddCommand(cmd)
+	return cmd
 }

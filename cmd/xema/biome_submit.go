@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,16 +10,30 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xemahq/xema/internal/catalog"
+	"github.com/xemahq/xema/internal/client"
 	"github.com/xemahq/xema/internal/manifest"
 )
 
-func init() {
-	var api adminFlags
+// newBiomeSubmitCmd is `xema biome submit`.
+func newBiomeSubmitCmd() *cobra.Command {
+	var (
+		api    adminFlags
+		format string
+	)
 	cmd := &cobra.Command{
 		Use:   "submit DIR",
 		Short: "Submit a biome version to a gateway and print its permission digest",
-		Args:  cobra.ExactArgs(1),
+		Long: `Lint DIR, then POST it to /v1/biomes and print the submitted version and its permission
+digest. Every problem (the local lint's, or the gateway's) is printed with its JSON pointer:
+FILE: POINTER: MESSAGE, or with --format json the gateway's error body ({code, message, auditId,
+violations: [{path, message}]}) or the lint's [{file, path, message}] on stdout.
+
+Exit status: 0 submitted, 1 problems or a refusal, 2 a usage error or an unreadable DIR.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if format != "text" && format != "json" {
+				return &exitError{code: 2, err: fmt.Errorf("--format must be text or json, got %q", format)}
+			}
 			c, err := api.client()
 			if err != nil {
 				return err
@@ -27,8 +42,14 @@ func init() {
 			if _, problems, err := manifest.LoadDir(dir); err != nil {
 				return &exitError{code: 2, err: err}
 			} else if len(problems) > 0 {
-				for _, p := range problems {
-					fmt.Fprintln(cmd.ErrOrStderr(), p.String())
+				if format == "json" {
+					if err := writeJSON(cmd.OutOrStdout(), problems); err != nil {
+						return err
+					}
+				} else {
+					for _, p := range problems {
+						fmt.Fprintln(cmd.ErrOrStderr(), p.String())
+					}
 				}
 				return &exitError{code: 1, err: fmt.Errorf("%s: %d problem(s); nothing submitted", dir, len(problems))}
 			}
@@ -38,15 +59,21 @@ func init() {
 			}
 			var out json.RawMessage
 			if err := c.Do(cmd.Context(), "POST", "/v1/biomes", sub, &out); err != nil {
+				var ae *client.APIError
+				if format == "json" && errors.As(err, &ae) && len(ae.Body) > 0 && json.Valid(ae.Body) {
+					if werr := writeJSON(cmd.OutOrStdout(), ae.Body); werr != nil {
+						return werr
+					}
+					return &exitError{code: 1, err: fmt.Errorf("%s (HTTP %d): %d problem(s)", ae.Code, ae.Status, max(len(ae.Violations), ae.ViolationCount))}
+				}
 				return err
 			}
-			enc := json.NewEncoder(cmd.OutOrStdout())
-			enc.SetIndent("", "  ")
-			return enc.Encode(out)
+			return writeJSON(cmd.OutOrStdout(), out)
 		},
 	}
 	api.add(cmd)
-	biomeCmd.AddCommand(cmd)
+	cmd.Flags().StringVar(&format, "format", "text", "output format: text or json")
+	return cmd
 }
 
 // readSubmission sends the files as written: the gateway validates them again.

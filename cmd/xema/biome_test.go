@@ -14,7 +14,7 @@ import (
 // stdout and exit status.
 func runXema(t *testing.T, args ...string) (string, int) {
 	t.Helper()
-	lint, _, err := rootCmd.Find([]string{"biome", "lint"})
+	lint, _, err := newRootCmd().Find([]string{"biome", "lint"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -22,11 +22,11 @@ func runXema(t *testing.T, args ...string) (string, int) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	rootCmd.SetOut(&out)
-	rootCmd.SetErr(&out)
-	rootCmd.SetArgs(args)
-	defer rootCmd.SetArgs(nil)
-	if err := rootCmd.Execute(); err != nil {
+	root := newRootCmd()
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(args)
+	if err := root.Execute(); err != nil {
 		return out.String(), exitCode(err)
 	}
 	return out.String(), 0

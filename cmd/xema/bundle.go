@@ -12,7 +12,8 @@ import (
 	"github.com/xemahq/xema/internal/policy"
 )
 
-func init() {
+// newBundleCmd is `xema bundle`.
+func newBundleCmd() *cobra.Command {
 	var out, dataFile, revision, extraDir string
 	build := &cobra.Command{
 		Use:   "build -o FILE [--data FILE]",
@@ -62,5 +63,5 @@ func init() {
 	build.Flags().StringVar(&extraDir, "policy-dir", "", "platform Rego (package xema.custom) to include")
 	cmd := &cobra.Command{Use: "bundle", Short: "Build OPA bundles"}
 	cmd.AddCommand(build)
-	rootCmd.AddCommand(cmd)
+	return cmd
 }

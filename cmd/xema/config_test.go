@@ -92,7 +92,7 @@ func TestConfigPrecedenceAndExpansion(t *testing.T) {
 		{"scalar for a repeatable flag", nil, "egress-allow: 10.0.0.0/8\n", "egress-allow", "[10.0.0.0/8]", ""},
 		{"flag list overrides file list", []string{"--cors-origin", "https://c.example"}, "cors-origin: [https://a.example]\n", "cors-origin", "[https://c.example]", ""},
 		{"unset env refused", nil, "store: ${XEMA_TEST_UNSET_VAR}\n", "", "", "XEMA_TEST_UNSET_VAR is not set"},
-		{"unknown key refused", nil, "adress: x\n", "", "", "adress: not a flag"},
+		{"unknown key refused", nil, "adress: x\n", "", "", "adress: not a flag"}, //nolint:misspell // a misspelt key is the case under test
 		{"config in config refused", nil, "config: other.yaml\n", "", "", "config: not a flag"},
 		{"list for a single flag refused", nil, "addr: [a, b]\n", "", "", "not a list"},
 		{"bad duration refused", nil, "reload-every: soon\n", "", "", "reload-every"},

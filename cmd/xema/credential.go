@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -14,7 +13,8 @@ import (
 	"github.com/xemahq/xema/internal/store/engine"
 )
 
-func init() {
+// newCredentialCmd is `xema credential`.
+func newCredentialCmd() *cobra.Command {
 	credCmd := &cobra.Command{Use: "credential", Short: "Manage brokered provider credentials (write-only over the API)"}
 
 	var create adminFlags
@@ -65,10 +65,7 @@ the file when it changes. With XEMA_SECRET_KEY, list the new key first there and
 to reseal; remove the old key afterwards.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if dsn == "" {
-				dsn = os.Getenv("XEMA_STORE")
-			}
-			st, err := engine.Open(cmd.Context(), dsn, dataDir)
+			st, err := engine.Open(cmd.Context(), storeDSN(dsn), dataDir)
 			if err != nil {
 				return &exitError{code: 2, err: err}
 			}
@@ -91,5 +88,5 @@ to reseal; remove the old key afterwards.`,
 	rotateCmd.Flags().BoolVar(&prune, "prune", false, "after resealing, drop every key but the new one from the keyring file")
 
 	credCmd.AddCommand(createCmd, listCmd, deleteCmd, rotateCmd)
-	rootCmd.AddCommand(credCmd)
+	return credCmd
 }

@@ -9,10 +9,11 @@ import (
 	"github.com/xemahq/xema/internal/identity"
 )
 
-func init() {
+// newDevCmd is `xema dev`.
+func newDevCmd() *cobra.Command {
 	dev := &cobra.Command{Use: "dev", Short: "Development helpers (the development issuer)"}
 	dev.AddCommand(newDevTokenCmd())
-	rootCmd.AddCommand(dev)
+	return dev
 }
 
 func newDevTokenCmd() *cobra.Command {

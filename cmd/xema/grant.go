@@ -11,10 +11,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xemahq/xema/internal/admin"
+	"github.com/xemahq/xema/internal/client"
 	"github.com/xemahq/xema/internal/grant"
 )
 
-func init() {
+// newGrantCmd is `xema grant`.
+func newGrantCmd() *cobra.Command {
 	var (
 		api    adminFlags
 		format string
@@ -27,6 +29,8 @@ func init() {
 		biome, version, digest, profile          string
 		envs, subjects, resources, rates, quotas []string
 		approval, noApproval                     []string
+		dryRun                                   bool
+		since                                    string
 	}
 	create := &cobra.Command{
 		Use:   "create",
@@ -56,12 +60,18 @@ func init() {
 			if req.Customize, err = customization(c.envs, c.subjects, c.resources, c.rates, c.quotas, c.approval, c.noApproval); err != nil {
 				return &exitError{code: 2, err: err}
 			}
+			if c.dryRun {
+				return dryRunGrant(cmd, cl, req, c.since, format)
+			}
+			if c.since != "" {
+				return &exitError{code: 2, err: fmt.Errorf("--since needs --dry-run")}
+			}
 			var g admin.GrantView
 			if err := cl.Do(cmd.Context(), http.MethodPost, "/v1/grants", req, &g); err != nil {
 				return err
 			}
 			if format == "json" {
-				return printApprovalsJSON(cmd.OutOrStdout(), g)
+				return writeJSON(cmd.OutOrStdout(), g)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "grant %s: %s@%s (digest %s), profile %s, approved by %s\n",
 				g.GrantID, g.BiomeID, g.Version, g.DigestHash, g.Profile, g.ApprovedBy)
@@ -80,6 +90,8 @@ func init() {
 	fl.StringArrayVar(&c.quotas, "quota", nil, "REF=N/PER: quota of one capability, e.g. 1000/24h")
 	fl.StringArrayVar(&c.approval, "require-approval", nil, "REF: calls of this capability wait for a person")
 	fl.StringArrayVar(&c.noApproval, "no-approval", nil, "REF: calls of this capability do not wait for a person")
+	fl.BoolVar(&c.dryRun, "dry-run", false, "record nothing: print the grant it would record and its impact over the org's recorded calls")
+	fl.StringVar(&c.since, "since", "", "with --dry-run: replay the calls recorded this long ago until now, e.g. 24h (default 168h)")
 	_ = create.MarkFlagRequired("biome")
 	_ = create.MarkFlagRequired("version")
 
@@ -104,7 +116,7 @@ func init() {
 				return err
 			}
 			if format == "json" {
-				return printApprovalsJSON(cmd.OutOrStdout(), out)
+				return writeJSON(cmd.OutOrStdout(), out)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "GRANT\tBIOME\tVERSION\tPROFILE\tAPPROVED BY\tAPPROVED AT")
@@ -116,7 +128,27 @@ func init() {
 	}
 	list.Flags().StringVar(&biomeID, "biome", "", "only grants of this biome")
 	root.AddCommand(create, list)
-	rootCmd.AddCommand(root)
+	return root
+}
+
+// dryRunGrant is `xema grant create --dry-run`: POST /v1/grants?dryRun=true, nothing recorded.
+func dryRunGrant(cmd *cobra.Command, cl *client.Client, req grant.Request, since, format string) error {
+	path := "/v1/grants?dryRun=true"
+	if since != "" {
+		path += "&since=" + url.QueryEscape(since)
+	}
+	var v admin.DryRunView
+	if err := cl.Do(cmd.Context(), http.MethodPost, path, req, &v); err != nil {
+		return err
+	}
+	if format == "json" {
+		return writeJSON(cmd.OutOrStdout(), v)
+	}
+	out := cmd.OutOrStdout()
+	fmt.Fprintf(out, "dry run (nothing recorded): %s@%s (digest %s), profile %s\n", v.BiomeID, v.Version, v.DigestHash, v.Profile)
+	fmt.Fprintf(out, "impact over the calls recorded since %s: %d considered, %d allowed would be denied, %d denied would be allowed\n",
+		v.Impact.Since, v.Impact.Considered, v.Impact.AllowToDeny, v.Impact.DenyToAllow)
+	return nil
 }
 
 // customization builds the grant's per-capability customization from REF=VALUE flags.

@@ -7,18 +7,29 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/xemahq/xema/internal/buildinfo"
 )
 
-// rootCmd collects the sub-commands; each lives in its own file and adds itself in init.
-var rootCmd = &cobra.Command{
-	Use:           "xema",
-	Short:         "Xema capability gateway",
-	SilenceUsage:  true,
-	SilenceErrors: true,
+// newRootCmd is `xema` with every sub-command; each is built by the newXCmd of its own file.
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "xema",
+		Short:         "Xema capability gateway",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		// xema --version prints what xema version prints.
+		Version: buildinfo.Read().Short(),
+	}
+	root.SetVersionTemplate(buildinfo.Read().String() + "\n")
+	root.AddCommand(newServeCmd(), newDevCmd(), newBiomeCmd(), newGrantCmd(), newPolicyCmd(), newBundleCmd(),
+		newMigrateCmd(), newApprovalsCmd(), newAuditCmd(), newWhyDeniedCmd(), newBindingCmd(), newCredentialCmd(),
+		newMCPServerCmd(), newReplayCmd(), newVersionCmd())
+	return root
 }
 
 func main() {
-	if err := rootCmd.Execute(); err != nil {
+	if err := newRootCmd().Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "xema:", err)
 		os.Exit(exitCode(err))
 	}

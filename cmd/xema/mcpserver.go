@@ -6,7 +6,8 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func init() {
+// newMCPServerCmd is `xema mcp-server`.
+func newMCPServerCmd() *cobra.Command {
 	var api adminFlags
 	root := &cobra.Command{Use: "mcp-server", Short: "Register, list and re-sync external MCP servers"}
 	api.addTo(root.PersistentFlags())
@@ -56,5 +57,5 @@ func init() {
 		},
 	}
 	root.AddCommand(register, list, sync)
-	rootCmd.AddCommand(root)
+	return root
 }

@@ -2,14 +2,11 @@ package main
 
 import (
 	"fmt"
-	"os"
 
 	"github.com/spf13/cobra"
 
 	"github.com/xemahq/xema/internal/store/engine"
 )
-
-func init() { rootCmd.AddCommand(newMigrateCmd()) }
 
 func newMigrateCmd() *cobra.Command {
 	var dsn, dataDir string
@@ -21,10 +18,7 @@ and prints the versions it applied. Running it again applies nothing. 'xema serv
 them at start as well.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if env := os.Getenv("XEMA_STORE"); dsn == "" && env != "" {
-				dsn = env
-			}
-			applied, err := engine.Migrate(cmd.Context(), dsn, dataDir)
+			applied, err := engine.Migrate(cmd.Context(), storeDSN(dsn), dataDir)
 			for _, v := range applied {
 				fmt.Fprintln(cmd.OutOrStdout(), "applied", v)
 			}

@@ -27,19 +27,24 @@ func (f *storeFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.dataDir, "data-dir", ".xema", "data directory of the embedded SQLite store")
 }
 
-func (f *storeFlags) open(ctx context.Context) (store.Store, error) {
-	dsn := f.dsn
-	if dsn == "" {
-		dsn = os.Getenv("XEMA_STORE")
+// storeDSN is the one place the store's DSN is read: the --store flag, else XEMA_STORE.
+func storeDSN(flag string) string {
+	if flag != "" {
+		return flag
 	}
-	st, err := engine.Open(ctx, dsn, f.dataDir)
+	return os.Getenv("XEMA_STORE")
+}
+
+func (f *storeFlags) open(ctx context.Context) (store.Store, error) {
+	st, err := engine.Open(ctx, storeDSN(f.dsn), f.dataDir)
 	if err != nil {
 		return nil, &exitError{code: 2, err: err}
 	}
 	return st, nil
 }
 
-func init() {
+// newReplayCmd is `xema replay`.
+func newReplayCmd() *cobra.Command {
 	var sf storeFlags
 	var since, until time.Duration
 	var untilAt, policyDir, bundleFile, format, org string
@@ -109,7 +114,7 @@ was kept are counted as not replayable.`,
 	f.StringVar(&bundleFile, "bundle", "", "candidate bundle file in OPA's format (gzipped tar) replacing the whole policy")
 	f.StringVar(&org, "org", "", "only this org's calls (default: every org)")
 	f.StringVar(&format, "format", "text", "text or json")
-	rootCmd.AddCommand(cmd)
+	return cmd
 }
 
 // candidate is the policy replay decides with: a bundle file, or the built-in Rego (plus

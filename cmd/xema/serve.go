@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/xemahq/xema/internal/app"
 	"github.com/xemahq/xema/internal/buildinfo"
+	"github.com/xemahq/xema/internal/console"
 	"github.com/xemahq/xema/internal/egress"
 	"github.com/xemahq/xema/internal/federation"
 	"github.com/xemahq/xema/internal/gateway"
@@ -27,8 +29,6 @@ import (
 	"github.com/xemahq/xema/internal/server"
 	"github.com/xemahq/xema/internal/telemetry"
 )
-
-func init() { rootCmd.AddCommand(newServeCmd()) }
 
 // newServeCmd is `xema serve`; every one of its flags may also be set by --config.
 func newServeCmd() *cobra.Command {
@@ -58,9 +58,7 @@ func newServeCmd() *cobra.Command {
 			if err := setupLogging(logJSON, logLvl); err != nil {
 				return &exitError{code: 2, err: err}
 			}
-			if env := os.Getenv("XEMA_STORE"); cfg.StoreDSN == "" && env != "" {
-				cfg.StoreDSN = env
-			}
+			cfg.StoreDSN = storeDSN(cfg.StoreDSN)
 			if err := bound.apply(&cfg, idCfg); err != nil {
 				return &exitError{code: 2, err: err}
 			}
@@ -80,6 +78,7 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&cfg.DecisionLog, "decision-log", "", "ship decisions in OPA's decision-log format to stdout, file:PATH or an http(s) URL (batched; off by default)")
 	f.StringArrayVar(&cfg.DecisionLogMask, "decision-log-mask", nil, "a JSON pointer erased from every decision-log event's input, e.g. /input/session; repeatable")
 	f.StringVar(&cfg.PolicyDir, "policy-dir", "", "directory of the platform team's own Rego (package xema.custom)")
+	f.DurationVar(&cfg.PolicyDirPoll, "policy-dir-poll", 2*time.Second, "how often to look for changed Rego in --policy-dir (file sizes and mtimes; 0: never, restart to apply); a file that does not compile keeps the serving policy and is logged")
 	f.DurationVar(&cfg.ReloadEvery, "reload-every", 2*time.Second, "how often to look for policy data changed through another replica")
 	f.DurationVar(&cfg.ApprovalTTL, "approval-ttl", 24*time.Hour, "how long a call held for human approval may wait before it expires and never runs")
 	f.DurationVar(&cfg.MCPResyncEvery, "mcp-resync-every", 0, "how often to sync every external MCP server's tools (0: only on its tools/list_changed)")
@@ -95,13 +94,19 @@ func newServeCmd() *cobra.Command {
 	f.DurationVar(&lim.read, "read-timeout", def.read, "how long a client may take to send a whole request, headers and body (more than --read-header-timeout, at most "+maxReadTimeout.String()+"); a handler waiting for a provider is not cut off")
 	f.DurationVar(&lim.idle, "idle-timeout", def.idle, "how long an idle keep-alive connection stays open (at most "+maxIdleTimeout.String()+")")
 	f.IntVar(&lim.maxConns, "max-connections", def.maxConns, "most client connections open at once; more wait to be accepted")
+	f.DurationVar(&lim.shutdown, "shutdown-timeout", def.shutdown, "on SIGTERM, how long in-flight calls may finish before they are cut off (each with an outcome recorded); more than the largest timeoutMs (120s)")
 	f.IntVar(&lim.maxInflight, "max-inflight-calls", def.maxInflight, "most outbound calls (http, connector, MCP server) running at once; beyond it a call is answered 503 CAPACITY_EXCEEDED")
+	f.IntVar(&lim.maxPerProvider, "max-inflight-per-provider", def.maxPerProvider, "most outbound calls one provider (biome or MCP server) has running at once; beyond it a call is answered 503 PROVIDER_BUSY (above --max-inflight-calls it never binds)")
 	f.BoolVar(&logJSON, "log-json", false, "log as JSON lines")
 	f.StringArrayVar(&bound.egressAllow, "egress-allow", nil, "a loopback or private CIDR (or address) outbound calls may reach; repeatable (the development issuer allows loopback)")
 	f.StringArrayVar(&bound.stdio, "mcp-stdio", nil, "declare a stdio MCP server: 'ID=COMMAND [ARG]...' (split on spaces); repeatable; the API registers it by providerId ID")
 	f.StringVar(&bound.stdioConfig, "mcp-stdio-config", "", "JSON file declaring stdio MCP servers: [{\"id\", \"command\", \"args\", \"env\"}]")
 	f.StringArrayVar(&bound.bundleReaders, "bundle-reader", nil, "a subject (e.g. service:opa-sidecar) allowed to GET the policy bundle; repeatable; nobody else is")
+	f.StringArrayVar(&web.metricsReaders, "metrics-reader", nil, "a subject (e.g. service:prometheus) allowed to GET /metrics on the API listener; repeatable; nobody else is")
+	f.StringVar(&web.metricsAddr, "metrics-addr", "", "also serve GET /metrics without authentication on this HOST:PORT (bind it where only the scraper reaches)")
 	f.StringArrayVar(&web.corsOrigins, "cors-origin", nil, "a browser origin (scheme://host[:port]) granted CORS, e.g. for a browser MCP client; repeatable; no other origin is")
+	f.StringVar(&web.consoleClientID, "console-client-id", "", "OAuth client id (public, PKCE, no secret) of the web console at --issuer: /console/login then signs in with the authorization code flow, redirect URI <public URL>/console/callback")
+	f.StringVar(&web.consoleScope, "console-scope", "openid", "scopes the console asks --issuer for (space-separated; openid is always asked)")
 	f.StringVar(&web.publicURL, "public-url", "", "the gateway's external base URL (behind a proxy), named in the RFC 9728 metadata; default: from each request's Host")
 	f.StringVar(&web.tlsCert, "tls-cert", "", "PEM certificate (chain) to serve HTTPS with; needs --tls-key")
 	f.StringVar(&web.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
@@ -115,7 +120,11 @@ func newServeCmd() *cobra.Command {
 type webFlags struct {
 	corsOrigins     []string
 	publicURL       string
+	consoleClientID string
+	consoleScope    string
 	tlsCert, tlsKey string
+	metricsReaders  []string
+	metricsAddr     string
 }
 
 // tlsConfig loads --tls-cert and --tls-key; nil when neither is given (plain HTTP).
@@ -140,12 +149,43 @@ func (w webFlags) check() error {
 			return fmt.Errorf("--cors-origin %q: want an origin scheme://host[:port], without a path", o)
 		}
 	}
+	for _, r := range w.metricsReaders {
+		if kind, name, ok := strings.Cut(r, ":"); !ok || name == "" || !identity.ValidSubjectKind(kind) {
+			return fmt.Errorf("--metrics-reader %q: want a subject KIND:NAME such as service:prometheus", r)
+		}
+	}
+	if w.metricsAddr != "" {
+		if _, _, err := net.SplitHostPort(w.metricsAddr); err != nil {
+			return fmt.Errorf("--metrics-addr %q: want HOST:PORT", w.metricsAddr)
+		}
+	}
 	if w.publicURL != "" {
 		if u, err := url.Parse(w.publicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return fmt.Errorf("--public-url %q: want an absolute http(s) URL", w.publicURL)
 		}
 	}
 	return nil
+}
+
+// consoleOIDC is the console's production sign-in from --console-client-id: the endpoints
+// come from the issuer's discovery document, read once at start (like its JWKS).
+func (w webFlags) consoleOIDC(ctx context.Context, idCfg identity.ServerConfig) (*console.OIDC, error) {
+	if w.consoleClientID == "" {
+		return nil, nil
+	}
+	d, err := identity.Discover(ctx, idCfg.Issuer)
+	if err != nil {
+		return nil, fmt.Errorf("--console-client-id: %w", err)
+	}
+	if d.AuthorizationEndpoint == "" || d.TokenEndpoint == "" {
+		return nil, fmt.Errorf("--console-client-id: the discovery document of %s names no authorization_endpoint or token_endpoint", idCfg.Issuer)
+	}
+	scopes := strings.Fields(w.consoleScope)
+	if !slices.Contains(scopes, "openid") {
+		scopes = append([]string{"openid"}, scopes...)
+	}
+	return &console.OIDC{Issuer: idCfg.Issuer, ClientID: w.consoleClientID, Audience: idCfg.Audience, Scope: strings.Join(scopes, " "),
+		AuthorizationEndpoint: d.AuthorizationEndpoint, TokenEndpoint: d.TokenEndpoint, PublicURL: w.publicURL}, nil
 }
 
 func setupLogging(asJSON bool, level string) error {
@@ -217,11 +257,20 @@ const (
 type limits struct {
 	readHeader, read, idle time.Duration
 	maxConns, maxInflight  int
+	// maxPerProvider bounds one provider's (biome's or MCP server's) calls in flight.
+	maxPerProvider int
+	// shutdown is how long a SIGTERM waits for in-flight calls.
+	shutdown time.Duration
 }
+
+// DefaultShutdownTimeout outlasts the largest timeoutMs an invocation may declare (120 s),
+// so a drain never cuts off a call that is within its own bounds.
+const DefaultShutdownTimeout = 130 * time.Second
 
 // defaultLimits are the flags' defaults.
 func defaultLimits() limits {
-	return limits{readHeader: maxReadHeaderTimeout, read: maxReadTimeout, idle: maxIdleTimeout, maxConns: 1024, maxInflight: 256}
+	return limits{readHeader: maxReadHeaderTimeout, read: maxReadTimeout, idle: maxIdleTimeout, maxConns: 1024, maxInflight: 256,
+		maxPerProvider: 64, shutdown: DefaultShutdownTimeout}
 }
 
 func (l limits) check() error {
@@ -236,6 +285,10 @@ func (l limits) check() error {
 		return fmt.Errorf("--max-connections %d: want at least 1", l.maxConns)
 	case l.maxInflight <= 0:
 		return fmt.Errorf("--max-inflight-calls %d: want at least 1", l.maxInflight)
+	case l.maxPerProvider <= 0:
+		return fmt.Errorf("--max-inflight-per-provider %d: want at least 1", l.maxPerProvider)
+	case l.shutdown <= 0:
+		return fmt.Errorf("--shutdown-timeout %v: want more than 0", l.shutdown)
 	}
 	return nil
 }
@@ -254,8 +307,8 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	if idCfg.Leeway <= 0 || idCfg.Leeway > identity.MaxLeeway {
 		return &exitError{code: 2, err: fmt.Errorf("--token-leeway %v: want more than 0 and at most %v", idCfg.Leeway, identity.MaxLeeway)}
 	}
-	if cfg.OperatorOrg == "" {
-		return &exitError{code: 2, err: errors.New("--operator-org: want an org name")}
+	if err := cfg.Validate(); err != nil {
+		return &exitError{code: 2, err: err}
 	}
 	if err := lim.check(); err != nil {
 		return &exitError{code: 2, err: err}
@@ -263,18 +316,15 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	if err := web.check(); err != nil {
 		return &exitError{code: 2, err: err}
 	}
+	if web.consoleClientID != "" && idCfg.Issuer == "" {
+		return &exitError{code: 2, err: errors.New("--console-client-id: needs --issuer (the development issuer signs in with a pasted token)")}
+	}
 	tlsCfg, err := web.tlsConfig()
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
 	if idCfg.MaxTokenTTL <= 0 {
 		return &exitError{code: 2, err: fmt.Errorf("--max-token-ttl %v: want more than 0", idCfg.MaxTokenTTL)}
-	}
-	if cfg.UnauthAuditInterval < 0 || cfg.UnauthAuditInterval > time.Hour {
-		return &exitError{code: 2, err: fmt.Errorf("--unauth-audit-interval %v: want 0 (the default) up to 1h", cfg.UnauthAuditInterval)}
-	}
-	if cfg.MCPResyncEvery < 0 {
-		return &exitError{code: 2, err: fmt.Errorf("--mcp-resync-every %v: want 0 (off) or more", cfg.MCPResyncEvery)}
 	}
 	tracing, err := telemetry.SetupTracing(ctx, buildinfo.Read().Short())
 	if err != nil {
@@ -304,13 +354,18 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	}
 	defer ids.Close()
 	a.Gateway.Tokens = ids.ServiceTokens()
+	a.KeysReady = ids.KeysReady
 
 	a.Gateway.Outbound = gateway.NewSlots(lim.maxInflight)
+	a.Gateway.PerProvider = gateway.NewProviderSlots(lim.maxPerProvider)
 	// The headers get --read-header-timeout, the body what remains of --read-timeout.
 	srv := &server.Server{Gateway: a.Gateway, OperatorOrg: cfg.OperatorOrg, Auth: ids, Ready: a.Ready, Bundles: a.Policy,
 		Mounts: map[string]http.Handler{}, BundleReaders: bundleReaders, BodyReadTimeout: lim.read - lim.readHeader}
 	srv.Approvals = a.Approvals
 	srv.CORSOrigins, srv.PublicURL = web.corsOrigins, web.publicURL
+	if srv.ConsoleOIDC, err = web.consoleOIDC(ctx, idCfg); err != nil {
+		return err
+	}
 	if idCfg.Issuer != "" {
 		srv.AuthorizationServers = []string{idCfg.Issuer}
 	}
@@ -318,12 +373,26 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 		srv.Mounts[path] = h
 	}
 	srv.Mounts["/mcp"] = srv.MCPHandler()
-	srv.Mounts["/metrics"] = server.MetricsHandler()
+	srv.MetricsReaders = web.metricsReaders
+	if web.metricsAddr != "" {
+		ml, err := net.Listen("tcp", web.metricsAddr)
+		if err != nil {
+			return &exitError{code: 2, err: fmt.Errorf("--metrics-addr %s: %w", web.metricsAddr, err)}
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", server.MetricsHandler())
+		ms := &http.Server{Handler: mux, ReadHeaderTimeout: lim.readHeader, IdleTimeout: lim.idle}
+		go func() { _ = ms.Serve(ml) }()
+		defer ms.Close()
+		slog.Info("metrics served without authentication on their own listener", "addr", ml.Addr().String())
+	}
 
 	go a.Watch(ctx, cfg.ReloadEvery)
+	go a.Policy.WatchExtra(ctx, cfg.PolicyDirPoll)
 	go a.PruneRateCounters(ctx, time.Minute)
 	go a.Gateway.Unauth.Run(ctx)
 	go a.Federation.ResyncEvery(ctx, cfg.MCPResyncEvery)
+	go a.Maintain(ctx, 15*time.Second)
 
 	// No ReadTimeout or WriteTimeout on the server: either would also cut off an invoke that
 	// legitimately waits for a slow provider (ReadTimeout's deadline cancels the request's
@@ -352,12 +421,33 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 			return fmt.Errorf("serve: %w", err)
 		}
 	case <-ctx.Done():
-		slog.Info("shutting down")
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := hs.Shutdown(shutdownCtx); err != nil {
-			return fmt.Errorf("shutdown: %w", err)
-		}
+		drain(hs, a, lim.shutdown)
 	}
-	return nil
+	return nil // the deferred a.Close commits the audit log and the spool, then closes the store
+}
+
+// drain is the shutdown: stop accepting (and fail /readyz), let in-flight calls finish up to
+// timeout, then cut off the ones still running (each records an INTERRUPTED_BY_SHUTDOWN
+// outcome and answers it) and close the connections.
+func drain(hs *http.Server, a *app.App, timeout time.Duration) {
+	a.Drain()
+	slog.Info("shutting down: no new connections; draining in-flight calls", "inFlight", a.Gateway.InFlight(), "timeout", timeout.String())
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	err := hs.Shutdown(ctx)
+	cancel()
+	if err == nil {
+		slog.Info("drained: every in-flight call finished", "took", time.Since(start).Round(time.Millisecond).String())
+		return
+	}
+	slog.Warn("shutdown deadline reached: cutting off the calls still running, each with its outcome recorded",
+		"inFlight", a.Gateway.InFlight())
+	a.Gateway.AbortRuns()
+	grace, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.Gateway.WaitRuns(grace); err != nil {
+		slog.Error("calls still running after the cut-off; their outcome stays unknown", "inFlight", a.Gateway.InFlight())
+	}
+	_ = hs.Shutdown(grace) // the cut-off calls write their answers
+	_ = hs.Close()
 }

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -44,6 +47,7 @@ func TestServeRefusesLimitsOutOfRange(t *testing.T) {
 		{"--idle-timeout", func(l *limits) { l.idle = 0 }},
 		{"--max-connections", func(l *limits) { l.maxConns = 0 }},
 		{"--max-inflight-calls", func(l *limits) { l.maxInflight = -1 }},
+		{"--max-inflight-per-provider", func(l *limits) { l.maxPerProvider = 0 }},
 	} {
 		t.Run(tc.flag, func(t *testing.T) {
 			lim := defaultLimits()
@@ -99,5 +103,27 @@ func TestWebFlagsCheck(t *testing.T) {
 				t.Fatalf("check: %v, want %q", err, tc.flag)
 			}
 		})
+	}
+}
+
+func TestConsoleOIDCFlags(t *testing.T) {
+	var doc map[string]string
+	iss := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(doc)
+	}))
+	defer iss.Close()
+	issuer := iss.URL + "/"
+	idCfg := identity.ServerConfig{Issuer: issuer, Audience: "xema"}
+	if o, err := (webFlags{}).consoleOIDC(t.Context(), idCfg); o != nil || err != nil {
+		t.Fatalf("without --console-client-id: %v %v", o, err)
+	}
+	doc = map[string]string{"issuer": issuer, "authorization_endpoint": iss.URL + "/auth"}
+	if _, err := (webFlags{consoleClientID: "c"}).consoleOIDC(t.Context(), idCfg); err == nil || !strings.Contains(err.Error(), "token_endpoint") {
+		t.Fatalf("no token endpoint: %v", err)
+	}
+	doc["token_endpoint"] = iss.URL + "/token"
+	o, err := (webFlags{consoleClientID: "c", consoleScope: "profile groups", publicURL: "https://x.example"}).consoleOIDC(t.Context(), idCfg)
+	if err != nil || o.Scope != "openid profile groups" || o.TokenEndpoint != iss.URL+"/token" || o.Audience != "xema" || o.PublicURL != "https://x.example" {
+		t.Fatalf("console OIDC: %+v %v", o, err)
 	}
 }

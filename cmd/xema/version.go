@@ -9,7 +9,8 @@ import (
 	"github.com/xemahq/xema/internal/buildinfo"
 )
 
-func init() {
+// newVersionCmd is `xema version`.
+func newVersionCmd() *cobra.Command {
 	var format string
 	cmd := &cobra.Command{
 		Use:   "version",
@@ -29,8 +30,5 @@ func init() {
 		},
 	}
 	cmd.Flags().StringVar(&format, "format", "text", "text or json")
-	rootCmd.AddCommand(cmd)
-	// xema --version prints the same line.
-	rootCmd.Version = buildinfo.Read().Short()
-	rootCmd.SetVersionTemplate(buildinfo.Read().String() + "\n")
+	return cmd
 }

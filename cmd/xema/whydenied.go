@@ -11,7 +11,8 @@ import (
 	"github.com/xemahq/xema/internal/audit"
 )
 
-func init() {
+// newWhyDeniedCmd is `xema why-denied`.
+func newWhyDeniedCmd() *cobra.Command {
 	var (
 		api    adminFlags
 		format string
@@ -30,9 +31,7 @@ func init() {
 				return err
 			}
 			if format == "json" {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(d)
+				return writeJSON(cmd.OutOrStdout(), d)
 			}
 			printDenial(cmd.OutOrStdout(), d)
 			return nil
@@ -40,7 +39,7 @@ func init() {
 	}
 	api.add(cmd)
 	cmd.Flags().StringVar(&format, "format", "text", "text or json")
-	rootCmd.AddCommand(cmd)
+	return cmd
 }
 
 type reason struct {

@@ -8,6 +8,7 @@ import (
 	"embed"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"time"
 
@@ -43,6 +44,10 @@ func decodeLookup(call kernel.Call) (lookup, error) {
 
 //go:embed contributions/*.json
 var descriptors embed.FS
+
+// Contributions are the kernel capabilities' descriptors (contributions/*.json): the OpenAPI
+// document takes their inputSchema and outputSchema as the routes' bodies.
+var Contributions fs.FS = descriptors
 
 // GrantView is the answer of biome:install@1, the recorded BiomeInstallGrant.
 type GrantView struct {

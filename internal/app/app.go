@@ -16,11 +16,9 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/xemahq/xema/internal/admin"
 	"github.com/xemahq/xema/internal/approval"
@@ -41,6 +39,7 @@ import (
 	"github.com/xemahq/xema/internal/ratelimit"
 	"github.com/xemahq/xema/internal/replay"
 	"github.com/xemahq/xema/internal/runner"
+	"github.com/xemahq/xema/internal/spool"
 	"github.com/xemahq/xema/internal/store"
 	"github.com/xemahq/xema/internal/store/engine"
 )
@@ -65,6 +64,8 @@ type Config struct {
 	DecisionLogMask []string
 	// PolicyDir holds the platform team's own Rego (package xema.custom).
 	PolicyDir string
+	// PolicyDirPoll is how often serve looks for changed Rego in PolicyDir (0: never).
+	PolicyDirPoll time.Duration
 	// ReloadEvery is how often the store's revision is polled so changes made through
 	// another replica take effect here.
 	ReloadEvery time.Duration
@@ -83,6 +84,26 @@ type Config struct {
 	// UnauthAuditInterval is how long one aggregate record of unauthenticated attempts
 	// (route, reason, source) stays open; 0 means gateway.DefaultUnauthInterval.
 	UnauthAuditInterval time.Duration
+}
+
+// Validate checks the configuration before anything opens; each error names the `xema serve`
+// flag of the field.
+func (c Config) Validate() error {
+	switch {
+	case c.OperatorOrg == "":
+		return errors.New("--operator-org: want an org name")
+	case c.UnauthAuditInterval < 0 || c.UnauthAuditInterval > time.Hour:
+		return fmt.Errorf("--unauth-audit-interval %v: want 0 (the default) up to 1h", c.UnauthAuditInterval)
+	case c.PolicyDirPoll < 0:
+		return fmt.Errorf("--policy-dir-poll %v: want 0 (off) or more", c.PolicyDirPoll)
+	case c.MCPResyncEvery < 0:
+		return fmt.Errorf("--mcp-resync-every %v: want 0 (off) or more", c.MCPResyncEvery)
+	case c.ApprovalTTL < 0:
+		return fmt.Errorf("--approval-ttl %v: want more than 0", c.ApprovalTTL)
+	case c.ReloadEvery < 0:
+		return fmt.Errorf("--reload-every %v: want more than 0", c.ReloadEvery)
+	}
+	return nil
 }
 
 // App is a running gateway.
@@ -106,9 +127,18 @@ type App struct {
 	envs     grant.Environments
 	profiles grant.Profiles
 
+	// Spool keeps outcomes, approval ends and idempotency answers the store could not take.
+	Spool *spool.Spool
+	// Replica is this process's id in approval leases and the write probe.
+	Replica string
+	// KeysReady reports whether the identity provider's keys are available (set by serve).
+	KeysReady func(ctx context.Context) error
+
+	ready    readiness
+	draining atomic.Bool
+
 	decisions *decisionlog.Exporter // nil unless Config.DecisionLog
 
-	dsn      string     // the store DSN, for the change listener of a PostgreSQL store
 	mu       sync.Mutex // serializes rebuilds
 	loadedAt int64
 }
@@ -136,6 +166,12 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	a := &App{Store: st, Kernel: kernel.New(), Catalog: catalog.New(st), Policy: eng,
 		envs: grant.DefaultEnvironments(), profiles: grant.Builtin(), loadedAt: -1}
+	if a.Replica, err = replicaID(cfg.DataDir); err != nil {
+		return nil, a.closeWith(err)
+	}
+	if a.Spool, err = spool.Open(cfg.DataDir, st); err != nil {
+		return nil, a.closeWith(err)
+	}
 	a.Egress = egress.New(cfg.EgressAllow)
 	a.HTTP = a.Egress.Client(nil)
 	a.Publisher = &catalog.Publisher{Store: st, OperatorOrg: cfg.OperatorOrg, Kernel: a.Kernel, Envs: a.envs, Profiles: a.profiles,
@@ -148,13 +184,11 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err := binding.Register(a.Kernel, a.Bindings); err != nil {
 		return nil, a.closeWith(err)
 	}
-	if err := demo.Serve(a.Kernel); err != nil {
-		return nil, a.closeWith(err)
-	}
 	if err := admin.Register(a.Kernel, a.Publisher); err != nil {
 		return nil, a.closeWith(err)
 	}
-	a.Approvals = &approval.Service{Store: st, Policy: eng, Audit: &audit.Log{Store: st}, TTL: cfg.ApprovalTTL}
+	a.Approvals = &approval.Service{Store: st, Policy: eng, Audit: &audit.Log{Store: st}, TTL: cfg.ApprovalTTL,
+		Replica: a.Replica, Spool: a.Spool}
 	if err := approval.Register(a.Kernel, a.Approvals); err != nil {
 		return nil, a.closeWith(err)
 	}
@@ -180,6 +214,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, a.closeWith(err)
 	}
 	a.Approvals.Audit.Chain = audit.NewChain(keys.chain)
+	a.Spool.AppendAudit = a.Approvals.Audit.Append // spooled records join this process's hash chain
 	if cfg.DecisionLog != "" {
 		if a.decisions, err = decisionlog.New(decisionlog.Options{Sink: cfg.DecisionLog, Mask: cfg.DecisionLogMask,
 			Client: a.HTTP}); err != nil {
@@ -193,7 +228,10 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	a.Gateway.Limiter = &ratelimit.Limiter{Counter: st}
 	a.Gateway.Unauth = &gateway.UnauthAggregator{Audit: a.Approvals.Audit, Revision: eng.Revision, Interval: cfg.UnauthAuditInterval}
 	a.Gateway.Approvals, a.Approvals.Gateway = a.Approvals, a.Gateway
-	a.dsn = cfg.StoreDSN
+	a.Gateway.Spool, a.Gateway.Idempotency = a.Spool, st
+	if err := a.recoverAtStart(ctx); err != nil {
+		return nil, a.closeWith(err)
+	}
 	return a, nil
 }
 
@@ -243,16 +281,25 @@ func bindings(dataDir string, st store.Store, pol *egress.Policy, hc *http.Clien
 }
 
 func (a *App) closeWith(err error) error {
+	if a.Spool != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = a.Spool.Close(ctx)
+		cancel()
+	}
 	a.Store.Close()
 	return err
 }
 
-// Close ends the federated servers' sessions and releases the store.
+// Close ends the federated servers' sessions, commits what the audit log and the spool hold,
+// and releases the store last.
 func (a *App) Close() error {
 	a.Federation.Close()
 	if a.Gateway != nil {
 		a.Gateway.Unauth.Close() // open aggregate buckets write their counts
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = a.Spool.Close(ctx) // through the audit log; what the store still refuses stays in the file for the next start
+	cancel()
 	a.Approvals.Audit.Close() // queued audit records commit before the store closes
 	if a.decisions != nil {
 		a.decisions.Close() // after the audit log: its last batch is shipped too
@@ -318,6 +365,13 @@ func (a *App) loadBiomes(ctx context.Context, dir string) {
 				slog.Error("biome problem", "dir", path, "file", p.File, "path", p.Path, "message", p.Message)
 			}
 			continue
+		}
+		if b.ID == demo.BiomeID {
+			// The demo's in-process runners exist only where the demo biome is loaded.
+			if err := demo.Serve(a.Kernel); err != nil {
+				slog.Error("biome skipped: its runners", "dir", path, "err", err)
+				continue
+			}
 		}
 		res, err := a.Publisher.SubmitDir(ctx, b)
 		if err != nil {
@@ -436,8 +490,8 @@ func compileData(ctx context.Context, cat *catalog.Catalog, snap *catalog.Snapsh
 // SQLite (one process) it polls the revision every `every`. A store error leaves the serving
 // bundle in place.
 func (a *App) Watch(ctx context.Context, every time.Duration) {
-	if engine.IsPostgres(a.dsn) {
-		a.listen(ctx, every)
+	if sub, ok := a.Store.(store.RevisionSubscriber); ok {
+		a.listen(ctx, sub, every)
 		return
 	}
 	periodically(ctx, every, func(time.Time) { a.catchUp(ctx) })
@@ -470,10 +524,17 @@ func periodically(ctx context.Context, every time.Duration, fn func(now time.Tim
 	}
 }
 
-// listen keeps one connection LISTENing for revision bumps, reconnecting until ctx ends.
-func (a *App) listen(ctx context.Context, retry time.Duration) {
+// listen keeps a revision subscription, resubscribing every retry until ctx ends.
+func (a *App) listen(ctx context.Context, sub store.RevisionSubscriber, retry time.Duration) {
 	for {
-		err := a.listenOnce(ctx)
+		err := sub.SubscribeRevisions(ctx, func() { a.catchUp(ctx) }, func(rev int64) {
+			a.mu.Lock()
+			seen := rev >= 0 && rev <= a.loadedAt
+			a.mu.Unlock()
+			if !seen { // a burst of bumps is rebuilt once: the first rebuild loads the newest
+				a.catchUp(ctx)
+			}
+		})
 		if ctx.Err() != nil {
 			return
 		}
@@ -482,31 +543,6 @@ func (a *App) listen(ctx context.Context, retry time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-time.After(retry):
-		}
-	}
-}
-
-func (a *App) listenOnce(ctx context.Context) error {
-	conn, err := pgx.Connect(ctx, a.dsn)
-	if err != nil {
-		return fmt.Errorf("connect: %w", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN xema_policy_revision"); err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
-	a.catchUp(ctx)
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return fmt.Errorf("wait for notification: %w", err)
-		}
-		rev, err := strconv.ParseInt(n.Payload, 10, 64)
-		a.mu.Lock()
-		seen := err == nil && rev <= a.loadedAt
-		a.mu.Unlock()
-		if !seen { // a burst of bumps is rebuilt once: the first rebuild loads the newest
-			a.catchUp(ctx)
 		}
 	}
 }
@@ -528,15 +564,4 @@ func (a *App) catchUp(ctx context.Context) {
 			slog.Error("policy rebuild failed; keeping the serving bundle", "err", err)
 		}
 	}
-}
-
-// Ready reports whether the store answers and a policy bundle is loaded.
-func (a *App) Ready(ctx context.Context) error {
-	if err := a.Store.Ping(ctx); err != nil {
-		return fmt.Errorf("store: %w", err)
-	}
-	if a.Policy.Revision() == "" {
-		return errors.New("policy: no bundle loaded")
-	}
-	return nil
 }

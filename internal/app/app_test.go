@@ -5,7 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/xemahq/xema/internal/store"
 )
@@ -60,5 +62,47 @@ func TestStartupSkipsInvalidBiomeWhole(t *testing.T) {
 	}
 	if a.Policy.Revision() == "" {
 		t.Fatal("no policy bundle loaded")
+	}
+}
+
+// The demo's in-process runners are served only where the demo biome is loaded.
+func TestDemoRunnersOnlyWithTheDemoBiome(t *testing.T) {
+	ctx := context.Background()
+	bare, err := New(ctx, Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bare.Close()
+	if _, ok := bare.Kernel.Handler("kb:page.read@1"); ok {
+		t.Fatal("a gateway without the demo biome serves the demo's page reader")
+	}
+	withDemo, err := New(ctx, Config{DataDir: t.TempDir(), BiomesDir: repoBiomes(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer withDemo.Close()
+	if _, ok := withDemo.Kernel.Handler("kb:page.read@1"); !ok {
+		t.Fatal("the demo biome is loaded but its page reader is not served")
+	}
+}
+
+func TestConfigValidateNamesTheFlag(t *testing.T) {
+	ok := Config{OperatorOrg: "default"}
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("a valid config: %v", err)
+	}
+	for flag, mutate := range map[string]func(c *Config){
+		"--operator-org":          func(c *Config) { c.OperatorOrg = "" },
+		"--unauth-audit-interval": func(c *Config) { c.UnauthAuditInterval = 2 * time.Hour },
+		"--policy-dir-poll":       func(c *Config) { c.PolicyDirPoll = -time.Second },
+		"--mcp-resync-every":      func(c *Config) { c.MCPResyncEvery = -time.Second },
+		"--approval-ttl":          func(c *Config) { c.ApprovalTTL = -time.Second },
+		"--reload-every":          func(c *Config) { c.ReloadEvery = -time.Second },
+	} {
+		c := ok
+		mutate(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), flag) {
+			t.Errorf("%s: %v, want an error naming the flag", flag, err)
+		}
 	}
 }

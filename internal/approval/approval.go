@@ -4,8 +4,10 @@
 // approval:list@1), so the same policy and audit cover them. Who may approve is decided by
 // the policy: the approver must hold the held capability themselves (its humanBaseline:
 // org role and environments, org administrators, explicit-only grants) and never be its
-// requester. An approved call runs exactly once: each state change is a compare-and-set
-// in the store (pending → approved → running → done), shared by every replica.
+// requester. An approved call runs at most once: each state change is a compare-and-set
+// in the store (pending → approved → running → dispatched → done), shared by every replica,
+// and approved/running/dispatched are held under a lease so a crash never leaves one stuck
+// (Recover; docs/approvals.md).
 package approval
 
 import (
@@ -14,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"slices"
 	"time"
@@ -24,6 +27,7 @@ import (
 	"github.com/xemahq/xema/internal/kernel"
 	"github.com/xemahq/xema/internal/policy"
 	"github.com/xemahq/xema/internal/runner"
+	"github.com/xemahq/xema/internal/spool"
 	"github.com/xemahq/xema/internal/store"
 )
 
@@ -50,6 +54,25 @@ const (
 	DecisionApproved = "approved"
 	DecisionRejected = "rejected"
 	DecisionExpired  = "expired"
+	// DecisionRecovered: an approval whose holder stopped before dispatching it went back to
+	// pending; DecisionInterrupted: one it had dispatched ended interrupted.
+	DecisionRecovered   = "recovered"
+	DecisionInterrupted = "interrupted"
+)
+
+// Outcomes recovery writes.
+const (
+	OutcomeRecovered = "RECOVERED_NOT_DISPATCHED"
+	OutcomeUnknown   = "OUTCOME_UNKNOWN"
+)
+
+// Leases: how long a replica holds an approval it moves. LeaseApproved covers the moment
+// between the approval and the claim to run; LeaseRun a whole run (longer than the largest
+// timeoutMs, 120 s). A replica restarting recovers its own approvals at once, whatever their
+// lease; another replica's only once its lease has ended.
+const (
+	LeaseApproved = time.Minute
+	LeaseRun      = 5 * time.Minute
 )
 
 // DefaultTTL is how long a held call waits for a decision before it expires.
@@ -57,6 +80,10 @@ const DefaultTTL = 24 * time.Hour
 
 //go:embed contributions/*.json
 var descriptors embed.FS
+
+// Contributions are the kernel capabilities' descriptors (contributions/*.json): the OpenAPI
+// document takes their inputSchema and outputSchema as the routes' bodies.
+var Contributions fs.FS = descriptors
 
 // Service holds, decides and runs calls waiting for approval.
 type Service struct {
@@ -68,6 +95,18 @@ type Service struct {
 	TTL time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Replica names this gateway process's claims (stable across its restarts); "" means
+	// "local".
+	Replica string
+	// Spool keeps an approval's end when the store cannot take it.
+	Spool *spool.Spool
+}
+
+func (s *Service) replica() string {
+	if s.Replica != "" {
+		return s.Replica
+	}
+	return "local"
 }
 
 var _ gateway.ApprovalQueue = (*Service)(nil)
@@ -175,40 +214,111 @@ func (s *Service) approve(ctx context.Context, call kernel.Call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	approver := call.Exec.Subject.Ref
+	approver, me := call.Exec.Subject.Ref, s.replica()
 	a, err = s.move(ctx, a, store.ApprovalTransition{From: store.ApprovalPending, To: store.ApprovalApproved,
-		Live: true, DecidedBy: approver})
+		Live: true, DecidedBy: approver, Claim: me, LeaseUntil: s.now().Add(LeaseApproved)})
 	if err != nil {
 		return nil, err
 	}
 	if err := s.audit(ctx, a, call.Exec, DecisionApproved, call.AuditID); err != nil {
 		return nil, err
 	}
-	if a, err = s.move(ctx, a, store.ApprovalTransition{From: store.ApprovalApproved, To: store.ApprovalRunning}); err != nil {
+	if a, err = s.move(ctx, a, store.ApprovalTransition{From: store.ApprovalApproved, To: store.ApprovalRunning,
+		Holder: me, LeaseUntil: s.now().Add(LeaseRun)}); err != nil {
 		return nil, err
 	}
 	return view(s.run(ctx, a), false), nil
 }
 
 // run runs an approved call and records how it ended. The run's own audit records link to
-// the held call's auditId (gateway.RunApproved).
+// the held call's auditId (gateway.RunApproved). Right before the runner (after the run's
+// decision record) the approval moves running → dispatched: recovery sends a running one
+// back to pending (it never reached its provider) and ends a dispatched one interrupted.
 func (s *Service) run(ctx context.Context, a store.Approval) store.Approval {
-	end := store.ApprovalTransition{From: store.ApprovalRunning, To: store.ApprovalDone, Outcome: "ok"}
+	me := s.replica()
+	end := store.ApprovalTransition{From: store.ApprovalRunning, To: store.ApprovalDone, Outcome: "ok", Holder: me}
+	dispatching := func(ctx context.Context) error {
+		if _, err := s.move(ctx, a, store.ApprovalTransition{From: store.ApprovalRunning, To: store.ApprovalDispatched, Holder: me}); err != nil {
+			return err
+		}
+		end.From = store.ApprovalDispatched
+		return nil
+	}
 	var exec identity.ExecContext
 	if err := json.Unmarshal(a.Exec, &exec); err != nil {
 		end.To, end.Outcome = store.ApprovalFailed, "INVALID_EXEC_CONTEXT"
-	} else if res, err := s.Gateway.RunApproved(ctx, exec, gateway.Request{Ref: a.Ref, Input: a.Input}, a.AuditID); err != nil {
+	} else if res, err := s.Gateway.RunApproved(ctx, exec, gateway.Request{Ref: a.Ref, Input: a.Input}, a.AuditID, dispatching); err != nil {
 		end.To, end.Outcome = store.ApprovalFailed, codeOf(err)
+		var ge *gateway.Error
+		if errors.As(err, &ge) {
+			switch ge.Code {
+			case gateway.CodeOutcomeNotRecorded: // it ran: the approval tells how
+				end.Outcome = ge.Outcome
+				if ge.Outcome == "ok" {
+					end.To, end.Output = store.ApprovalDone, ge.RanOutput()
+				}
+			case gateway.CodeInterrupted:
+				end.To = store.ApprovalInterrupted
+			}
+		}
 	} else {
 		end.Output = res.Output
 	}
-	// The run happened: its end is recorded even if the approver's request was cancelled.
+	// The run happened: its end is recorded even if the approver's request was cancelled,
+	// and spooled if the store cannot take it now (a running one still never dispatched is
+	// left to recovery: its lease ends).
 	done, err := s.move(context.WithoutCancel(ctx), a, end)
 	if err != nil {
+		var re *runner.Error
+		if end.From == store.ApprovalDispatched && errors.As(err, &re) && re.Code == gateway.CodeStoreUnavailable {
+			t := end
+			t.ID, t.At = a.ID, s.now()
+			s.Spool.Add(spool.Entry{Approval: &t})
+		}
 		a.Status, a.Outcome = end.To, end.Outcome
 		return a
 	}
 	return done
+}
+
+// Recover ends every approval left in flight by a replica that is gone: this one's own
+// (it has just started, so none of them is running here) and any whose lease has ended. One
+// never dispatched goes back to pending, so a person can approve it again; one dispatched
+// ends interrupted (it may have reached its provider, and is never run again). It returns
+// how many it moved.
+func (s *Service) Recover(ctx context.Context) (int, error) {
+	moved := 0
+	for {
+		stale, err := s.Store.StaleApprovals(ctx, s.replica(), s.now(), 100)
+		if err != nil {
+			return moved, fmt.Errorf("recover approvals: %w", err)
+		}
+		progress := false
+		for _, a := range stale {
+			t := store.ApprovalTransition{ID: a.ID, From: a.Status, To: store.ApprovalPending, At: s.now(), Holder: a.ClaimedBy,
+				Reset: true, Outcome: OutcomeRecovered}
+			decision := DecisionRecovered
+			if a.Status == store.ApprovalDispatched {
+				t.To, t.Reset, t.Outcome, decision = store.ApprovalInterrupted, false, OutcomeUnknown, DecisionInterrupted
+			}
+			to, err := s.Store.TransitionApproval(ctx, t)
+			if errors.Is(err, store.ErrConflict) {
+				continue // its holder, or another replica's recovery, moved it meanwhile
+			}
+			if err != nil {
+				return moved, fmt.Errorf("recover approval %s: %w", a.ID, err)
+			}
+			progress = true
+			moved++
+			if err := s.audit(ctx, to, identity.ExecContext{Subject: identity.Subject{Kind: "service", Ref: "service:xema"}},
+				decision, ""); err != nil {
+				return moved, err
+			}
+		}
+		if len(stale) < 100 || !progress {
+			return moved, nil
+		}
+	}
 }
 
 // reject serves approval:reject@1: pending → rejected, with the reason (required by the

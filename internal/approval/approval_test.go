@@ -5,10 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,10 +12,9 @@ import (
 
 	"github.com/xemahq/xema/internal/app"
 	"github.com/xemahq/xema/internal/approval"
-	"github.com/xemahq/xema/internal/egress"
+	"github.com/xemahq/xema/internal/apptest"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
-	"github.com/xemahq/xema/internal/manifest"
 	"github.com/xemahq/xema/internal/store"
 )
 
@@ -35,63 +30,17 @@ type fixture struct {
 
 func newFixture(t *testing.T, customize map[string]any) *fixture {
 	t.Helper()
-	ctx := context.Background()
 	var runs atomic.Int32
-	prov := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		runs.Add(1)
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"commentId":"c1"}`))
-	}))
-	t.Cleanup(prov.Close)
-	a, err := app.New(ctx, app.Config{DataDir: t.TempDir(), ApprovalTTL: time.Hour, EgressAllow: egress.Loopback()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	a.Gateway.Tokens = serviceToken("test-service-token")
-	now := time.Now()
-	a.Approvals.Now = func() time.Time { return now }
-
-	dir := filepath.Join(t.TempDir(), "ticketing")
-	src := filepath.Join("..", "..", "test", "e2e", "testdata", "ticketing")
-	if err := os.MkdirAll(filepath.Join(dir, "contributions"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"biome.json", "contributions/comment.capability.contribution.json"} {
-		raw, err := os.ReadFile(filepath.Join(src, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, f), []byte(strings.ReplaceAll(string(raw), "http://PROVIDER", prov.URL)), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	b, problems, err := manifest.LoadDir(dir)
-	if err != nil || len(problems) > 0 {
-		t.Fatalf("load biome: %v %v", err, problems)
-	}
-	res, err := a.Publisher.SubmitDir(ctx, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req, _ := json.Marshal(map[string]any{"biomeId": res.BiomeID, "version": res.Version, "digestHash": res.Digest.Hash,
-		"customize": map[string]any{ref: customize}})
-	if _, err := a.Publisher.Install(ctx, req, identity.DefaultOrg, "user:root"); err != nil {
-		t.Fatal(err)
-	}
-	return &fixture{app: a, runs: &runs, clock: &now}
+	f := apptest.New(t, apptest.Options{Customize: map[string]any{ref: customize},
+		Provider: func(w http.ResponseWriter, _ *http.Request) {
+			runs.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"commentId":"c1"}`))
+		}})
+	return &fixture{app: f.App, runs: &runs, clock: f.Now}
 }
 
-// serviceToken is the gateway's outbound token in these tests; the provider ignores it.
-type serviceToken string
-
-func (s serviceToken) Token(context.Context, string) (string, error) { return string(s), nil }
-
-func exec(subject, env, orgRole string) identity.ExecContext {
-	kind, _, _ := strings.Cut(subject, ":")
-	return identity.ExecContext{Subject: identity.Subject{Kind: kind, Ref: subject}, Environment: env, OrgRole: orgRole, Org: identity.DefaultOrg,
-		Armed: []string{"*"}}
-}
+var exec = apptest.Exec
 
 var (
 	bot   = exec("agent:support-bot", "project", "")

@@ -5,6 +5,7 @@ import (
 	"embed"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"strings"
 
@@ -26,6 +27,10 @@ const (
 
 //go:embed contributions/*.json
 var descriptors embed.FS
+
+// Contributions are the kernel capabilities' descriptors (contributions/*.json): the OpenAPI
+// document takes their inputSchema and outputSchema as the routes' bodies.
+var Contributions fs.FS = descriptors
 
 // Deleted answers a delete.
 type Deleted struct {

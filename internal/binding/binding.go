@@ -15,12 +15,14 @@ import (
 	"net/url"
 	"path"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/xemahq/xema/internal/credential"
 	"github.com/xemahq/xema/internal/egress"
+	"github.com/xemahq/xema/internal/grant"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/inputschema"
 	"github.com/xemahq/xema/internal/runner"
@@ -92,10 +94,6 @@ type Service struct {
 	Egress *egress.Policy
 }
 
-// environments are the spec's environment names a binding may be limited to.
-var environments = map[string]bool{"system": true, "org": true, "project": true, "app": true, "session": true,
-	"sandbox": true, "public": true, "store-review": true, "trusted-dev": true}
-
 var (
 	refGlob     = regexp.MustCompile(`^[a-z*][a-z0-9*?-]*:[a-z0-9*?.-]*(@(\*|[0-9]+))?$`)
 	scopeName   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$`)
@@ -116,7 +114,8 @@ func (s *Service) Create(ctx context.Context, ec identity.ExecContext, spec Spec
 	if spec.Project != "" && !scopeName.MatchString(spec.Project) {
 		bad("/project", "must be a project name of at most 100 letters, digits, '.', '_', ':' or '-'")
 	}
-	if spec.Environment != "" && !environments[spec.Environment] {
+	// A binding may be limited to one of the spec's environment kinds (grant.Kinds).
+	if spec.Environment != "" && !slices.Contains(grant.Kinds, spec.Environment) {
 		bad("/environment", fmt.Sprintf("unknown environment %q", spec.Environment))
 	}
 	if !refGlob.MatchString(spec.RefPattern) || len(spec.RefPattern) > 200 {

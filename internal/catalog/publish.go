@@ -104,6 +104,10 @@ func (p *Publisher) publish(ctx context.Context, b *manifest.Biome, sub Submissi
 	if err != nil {
 		return nil, fmt.Errorf("submit %s@%s: %w", b.ID, b.Version, err)
 	}
+	owners, err := p.Store.BiomeOwners(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("submit %s@%s: %w", b.ID, b.Version, err)
+	}
 	byRef := make(map[string]store.Capability, len(existing))
 	for _, c := range existing {
 		byRef[c.Ref] = c
@@ -130,8 +134,14 @@ func (p *Publisher) publish(ctx context.Context, b *manifest.Biome, sub Submissi
 			problems = append(problems, inputschema.Violation{Path: at + "/manifest/outputSchema", Message: err.Error()})
 		}
 		if old, ok := byRef[ref]; ok && old.BiomeID != b.ID {
+			// Refs are one namespace, so the ref is refused whoever provides it; another org's
+			// biome is not named (its id is that org's business).
+			by := "another biome"
+			if o, owned := owners[old.BiomeID]; !owned || o == OperatorOwner || o == owner {
+				by = "biome " + old.BiomeID
+			}
 			problems = append(problems, inputschema.Violation{Path: at + "/manifest/ref",
-				Message: fmt.Sprintf("%s is already provided by biome %s", ref, old.BiomeID)})
+				Message: fmt.Sprintf("%s is already provided by %s", ref, by)})
 		}
 		if old := byRef[ref]; old.BiomeID == b.ID && visibleLifecycles[old.Lifecycle] {
 			continue // already published: this version takes effect only when granted (Install)

@@ -33,19 +33,57 @@ func New(server, token string) (*Client, error) {
 	return &Client{Server: strings.TrimRight(server, "/"), Token: token, HTTP: &http.Client{Timeout: 30 * time.Second}}, nil
 }
 
-// APIError is a non-2xx answer of the gateway.
+// APIError is a non-2xx answer of the gateway: its code and message, the audit record of
+// the refused call, every problem it named with its JSON pointer and a denial's reasons.
 type APIError struct {
-	Status  int
-	Code    string          `json:"code"`
-	Message string          `json:"message"`
-	Body    json.RawMessage `json:"-"`
+	Status         int
+	Code           string          `json:"code"`
+	Message        string          `json:"message"`
+	AuditID        string          `json:"auditId,omitempty"`
+	Violations     []Violation     `json:"violations,omitempty"`
+	ViolationCount int             `json:"violationCount,omitempty"`
+	Reasons        []Reason        `json:"reasons,omitempty"`
+	Suggestions    json.RawMessage `json:"suggestions,omitempty"`
+	Body           json.RawMessage `json:"-"`
 }
 
+// Violation is one problem the gateway named: an RFC 6901 pointer and a message.
+type Violation struct {
+	Path    string `json:"path"`
+	Message string `json:"message"`
+}
+
+// Reason is one reason code of a denial.
+type Reason struct {
+	Code   string `json:"code"`
+	Detail string `json:"detail"`
+}
+
+// Error is the code, status and message, then the audit id and, one per line, each problem
+// ("  POINTER: MESSAGE") and each reason of a denial ("  reason CODE: DETAIL").
 func (e *APIError) Error() string {
 	if e.Code == "" {
 		return fmt.Sprintf("gateway answered HTTP %d", e.Status)
 	}
-	return fmt.Sprintf("%s (HTTP %d): %s", e.Code, e.Status, e.Message)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s (HTTP %d): %s", e.Code, e.Status, e.Message)
+	if e.AuditID != "" {
+		fmt.Fprintf(&b, " (auditId %s)", e.AuditID)
+	}
+	for _, v := range e.Violations {
+		path := v.Path
+		if path == "" {
+			path = "/"
+		}
+		fmt.Fprintf(&b, "\n  %s: %s", path, v.Message)
+	}
+	if more := e.ViolationCount - len(e.Violations); more > 0 {
+		fmt.Fprintf(&b, "\n  ... and %d more problem(s)", more)
+	}
+	for _, r := range e.Reasons {
+		fmt.Fprintf(&b, "\n  reason %s: %s", r.Code, r.Detail)
+	}
+	return b.String()
 }
 
 // Do sends method path with body (nil for none) and decodes a 2xx answer into out.

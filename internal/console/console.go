@@ -8,6 +8,7 @@ package console
 
 import (
 	"embed"
+	"encoding/json"
 	"io/fs"
 	"net/http"
 	"path"
@@ -24,10 +25,14 @@ const Prefix = "/console/"
 const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +
 	"form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 
-// Handler serves the console: /console/assets/* are the embedded files, every other path
-// under /console/ is the one page, whose script renders the view the path names (so each
-// view is a deep link that survives reload).
-func Handler() http.Handler {
+// Handler serves the console with the development sign-in only (a pasted token).
+func Handler() http.Handler { return New(nil) }
+
+// New serves the console: /console/assets/* are the embedded files, /console/config.json
+// tells the script how to sign in, POST /console/token exchanges an authorization code when
+// oidc is set, and every other path under /console/ is the one page, whose script renders the
+// view the path names (so each view is a deep link that survives reload).
+func New(oidc *OIDC) http.Handler {
 	assets, _ := fs.Sub(static, "static") // the embedded tree always has static/
 	files := http.FileServer(http.FS(assets))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -36,6 +41,14 @@ func Handler() http.Handler {
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Referrer-Policy", "no-referrer")
 		h.Set("X-Frame-Options", "DENY")
+		if r.URL.Path == TokenPath {
+			if oidc == nil {
+				http.NotFound(w, r)
+				return
+			}
+			oidc.exchange(w, r)
+			return
+		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 			return
@@ -50,6 +63,12 @@ func Handler() http.Handler {
 			r2 := r.Clone(r.Context())
 			r2.URL.Path = "/assets/" + rest
 			files.ServeHTTP(w, r2)
+			return
+		}
+		if p == ConfigPath {
+			h.Set("Content-Type", "application/json")
+			h.Set("Cache-Control", "no-store")
+			_ = json.NewEncoder(w).Encode(map[string]any{"oidc": oidc.public()})
 			return
 		}
 		if p == "/console" {

@@ -70,4 +70,10 @@ func TestScriptKeepsTheTokenOutOfURLsAndStorage(t *testing.T) {
 	if !strings.Contains(src, "sessionStorage.setItem(TOKEN_KEY") {
 		t.Error("console.js does not keep the token in sessionStorage")
 	}
+	// The production sign-in: PKCE S256 from the browser's CSPRNG, the code out of the URL.
+	for _, want := range []string{"crypto.getRandomValues", `code_challenge_method: "S256"`, `history.replaceState(null, "", "/console/callback")`} {
+		if !strings.Contains(src, want) {
+			t.Errorf("console.js lacks %s", want)
+		}
+	}
 }

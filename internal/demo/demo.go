@@ -23,6 +23,9 @@ var pages = map[string]struct{ Title, Body string }{
 	"oncall":   {"On-call", "# On-call\nPage the primary first; escalate after 15 minutes."},
 }
 
+// BiomeID is the id of the demo biome (biomes/demo) these runners serve.
+const BiomeID = "demo"
+
 // Serve installs the demo runners into reg.
 func Serve(reg *kernel.Registry) error {
 	for ref, h := range map[string]kernel.Handler{

@@ -3,7 +3,9 @@ package federation
 import (
 	"fmt"
 	"maps"
-	"strings"
+	"slices"
+
+	"github.com/xemahq/xema/internal/strictjson"
 )
 
 // draft07 is the dialect most MCP servers (zod-to-json-schema) declare.
@@ -40,8 +42,9 @@ func draft07Specific(node any, at string) string {
 		if _, ok := n["items"].([]any); ok {
 			return at + "/items (array form)"
 		}
-		for k, v := range n {
-			if w := draft07Specific(v, at+"/"+strings.ReplaceAll(k, "/", "~1")); w != "" {
+		// In key order, so that of several problems the same one is reported every time.
+		for _, k := range slices.Sorted(maps.Keys(n)) {
+			if w := draft07Specific(n[k], strictjson.Pointer(at, k)); w != "" {
 				return w
 			}
 		}

@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -52,6 +53,10 @@ const (
 
 //go:embed contributions/*.json
 var descriptors embed.FS
+
+// Contributions are the kernel capabilities' descriptors (contributions/*.json): the OpenAPI
+// document takes their inputSchema and outputSchema as the routes' bodies.
+var Contributions fs.FS = descriptors
 
 // Federation registers, syncs and runs external MCP servers.
 type Federation struct {

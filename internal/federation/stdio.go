@@ -41,7 +41,7 @@ func ParseStdioFlag(v string) (StdioServer, error) {
 	id, line, ok := strings.Cut(v, "=")
 	fields := strings.Fields(line)
 	if !ok || len(fields) == 0 {
-		return StdioServer{}, fmt.Errorf("--mcp-stdio %q: want ID=COMMAND [ARG]...", v)
+		return StdioServer{}, fmt.Errorf("--mcp-stdio %q: want ID=COMMAND [ARG...]", v)
 	}
 	s := StdioServer{ID: strings.TrimSpace(id), Command: fields[0], Args: fields[1:]}
 	if err := s.check(); err != nil {

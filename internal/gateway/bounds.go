@@ -3,6 +3,7 @@ package gateway
 import (
 	"fmt"
 	"net/http"
+	"sync"
 
 	"github.com/xemahq/xema/internal/inputschema"
 )
@@ -10,6 +11,10 @@ import (
 // CodeCapacityExceeded answers a call refused because the gateway already runs as many
 // outbound calls as it is configured for (xema serve --max-inflight-calls).
 const CodeCapacityExceeded = "CAPACITY_EXCEEDED"
+
+// CodeProviderBusy answers a call refused because its provider already has as many calls in
+// flight as one provider may (xema serve --max-inflight-per-provider).
+const CodeProviderBusy = "PROVIDER_BUSY"
 
 // MaxViolations is the most violations one answer lists; ViolationCount carries the total.
 const MaxViolations = 100
@@ -54,6 +59,42 @@ func (s *Slots) InUse() int {
 		return 0
 	}
 	return len(s.ch)
+}
+
+// ProviderSlots bounds the calls in flight per provider (the biome or MCP server serving a
+// ref), so one slow provider cannot take every outbound slot from the others.
+type ProviderSlots struct {
+	n  int
+	mu sync.Mutex
+	by map[string]*Slots
+}
+
+// NewProviderSlots returns n slots per provider; n <= 0 returns nil (no bound).
+func NewProviderSlots(n int) *ProviderSlots {
+	if n <= 0 {
+		return nil
+	}
+	return &ProviderSlots{n: n, by: map[string]*Slots{}}
+}
+
+// Acquire takes one of provider's slots if one is free. A nil ProviderSlots always succeeds.
+func (p *ProviderSlots) Acquire(provider string) (release func(), ok bool) {
+	if p == nil {
+		return func() {}, true
+	}
+	p.mu.Lock()
+	s, found := p.by[provider]
+	if !found {
+		s = NewSlots(p.n)
+		p.by[provider] = s // one entry per biome or MCP server of the catalog: bounded by it
+	}
+	p.mu.Unlock()
+	return s.Acquire()
+}
+
+func providerBusy(provider string, n int) *Error {
+	return &Error{Status: http.StatusServiceUnavailable, Code: CodeProviderBusy, RetryAfter: 1,
+		Message: fmt.Sprintf("provider %s already has its maximum of %d calls in flight; retry shortly", provider, n)}
 }
 
 func capacityExceeded(n int) *Error {

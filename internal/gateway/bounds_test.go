@@ -10,6 +10,33 @@ import (
 	"github.com/xemahq/xema/internal/inputschema"
 )
 
+func TestProviderSlotsArePerProvider(t *testing.T) {
+	p := NewProviderSlots(1)
+	release, ok := p.Acquire("a")
+	if !ok {
+		t.Fatal("first slot of a refused")
+	}
+	if _, ok := p.Acquire("a"); ok {
+		t.Fatal("a second slot of a granted over its cap of 1")
+	}
+	rb, ok := p.Acquire("b")
+	if !ok {
+		t.Fatal("b refused because a is busy")
+	}
+	release()
+	if r, ok := p.Acquire("a"); !ok {
+		t.Fatal("a's slot not given back")
+	} else {
+		r()
+	}
+	rb()
+	if r, ok := (*ProviderSlots)(nil).Acquire("x"); !ok {
+		t.Fatal("no bound refused")
+	} else {
+		r()
+	}
+}
+
 func TestSlotsNeverWait(t *testing.T) {
 	for _, n := range []int{1, 3} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {

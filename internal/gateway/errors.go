@@ -3,7 +3,6 @@ package gateway
 import (
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http"
 
 	"github.com/xemahq/xema/internal/audit"
@@ -43,7 +42,15 @@ type Error struct {
 	Denial *audit.Denial `json:"-"`
 	// ProviderStatus is the upstream HTTP status of a provider failure, when known.
 	ProviderStatus int `json:"providerStatus,omitempty"`
+	// Outcome is how the runner ended, answered when the call ran but its ending is not the
+	// answer (OUTCOME_NOT_RECORDED, INTERRUPTED_BY_SHUTDOWN).
+	Outcome string `json:"outcome,omitempty"`
+	// output is the runner's output of a call that ran but whose outcome is not recorded.
+	output json.RawMessage
 }
+
+// RanOutput is the output of a call that ran while its outcome record failed (nil otherwise).
+func (e *Error) RanOutput() json.RawMessage { return e.output }
 
 func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }
 
@@ -82,7 +89,7 @@ func invalidInput(v []inputschema.Violation) *Error {
 }
 
 func unavailable(code, what string, err error) *Error {
-	slog.Error("dependency unavailable, denying", "what", what, "err", err)
+	deps.fail(what, err)
 	return &Error{Status: http.StatusServiceUnavailable, Code: code,
 		Message: fmt.Sprintf("%s unavailable; the call was denied (fail closed)", what)}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/xemahq/xema/internal/policy"
 	"github.com/xemahq/xema/internal/ratelimit"
 	"github.com/xemahq/xema/internal/runner"
+	"github.com/xemahq/xema/internal/spool"
 	"github.com/xemahq/xema/internal/store"
 	"github.com/xemahq/xema/internal/telemetry"
 	"go.opentelemetry.io/otel/attribute"
@@ -54,8 +55,18 @@ type Gateway struct {
 	// nothing. Kernel handlers are not counted: a flood of slow providers must not lock an
 	// admin out of the gateway's own operations.
 	Outbound *Slots
+	// PerProvider bounds the outbound calls in flight per provider (biome or MCP server); nil
+	// is no bound beyond Outbound.
+	PerProvider *ProviderSlots
 	// Unauth audits unauthenticated attempts in aggregate; nil writes one record each.
 	Unauth *UnauthAggregator
+	// Spool keeps the outcome records the audit log could not take, and writes them once
+	// the store is back; nil keeps none (the answer still says the call ran).
+	Spool *spool.Spool
+	// Idempotency keeps the answers of calls made with an idempotency key; nil refuses keys.
+	Idempotency store.IdempotencyStore
+
+	inflight runs
 }
 
 // ApprovalQueue keeps a call until a person approves it.
@@ -98,6 +109,8 @@ type call struct {
 	req   Request
 	start time.Time
 	rec   store.AuditRecord
+	// dispatching is RunApproved's hook between the decision record and the run.
+	dispatching func(ctx context.Context) error
 	// reason is the first reason code of a denying decision (the metrics' reason label).
 	reason string
 }
@@ -131,10 +144,14 @@ func codeOf(err error) string {
 // RunApproved runs a call a person has approved, as its requester: route, validate and
 // authorize again under the policy serving now (a grant revoked meanwhile denies), then
 // resolve and run, without counting limits or asking for approval a second time. Its
-// records link to parentAuditID, the audit record of the original call.
-func (g *Gateway) RunApproved(ctx context.Context, ec identity.ExecContext, req Request, parentAuditID string) (*Result, error) {
+// records link to parentAuditID, the audit record of the original call. dispatching, when
+// set, is called after the decision record and before the runner; its error stops the call
+// (the approval was taken by another replica's recovery), recorded as not dispatched.
+func (g *Gateway) RunApproved(ctx context.Context, ec identity.ExecContext, req Request, parentAuditID string,
+	dispatching func(ctx context.Context) error) (*Result, error) {
 	c := g.begin(ec, req)
 	c.rec.ParentID = parentAuditID
+	c.dispatching = dispatching
 	entry, decision, err := g.admit(ctx, c)
 	if err != nil {
 		return nil, err
@@ -177,9 +194,23 @@ func (g *Gateway) dispatch(ctx context.Context, c *call, entry *catalog.Entry, d
 			return nil, g.fail(ctx, c, audit.DecisionError, capacityExceeded(g.Outbound.Cap()))
 		}
 		defer release()
+		provider := entry.Capability.BiomeID
+		releaseProvider, ok := g.PerProvider.Acquire(provider)
+		if !ok {
+			return nil, g.fail(ctx, c, audit.DecisionError, providerBusy(provider, g.PerProvider.n))
+		}
+		defer releaseProvider()
 	}
-	if err := g.record(ctx, c, audit.DecisionAllowed, "dispatched"); err != nil {
+	// The decision record says admitted, not dispatched: the outcome record, written after
+	// the run, is the one that says how it ended.
+	if err := g.record(ctx, c, audit.DecisionAllowed, OutcomeAdmitted); err != nil {
 		return nil, err
+	}
+	if c.dispatching != nil {
+		if err := c.dispatching(ctx); err != nil {
+			g.closeUndispatched(ctx, c, run.Kind())
+			return nil, err
+		}
 	}
 	out, err := g.run(ctx, c, entry, run)
 	if err != nil {
@@ -230,6 +261,7 @@ func (g *Gateway) authorize(ctx context.Context, c *call, entry *catalog.Entry, 
 		step.End(CodePolicyUnavailable)
 		return policy.Decision{}, unavailable(CodePolicyUnavailable, "policy", err)
 	}
+	deps.ok("policy")
 	verdict, reason := "allow", ""
 	if !d.Allow {
 		verdict = "deny"
@@ -264,11 +296,12 @@ func (g *Gateway) obligations(ctx context.Context, c *call, entry *catalog.Entry
 	ctx, step := telemetry.Start(ctx, telemetry.StepObligations, telemetry.AttrRef.String(entry.Ref()))
 	defer func() { step.End(codeOf(err), attribute.Int("xema.obligations", len(d.Obligations))) }()
 	if g.Limiter != nil {
-		key := ratelimit.Key{Ref: entry.Ref(), Subject: c.exec.Subject.Ref, Environment: c.exec.Environment}
+		key := ratelimit.Key{Org: c.exec.Org, Ref: entry.Ref(), Subject: c.exec.Subject.Ref, Environment: c.exec.Environment}
 		usage, err := g.Limiter.Take(ctx, key, d.Obligations)
 		if err != nil {
 			return g.fail(ctx, c, audit.DecisionError, unavailable(CodeStoreUnavailable, "rate limiter", err))
 		}
+		deps.ok("rate limiter")
 		if usage != nil {
 			return g.limited(ctx, c, entry, usage)
 		}
@@ -341,12 +374,32 @@ func (g *Gateway) resolve(ctx context.Context, ec identity.ExecContext, entry *c
 		Message: fmt.Sprintf("%s has no runner in this environment", entry.Ref())}
 }
 
+// closeUndispatched writes the outcome record of an admitted call that never reached its
+// runner, so its decision record is not left open.
+func (g *Gateway) closeUndispatched(ctx context.Context, c *call, kind string) {
+	outcome := c.rec
+	outcome.ParentID, outcome.ID, outcome.PolicyInput = c.rec.ID, audit.OutcomeID(c.rec.ID), nil
+	outcome.Runner, outcome.Outcome, outcome.Time = kind, OutcomeNotDispatched, time.Now()
+	if err := g.appendAudit(context.WithoutCancel(ctx), outcome); err != nil {
+		g.Spool.Add(spool.Entry{Audit: &outcome})
+	}
+}
+
 // run executes the call and appends its outcome, linked to the decision record. A
 // provider's output is checked against the capability's output schema before it is passed
-// on: a violation is the typed 502 INVALID_OUTPUT and the output is dropped.
+// on: a violation is the typed 502 INVALID_OUTPUT and the output is dropped. A shutdown past
+// its deadline (AbortRuns) cuts the run off: the outcome says interrupted. When the outcome
+// cannot be recorded the answer says the call ran, and the outcome is spooled.
 func (g *Gateway) run(ctx context.Context, c *call, entry *catalog.Entry, r runner.Runner) (json.RawMessage, error) {
 	c.rec.Runner = r.Kind()
-	rctx, step := telemetry.Start(ctx, telemetry.StepRun, telemetry.AttrRef.String(entry.Ref()),
+	rs := g.runs()
+	rs.add()
+	defer rs.done()
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(rs.ctx, cancel)
+	defer stop()
+	rctx, step := telemetry.Start(runCtx, telemetry.StepRun, telemetry.AttrRef.String(entry.Ref()),
 		telemetry.AttrRunner.String(r.Kind()), telemetry.AttrAuditID.String(c.rec.ID))
 	began := time.Now()
 	out, runErr := r.Run(rctx, kernel.Call{Ref: c.req.Ref, Input: c.req.Input, Exec: c.exec, AuditID: c.rec.ID})
@@ -365,7 +418,12 @@ func (g *Gateway) run(ctx context.Context, c *call, entry *catalog.Entry, r runn
 	outcome.ParentID, outcome.ID, outcome.PolicyInput = c.rec.ID, audit.OutcomeID(c.rec.ID), nil
 	outcome.Outcome = "ok"
 	var answer error
-	if runErr != nil {
+	switch {
+	case runErr != nil && rs.ctx.Err() != nil:
+		slog.WarnContext(ctx, "run cut off by shutdown", "ref", c.req.Ref, "auditId", c.rec.ID, "runner", r.Kind())
+		answer = interrupted(c.rec.ID)
+		outcome.Outcome = CodeInterrupted
+	case runErr != nil:
 		// The internal error (a handler's Go error, a dial error) goes to the log with the
 		// auditId; the caller gets the typed code and the runner's fixed message.
 		slog.WarnContext(ctx, "run failed", "ref", c.req.Ref, "auditId", c.rec.ID, "runner", r.Kind(), "err", runErr)
@@ -374,9 +432,13 @@ func (g *Gateway) run(ctx context.Context, c *call, entry *catalog.Entry, r runn
 	}
 	outcome.LatencyMicros = time.Since(c.start).Microseconds()
 	outcome.Time = time.Now()
-	if err := g.appendAudit(ctx, outcome); err != nil {
-		return nil, unavailable(CodeAuditUnavailable, "audit log", err)
+	// The run happened: its outcome is written even if the caller has gone.
+	if err := g.appendAudit(context.WithoutCancel(ctx), outcome); err != nil {
+		deps.fail("audit log", err)
+		spooled := g.Spool.Add(spool.Entry{Audit: &outcome})
+		return nil, outcomeNotRecorded(c.rec.ID, outcome.Outcome, spooled, out)
 	}
+	deps.ok("audit log")
 	if answer != nil {
 		answer.(*Error).AuditID = c.rec.ID
 		return nil, answer
@@ -405,6 +467,8 @@ func providerError(err error) *Error {
 	}
 	status := http.StatusBadGateway
 	switch {
+	case re.Code == runner.CodeProviderTimeout:
+		status = http.StatusGatewayTimeout // every runner: http, connector, mcp-external
 	case re.Status != 0:
 		status = re.Status
 	case re.Code == runner.CodeNoToken:
@@ -437,6 +501,7 @@ func (g *Gateway) record(ctx context.Context, c *call, decision, outcome string)
 	if err := g.appendAudit(ctx, c.rec); err != nil {
 		return unavailable(CodeAuditUnavailable, "audit log", err)
 	}
+	deps.ok("audit log")
 	ref, reason := c.req.Ref, c.reason
 	if decision == audit.DecisionNotFound {
 		ref = telemetry.UnknownRef

@@ -108,7 +108,9 @@ func (g *Gateway) Search(ctx context.Context, ec identity.ExecContext, req Searc
 			anchor = Anchor{ResourceType: &rt, Source: "query"}
 		}
 	}
-	queryKey := fmt.Sprintf("%s|%s|%v|%s|%v|%d", ec.Subject.Ref, req.Query, anchor.ResourceType != nil && *anchor.ResourceType != "", req.Domain, req.Mutating, limit)
+	// The caller is its org and subject: a cursor of acme's agent:bot does not open for
+	// beta's agent:bot.
+	queryKey := fmt.Sprintf("%q|%s|%s|%v|%s|%v|%d", ec.Org, ec.Subject.Ref, req.Query, anchor.ResourceType != nil && *anchor.ResourceType != "", req.Domain, req.Mutating, limit)
 	if anchor.ResourceType != nil {
 		queryKey += "|" + *anchor.ResourceType
 	}

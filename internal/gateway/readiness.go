@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/policy"
@@ -61,7 +62,15 @@ func (g *Gateway) Preflight(ctx context.Context, ec identity.ExecContext, req Pr
 		runnerCode, runnerDetail = re.Code, re.Message // e.g. MISSING_BINDING, MISSING_CREDENTIAL
 	}
 	add("runner", runnerDetail, runErr == nil, runnerCode)
-	add("grant", "the policy admits this caller in "+ec.Environment, d.Allow, CodeDenied)
+	grantDetail := "the policy admits this caller in " + ec.Environment
+	if !d.Allow {
+		codes := make([]string, 0, len(d.Reasons))
+		for _, r := range d.Reasons {
+			codes = append(codes, r.Code)
+		}
+		grantDetail = fmt.Sprintf("the policy denies this caller in %s (%s)", ec.Environment, strings.Join(codes, ", "))
+	}
+	add("grant", grantDetail, d.Allow, CodeDenied)
 	for _, r := range d.Reasons {
 		res.Blockers = append(res.Blockers, Blocker{Code: r.Code, Detail: r.Detail})
 	}
@@ -100,11 +109,24 @@ type ExplainResult struct {
 	Suggestions []policy.Suggestion `json:"suggestions"`
 }
 
-// Explain turns a denial code into the grant that would unlock the capability for this
-// caller in its current environment.
+// grantReasons are the reason codes a grant (or a wider one) can lift; any other denial (a
+// platform rule, the lifecycle, the caller's kind or role, a limit) is not lifted by a grant,
+// so explain offers none for it.
+var grantReasons = map[string]bool{
+	"MISSING_GRANT": true, "ENVIRONMENT_NOT_ALLOWED": true, "SUBJECT_NOT_COVERED": true,
+	"RESOURCE_NOT_REACHABLE": true, "GRANT_ORG_MISMATCH": true, "AUDIENCE_INCOMPATIBLE": true,
+}
+
+// Explain turns a denial code into what would unlock the capability for this caller in its
+// current environment: the exact grant when a grant is what is missing, the org role when
+// the capability is held by role (humanBaseline), never what the caller already holds.
 func (g *Gateway) Explain(ctx context.Context, ec identity.ExecContext, req ExplainRequest) (*ExplainResult, error) {
 	if req.DenialCode == "" {
 		return nil, badRequest("INVALID_ARGUMENT", "missing required field /denialCode")
+	}
+	if !g.Policy.KnownReasonCode(req.DenialCode) {
+		return nil, badRequest("INVALID_ARGUMENT", fmt.Sprintf("/denialCode: %q is not a reason code a denial can carry; known: %s",
+			req.DenialCode, strings.Join(g.Policy.ReasonCodes(), ", ")))
 	}
 	e, ok := g.Catalog.Snapshot().For(ec.Org, req.CapabilityRef)
 	if !ok {
@@ -118,19 +140,43 @@ func (g *Gateway) Explain(ctx context.Context, ec identity.ExecContext, req Expl
 		Domain: domainOf(e.Ref()), DenialCode: req.DenialCode,
 		Biome:       BiomeRef{ID: e.Capability.BiomeID, Version: e.Capability.BiomeVersion},
 		Reasons:     []policy.Reason{},
-		Suggestions: d.Suggestions,
-		Permissions: []Permission{{
-			BiomeID: e.Capability.BiomeID, BiomeVersion: e.Capability.BiomeVersion, Capability: e.Ref(),
-			Environments: unlockingEnvironments(ec.Environment, d.Suggestions), Subjects: []string{ec.Subject.Ref},
-		}},
+		Suggestions: []policy.Suggestion{},
+		Permissions: []Permission{},
 	}
+	byGrant, byRole := false, false
 	for _, r := range d.Reasons {
 		if r.Code == req.DenialCode {
 			res.Reasons = append(res.Reasons, r)
 		}
+		byGrant = byGrant || grantReasons[r.Code]
+		byRole = byRole || r.Code == "HUMAN_BASELINE_NOT_MET"
 	}
-	if res.Suggestions == nil {
-		res.Suggestions = []policy.Suggestion{}
+	// A capability held by org role (kernel administration, say) is unlocked by the role,
+	// not by a grant: a member denied a submit needs org_admin.
+	role := ""
+	if hb := e.Manifest.HumanBaseline; byRole && hb != nil && ec.Subject.Kind == "user" {
+		switch hb.Kind {
+		case "org-administrators":
+			role = "org_admin"
+		case "org-role":
+			role = hb.MinimumOrgRole
+		}
+	}
+	if role != "" {
+		byGrant = false
+		res.Suggestions = append(res.Suggestions, policy.Suggestion{Kind: "request-role", Capability: e.Ref(), Role: role, Environment: ec.Environment})
+	}
+	for _, s := range d.Suggestions {
+		if s.Kind == "request-grant" && (!byGrant || d.Allow) {
+			continue // the caller holds the grant: asking for it again changes nothing
+		}
+		res.Suggestions = append(res.Suggestions, s)
+	}
+	if byGrant && !d.Allow {
+		res.Permissions = append(res.Permissions, Permission{
+			BiomeID: e.Capability.BiomeID, BiomeVersion: e.Capability.BiomeVersion, Capability: e.Ref(),
+			Environments: unlockingEnvironments(ec.Environment, d.Suggestions), Subjects: []string{ec.Subject.Ref},
+		})
 	}
 	return res, nil
 }

@@ -63,39 +63,48 @@ type descriptor struct {
 	InstanceGrade        any    `json:"instanceGrade"`
 }
 
-// Compile builds the data.xema document of docs/policy-data.md (the object under "xema").
-// The result holds only JSON types (map[string]any, []any, string, bool, int, nil) and
-// shares some sub-objects between entries: treat it as read-only. The same input always
-// compiles to the same document. Any record that does not decode fails the whole compile,
-// so a broken store never yields a bundle that silently drops grants.
+// Compile builds the data.xema document of docs/policy-data.md (the object under "xema") as
+// Build does, handed over as Data.Map: a map whose values are the typed parts, grants laid
+// out as nested maps. Treat it as read-only: entries share some sub-objects. The same input
+// always compiles to the same document. Any record that does not decode fails the whole
+// compile, so a broken store never yields a bundle that silently drops grants.
 func Compile(in Input) (map[string]any, error) {
+	d, err := Build(in)
+	if err != nil {
+		return nil, err
+	}
+	return d.Map(), nil
+}
+
+// Build compiles the typed data.xema document.
+func Build(in Input) (Data, error) {
 	descs := make(map[string]descriptor, len(in.Capabilities)+len(in.Pinned))
-	caps := make(map[string]any, len(in.Capabilities))
+	caps := make(map[string]CapabilityData, len(in.Capabilities))
 	for _, c := range in.Capabilities {
 		d, err := decodeDescriptor(c)
 		if err != nil {
-			return nil, err
+			return Data{}, err
 		}
 		descs[versionKey(c.Ref, c.BiomeVersion)] = d
 		caps[c.Ref] = capabilityData(c, d)
 	}
-	versions := make(map[string]any)
+	versions := make(map[string]map[string]CapabilityData)
 	for _, c := range in.Pinned {
 		d, err := decodeDescriptor(c)
 		if err != nil {
-			return nil, err
+			return Data{}, err
 		}
 		descs[versionKey(c.Ref, c.BiomeVersion)] = d
-		byVersion, _ := versions[c.Ref].(map[string]any)
+		byVersion := versions[c.Ref]
 		if byVersion == nil {
-			byVersion = make(map[string]any, 1)
+			byVersion = make(map[string]CapabilityData, 1)
 			versions[c.Ref] = byVersion
 		}
 		byVersion[c.BiomeVersion] = capabilityData(c, d)
 	}
 
-	profileEnvs := make(map[string]map[string]any, len(in.Profiles))
-	profiles := make(map[string]any, len(in.Profiles))
+	profileEnvs := make(map[string]Set, len(in.Profiles))
+	profiles := make(map[string]ProfileData, len(in.Profiles))
 	for name, p := range in.Profiles {
 		profileEnvs[name] = set(in.Environments.OfKinds(p.EnvironmentKinds))
 		profiles[name] = profileData(p, profileEnvs[name])
@@ -103,38 +112,32 @@ func Compile(in Input) (map[string]any, error) {
 
 	grants, err := compileGrants(in, descs, profileEnvs)
 	if err != nil {
-		return nil, err
+		return Data{}, err
 	}
 
-	envs := make(map[string]any)
+	envs := make(map[string]EnvironmentData)
 	for _, name := range in.Environments.Names() {
 		kind, _ := in.Environments.Lookup(name)
-		envs[name] = map[string]any{"kind": kind}
+		envs[name] = EnvironmentData{Kind: kind}
 	}
-	audience := make(map[string]any, len(audienceByKind))
+	audience := make(map[string]Set, len(audienceByKind))
 	for kind, classes := range audienceByKind {
 		audience[kind] = set(classes)
-	}
-	ranks := make(map[string]any, len(orgRoleRank))
-	for role, rank := range orgRoleRank {
-		ranks[role] = rank
-	}
-
-	data := map[string]any{
-		"environments": envs,
-		"profiles":     profiles,
-		"capabilities": caps,
-		"versions":     versions,
-		"grants":       grants,
-		"audience":     audience,
-		"orgRoleRank":  ranks,
 	}
 	rev := in.Revision
 	if rev == "" {
 		rev = inputRevision(in)
 	}
-	data["revision"] = rev
-	return data, nil
+	return Data{
+		Audience:     audience,
+		Capabilities: caps,
+		Environments: envs,
+		Grants:       grants,
+		OrgRoleRank:  maps.Clone(orgRoleRank),
+		Profiles:     profiles,
+		Revision:     rev,
+		Versions:     versions,
+	}, nil
 }
 
 func decodeDescriptor(c store.Capability) (descriptor, error) {
@@ -147,49 +150,43 @@ func decodeDescriptor(c store.Capability) (descriptor, error) {
 
 func versionKey(ref, version string) string { return ref + "\x00" + version }
 
-func capabilityData(c store.Capability, d descriptor) map[string]any {
-	safe := d.SafeForAgents == nil || *d.SafeForAgents
+func capabilityData(c store.Capability, d descriptor) CapabilityData {
 	bindings := d.RequiredBindings
 	if bindings == nil {
 		bindings = []any{}
 	}
-	return map[string]any{
-		"biome":                map[string]any{"id": c.BiomeID, "version": c.BiomeVersion},
-		"lifecycle":            c.Lifecycle,
-		"replacedBy":           c.ReplacedBy,
-		"riskTier":             d.RiskTier,
-		"effectClass":          effectiveEffectClass(d.EffectClass),
-		"outputClassification": d.OutputClassification,
-		"reach":                d.Reach,
-		"authorityEffect":      d.AuthorityEffect,
-		"descriptorKind":       d.DescriptorKind,
-		"requiresApproval":     d.RequiresApproval,
-		"safeForAgents":        safe,
-		"callerConstraint":     d.CallerConstraint,
-		"humanBaseline":        d.HumanBaseline,
-		"requiredBindings":     bindings,
-		"instanceGrade":        d.InstanceGrade,
+	return CapabilityData{
+		AuthorityEffect:      d.AuthorityEffect,
+		Biome:                BiomeData{ID: c.BiomeID, Version: c.BiomeVersion},
+		CallerConstraint:     d.CallerConstraint,
+		DescriptorKind:       d.DescriptorKind,
+		EffectClass:          effectiveEffectClass(d.EffectClass),
+		HumanBaseline:        d.HumanBaseline,
+		InstanceGrade:        d.InstanceGrade,
+		Lifecycle:            c.Lifecycle,
+		OutputClassification: d.OutputClassification,
+		Reach:                d.Reach,
+		ReplacedBy:           c.ReplacedBy,
+		RequiredBindings:     bindings,
+		RequiresApproval:     d.RequiresApproval,
+		RiskTier:             d.RiskTier,
+		SafeForAgents:        d.SafeForAgents == nil || *d.SafeForAgents,
 	}
 }
 
-func profileData(p Profile, envs map[string]any) map[string]any {
-	return map[string]any{
-		"effectClasses":    set(p.EffectClasses),
-		"riskTiers":        set(p.RiskTiers),
-		"environments":     envs,
-		"environmentKinds": set(p.EnvironmentKinds),
-		"rateLimit":        limitData(p.RateLimit),
-		"quota":            limitData(p.Quota),
-		"approval": map[string]any{
-			"effectClasses": set(p.Approval.EffectClasses),
-			"riskTiers":     set(p.Approval.RiskTiers),
-		},
+func profileData(p Profile, envs Set) ProfileData {
+	return ProfileData{
+		Approval:         ApprovalData{EffectClasses: set(p.Approval.EffectClasses), RiskTiers: set(p.Approval.RiskTiers)},
+		EffectClasses:    set(p.EffectClasses),
+		EnvironmentKinds: set(p.EnvironmentKinds),
+		Environments:     envs,
+		Quota:            limitData(p.Quota),
+		RateLimit:        limitData(p.RateLimit),
+		RiskTiers:        set(p.RiskTiers),
 	}
 }
 
-func limitData(l Limit) map[string]any {
-	return map[string]any{"requests": l.Requests, "per": l.Per}
-}
+func limitData(l Limit) LimitData { return LimitData{Per: l.Per, Requests: l.Requests} }
 
 // Scope is one org's install of one biome: at most one grant of it is effective.
 type Scope struct{ Org, Biome string }
@@ -210,7 +207,7 @@ func Effective(grants []store.Grant) map[Scope]store.Grant {
 
 // compileGrants lays grants out as grants[ref][biomeId][org] from the effective grants, each
 // judged against the descriptors of the version it approved.
-func compileGrants(in Input, descs map[string]descriptor, profileEnvs map[string]map[string]any) (map[string]any, error) {
+func compileGrants(in Input, descs map[string]descriptor, profileEnvs map[string]Set) (map[string]map[string]map[string]GrantData, error) {
 	requires := make(map[string][]string, len(in.Biomes))
 	for _, bv := range in.Biomes {
 		var b struct {
@@ -226,7 +223,7 @@ func compileGrants(in Input, descs map[string]descriptor, profileEnvs map[string
 	scopes := slices.SortedFunc(maps.Keys(newest), func(a, b Scope) int {
 		return strings.Compare(a.Org+"\x00"+a.Biome, b.Org+"\x00"+b.Biome)
 	})
-	out := make(map[string]any)
+	out := make(map[string]map[string]map[string]GrantData)
 	for _, scope := range scopes {
 		g := newest[scope]
 		profile, ok := in.Profiles[g.Profile]
@@ -252,14 +249,14 @@ func compileGrants(in Input, descs map[string]descriptor, profileEnvs map[string
 			if !ok {
 				continue
 			}
-			byBiome, _ := out[ref].(map[string]any)
+			byBiome := out[ref]
 			if byBiome == nil {
-				byBiome = make(map[string]any, 1)
+				byBiome = make(map[string]map[string]GrantData, 1)
 				out[ref] = byBiome
 			}
-			byOrg, _ := byBiome[scope.Biome].(map[string]any)
+			byOrg := byBiome[scope.Biome]
 			if byOrg == nil {
-				byOrg = make(map[string]any, 1)
+				byOrg = make(map[string]GrantData, 1)
 				byBiome[scope.Biome] = byOrg
 			}
 			byOrg[scope.Org] = entry
@@ -272,58 +269,51 @@ func compileGrants(in Input, descs map[string]descriptor, profileEnvs map[string
 type grantBase struct {
 	grant            store.Grant
 	profile          Profile
-	envs             map[string]any
-	rateLimit, quota map[string]any
+	envs             Set
+	rateLimit, quota LimitData
 }
 
 // entry is one compiled grant of a ref. A ref the admin named in customize is granted on
 // their say-so; otherwise the profile must admit its effect class and risk tier. The
 // customization wins field by field, except that it cannot waive an approval the
 // capability itself requires.
-func (b grantBase) entry(d descriptor, known bool, c Customization, named bool) (map[string]any, bool) {
+func (b grantBase) entry(d descriptor, known bool, c Customization, named bool) (GrantData, bool) {
 	effect := effectiveEffectClass(d.EffectClass)
 	if !named && (!known || !b.profile.Admits(effect, d.RiskTier)) {
-		return nil, false
+		return GrantData{}, false
 	}
 	// An unknown descriptor is granted only by name, and waits for a human by default.
 	approval := !known || b.profile.NeedsApproval(effect, d.RiskTier)
 	if c.RequiresApproval != nil {
 		approval = *c.RequiresApproval
 	}
-	e := map[string]any{
-		"grantId":          b.grant.ID,
-		"org":              b.grant.Org,
-		"biomeVersion":     b.grant.BiomeVersion,
-		"profile":          b.grant.Profile,
-		"environments":     b.envs,
-		"subjects":         nil,
-		"resources":        nil,
-		"audience":         nil,
-		"requiresApproval": approval || d.RequiresApproval,
-		"rateLimit":        b.rateLimit,
-		"quota":            b.quota,
+	e := GrantData{
+		BiomeVersion:     b.grant.BiomeVersion,
+		Environments:     b.envs,
+		GrantID:          b.grant.ID,
+		Org:              b.grant.Org,
+		Profile:          b.grant.Profile,
+		Quota:            b.quota,
+		RateLimit:        b.rateLimit,
+		RequiresApproval: approval || d.RequiresApproval,
 	}
 	if c.Environments != nil {
-		e["environments"] = set(c.Environments)
+		e.Environments = set(c.Environments)
 	}
 	if c.Subjects != nil {
-		e["subjects"] = set(c.Subjects)
+		e.Subjects = set(c.Subjects)
 	}
 	if c.Resources != nil {
-		rs := make([]any, len(c.Resources))
-		for i, r := range c.Resources {
-			rs[i] = r
-		}
-		e["resources"] = rs
+		e.Resources = slices.Clone(c.Resources)
 	}
 	if c.Audience != nil {
-		e["audience"] = set(c.Audience)
+		e.Audience = set(c.Audience)
 	}
 	if c.RateLimit != nil {
-		e["rateLimit"] = limitData(*c.RateLimit)
+		e.RateLimit = limitData(*c.RateLimit)
 	}
 	if c.Quota != nil {
-		e["quota"] = limitData(*c.Quota)
+		e.Quota = limitData(*c.Quota)
 	}
 	return e, true
 }

@@ -107,10 +107,3 @@ func invalid(path, code, msg string) *FieldError {
 func unknown(path, code, msg string) *FieldError {
 	return &FieldError{Path: path, Code: code, Message: msg, Err: ErrUnknown}
 }
-
-// pointer appends one reference token to a JSON pointer, escaped per RFC 6901.
-func pointer(base, token string) string {
-	token = strings.ReplaceAll(token, "~", "~0")
-	token = strings.ReplaceAll(token, "/", "~1")
-	return base + "/" + token
-}

@@ -9,6 +9,8 @@ import (
 	"maps"
 	"slices"
 	"time"
+
+	"github.com/xemahq/xema/internal/strictjson"
 )
 
 // Request is the body of POST /v1/grants: an org admin approving one biome version's digest.
@@ -84,7 +86,7 @@ func DecodeRequest(data []byte) (Request, error) {
 	})
 	for _, name := range []string{"biomeId", "version", "digestHash"} {
 		if raw, ok := obj[name]; !ok || isNull(raw) || string(raw) == `""` {
-			errs = append(errs, invalid(pointer("", name), CodeMissingField, "required"))
+			errs = append(errs, invalid(strictjson.Pointer("", name), CodeMissingField, "required"))
 		}
 	}
 	if err := errs.err(); err != nil {
@@ -116,7 +118,7 @@ func decodeCustomize(data []byte, path string) (map[string]Customization, Errors
 	var errs Errors
 	out := make(map[string]Customization, len(obj))
 	for _, ref := range sortedKeys(obj) {
-		c, cerrs := decodeCustomization(obj[ref], pointer(path, ref))
+		c, cerrs := decodeCustomization(obj[ref], strictjson.Pointer(path, ref))
 		out[ref] = c
 		errs = append(errs, cerrs...)
 	}
@@ -176,7 +178,7 @@ type member func(raw json.RawMessage, path string) Errors
 func members(obj map[string]json.RawMessage, path string, decoders map[string]member) Errors {
 	var errs Errors
 	for _, key := range sortedKeys(obj) {
-		p := pointer(path, key)
+		p := strictjson.Pointer(path, key)
 		decode, ok := decoders[key]
 		if !ok {
 			errs = append(errs, invalid(p, CodeUnknownField, "unknown field"))
@@ -236,7 +238,7 @@ func strList(data []byte, path string, dst *[]string) *FieldError {
 	}
 	out := make([]string, len(items))
 	for i, item := range items {
-		p := pointer(path, fmt.Sprint(i))
+		p := strictjson.Pointer(path, fmt.Sprint(i))
 		if isNull(item) {
 			return invalid(p, CodeInvalidType, "must be a string, got null")
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/xemahq/xema/internal/manifest"
 	"github.com/xemahq/xema/internal/store"
+	"github.com/xemahq/xema/internal/strictjson"
 )
 
 // ResourceDelimiters are the separators resource globs are compiled with; the Rego must pass
@@ -61,7 +62,7 @@ func Validate(req Request, bv *store.BiomeVersion, envs Environments, profiles P
 		out.Customize = make(map[string]Customization, len(req.Customize))
 	}
 	for _, ref := range slices.Sorted(maps.Keys(req.Customize)) {
-		path := pointer("/customize", ref)
+		path := strictjson.Pointer("/customize", ref)
 		if !contains(biome.RequiresCapabilities, ref) {
 			errs = append(errs, unknown(path, CodeUnknownCapability,
 				fmt.Sprintf("%s@%s does not require %q", bv.ID, bv.Version, ref)))
@@ -81,18 +82,18 @@ func validateCustomization(c Customization, path string, envs Environments) (Cus
 	var errs Errors
 	for i, name := range c.Environments {
 		if _, ok := envs.Lookup(name); !ok {
-			errs = append(errs, unknown(pointer(pointer(path, "environments"), fmt.Sprint(i)), CodeUnknownEnvironment,
+			errs = append(errs, unknown(strictjson.Pointer(path, "environments", fmt.Sprint(i)), CodeUnknownEnvironment,
 				fmt.Sprintf("unknown environment %q (one of %v)", name, envs.Names())))
 		}
 	}
 	for i, s := range c.Subjects {
 		if !subjectPattern.MatchString(s) {
-			errs = append(errs, invalid(pointer(pointer(path, "subjects"), fmt.Sprint(i)), CodeInvalidSubject,
+			errs = append(errs, invalid(strictjson.Pointer(path, "subjects", fmt.Sprint(i)), CodeInvalidSubject,
 				fmt.Sprintf("%q must be kind:name with kind one of agent, group, role, user, workflow, service", s)))
 		}
 	}
 	for i, g := range c.Resources {
-		p := pointer(pointer(path, "resources"), fmt.Sprint(i))
+		p := strictjson.Pointer(path, "resources", fmt.Sprint(i))
 		if g == "" || len(g) > maxGlobLen {
 			errs = append(errs, invalid(p, CodeInvalidGlob, fmt.Sprintf("glob must be 1 to %d characters", maxGlobLen)))
 			continue
@@ -103,7 +104,7 @@ func validateCustomization(c Customization, path string, envs Environments) (Cus
 	}
 	for i, a := range c.Audience {
 		if !contains(classifications, a) {
-			errs = append(errs, invalid(pointer(pointer(path, "audience"), fmt.Sprint(i)), CodeInvalidValue,
+			errs = append(errs, invalid(strictjson.Pointer(path, "audience", fmt.Sprint(i)), CodeInvalidValue,
 				fmt.Sprintf("%q is not an output classification (one of %v)", a, classifications)))
 		}
 	}
@@ -116,7 +117,7 @@ func validateCustomization(c Customization, path string, envs Environments) (Cus
 			continue
 		}
 		if fe := l.limit.check(l.max); fe != nil {
-			fe.Path = pointer(path, l.name) + fe.Path
+			fe.Path = strictjson.Pointer(path, l.name) + fe.Path
 			errs = append(errs, fe)
 		}
 	}

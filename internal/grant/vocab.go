@@ -59,8 +59,8 @@ func contains(list []string, s string) bool {
 }
 
 // set turns a list into the object set the Rego looks keys up in.
-func set(list []string) map[string]any {
-	m := make(map[string]any, len(list))
+func set(list []string) Set {
+	m := make(Set, len(list))
 	for _, v := range list {
 		m[v] = true
 	}

@@ -127,3 +127,34 @@ func hydraPublicPEM(t *testing.T, h *hydratest.Server, kid string) []byte {
 	t.Fatalf("kid %s not in hydra's JWKS", kid)
 	return nil
 }
+
+// TestAuthorizationCodeAgainstHydra: a person signed in through hydra's authorization code
+// flow with PKCE (a public client, the login and consent app accepting alice) gets a JWT access
+// token whose session claims hydra puts under "ext"; a mapping reading ext.* gives the
+// Execution Context the console's sign-in relies on.
+func TestAuthorizationCodeAgainstHydra(t *testing.T) {
+	h := hydratest.StartWithLogin(t, map[string]hydratest.Person{
+		"": {Subject: "user:alice", AccessToken: map[string]any{"xema_org_role": "org_admin", "xema_env": "org", "xema_org": "acme"}},
+	})
+	redirect := "http://127.0.0.1:1/console/callback" // never fetched: the flow stops at it
+	c := h.CreatePublicClient(t, redirect, "xema")
+	tok := h.AuthorizationCodeToken(t, c, redirect, "xema", "")
+	m := &identity.ClaimMapping{SubjectRef: "sub", OrgRole: identity.Field{Claim: "ext.xema_org_role"},
+		Org: identity.Field{Claim: "ext.xema_org"}, Environment: identity.Field{Claim: "ext.xema_env"}}
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	v, err := identity.NewVerifier(t.Context(), identity.Config{
+		Issuer: h.Issuer, Audience: "xema", JWKSURL: h.JWKSURL(), Algorithms: []string{"RS256"}, Mapping: m,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ec, err := v.Verify(t.Context(), tok)
+	if err != nil {
+		t.Fatalf("hydra's authorization-code token rejected: %v", err)
+	}
+	if ec.Subject.Ref != "user:alice" || ec.OrgRole != "org_admin" || ec.Org != "acme" || ec.Environment != "org" {
+		t.Fatalf("hydra's authorization-code token mapped to %+v", ec)
+	}
+}

@@ -206,33 +206,48 @@ func (noTokens) Token(context.Context, string) (string, error) {
 
 // discoverJWKS reads jwks_uri from the issuer's OpenID discovery document.
 func discoverJWKS(ctx context.Context, issuer string) (string, error) {
+	d, err := Discover(ctx, issuer)
+	if err != nil {
+		return "", err
+	}
+	if d.JWKSURI == "" {
+		return "", errors.New("issuer discovery: no jwks_uri")
+	}
+	return d.JWKSURI, nil
+}
+
+// Discovery is what the gateway reads of an issuer's OpenID discovery document.
+type Discovery struct {
+	Issuer                string `json:"issuer"`
+	JWKSURI               string `json:"jwks_uri"`
+	AuthorizationEndpoint string `json:"authorization_endpoint"`
+	TokenEndpoint         string `json:"token_endpoint"`
+}
+
+// Discover fetches issuer's /.well-known/openid-configuration; the document must name issuer
+// exactly.
+func Discover(ctx context.Context, issuer string) (Discovery, error) {
 	u := strings.TrimSuffix(issuer, "/") + "/.well-known/openid-configuration"
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return "", fmt.Errorf("issuer discovery %s: %w", u, err)
+		return Discovery{}, fmt.Errorf("issuer discovery %s: %w", u, err)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return "", fmt.Errorf("issuer discovery: %w", err)
+		return Discovery{}, fmt.Errorf("issuer discovery: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("issuer discovery %s: status %d", u, resp.StatusCode)
+		return Discovery{}, fmt.Errorf("issuer discovery %s: status %d", u, resp.StatusCode)
 	}
-	var doc struct {
-		Issuer  string `json:"issuer"`
-		JWKSURI string `json:"jwks_uri"`
-	}
+	var doc Discovery
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&doc); err != nil {
-		return "", fmt.Errorf("issuer discovery %s: %w", u, err)
+		return Discovery{}, fmt.Errorf("issuer discovery %s: %w", u, err)
 	}
 	if doc.Issuer != issuer {
-		return "", fmt.Errorf("issuer discovery %s: document names issuer %q, not %q", u, doc.Issuer, issuer)
+		return Discovery{}, fmt.Errorf("issuer discovery %s: document names issuer %q, not %q", u, doc.Issuer, issuer)
 	}
-	if doc.JWKSURI == "" {
-		return "", errors.New("issuer discovery: no jwks_uri")
-	}
-	return doc.JWKSURI, nil
+	return doc, nil
 }

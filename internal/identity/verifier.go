@@ -394,3 +394,16 @@ func classify(err error, claims jwt.MapClaims) error {
 	}
 	return reject(ReasonMalformed, "token rejected")
 }
+
+// KeysReady reports whether the verifier holds at least one key of the issuer: with none
+// (a JWKS that went empty or unreadable), every token is refused.
+func (v *Verifier) KeysReady(ctx context.Context) error {
+	keys, err := v.keys.Storage().KeyReadAll(ctx)
+	if err != nil {
+		return fmt.Errorf("issuer keys: %w", err)
+	}
+	if len(keys) == 0 {
+		return errors.New("issuer keys: the JWKS holds no key")
+	}
+	return nil
+}

@@ -200,7 +200,9 @@ func TestLoadDirLayout(t *testing.T) {
 	}{
 		{"missing biome.json", func(t *testing.T, dir string) {}, "biome.json: missing"},
 		{"biome.json is a directory", func(t *testing.T, dir string) {
-			os.Mkdir(filepath.Join(dir, BiomeFile), 0o755)
+			if err := os.Mkdir(filepath.Join(dir, BiomeFile), 0o755); err != nil {
+				t.Fatal(err)
+			}
 		}, "biome.json: not a regular file"},
 		{"contributions is a file", func(t *testing.T, dir string) {
 			write(t, dir, BiomeFile, biome)

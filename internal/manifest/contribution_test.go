@@ -105,7 +105,7 @@ func TestFullContributionDecodes(t *testing.T) {
 	}
 }
 
-// TestContributionFieldRules breaks one rule of spec/capability-contribution.md (or of
+// TestContributionFieldRules breaks one rule of schemas/contribution.schema.json (or of
 // the invocation envelope) per case, starting from a contribution that sets every field,
 // and checks the one Problem names the offending value and says what is wrong.
 func TestContributionFieldRules(t *testing.T) {

@@ -52,7 +52,8 @@ type Invocation struct {
 	TimeoutMs int    `json:"timeoutMs,omitempty"`
 }
 
-// Manifest mirrors spec/capability-contribution.md field for field. Free-form values
+// Manifest mirrors the capability manifest of schemas/contribution.schema.json (the
+// repository's rendering of the design's capability-contribution spec) field for field. Free-form values
 // (inputSchema, outputSchema, examples) hold numbers as json.Number, never rounded floats.
 type Manifest struct {
 	Ref                         string                    `json:"ref"`

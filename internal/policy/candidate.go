@@ -44,6 +44,6 @@ func FromBundle(ctx context.Context, r io.Reader) (*Engine, error) {
 		rev = "bundle"
 	}
 	e := &Engine{modules: mods}
-	e.serving.Store(e.newCompiled(pq, rev))
+	e.serving.Store(e.newCompiled(pq, rev, mods))
 	return e, nil
 }

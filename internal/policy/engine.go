@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -51,9 +52,17 @@ type Options struct {
 
 // Engine decides calls with the serving bundle. Safe for concurrent use.
 type Engine struct {
-	modules   []module
+	extraDir  string
 	cacheSize int
-	serving   atomic.Pointer[compiled]
+	// mu serializes Load and ReloadExtra; modules, extraSig, data and loaded are under it.
+	mu       sync.Mutex
+	modules  []module
+	extraSig string
+	data     map[string]any
+	loaded   bool
+	serving  atomic.Pointer[compiled]
+	// codes are the reason codes the modules' deny rules can emit (ReasonCodes).
+	codes atomic.Pointer[map[string]bool]
 }
 
 // module is one Rego file of the bundle, by its path inside the bundle.
@@ -76,10 +85,10 @@ type compiled struct {
 }
 
 // newCompiled stamps a prepared query with a decision cache of its own when allowed.
-func (e *Engine) newCompiled(pq rego.PreparedEvalQuery, revision string) *compiled {
+func (e *Engine) newCompiled(pq rego.PreparedEvalQuery, revision string, mods []module) *compiled {
 	c := &compiled{query: pq, revision: revision}
-	parsed := make([]*ast.Module, len(e.modules))
-	for i, m := range e.modules {
+	parsed := make([]*ast.Module, len(mods))
+	for i, m := range mods {
 		parsed[i] = m.parsed
 	}
 	switch nd := nondeterministicBuiltins(parsed); {
@@ -107,27 +116,42 @@ func (e *Engine) CacheStats() CacheStats {
 
 // New parses the embedded policies and the Rego of opts.ExtraDir. No bundle serves until Load.
 func New(ctx context.Context, opts Options) (*Engine, error) {
-	mods, err := readModules(policies.FS(), "policies", false)
+	e := &Engine{extraDir: opts.ExtraDir, cacheSize: opts.DecisionCacheSize}
+	sig, err := e.signature()
 	if err != nil {
 		return nil, err
 	}
-	if opts.ExtraDir != "" {
-		extra, err := readModules(os.DirFS(opts.ExtraDir), "custom", false)
-		if err != nil {
-			return nil, fmt.Errorf("platform policy dir %s: %w", opts.ExtraDir, err)
-		}
-		for _, m := range extra {
-			if !m.parsed.Package.Path.HasPrefix(customPackage) {
-				return nil, fmt.Errorf("platform policy %s: package %s must be %s or below it",
-					m.path, m.parsed.Package.Path, customPackage)
-			}
-		}
-		mods = append(mods, extra...)
+	mods, err := e.readAll()
+	if err != nil {
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return &Engine{modules: mods, cacheSize: opts.DecisionCacheSize}, nil
+	e.modules, e.extraSig = mods, sig
+	e.setCodes(mods)
+	return e, nil
+}
+
+// readAll parses the embedded policies and the platform Rego of the extra dir.
+func (e *Engine) readAll() ([]module, error) {
+	mods, err := readModules(policies.FS(), "policies", false)
+	if err != nil {
+		return nil, err
+	}
+	if e.extraDir == "" {
+		return mods, nil
+	}
+	extra, err := readModules(os.DirFS(e.extraDir), "custom", false)
+	if err != nil {
+		return nil, fmt.Errorf("platform policy dir %s: %w", e.extraDir, err)
+	}
+	for _, m := range extra {
+		if err := checkPlatformModule(m.path, m.parsed); err != nil {
+			return nil, err
+		}
+	}
+	return append(mods, extra...), nil
 }
 
 // readModules parses every .rego file of fsys (tests only when withTests), naming each
@@ -171,6 +195,17 @@ func (e *Engine) Load(ctx context.Context, data map[string]any, revision string)
 			return fmt.Errorf("policy: load: data.xema.%s is reserved for policy packages", k)
 		}
 	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.compile(ctx, e.modules, data, revision); err != nil {
+		return err
+	}
+	e.data, e.loaded = data, true
+	return nil
+}
+
+// compile builds and swaps in the bundle of mods over data; on error nothing changes.
+func (e *Engine) compile(ctx context.Context, mods []module, data map[string]any, revision string) error {
 	doc := make(map[string]any, len(data)+1)
 	for k, v := range data {
 		doc[k] = v
@@ -188,24 +223,24 @@ func (e *Engine) Load(ctx context.Context, data map[string]any, revision string)
 	store := inmem.NewFromObjectWithOpts(normalized,
 		inmem.OptRoundTripOnWrite(false), inmem.OptReturnASTValuesOnRead(true))
 
-	pq, err := e.prepare(ctx, Query, store)
+	pq, err := prepare(ctx, Query, store, mods)
 	if err != nil {
 		return fmt.Errorf("policy: compile revision %s: %w", revision, err)
 	}
-	tarGz, etag, err := writeBundle(revision, dataJSON, e.modules)
+	tarGz, etag, err := writeBundle(revision, dataJSON, mods)
 	if err != nil {
 		return fmt.Errorf("policy: bundle revision %s: %w", revision, err)
 	}
-	c := e.newCompiled(pq, revision)
+	c := e.newCompiled(pq, revision, mods)
 	c.store, c.tarGz, c.etag = store, tarGz, etag
 	e.serving.Store(c)
 	return nil
 }
 
-// prepare compiles query over the engine's modules and store.
-func (e *Engine) prepare(ctx context.Context, query string, store storage.Store) (rego.PreparedEvalQuery, error) {
+// prepare compiles query over mods and store.
+func prepare(ctx context.Context, query string, store storage.Store, mods []module) (rego.PreparedEvalQuery, error) {
 	opts := []func(*rego.Rego){rego.Query(query), rego.Store(store)}
-	for _, m := range e.modules {
+	for _, m := range mods {
 		opts = append(opts, rego.ParsedModule(m.parsed))
 	}
 	return rego.New(opts...).PrepareForEval(ctx)

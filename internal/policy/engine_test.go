@@ -152,7 +152,7 @@ func TestPlatformRegoOutsideCustomPackageRejected(t *testing.T) {
 }
 
 func TestEmbeddedPolicyTests(t *testing.T) {
-	rep, err := Test(context.Background(), nil, true)
+	rep, err := Test(context.Background(), TestOptions{WithBuiltin: true, Coverage: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestPolicyTestReportsFailures(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "x_test.rego"), []byte(src), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := Test(context.Background(), []string{dir}, false)
+	rep, err := Test(context.Background(), TestOptions{Dirs: []string{dir}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,11 +48,11 @@ func TestCleanIsSound(t *testing.T) {
 	ctx := context.Background()
 	e := loadedEngine(t)
 	c := e.serving.Load()
-	cleanQ, err := e.prepare(ctx, "data.xema.authz.clean", c.store)
+	cleanQ, err := prepare(ctx, "data.xema.authz.clean", c.store, e.modules)
 	if err != nil {
 		t.Fatal(err)
 	}
-	denyQ, err := e.prepare(ctx, "data.xema.authz.deny", c.store)
+	denyQ, err := prepare(ctx, "data.xema.authz.deny", c.store, e.modules)
 	if err != nil {
 		t.Fatal(err)
 	}

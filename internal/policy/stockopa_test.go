@@ -5,28 +5,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
 	"reflect"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/xemahq/xema/internal/policy/opatest"
+	"github.com/xemahq/xema/internal/testnet"
 )
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 // bundleServer serves e.Bundle() as the gateway does, honouring If-None-Match.
 type bundleServer struct {
@@ -54,24 +43,6 @@ func (s *bundleServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(tarGz)
 }
 
-// lockedBuffer collects the opa process output for failure messages.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestStockOPAAgrees runs a stock `opa run --server` against the bundle this package serves
 // and checks that its decisions equal Engine.Decide on every case of the table.
 func TestStockOPAAgrees(t *testing.T) {
@@ -84,9 +55,9 @@ func TestStockOPAAgrees(t *testing.T) {
 	srv := httptest.NewServer(bs)
 	t.Cleanup(srv.Close)
 
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
 	ctx, cancel := context.WithCancel(context.Background())
-	logs := &lockedBuffer{}
+	logs := &testnet.Output{}
 	cmd := exec.CommandContext(ctx, bin, "run", "--server", "--addr", addr,
 		"--set", "services.xema.url="+srv.URL,
 		"--set", "bundles.xema.service=xema",
@@ -142,7 +113,7 @@ func TestStockOPAAgrees(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, logs *lockedBuffer, what string, cond func() bool) {
+func waitFor(t *testing.T, logs *testnet.Output, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -9,15 +10,30 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/cover"
-	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 	"github.com/open-policy-agent/opa/v1/tester"
 
 	"github.com/xemahq/xema/policies"
 )
 
+// TestOptions say what Test runs.
+type TestOptions struct {
+	// Dirs are platform policy directories: their Rego (package xema.custom, tests in any
+	// package) and data files.
+	Dirs []string
+	// WithBuiltin also runs the embedded policies' own tests; without it the built-in
+	// policies are loaded (a platform test may evaluate the whole decision) but their tests
+	// are not, and coverage counts only the files of Dirs.
+	WithBuiltin bool
+	// Coverage measures line coverage.
+	Coverage bool
+}
+
 // TestReport is the outcome of Test.
 type TestReport struct {
+	// Raw are OPA's tester results, print() output included (Result.Output), for OPA's
+	// reporters.
+	Raw     []*tester.Result
 	Results []TestResult
 	Passed  int
 	Failed  int
@@ -25,6 +41,9 @@ type TestReport struct {
 	Coverage      *float64
 	FileCoverage  map[string]float64
 	NotCoveredRow map[string][]int
+	// Cover and CoverModules are what OPA's JSON coverage reporter reads.
+	Cover        *cover.Cover
+	CoverModules map[string]*ast.Module
 }
 
 // TestResult is one test rule's outcome.
@@ -36,30 +55,63 @@ type TestResult struct {
 	Error    string
 }
 
-// Test runs OPA's tester over the embedded policies (tests included) and the Rego and data
-// files of dirs, as `opa test` would, optionally measuring line coverage.
-func Test(ctx context.Context, dirs []string, coverage bool) (TestReport, error) {
-	modules, err := embeddedModules()
-	if err != nil {
-		return TestReport{}, err
+// checkPlatformModule refuses platform Rego that xema serve would refuse: a non-test file
+// outside package xema.custom (its rules would never join the decision).
+func checkPlatformModule(path string, m *ast.Module) error {
+	if policies.IsTest(path) || m.Package.Path.HasPrefix(customPackage) {
+		return nil
 	}
-	var store storage.Store = inmem.New()
-	if len(dirs) > 0 {
-		extra, s, err := tester.LoadWithRegoVersion(dirs, nil, ast.RegoV1)
-		if err != nil {
-			return TestReport{}, fmt.Errorf("policy test: load %s: %w", strings.Join(dirs, ", "), err)
+	return fmt.Errorf("platform policy %s: package %s must be %s or below it",
+		path, m.Package.Path, customPackage)
+}
+
+// Test runs OPA's tester as `opa test` would over the Rego and data files of opts.Dirs
+// beside the embedded policies (their tests only with opts.WithBuiltin), keeping each test's
+// print() output, optionally measuring line coverage.
+func Test(ctx context.Context, opts TestOptions) (TestReport, error) {
+	if len(opts.Dirs) == 0 && !opts.WithBuiltin {
+		return TestReport{}, errors.New("policy test: give a policy DIR, or --with-builtin for the built-in policies' tests")
+	}
+	list, err := readModules(policies.FS(), "policies", opts.WithBuiltin)
+	if err != nil {
+		return TestReport{}, fmt.Errorf("policy test: embedded policies: %w", err)
+	}
+	modules := make(map[string]*ast.Module, len(list))
+	coverModules := map[string]*ast.Module{}
+	for _, m := range list {
+		modules[m.path] = m.parsed
+		if opts.WithBuiltin {
+			coverModules[m.path] = m.parsed
 		}
-		for name, m := range extra {
+	}
+	store := inmem.New()
+	if len(opts.Dirs) > 0 {
+		extra, s, err := tester.LoadWithRegoVersion(opts.Dirs, nil, ast.RegoV1)
+		if err != nil {
+			return TestReport{}, fmt.Errorf("policy test: load %s: %w", strings.Join(opts.Dirs, ", "), err)
+		}
+		names := make([]string, 0, len(extra))
+		for name := range extra {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			m := extra[name]
+			if err := checkPlatformModule(name, m); err != nil {
+				return TestReport{}, fmt.Errorf("policy test: %w (xema serve --policy-dir refuses it)", err)
+			}
 			if _, dup := modules[name]; dup {
 				return TestReport{}, fmt.Errorf("policy test: %s loaded twice", name)
 			}
 			modules[name] = m
+			coverModules[name] = m
 		}
 		store = s
 	}
-	runner := tester.NewRunner().SetStore(store).SetModules(modules).SetDefaultRegoVersion(ast.RegoV1)
+	runner := tester.NewRunner().SetStore(store).SetModules(modules).SetDefaultRegoVersion(ast.RegoV1).
+		CapturePrintOutput(true).StackTraces(true)
 	var cov *cover.Cover
-	if coverage {
+	if opts.Coverage {
 		cov = cover.New()
 		runner = runner.SetCoverageQueryTracer(cov)
 	}
@@ -74,6 +126,7 @@ func Test(ctx context.Context, dirs []string, coverage bool) (TestReport, error)
 	}
 	var rep TestReport
 	for r := range ch {
+		rep.Raw = append(rep.Raw, r)
 		tr := TestResult{Name: r.Package + "." + r.Name, Location: fmt.Sprintf("%s:%d", r.Location.File, r.Location.Row), Pass: r.Pass(), Skip: r.Skip}
 		if r.Error != nil {
 			tr.Error = r.Error.Error()
@@ -88,7 +141,8 @@ func Test(ctx context.Context, dirs []string, coverage bool) (TestReport, error)
 		rep.Results = append(rep.Results, tr)
 	}
 	if cov != nil {
-		report := cov.Report(modules)
+		rep.Cover, rep.CoverModules = cov, coverModules
+		report := cov.Report(coverModules)
 		rep.Coverage = &report.Coverage
 		rep.FileCoverage = map[string]float64{}
 		rep.NotCoveredRow = map[string][]int{}
@@ -102,17 +156,4 @@ func Test(ctx context.Context, dirs []string, coverage bool) (TestReport, error)
 		}
 	}
 	return rep, nil
-}
-
-// embeddedModules parses every embedded .rego file, tests included.
-func embeddedModules() (map[string]*ast.Module, error) {
-	list, err := readModules(policies.FS(), "policies", true)
-	if err != nil {
-		return nil, fmt.Errorf("policy test: embedded policies: %w", err)
-	}
-	mods := make(map[string]*ast.Module, len(list))
-	for _, m := range list {
-		mods[m.path] = m.parsed
-	}
-	return mods, nil
 }

@@ -66,7 +66,7 @@ type Reason struct {
 }
 
 // Suggestion kinds: request-grant, switch-environment, request-approval, use-successor,
-// establish-binding.
+// establish-binding; explain adds request-role.
 type Suggestion struct {
 	Kind        string `json:"kind"`
 	Capability  string `json:"capability,omitempty"`
@@ -74,6 +74,8 @@ type Suggestion struct {
 	From        string `json:"from,omitempty"`
 	To          string `json:"to,omitempty"`
 	Binding     string `json:"binding,omitempty"`
+	// Role is the org role of a request-role suggestion (explain: a capability held by role).
+	Role string `json:"role,omitempty"`
 }
 
 // Obligation kinds: approval, rate-limit and quota (with Requests per Per).

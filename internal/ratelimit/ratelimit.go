@@ -7,7 +7,6 @@ package ratelimit
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/xemahq/xema/internal/policy"
@@ -32,8 +31,11 @@ type Limiter struct {
 	Now func() time.Time
 }
 
-// Key is whose calls a limit counts: one capability, one subject, one environment.
+// Key is whose calls a limit counts: one capability, one subject of one org, one
+// environment. Subject refs are per org (user:alice of acme is not user:alice of beta), so the
+// org is part of the key: one org's calls never spend another org's limit.
 type Key struct {
+	Org         string
 	Ref         string
 	Subject     string
 	Environment string
@@ -65,12 +67,14 @@ func (l *Limiter) Take(ctx context.Context, k Key, obs []policy.Obligation) (*po
 	lefts := make([]time.Duration, len(limits))
 	for i, lim := range limits {
 		window, left := windowOf(now, lim.per)
-		key := strings.Join([]string{lim.kind, lim.per.String(), k.Ref, k.Subject, k.Environment}, "|")
+		// The claim-supplied parts are quoted, so no org, subject or environment holding a "|"
+		// can spell another caller's key.
+		key := fmt.Sprintf("%s|%s|%s|%q|%q|%q", lim.kind, lim.per, k.Ref, k.Org, k.Subject, k.Environment)
 		adds[i], lefts[i] = store.UsageAdd{Key: key, Window: window, N: 1, Limit: lim.requests, Expires: now.Add(left)}, left
 	}
 	_, refused, err := l.Counter.AddUsage(ctx, adds)
 	if err != nil {
-		return nil, fmt.Errorf("count %d limit(s) of %s for %s in %s: %w", len(adds), k.Ref, k.Subject, k.Environment, err)
+		return nil, fmt.Errorf("count %d limit(s) of %s for %s of %s in %s: %w", len(adds), k.Ref, k.Subject, k.Org, k.Environment, err)
 	}
 	if refused < 0 {
 		return nil, nil

@@ -53,7 +53,7 @@ func quota(n int, per string) policy.Obligation {
 
 func TestTake(t *testing.T) {
 	start := time.Unix(1_699_920_000, 0) // a multiple of 24h: every window starts here
-	key := Key{Ref: "kb:page.read@1", Subject: "agent:bot", Environment: "project"}
+	key := Key{Org: "acme", Ref: "kb:page.read@1", Subject: "agent:bot", Environment: "project"}
 	cases := []struct {
 		name      string
 		obs       []policy.Obligation
@@ -87,6 +87,23 @@ func TestTake(t *testing.T) {
 				if u, err := l.Take(context.Background(), other, tc.obs); err != nil || u != nil {
 					t.Fatalf("another subject: usage %+v err %v; want its own counter", u, err)
 				}
+				// The same subject ref in another org is another caller.
+				otherOrg := key
+				otherOrg.Org = "beta"
+				if u, err := l.Take(context.Background(), otherOrg, tc.obs); err != nil || u != nil {
+					t.Fatalf("the same subject in another org: usage %+v err %v; want its own counter", u, err)
+				}
+				// No subject or environment holding a "|" spells another caller's key: with
+				// the parts joined by "|", agent:bot|project in x and agent:bot in project|x
+				// would share one counter.
+				a := Key{Org: "acme", Ref: key.Ref, Subject: "agent:bot|project", Environment: "x"}
+				b := Key{Org: "acme", Ref: key.Ref, Subject: "agent:bot", Environment: "project|x"}
+				for range tc.calls + 1 {
+					_, _ = l.Take(context.Background(), a, tc.obs)
+				}
+				if u, err := l.Take(context.Background(), b, tc.obs); err != nil || u != nil {
+					t.Fatalf("a key spelled by '|' in its parts: usage %+v err %v; want its own counter", u, err)
+				}
 			})
 		}
 	}
@@ -106,6 +123,24 @@ func TestTakeNewWindow(t *testing.T) {
 	now = now.Add(time.Minute)
 	if u, _ := l.Take(context.Background(), key, obs); u != nil {
 		t.Fatalf("next window: %+v, want admitted", u)
+	}
+}
+
+// The same subject ref in two orgs is two callers: one org's calls spend nothing of the other's.
+func TestTakeKeepsOrgsApart(t *testing.T) {
+	l := &Limiter{Counter: openSQLite(t)}
+	obs := []policy.Obligation{rate(1, "1m")}
+	acme := Key{Org: "acme", Ref: "a:b.c@1", Subject: "agent:x", Environment: "project"}
+	beta := acme
+	beta.Org = "beta"
+	if u, _ := l.Take(context.Background(), acme, obs); u != nil {
+		t.Fatal("acme's first call refused")
+	}
+	if u, _ := l.Take(context.Background(), beta, obs); u != nil {
+		t.Fatalf("beta's first call refused after acme's: %+v", u)
+	}
+	if u, _ := l.Take(context.Background(), acme, obs); u == nil {
+		t.Fatal("acme's second call admitted over its limit")
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -34,12 +35,28 @@ func (s *Server) MCPHandler() http.Handler {
 			d, err := gw.Describe(ctx, ec, req)
 			return describeResult{Capabilities: d}, err
 		})
-	addTool(srv, "xema_capabilities_invoke", "Invoke a capability: {ref, input}; input must match the described inputSchema exactly.", invokeSchema,
-		func(ctx context.Context, ec identity.ExecContext, req gateway.Request) (*gateway.Result, error) {
+	addTool(srv, "xema_capabilities_invoke", "Invoke a capability: {ref, input}; input must match the described inputSchema exactly. "+
+		"With idempotencyKey, a retry with the same key returns the first call's answer instead of running it again.", invokeSchema,
+		func(ctx context.Context, ec identity.ExecContext, req mcpInvoke) (json.RawMessage, error) {
 			if len(req.Input) == 0 {
 				return nil, &gateway.Error{Status: http.StatusBadRequest, Code: "INVALID_REQUEST", Message: "missing required field /input"}
 			}
-			return gw.Invoke(ctx, ec, req)
+			call := gateway.Request{Ref: req.Ref, Input: req.Input}
+			if req.IdempotencyKey == nil {
+				res, err := gw.Invoke(ctx, ec, call)
+				if err != nil {
+					return nil, err
+				}
+				return json.Marshal(res)
+			}
+			ans, err := gw.InvokeIdempotent(ctx, ec, call, *req.IdempotencyKey)
+			if err != nil {
+				return nil, err
+			}
+			if ans.Status != http.StatusOK {
+				return nil, storedError{ans}
+			}
+			return ans.Body, nil
 		})
 	addTool(srv, "xema_capabilities_plan", "Shortest runnable sequence of capabilities to a goal capability from the resource types you hold.", planSchema, gw.Plan)
 	addTool(srv, "xema_capabilities_preflight", "Check whether a call to ref could succeed now: requirements and blockers.", preflightSchema, gw.Preflight)
@@ -87,6 +104,18 @@ func (s *Server) authenticateMCP(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), mcpCaller{}, ec)))
 	})
 }
+
+// mcpInvoke is the arguments of xema_capabilities_invoke.
+type mcpInvoke struct {
+	Ref            string          `json:"ref"`
+	Input          json.RawMessage `json:"input"`
+	IdempotencyKey *string         `json:"idempotencyKey"`
+}
+
+// storedError is an error answer under an idempotency key, answered with its stored body.
+type storedError struct{ ans gateway.Answer }
+
+func (e storedError) Error() string { return string(e.ans.Body) }
 
 // describeResult wraps describe's array: MCP structured content is an object.
 type describeResult struct {
@@ -144,6 +173,10 @@ func execFromMCP(call *mcp.CallToolRequest) (identity.ExecContext, bool) {
 
 // toolError is a tool-level error: the same typed body the HTTP API answers.
 func toolError(err error) *mcp.CallToolResult {
+	var se storedError
+	if errors.As(err, &se) {
+		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: string(se.ans.Body)}}}
+	}
 	var ge *gateway.Error
 	if !errors.As(err, &ge) {
 		ge = &gateway.Error{Status: http.StatusInternalServerError, Code: "INTERNAL", Message: "internal error"}
@@ -152,21 +185,23 @@ func toolError(err error) *mcp.CallToolResult {
 	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: string(raw)}}}
 }
 
+// The meta-tools' input schemas; their limits are the gateway's own (meta.go).
 var (
 	searchSchema = json.RawMessage(`{"type":"object","additionalProperties":false,"properties":{
 		"query":{"type":"string","description":"Free text over ref, title and summary; a resource noun anchors the search."},
 		"domain":{"type":"string","description":"Only refs of this domain, e.g. connector."},
 		"resourceType":{"type":"string","description":"Anchor: walk this resource type's capability-graph neighbourhood."},
 		"mutating":{"type":"boolean","description":"true: only capabilities that write; false: only reads."},
-		"limit":{"type":"integer","minimum":1,"maximum":100},
+		"limit":{"type":"integer","minimum":1,"maximum":` + strconv.Itoa(gateway.MaxSearchLimit) + `},
 		"cursor":{"type":"string","description":"nextCursor of the previous page of the same query."}}}`)
 	describeSchema = json.RawMessage(`{"type":"object","additionalProperties":false,"required":["refs"],"properties":{
-		"refs":{"type":"array","minItems":1,"maxItems":50,"items":{"type":"string"}}}}`)
+		"refs":{"type":"array","minItems":1,"maxItems":` + strconv.Itoa(gateway.MaxDescribeRefs) + `,"items":{"type":"string"}}}}`)
 	invokeSchema = json.RawMessage(`{"type":"object","additionalProperties":false,"required":["ref","input"],"properties":{
-		"ref":{"type":"string"},"input":{"type":"object","description":"Exactly the shape describe returns as inputSchema."}}}`)
+		"ref":{"type":"string"},"input":{"type":"object","description":"Exactly the shape describe returns as inputSchema."},
+		"idempotencyKey":{"type":"string","minLength":1,"maxLength":255,"description":"Retry-safe key: the same key within 24 h returns the first call's answer."}}}`)
 	planSchema = json.RawMessage(`{"type":"object","additionalProperties":false,"required":["goalCapabilityRef"],"properties":{
 		"goalCapabilityRef":{"type":"string"},"fromResourceTypes":{"type":"array","items":{"type":"string"}},
-		"maxDepth":{"type":"integer","minimum":1,"maximum":10}}}`)
+		"maxDepth":{"type":"integer","minimum":1,"maximum":` + strconv.Itoa(gateway.MaxPlanDepth) + `}}}`)
 	preflightSchema = json.RawMessage(`{"type":"object","additionalProperties":false,"required":["ref"],"properties":{"ref":{"type":"string"}}}`)
 	explainSchema   = json.RawMessage(`{"type":"object","additionalProperties":false,"required":["capabilityRef","denialCode"],"properties":{
 		"capabilityRef":{"type":"string"},"denialCode":{"type":"string"}}}`)

@@ -13,6 +13,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/telemetry"
+	"github.com/xemahq/xema/schemas"
 	"go.opentelemetry.io/otel/attribute"
 )
 
@@ -52,6 +54,9 @@ type Server struct {
 	// BundleReaders are the subject refs (xema serve --bundle-reader) the policy bundle is
 	// served to; nobody else may fetch it.
 	BundleReaders []string
+	// MetricsReaders are the subject refs (xema serve --metrics-reader) GET /metrics is
+	// served to on this listener.
+	MetricsReaders []string
 	// BodyReadTimeout bounds reading a request's body (0: DefaultBodyReadTimeout); the
 	// headers are bounded by the http.Server's ReadHeaderTimeout.
 	BodyReadTimeout time.Duration
@@ -62,6 +67,9 @@ type Server struct {
 	PublicURL string
 	// AuthorizationServers are the issuers named in the RFC 9728 metadata (the --issuer).
 	AuthorizationServers []string
+	// ConsoleOIDC is the console's production sign-in (xema serve --console-client-id); nil
+	// offers only the pasted token.
+	ConsoleOIDC *console.OIDC
 }
 
 // errorBody is every error answer: a code and a human message.
@@ -71,22 +79,28 @@ type errorBody struct {
 }
 
 // Handler builds the Echo router.
-func (s *Server) Handler() http.Handler {
+func (s *Server) Handler() http.Handler { return s.cors(s.boundBody(s.router())) }
+
+// router is every route of the HTTP API; schemas/openapi.json documents each of them
+// (TestOpenAPIDocumentsEveryRoute).
+func (s *Server) router() *echo.Echo {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = httpError
 	e.Use(measure)
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET("/readyz", s.readyz)
+	e.GET("/openapi.json", openAPI)
 	e.GET(ProtectedResourcePath, echo.WrapHandler(s.protectedResource("")))
 	e.GET(ProtectedResourcePath+"/mcp", echo.WrapHandler(s.protectedResource("/mcp")))
 	for path, h := range s.Mounts {
 		e.Any(path, echo.WrapHandler(h))
 	}
 	// The web console: static pages whose script calls /v1 with the person's own token.
-	con := echo.WrapHandler(console.Handler())
+	con := echo.WrapHandler(console.New(s.ConsoleOIDC))
 	e.GET("/console", con)
 	e.GET("/console/*", con)
+	e.POST(console.TokenPath, con)
 	v1 := e.Group("/v1", s.authenticate)
 	v1.POST("/capabilities/invoke", s.invoke)
 	s.metaRoutes(v1)
@@ -96,7 +110,25 @@ func (s *Server) Handler() http.Handler {
 	s.auditRoutes(v1)
 	s.approvalRoutes(v1)
 	v1.GET("/bundles/xema.tar.gz", s.bundle)
-	return s.cors(s.boundBody(e))
+	// Metrics name every org's refs: served only to the subjects the operator names (an
+	// unauthenticated scrape is for xema serve --metrics-addr, a listener of its own).
+	e.GET("/metrics", s.metrics, s.authenticate)
+	return e
+}
+
+func (s *Server) metrics(c echo.Context) error {
+	if !slices.Contains(s.MetricsReaders, execOf(c).Subject.Ref) {
+		return &gateway.Error{Status: http.StatusForbidden, Code: gateway.CodeDenied,
+			Message: "metrics are served only to the subjects the operator names (xema serve --metrics-reader), or on --metrics-addr"}
+	}
+	MetricsHandler().ServeHTTP(c.Response(), c.Request())
+	return nil
+}
+
+// openAPI serves the OpenAPI 3.1 document of this API (schemas/openapi.json).
+func openAPI(c echo.Context) error {
+	c.Response().Header().Set("Cache-Control", "max-age=300")
+	return c.Blob(http.StatusOK, "application/json", schemas.OpenAPI)
 }
 
 func (s *Server) readyz(c echo.Context) error {
@@ -237,9 +269,26 @@ func (s *Server) invoke(c echo.Context) error {
 	if len(req.Input) == 0 {
 		return &gateway.Error{Status: http.StatusBadRequest, Code: "INVALID_REQUEST", Message: "missing required field /input"}
 	}
+	if key := c.Request().Header.Get(IdempotencyHeader); key != "" {
+		ans, err := s.Gateway.InvokeIdempotent(c.Request().Context(), execOf(c), req, key)
+		if err != nil {
+			return err
+		}
+		if ans.Replayed {
+			c.Response().Header().Set(ReplayedHeader, "true")
+		}
+		return c.JSONBlob(ans.Status, ans.Body)
+	}
 	res, err := s.Gateway.Invoke(c.Request().Context(), execOf(c), req)
 	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, res)
 }
+
+// IdempotencyHeader carries a client's idempotency key on POST /v1/capabilities/invoke;
+// ReplayedHeader marks an answer that is the stored answer of the key's first call.
+const (
+	IdempotencyHeader = "Idempotency-Key"
+	ReplayedHeader    = "Idempotent-Replayed"
+)

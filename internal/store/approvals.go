@@ -7,21 +7,34 @@ import (
 	"time"
 )
 
-// Approval states. A call moves pending → approved → running → done (or failed), or
-// pending → rejected, or pending → expired; each move is a compare-and-set in the store, so
-// an approved call runs once however many replicas are asked to approve it.
+// Approval states. A call moves pending → approved → running → dispatched → done (or
+// failed), or pending → rejected, or pending → expired; each move is a compare-and-set in the
+// store, so an approved call runs once however many replicas are asked to approve it.
+// approved and running are held under a lease (ClaimedBy, LeaseUntil): recovery moves one
+// whose holder is gone back to pending (it never reached its runner), and a dispatched one to
+// interrupted (it may have reached its provider; its outcome is unknown). docs/approvals.md.
 const (
 	ApprovalPending  = "pending"
 	ApprovalApproved = "approved"
 	ApprovalRejected = "rejected"
 	ApprovalExpired  = "expired"
 	ApprovalRunning  = "running"
-	ApprovalDone     = "done"
-	ApprovalFailed   = "failed"
+	// ApprovalDispatched: handed to the runner; the provider may have been called.
+	ApprovalDispatched = "dispatched"
+	ApprovalDone       = "done"
+	ApprovalFailed     = "failed"
+	// ApprovalInterrupted is terminal: dispatched, then its holder stopped before the
+	// outcome was recorded. It is never run again.
+	ApprovalInterrupted = "interrupted"
 )
 
 var approvalStates = map[string]bool{ApprovalPending: true, ApprovalApproved: true, ApprovalRejected: true,
-	ApprovalExpired: true, ApprovalRunning: true, ApprovalDone: true, ApprovalFailed: true}
+	ApprovalExpired: true, ApprovalRunning: true, ApprovalDispatched: true, ApprovalDone: true, ApprovalFailed: true,
+	ApprovalInterrupted: true}
+
+// ApprovalInFlight are the states a live holder moves on; recovery takes them from a holder
+// that is gone.
+var ApprovalInFlight = []string{ApprovalApproved, ApprovalRunning, ApprovalDispatched}
 
 // Approval is a call held until a person approves it, with its validated input.
 type Approval struct {
@@ -42,6 +55,10 @@ type Approval struct {
 	CreatedAt    time.Time
 	ExpiresAt    time.Time
 	UpdatedAt    time.Time
+	// ClaimedBy is the replica moving the approval through approved/running/dispatched;
+	// LeaseUntil is when another replica may recover it.
+	ClaimedBy  string
+	LeaseUntil time.Time
 }
 
 // Validate checks what the store itself requires of a new approval.
@@ -87,6 +104,14 @@ type ApprovalTransition struct {
 	Reason    string
 	Outcome   string
 	Output    json.RawMessage
+	// Claim, when set, records the replica taking the approval; LeaseUntil, when not zero,
+	// how long its claim holds.
+	Claim      string
+	LeaseUntil time.Time
+	// Holder, when set, moves the approval only if it is claimed by Holder.
+	Holder string
+	// Reset clears DecidedBy and the claim (an approval going back to pending).
+	Reset bool
 }
 
 // Validate checks the states named by t.
@@ -115,6 +140,9 @@ type ObligationStore interface {
 	// t.Live, not expired). ErrNotFound for an unknown id, ErrConflict otherwise; the
 	// returned approval is the stored one after the move, or as it is on ErrConflict.
 	TransitionApproval(ctx context.Context, t ApprovalTransition) (Approval, error)
+	// StaleApprovals returns at most limit approvals in an ApprovalInFlight state that are
+	// claimed by holder, or whose lease ended at or before now, oldest first.
+	StaleApprovals(ctx context.Context, holder string, now time.Time, limit int) ([]Approval, error)
 
 	// AddUsage adds every add, or none, atomically: each applies only if its counter stays
 	// within its limit. refused is -1 when all were added, and counts[i] is add i's counter

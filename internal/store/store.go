@@ -167,6 +167,14 @@ type AuditPosition struct {
 	ID   string
 }
 
+// RevisionSubscriber is a store that announces revision bumps made by other writers
+// (PostgreSQL's LISTEN/NOTIFY). SubscribeRevisions calls onConnect once listening (so the
+// caller catches up on what it missed), then onRevision with each bumped revision (-1 when
+// unreadable), until ctx ends or the connection is lost; it returns why.
+type RevisionSubscriber interface {
+	SubscribeRevisions(ctx context.Context, onConnect func(), onRevision func(rev int64)) error
+}
+
 // Store is the one storage interface both engines implement.
 type Store interface {
 	FederationStore
@@ -219,6 +227,8 @@ type Store interface {
 	ChainHeads(ctx context.Context) ([]ChainHead, error)
 
 	ObligationStore
+	IdempotencyStore
+	HealthStore
 
 	// DeploymentKey returns the per-deployment secret called name, storing candidate first
 	// if none is stored (insert-if-absent): replicas starting together all get the one key

@@ -17,7 +17,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -31,6 +30,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/xemahq/xema/internal/testnet"
 )
 
 // Environment variables read by the harness.
@@ -120,6 +121,7 @@ type server struct {
 	bin    string // directory of initdb and pg_ctl; "" for an external server
 	dir    string
 	asRoot bool
+	port   int // kept across Pause and Resume
 }
 
 func startServer() (*server, error) {
@@ -207,16 +209,44 @@ func (s *server) initdb() error {
 func (s *server) dataDir() string { return filepath.Join(s.dir, "data") }
 
 func (s *server) start() error {
-	port, err := freePort()
-	if err != nil {
-		return err
+	port := s.port
+	if port == 0 {
+		var err error
+		if port, err = testnet.Port(); err != nil {
+			return err
+		}
 	}
 	opts := fmt.Sprintf("-k %s -p %d -h 127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off", s.dir, port)
 	if err := s.run("pg_ctl", "-D", s.dataDir(), "-l", filepath.Join(s.dir, "log"), "-w", "-t", "60", "-o", opts, "start"); err != nil {
 		return fmt.Errorf("%w\nserver log:\n%s", err, s.logTail())
 	}
 	s.url = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+	s.port = port
 	return nil
+}
+
+// Pause stops the test binary's server as an outage would, keeping its data: pg_ctl stop
+// -m fast, which ends every session at once but flushes the WAL first (the test server runs
+// with synchronous_commit=off, so an immediate stop would lose commits it acknowledged); Resume starts it again on the same port. A test pausing the server must
+// Resume it before it ends: other tests of the binary share it. Skips for an external
+// server.
+func Pause(tb testing.TB) {
+	tb.Helper()
+	Start(tb)
+	if srv.bin == "" {
+		tb.Skip("testpg: an external server (" + EnvURL + ") cannot be paused")
+	}
+	if err := srv.run("pg_ctl", "-D", srv.dataDir(), "-m", "fast", "-w", "stop"); err != nil {
+		tb.Fatalf("testpg: pause: %v", err)
+	}
+}
+
+// Resume starts a paused server again.
+func Resume(tb testing.TB) {
+	tb.Helper()
+	if err := srv.start(); err != nil {
+		tb.Fatalf("testpg: resume: %v", err)
+	}
 }
 
 func (s *server) stop() error {
@@ -258,13 +288,4 @@ func (s *server) logTail() string {
 		b = b[len(b)-2000:]
 	}
 	return string(b)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

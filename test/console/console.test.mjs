@@ -156,6 +156,8 @@ await step("approve a grant from a digest", async () => {
   const effect = page.getByRole("table", { name: "Effect of the grant" });
   await effect.waitFor();
   expect((await effect.textContent()).includes("30/1m"), "the preview shows the customized limit");
+  const impact = await page.locator("#grant-impact").textContent();
+  expect(/\d+ considered; 0 would now be denied, 0 would now be allowed/.test(impact), "the preview shows the grant's dry-run impact: " + impact);
   await shot("biome-grant-preview");
   await page.getByRole("button", { name: "Approve grant" }).click();
   await page.getByText(/^Grant .* recorded/).waitFor();

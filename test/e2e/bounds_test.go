@@ -134,6 +134,30 @@ func TestBoundsSlowClients(t *testing.T) {
 	})
 }
 
+// TestBoundsPerProvider: one slow provider takes at most --max-inflight-per-provider slots;
+// beyond them its calls are refused 503 PROVIDER_BUSY (audited), while the global cap has room.
+func TestBoundsPerProvider(t *testing.T) {
+	g := startGateway(t, "", "--max-inflight-calls", "8", "--max-inflight-per-provider", "1")
+	prov := newGatedProvider(t, 0)
+	g.install(g.adminToken(), biomeDir(t, "ticketing", prov.URL))
+	agent := g.token("--subject", "agent:support-bot", "--env", "project")
+	call := `{"ref":"ticket:create@1","input":` + validTicket + `}}`
+	done := make(chan response, 1)
+	go func() { done <- g.post("/v1/capabilities/invoke", agent, call) }()
+	<-prov.arrived // the provider's one slot is taken
+	r := g.post("/v1/capabilities/invoke", agent, call)
+	expect(t, r, http.StatusServiceUnavailable)
+	if str(r.Body, "code") != "PROVIDER_BUSY" || r.Header.Get("Retry-After") == "" || !strings.Contains(str(r.Body, "message"), "ticketing") {
+		t.Errorf("over the provider's cap: %s (Retry-After %q)", r.Raw, r.Header.Get("Retry-After"))
+	}
+	rec := g.get("/v1/audit/"+str(r.Body, "auditId"), g.adminToken())
+	expect(t, rec, http.StatusOK)
+	close(prov.release)
+	expect(t, <-done, http.StatusOK)
+	// The slot is given back.
+	expect(t, g.post("/v1/capabilities/invoke", agent, call), http.StatusOK)
+}
+
 func TestBoundsConcurrency(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, e engineCase) {
 		g := startGateway(t, e.store(t), "--max-inflight-calls", "1", "--max-connections", "3")

@@ -9,6 +9,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xemahq/xema/internal/testnet"
 	"github.com/xemahq/xema/internal/testpg"
 )
 
@@ -79,7 +81,7 @@ func startGitea(t *testing.T) *giteaServer {
 	}
 	pw, _ := dsn.User.Password()
 	dir := t.TempDir()
-	port := freePort(t)
+	port := testnet.FreePort(t)
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	ini := filepath.Join(dir, "app.ini")
 	conf := fmt.Sprintf(`APP_NAME = xema-test
@@ -324,6 +326,9 @@ func TestConnectorGitea(t *testing.T) {
 		t.Fatalf("missing branch ended %q", nobranch)
 	}
 
+	// Gitea checks a new PR's mergeability in the background and refuses a merge until it
+	// has (CHANGE_REQUEST_NOT_MERGEABLE): wait for the check, bounded.
+	waitMergeable(t, gt, str(cr, "externalId"))
 	merged := approveHeld(t, g, approver, wf, g.post("/v1/capabilities/invoke", wf,
 		map[string]any{"ref": refMerge, "input": map[string]any{"externalId": str(cr, "externalId")}}))
 	if str(merged, "status") != "merged" || str(merged, "id") != str(cr, "id") {
@@ -372,10 +377,30 @@ func approveRun(t *testing.T, g *gateway, admin, caller, ref string, input map[s
 	held := g.post("/v1/capabilities/invoke", caller, map[string]any{"ref": ref, "input": input})
 	expect(t, held, http.StatusAccepted)
 	id := str(held.Body, "approvalId")
-	g.post("/v1/approvals/"+id+"/approve", admin, map[string]any{})
+	expect(t, g.post("/v1/approvals/"+id+"/approve", admin, map[string]any{}), http.StatusOK)
 	inv := g.get("/v1/invocations/"+id, caller)
 	expect(t, inv, http.StatusOK)
 	return str(inv.Body, "outcome")
+}
+
+// waitMergeable polls Gitea's pull request until its background mergeability check has
+// finished and found it mergeable (at most 60 s).
+func waitMergeable(t *testing.T, gt *giteaServer, number string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var pull struct {
+			Mergeable bool `json:"mergeable"`
+		}
+		giteaCall(t, gt.URL, gt.Token, http.MethodGet, "/api/v1/repos/xema/app/pulls/"+number, nil, http.StatusOK, &pull)
+		if pull.Mergeable {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gitea pull %s still not mergeable after 60s", number)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 func mustReq(t testing.TB, method, u, token string) *http.Request {
@@ -387,12 +412,16 @@ func mustReq(t testing.TB, method, u, token string) *http.Request {
 	return req
 }
 
-// assertNoSecret greps the gateway's logs, its database files and the given answers for
-// each secret.
+// assertNoSecret greps the gateway's logs, its database (the SQLite files, or on PostgreSQL
+// every table of its database dumped row by row through database/sql) and the given answers
+// for each secret, also hex-encoded (how PostgreSQL prints bytea).
 func assertNoSecret(t *testing.T, g *gateway, secrets []string, bodies ...[]byte) {
 	t.Helper()
 	hay := [][]byte{g.logs.Bytes()}
 	hay = append(hay, bodies...)
+	if g.Store != "" {
+		hay = append(hay, dumpPostgres(t, g))
+	}
 	_ = filepath.Walk(g.DataDir, func(p string, fi os.FileInfo, err error) error {
 		if err == nil && !fi.IsDir() && strings.HasPrefix(fi.Name(), "xema.db") {
 			b, _ := os.ReadFile(p)
@@ -402,11 +431,57 @@ func assertNoSecret(t *testing.T, g *gateway, secrets []string, bodies ...[]byte
 	})
 	for _, s := range secrets {
 		for i, h := range hay {
-			if bytes.Contains(h, []byte(s)) {
-				t.Fatalf("secret found in haystack %d (0 = logs, then answers, then database files)", i)
+			if bytes.Contains(h, []byte(s)) || bytes.Contains(h, []byte(hex.EncodeToString([]byte(s)))) {
+				t.Fatalf("secret found in haystack %d (0 = logs, then answers, then the PostgreSQL dump if any, then database files)", i)
 			}
 		}
 	}
+}
+
+// dumpPostgres is every row of every table in the gateway's PostgreSQL database, as text.
+func dumpPostgres(t *testing.T, g *gateway) []byte {
+	t.Helper()
+	db := openStoreDB(t, g)
+	rows, err := db.Query(`SELECT quote_ident(table_schema) || '.' || quote_ident(table_name) FROM information_schema.tables
+		WHERE table_type = 'BASE TABLE' AND table_schema NOT IN ('pg_catalog', 'information_schema')`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tables []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			t.Fatal(err)
+		}
+		tables = append(tables, name)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	rows.Close()
+	if len(tables) == 0 {
+		t.Fatal("the PostgreSQL database has no tables to search")
+	}
+	var dump bytes.Buffer
+	for _, table := range tables {
+		rs, err := db.Query(`SELECT r::text FROM ` + table + ` r`)
+		if err != nil {
+			t.Fatalf("dump %s: %v", table, err)
+		}
+		for rs.Next() {
+			var row string
+			if err := rs.Scan(&row); err != nil {
+				t.Fatal(err)
+			}
+			dump.WriteString(row)
+			dump.WriteByte('\n')
+		}
+		if err := rs.Err(); err != nil {
+			t.Fatal(err)
+		}
+		rs.Close()
+	}
+	return dump.Bytes()
 }
 
 // TestConnectorTelegram sends through a conversation binding to the npm telegram-test-api
@@ -449,19 +524,12 @@ func TestConnectorTelegram(t *testing.T) {
 	assertNoSecret(t, g, []string{token}, r.Raw, unknown.Raw)
 }
 
-// startTelegram runs telegram-test-api (installed with npm into the cache dir on first use)
+// startTelegram runs telegram-test-api (at the version test/peers pins)
 // on a loopback port and returns its URL.
 func startTelegram(t *testing.T) string {
 	t.Helper()
-	prefix := filepath.Join(cacheDir(t), "npm")
-	mod := filepath.Join(prefix, "node_modules", "telegram-test-api")
-	if _, err := os.Stat(mod); err != nil {
-		out, err := exec.Command("npm", "install", "--no-audit", "--no-fund", "--prefix", prefix, "telegram-test-api@4.2.1").CombinedOutput()
-		if err != nil {
-			t.Fatalf("npm install telegram-test-api: %v\n%s", err, tail(string(out), 2000))
-		}
-	}
-	port := freePort(t)
+	mod := filepath.Join(npmPeers(t), "node_modules", "telegram-test-api")
+	port := testnet.FreePort(t)
 	script := fmt.Sprintf(`const S = require(%q); new S({port: %d, host: "127.0.0.1", storeTimeout: 60}).start();`, mod, port)
 	cmd := exec.Command("node", "-e", script)
 	logs := &bytes.Buffer{}

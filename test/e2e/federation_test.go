@@ -10,45 +10,24 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/xemahq/xema/internal/testnet"
 )
 
-var (
-	everythingOnce sync.Once
-	everythingPath string
-	everythingErr  error
-)
-
-// everythingBin installs @modelcontextprotocol/server-everything into a cache dir once and
-// returns its binary.
+// everythingBin is server-everything's binary, installed at the version test/peers pins.
 func everythingBin(t *testing.T) string {
-	everythingOnce.Do(func() {
-		home, _ := os.UserHomeDir()
-		dir := filepath.Join(home, ".cache", "xema", "npm")
-		everythingPath = filepath.Join(dir, "node_modules", ".bin", "mcp-server-everything")
-		if _, err := os.Stat(everythingPath); err == nil {
-			return
-		}
-		out, err := exec.Command("npm", "install", "--prefix", dir, "@modelcontextprotocol/server-everything").CombinedOutput()
-		if err != nil {
-			everythingErr = fmt.Errorf("npm install server-everything: %v\n%s", err, out)
-		}
-	})
-	if everythingErr != nil {
-		t.Fatal(everythingErr)
-	}
-	return everythingPath
+	return filepath.Join(npmPeers(t), "node_modules", ".bin", "mcp-server-everything")
 }
 
 // everythingHTTP runs `mcp-server-everything streamableHttp` on a free port and returns its
 // loopback /mcp URL.
 func everythingHTTP(t *testing.T) string {
-	port := freePort(t)
+	port := testnet.FreePort(t)
 	cmd := exec.Command(everythingBin(t), "streamableHttp")
 	cmd.Env = append(os.Environ(), fmt.Sprintf("PORT=%d", port))
 	if err := cmd.Start(); err != nil {

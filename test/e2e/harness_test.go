@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -21,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xemahq/xema/internal/testnet"
 	"github.com/xemahq/xema/internal/testpg"
 )
 
@@ -61,15 +61,6 @@ func xemaBinary(t testing.TB) string {
 	return binPath
 }
 
-func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // gateway is one running `xema serve`.
 type gateway struct {
 	t       testing.TB
@@ -77,30 +68,9 @@ type gateway struct {
 	URL     string
 	DataDir string
 	Store   string
-	logs    *lockedBuffer
+	logs    *testnet.Output
 	cmd     *exec.Cmd
 }
-
-// lockedBuffer collects a process's output while the test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// Bytes is a copy of what was written so far.
-func (b *lockedBuffer) Bytes() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return bytes.Clone(b.buf.Bytes())
-}
-
-func (b *lockedBuffer) String() string { return string(b.Bytes()) }
 
 type engineCase struct {
 	name  string
@@ -122,14 +92,14 @@ func forEachEngine(t *testing.T, fn func(t *testing.T, e engineCase)) {
 // startGateway runs `xema serve` with the repo's biomes and the demo dev grant, plus args.
 func startGateway(t testing.TB, storeDSN string, args ...string) *gateway {
 	t.Helper()
-	g := &gateway{t: t, bin: xemaBinary(t), DataDir: t.TempDir(), Store: storeDSN, logs: &lockedBuffer{}}
+	g := &gateway{t: t, bin: xemaBinary(t), DataDir: t.TempDir(), Store: storeDSN, logs: &testnet.Output{}}
 	g.start(args...)
 	return g
 }
 
 func (g *gateway) start(args ...string) {
 	t := g.t
-	port := freePort(t)
+	port := testnet.FreePort(t)
 	g.URL = fmt.Sprintf("http://127.0.0.1:%d", port)
 	full := []string{"serve", "--addr", fmt.Sprintf("127.0.0.1:%d", port), "--data-dir", g.DataDir,
 		"--biomes", filepath.Join(repoRoot(t), "biomes"), "--dev-grant", "demo"}

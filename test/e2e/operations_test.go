@@ -19,6 +19,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/xemahq/xema/internal/testnet"
 )
 
 // TestVersion: `xema version`, `xema --version` and MCP's serverInfo name the same build.
@@ -83,9 +85,9 @@ func TestConfigFile(t *testing.T) {
 func TestTLS(t *testing.T) {
 	dir := t.TempDir()
 	certFile, keyFile, pool := selfSigned(t, dir)
-	port := freePort(t)
+	port := testnet.FreePort(t)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	logs := &lockedBuffer{}
+	logs := &testnet.Output{}
 	cmd := exec.Command(xemaBinary(t), "serve", "--addr", addr, "--data-dir", t.TempDir(), "--tls-cert", certFile, "--tls-key", keyFile)
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {

@@ -15,12 +15,13 @@ import (
 	"time"
 
 	"github.com/xemahq/xema/internal/policy/opatest"
+	"github.com/xemahq/xema/internal/testnet"
 )
 
 // stockOPA is a running `opa run --server` that downloads its bundle from the gateway.
 type stockOPA struct {
 	URL  string
-	logs *lockedBuffer
+	logs *testnet.Output
 }
 
 // startStockOPA configures a stock OPA only through its documented configuration: a service
@@ -47,8 +48,8 @@ func startStockOPA(t *testing.T, g *gateway, token string) *stockOPA {
 	if err := os.WriteFile(path, config, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	o := &stockOPA{URL: "http://" + addr, logs: &lockedBuffer{}}
+	addr := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
+	o := &stockOPA{URL: "http://" + addr, logs: &testnet.Output{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, opatest.Binary(t), "run", "--server", "--skip-version-check", "--log-level", "error", "--addr", addr, "--config-file", path)
 	cmd.Stdout, cmd.Stderr = o.logs, o.logs

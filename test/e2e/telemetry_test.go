@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"fmt"
+	"github.com/xemahq/xema/internal/testnet"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -57,11 +59,16 @@ func TestTracingAndMetrics(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", url)
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
 	t.Setenv("OTEL_TRACES_SAMPLER", "always_on")
-	g := startGateway(t, "")
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", testnet.FreePort(t))
+	g := startGateway(t, "", "--metrics-reader", "service:prometheus", "--metrics-addr", metricsAddr)
 	prov := newProvider(t)
 	g.install(g.adminToken(), biomeDir(t, "ticketing", prov.URL))
 	agent := g.token("--subject", "agent:support-bot", "--env", "project")
 	public := g.token("--subject", "agent:support-bot", "--env", "public-session")
+	// On the API listener metrics are for the named scraper only: they name every org's refs.
+	expect(t, g.get("/metrics", ""), http.StatusUnauthorized)
+	expect(t, g.get("/metrics", agent), http.StatusForbidden)
+	expect(t, g.get("/metrics", g.token("--subject", "service:prometheus", "--env", "service")), http.StatusOK)
 	const secretInput = "ada-secret-input@example.com"
 	ok := g.post("/v1/capabilities/invoke", agent, `{"ref":"ticket:find@1","input":{"customerEmail":"`+secretInput+`"}}`)
 	expect(t, ok, http.StatusOK)
@@ -74,7 +81,8 @@ func TestTracingAndMetrics(t *testing.T) {
 	}
 	expect(t, g.post("/v1/capabilities/invoke", "", `{"ref":"x","input":{}}`), http.StatusUnauthorized)
 
-	m, err := http.Get(g.URL + "/metrics")
+	m, err := http.Get("http://" + metricsAddr + "/metrics") // the operator's own listener: no token
+
 	if err != nil {
 		t.Fatal(err)
 	}

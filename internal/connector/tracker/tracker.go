@@ -66,9 +66,9 @@ func Handlers(provider string) map[string]connector.Handler {
 		if err != nil {
 			return nil, err
 		}
-		switch {
-		case r.Status == http.StatusCreated:
-		case r.Status == http.StatusNotFound || r.Status == http.StatusGone:
+		switch r.Status {
+		case http.StatusCreated:
+		case http.StatusNotFound, http.StatusGone:
 			return nil, connector.ClientFailure(r, http.StatusNotFound, connector.CodeRepositoryNotFound,
 				provider+" does not know the bound repository or its issues are disabled")
 		default:

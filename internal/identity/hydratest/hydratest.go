@@ -6,8 +6,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,10 +15,11 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/xemahq/xema/internal/testnet"
 )
 
 // Version is the hydra release built from tools/hydra.
@@ -40,48 +41,62 @@ func CacheDir() (string, error) {
 // cold). A failed build fails the test: these tests never skip.
 func Binary(t testing.TB) string {
 	t.Helper()
+	bin, err := BuildBinary(t.Logf)
+	if err != nil {
+		t.Fatalf("%v (these tests need a real hydra and do not skip)", err)
+	}
+	return bin
+}
+
+// BuildBinary is Binary for a test that may skip when hydra cannot be had: it returns the
+// cached binary, building it first if missing, or why it could not. logf reports a build.
+func BuildBinary(logf func(format string, args ...any)) (string, error) {
 	dir, err := CacheDir()
 	if err != nil {
-		t.Fatalf("hydra: no cache dir: %v", err)
+		return "", fmt.Errorf("hydra: no cache dir: %w", err)
 	}
-	bin := filepath.Join(dir, "hydra-"+Version+"-sqlite")
+	bin := binPath(dir)
 	if _, err := os.Stat(bin); err == nil {
-		return bin
+		return bin, nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatalf("hydra: cache dir: %v", err)
+		return "", fmt.Errorf("hydra: cache dir: %w", err)
 	}
 	// Several test packages may need the binary at once: one builds, the others wait.
 	lock, err := os.OpenFile(filepath.Join(dir, ".build.lock"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
-		t.Fatalf("hydra: lock: %v", err)
+		return "", fmt.Errorf("hydra: lock: %w", err)
 	}
 	defer lock.Close()
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatalf("hydra: lock: %v", err)
+		return "", fmt.Errorf("hydra: lock: %w", err)
 	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	defer func() { _ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) }()
 	if _, err := os.Stat(bin); err == nil {
-		return bin
+		return bin, nil
 	}
 	_, self, _, _ := runtime.Caller(0)
 	script := filepath.Join(filepath.Dir(self), "..", "..", "..", "tools", "hydra", "build.sh")
-	t.Logf("hydra: building %s with %s (first run only, takes minutes)", Version, script)
+	logf("hydra: building %s with %s (first run only, takes minutes)", Version, script)
 	out, err := exec.Command("sh", script, dir).CombinedOutput()
 	if err != nil {
-		t.Fatalf("hydra: %s failed (these tests need a real hydra and do not skip): %v\n%s", script, err, out)
+		return "", fmt.Errorf("hydra: %s failed: %v\n%s", script, err, out)
 	}
 	if got := strings.TrimSpace(string(out)); got != bin {
-		t.Fatalf("hydra: %s built %q, want %q", script, got, bin)
+		return "", fmt.Errorf("hydra: %s built %q, want %q", script, got, bin)
 	}
-	return bin
+	return bin, nil
 }
+
+func binPath(dir string) string { return filepath.Join(dir, "hydra-"+Version+"-sqlite") }
 
 // Server is one running hydra.
 type Server struct {
 	PublicURL string // http://127.0.0.1:P
 	AdminURL  string // http://127.0.0.1:A
 	Issuer    string // PublicURL + "/"
+	// LoginURL is the test login and consent app's base URL (StartWithLogin only).
+	LoginURL string
 }
 
 // TokenURL is the OAuth2 token endpoint.
@@ -112,7 +127,7 @@ func Start(t testing.TB, extraEnv ...string) *Server {
 // start runs one hydra and waits until it is ready; exited reports that it stopped first.
 func start(t testing.TB, bin string, extraEnv []string) (s *Server, logs string, exited bool) {
 	t.Helper()
-	pub, adm := freePort(t), freePort(t)
+	pub, adm := testnet.FreePort(t), testnet.FreePort(t)
 	s = &Server{
 		PublicURL: "http://127.0.0.1:" + strconv.Itoa(pub),
 		AdminURL:  "http://127.0.0.1:" + strconv.Itoa(adm),
@@ -130,7 +145,7 @@ func start(t testing.TB, bin string, extraEnv []string) (s *Server, logs string,
 		"LOG_LEVEL=warn",
 	)
 	cmd.Env = append(cmd.Env, extraEnv...)
-	var out syncBuffer
+	var out testnet.Output
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		cancel()
@@ -153,11 +168,11 @@ func start(t testing.TB, bin string, extraEnv []string) (s *Server, logs string,
 		}
 		select {
 		case <-done:
-			return nil, out.String(), true
+			return nil, strings.TrimSpace(out.String()), true
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("hydra not ready after 30s:\n%s", out.String())
+			t.Fatalf("hydra not ready after 30s:\n%s", strings.TrimSpace(out.String()))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -195,31 +210,4 @@ func (s *Server) CreateClient(t testing.TB, audience ...string) Client {
 		t.Fatalf("hydra: create client: unexpected answer %s (%v)", b, err)
 	}
 	return Client{ID: c.ID, Secret: c.Secret}
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.TrimSpace(s.b.String())
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -110,4 +111,35 @@ func classify(err error) error {
 		return store.ErrUnavailable
 	}
 	return nil
+}
+
+// revisionChannel is notified by the store's trigger, in the transaction of every change to
+// policy data, with the new revision as payload.
+const revisionChannel = "xema_policy_revision"
+
+// SubscribeRevisions implements store.RevisionSubscriber with LISTEN/NOTIFY on a connection
+// of its own (taken out of the pool). Notifications sent while it was not connected are lost,
+// so onConnect runs after every LISTEN to let the caller catch up.
+func (s *Store) SubscribeRevisions(ctx context.Context, onConnect func(), onRevision func(rev int64)) error {
+	pc, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("subscribe to policy revisions: connect: %w", err)
+	}
+	conn := pc.Hijack() // LISTEN state must not return to the pool
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+revisionChannel); err != nil {
+		return fmt.Errorf("subscribe to policy revisions: listen: %w", err)
+	}
+	onConnect()
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return fmt.Errorf("subscribe to policy revisions: wait: %w", err)
+		}
+		rev, err := strconv.ParseInt(n.Payload, 10, 64)
+		if err != nil {
+			rev = -1 // unreadable: the caller rebuilds
+		}
+		onRevision(rev)
+	}
 }

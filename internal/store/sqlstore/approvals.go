@@ -4,18 +4,20 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/xemahq/xema/internal/store"
 )
 
 const approvalColumns = `id, audit_id, ref, biome, requester_ref, environment, exec, input, status, decided_by,
-	reason, outcome, output, created_at, expires_at, updated_at, org`
+	reason, outcome, output, created_at, expires_at, updated_at, org, claimed_by, lease_until`
 
 func scanApproval(sc scanner) (store.Approval, error) {
 	var a store.Approval
 	var exec, input, output []byte
 	err := sc.Scan(&a.ID, &a.AuditID, &a.Ref, &a.Biome, &a.RequesterRef, &a.Environment, &exec, &input, &a.Status,
-		&a.DecidedBy, &a.Reason, &a.Outcome, &output, timeCol{&a.CreatedAt}, timeCol{&a.ExpiresAt}, timeCol{&a.UpdatedAt}, &a.Org)
+		&a.DecidedBy, &a.Reason, &a.Outcome, &output, timeCol{&a.CreatedAt}, timeCol{&a.ExpiresAt}, timeCol{&a.UpdatedAt}, &a.Org,
+		&a.ClaimedBy, timeCol{&a.LeaseUntil})
 	a.Exec, a.Input, a.Output = jsonCol(exec), jsonCol(input), jsonCol(output)
 	return a, err
 }
@@ -29,10 +31,10 @@ func (s *Store) PutApproval(ctx context.Context, a store.Approval) error {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	if _, err := s.exec(ctx, s.db, `INSERT INTO approvals (`+approvalColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		a.ID, a.AuditID, a.Ref, a.Biome, a.RequesterRef, a.Environment, jsonArg(a.Exec), jsonArg(a.Input), a.Status,
 		a.DecidedBy, a.Reason, a.Outcome, jsonArg(a.Output), s.d.TimeArg(a.CreatedAt), s.d.TimeArg(a.ExpiresAt),
-		s.d.TimeArg(a.CreatedAt), a.Org); err != nil {
+		s.d.TimeArg(a.CreatedAt), a.Org, "", s.d.TimeArg(time.UnixMicro(0).UTC())); err != nil {
 		return s.fail(op, err)
 	}
 	return nil
@@ -79,14 +81,33 @@ func (s *Store) TransitionApproval(ctx context.Context, t store.ApprovalTransiti
 		return store.Approval{}, fmt.Errorf("%s: %w", op, err)
 	}
 	at := s.d.TimeArg(store.Stamp(t.At))
-	q := `UPDATE approvals SET status = ?, updated_at = ?,
-		decided_by = CASE WHEN ? = '' THEN decided_by ELSE ? END,
+	decidedBy := `decided_by = CASE WHEN ? = '' THEN decided_by ELSE ? END`
+	if t.Reset {
+		decidedBy = `decided_by = CASE WHEN ? = '' THEN '' ELSE ? END`
+	}
+	q := `UPDATE approvals SET status = ?, updated_at = ?, ` + decidedBy + `,
 		reason = CASE WHEN ? = '' THEN reason ELSE ? END,
 		outcome = CASE WHEN ? = '' THEN outcome ELSE ? END,
-		output = COALESCE(?, output)
-		WHERE id = ? AND status = ?`
-	args := []any{t.To, at, t.DecidedBy, t.DecidedBy, t.Reason, t.Reason, t.Outcome, t.Outcome, jsonArg(t.Output),
-		t.ID, t.From}
+		output = COALESCE(?, output)`
+	args := []any{t.To, at, t.DecidedBy, t.DecidedBy, t.Reason, t.Reason, t.Outcome, t.Outcome, jsonArg(t.Output)}
+	if t.Reset {
+		q += `, claimed_by = '', lease_until = ?`
+		args = append(args, s.d.TimeArg(time.UnixMicro(0).UTC()))
+	}
+	if t.Claim != "" {
+		q += `, claimed_by = ?`
+		args = append(args, t.Claim)
+	}
+	if !t.LeaseUntil.IsZero() {
+		q += `, lease_until = ?`
+		args = append(args, s.d.TimeArg(store.Stamp(t.LeaseUntil)))
+	}
+	q += ` WHERE id = ? AND status = ?`
+	args = append(args, t.ID, t.From)
+	if t.Holder != "" {
+		q += ` AND claimed_by = ?`
+		args = append(args, t.Holder)
+	}
 	if t.Live {
 		q += ` AND expires_at > ?`
 		args = append(args, at)
@@ -103,4 +124,15 @@ func (s *Store) TransitionApproval(ctx context.Context, t store.ApprovalTransiti
 		return a, fmt.Errorf("%s: %w: approval is %q", op, store.ErrConflict, a.Status)
 	}
 	return a, nil
+}
+
+// StaleApprovals implements store.ObligationStore.
+func (s *Store) StaleApprovals(ctx context.Context, holder string, now time.Time, limit int) ([]store.Approval, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	q := `SELECT ` + approvalColumns + ` FROM approvals WHERE status IN (?, ?, ?) AND (claimed_by = ? OR lease_until <= ?)
+		ORDER BY updated_at, id LIMIT ?`
+	return list(ctx, s, "list stale approvals", scanApproval, q, store.ApprovalApproved, store.ApprovalRunning,
+		store.ApprovalDispatched, holder, s.d.TimeArg(store.Stamp(now)), limit)
 }

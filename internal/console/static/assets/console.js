@@ -5,6 +5,8 @@
 "use strict";
 
 const TOKEN_KEY = "xema.console.token";
+// The PKCE verifier, state and deep link of a sign-in under way (sessionStorage, this tab).
+const SIGNIN_KEY = "xema.console.signin";
 const main = () => document.getElementById("main");
 
 // ---- DOM helpers -------------------------------------------------------------------------
@@ -107,6 +109,7 @@ function claims() {
 
 const routes = [
   [/^\/console\/login$/, viewLogin],
+  [/^\/console\/callback$/, viewCallback],
   [/^\/console\/biomes$/, viewBiomes],
   [/^\/console\/biomes\/([^/]+)\/([^/]+)$/, viewBiome],
   [/^\/console\/approvals$/, viewApprovals],
@@ -132,7 +135,7 @@ async function render() {
     if (path.startsWith(a.getAttribute("href"))) a.setAttribute("aria-current", "page");
     else a.removeAttribute("aria-current");
   }
-  if (!signedIn && path !== "/console/login") {
+  if (!signedIn && path !== "/console/login" && path !== "/console/callback") {
     return go("/console/login?next=" + encodeURIComponent(location.pathname + location.search), true);
   }
   for (const [re, fn] of routes) {
@@ -161,8 +164,100 @@ window.addEventListener("popstate", render);
 
 // ---- login ------------------------------------------------------------------------------
 
-function viewLogin() {
+// config is /console/config.json: how this gateway signs people in ({oidc: null} with the
+// development issuer).
+let configPromise = null;
+function config() {
+  if (!configPromise) {
+    configPromise = fetch("/console/config.json", { cache: "no-store", credentials: "omit" })
+      .then((r) => (r.ok ? r.json() : { oidc: null }))
+      .catch(() => ({ oidc: null }));
+  }
+  return configPromise;
+}
+
+// safeNext is a deep link inside the console to go to after signing in.
+function safeNext(next) {
+  return next && next.startsWith("/console/") && !next.startsWith("/console/login") && !next.startsWith("/console/callback") ? next : "/console/approvals";
+}
+
+function b64url(bytes) {
+  let s = "";
+  for (const b of new Uint8Array(bytes)) s += String.fromCharCode(b);
+  return btoa(s).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+}
+
+function randomString(n) {
+  return b64url(crypto.getRandomValues(new Uint8Array(n)));
+}
+
+function redirectURI(oidc) {
+  return oidc.redirectUri || location.origin + "/console/callback";
+}
+
+// signInWithIssuer starts the authorization code flow with PKCE (RFC 7636, S256): the verifier
+// and the state stay in this tab's sessionStorage, the browser goes to the issuer.
+async function signInWithIssuer(oidc, next) {
+  const verifier = randomString(32); // 43 characters
+  const challenge = b64url(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(verifier)));
+  const state = randomString(16);
+  sessionStorage.setItem(SIGNIN_KEY, JSON.stringify({ verifier, state, next: safeNext(next) }));
+  const q = new URLSearchParams({
+    response_type: "code", client_id: oidc.clientId, redirect_uri: redirectURI(oidc), scope: oidc.scope,
+    state, code_challenge: challenge, code_challenge_method: "S256",
+  });
+  if (oidc.audience) q.set("audience", oidc.audience);
+  const u = new URL(oidc.authorizationEndpoint);
+  for (const [k, v] of q) u.searchParams.set(k, v);
+  location.assign(u.toString());
+}
+
+// viewCallback is where the issuer sends the browser back: check the state, take the code
+// out of the address bar, exchange it (with the verifier) through the gateway, keep the
+// access token in sessionStorage and go to the page that was asked for.
+async function viewCallback() {
+  const q = new URLSearchParams(location.search);
+  history.replaceState(null, "", "/console/callback"); // no code or state left in the URL or history
+  const saved = (() => { try { return JSON.parse(sessionStorage.getItem(SIGNIN_KEY)); } catch (_) { return null; } })();
+  sessionStorage.removeItem(SIGNIN_KEY); // one use
+  const fail = (msg) => show("Sign in", h("div", { class: "error", role: "alert" }, msg), h("p", {}, link("/console/login", "Sign in again")));
+  if (q.get("error")) return fail(`The issuer refused the sign-in: ${q.get("error")}${q.get("error_description") ? " (" + q.get("error_description") + ")" : ""}`);
+  if (!saved || !saved.state || q.get("state") !== saved.state || !q.get("code")) {
+    return fail("This sign-in answer does not belong to a sign-in started in this tab.");
+  }
+  const { oidc } = await config();
+  if (!oidc) return fail("This gateway has no issuer to sign in with.");
+  show("Signing in…", h("p", { class: "muted" }, "Exchanging the authorization code."));
+  const res = await fetch("/console/token", {
+    method: "POST", headers: { "Content-Type": "application/json" }, cache: "no-store", credentials: "omit",
+    body: JSON.stringify({ code: q.get("code"), codeVerifier: saved.verifier, redirectUri: redirectURI(oidc) }),
+  });
+  let data = null;
+  try { data = await res.json(); } catch (_) { /* no JSON body */ }
+  if (!res.ok || !data || !data.accessToken) return fail((data && data.message) || `The exchange failed: HTTP ${res.status}`);
+  sessionStorage.setItem(TOKEN_KEY, data.accessToken);
+  go(saved.next, true);
+}
+
+async function viewLogin() {
   const next = new URLSearchParams(location.search).get("next") || "";
+  const { oidc } = await config();
+  if (oidc) {
+    const button = h("button", { type: "button", class: "primary", onclick: () => signInWithIssuer(oidc, next).catch((x) => say(String(x))) },
+      "Sign in with " + oidc.issuer);
+    show("Sign in", h("p", {}, button),
+      h("p", { class: "muted" }, "You sign in at your organisation's issuer; the console keeps the access token in this tab's session storage and sends it only to this gateway."),
+      h("details", {}, h("summary", {}, "Paste a token instead"), tokenForm(next)));
+    button.focus();
+    return;
+  }
+  show("Sign in", tokenForm(next));
+  main().querySelector("input").focus();
+}
+
+// tokenForm signs in with a pasted token (the development issuer's, or one the issuer minted
+// for the gateway's audience).
+function tokenForm(next) {
   const input = h("input", { type: "password", name: "token", autocomplete: "off", spellcheck: "false", required: true });
   const err = h("div", {});
   const form = h("form", {
@@ -176,15 +271,14 @@ function viewLogin() {
         err.replaceChildren(errorBox(x.status === 401 ? { message: "The gateway did not accept this token." } : x));
         return;
       }
-      go(next.startsWith("/console/") && !next.startsWith("/console/login") ? next : "/console/approvals", true);
+      go(safeNext(next), true);
     },
   },
   field("Token", input),
   h("p", { class: "muted" }, "With the development issuer: ", h("code", {}, "xema dev token --data-dir DIR --subject user:you --org-role org_admin --env org"),
     ". The token stays in this tab's session storage and is sent only to this gateway."),
   h("button", { type: "submit", class: "primary" }, "Sign in"), err);
-  show("Sign in", form);
-  input.focus();
+  return form;
 }
 
 document.getElementById("signout").addEventListener("click", () => {
@@ -359,15 +453,25 @@ function grantForm(b, entries, access, profiles) {
       out.replaceChildren(errorBox(err));
     }
   } }, "Approve grant");
-  const review = h("button", { type: "button", onclick: () => {
+  // impact is the dry run's answer: what the grant would change over the org's recorded calls.
+  const impact = (dry) => {
+    const i = dry.impact || {};
+    return h("p", { id: "grant-impact", role: "status" },
+      `Replayed over this org's calls since ${i.since}: ${i.considered} considered; `,
+      h("span", { class: i.allowToDeny ? "tag bad" : "tag ok" }, `${i.allowToDeny} would now be denied`), ", ",
+      h("span", { class: i.denyToAllow ? "tag warn" : "tag ok" }, `${i.denyToAllow} would now be allowed`), ".");
+  };
+  const review = h("button", { type: "button", onclick: async () => {
     out.replaceChildren();
+    confirm.hidden = true;
     try {
       const req = body();
-      preview.replaceChildren(h("h3", {}, "Effect before you confirm"), effect(req), h("details", {}, h("summary", {}, "Request body"), pre(req)));
+      const dry = await api("POST", "/v1/grants?dryRun=true", req);
+      preview.replaceChildren(h("h3", {}, "Effect before you confirm"), effect(req), impact(dry),
+        h("details", {}, h("summary", {}, "Request body"), pre(req)));
       confirm.hidden = false;
     } catch (err) {
       preview.replaceChildren(errorBox(err));
-      confirm.hidden = true;
     }
   } }, "Review grant");
   return h("form", { onsubmit: (e) => e.preventDefault(), "aria-label": "Approve a grant" },

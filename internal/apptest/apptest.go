@@ -1,0 +1,112 @@
+// Package apptest builds a whole gateway (app.App on SQLite in a temp dir) with the e2e
+// ticketing biome served by a provider of the test's own, for tests of the funnel and of the
+// packages around it that need a real policy, catalog, store and audit log.
+package apptest
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xemahq/xema/internal/app"
+	"github.com/xemahq/xema/internal/egress"
+	"github.com/xemahq/xema/internal/identity"
+	"github.com/xemahq/xema/internal/manifest"
+)
+
+// Fixture is a running gateway with ticketing installed in the default org.
+type Fixture struct {
+	App      *app.App
+	Provider *httptest.Server
+	// Now is the approvals' clock; tests move it.
+	Now *time.Time
+}
+
+// Options shape a fixture.
+type Options struct {
+	// Provider answers the biome's http invocations; nil answers {"commentId":"c1"}.
+	Provider http.HandlerFunc
+	// Customize is the grant's per-ref customization (ref → object).
+	Customize map[string]any
+	// Contributions are the ticketing contribution files to install; nil is comment only.
+	Contributions []string
+}
+
+// New starts a fixture; it closes with the test.
+func New(t testing.TB, o Options) *Fixture {
+	t.Helper()
+	ctx := context.Background()
+	if o.Provider == nil {
+		o.Provider = func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"commentId":"c1"}`))
+		}
+	}
+	if o.Contributions == nil {
+		o.Contributions = []string{"comment.capability.contribution.json"}
+	}
+	prov := httptest.NewServer(o.Provider)
+	t.Cleanup(prov.Close)
+	a, err := app.New(ctx, app.Config{DataDir: t.TempDir(), ApprovalTTL: time.Hour, EgressAllow: egress.Loopback(),
+		OperatorOrg: identity.DefaultOrg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	a.Gateway.Tokens = staticToken("test-service-token")
+	now := time.Now()
+	a.Approvals.Now = func() time.Time { return now }
+
+	_, file, _, _ := runtime.Caller(0)
+	src := filepath.Join(filepath.Dir(file), "..", "..", "test", "e2e", "testdata", "ticketing")
+	dir := filepath.Join(t.TempDir(), "ticketing")
+	if err := os.MkdirAll(filepath.Join(dir, "contributions"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files := []string{"biome.json"}
+	for _, c := range o.Contributions {
+		files = append(files, filepath.Join("contributions", c))
+	}
+	for _, f := range files {
+		raw, err := os.ReadFile(filepath.Join(src, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), []byte(strings.ReplaceAll(string(raw), "http://PROVIDER", prov.URL)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, problems, err := manifest.LoadDir(dir)
+	if err != nil || len(problems) > 0 {
+		t.Fatalf("load biome: %v %v", err, problems)
+	}
+	res, err := a.Publisher.SubmitDir(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := json.Marshal(map[string]any{"biomeId": res.BiomeID, "version": res.Version, "digestHash": res.Digest.Hash,
+		"customize": o.Customize})
+	if _, err := a.Publisher.Install(ctx, req, identity.DefaultOrg, "user:root"); err != nil {
+		t.Fatal(err)
+	}
+	return &Fixture{App: a, Provider: prov, Now: &now}
+}
+
+// staticToken is the gateway's outbound token in these tests; providers ignore it.
+type staticToken string
+
+func (s staticToken) Token(context.Context, string) (string, error) { return string(s), nil }
+
+// Exec is a verified context of the default org, armed for everything.
+func Exec(subject, env, orgRole string) identity.ExecContext {
+	kind, _, _ := strings.Cut(subject, ":")
+	return identity.ExecContext{Subject: identity.Subject{Kind: kind, Ref: subject}, Environment: env, OrgRole: orgRole,
+		Org: identity.DefaultOrg, Armed: []string{"*"}}
+}

@@ -1,0 +1,171 @@
+package grant
+
+import (
+	"reflect"
+	"strings"
+)
+
+// The types of data.xema, field for field as docs/policy-data.md describes it. Fields are
+// declared in the alphabetical order of their JSON names: encoding/json writes struct fields
+// in declaration order and map keys sorted, so a Data encodes to exactly the bytes the
+// untyped document of maps did (TestDataGolden holds that).
+
+// Data is the data.xema document.
+type Data struct {
+	// Audience[environmentKind] is the set of output classifications a caller in an
+	// environment of that kind may receive; a kind absent admits every classification.
+	Audience map[string]Set `json:"audience"`
+	// Capabilities[ref] is the catalog's descriptor of each published ref.
+	Capabilities map[string]CapabilityData `json:"capabilities"`
+	// Environments[name] is each named environment's kind.
+	Environments map[string]EnvironmentData `json:"environments"`
+	// Grants[ref][biomeId][org] is the effective grant of the ref in each org.
+	Grants      map[string]map[string]map[string]GrantData `json:"grants"`
+	OrgRoleRank map[string]int                             `json:"orgRoleRank"`
+	Profiles    map[string]ProfileData                     `json:"profiles"`
+	Revision    string                                     `json:"revision"`
+	// Versions[ref][biomeVersion] is the descriptor of a version an effective grant pins,
+	// where it differs from the catalog's.
+	Versions map[string]map[string]CapabilityData `json:"versions"`
+}
+
+// Set is a JSON object set: {"a": true, "b": true}. A nil Set encodes as null.
+type Set map[string]bool
+
+// EnvironmentData is environments[name].
+type EnvironmentData struct {
+	Kind string `json:"kind"`
+}
+
+// BiomeData names the biome version declaring a capability.
+type BiomeData struct {
+	ID      string `json:"id"`
+	Version string `json:"version"`
+}
+
+// CapabilityData is capabilities[ref] (and versions[ref][version]): the descriptor fields of
+// the manifest the Rego reads, with the catalog entry's lifecycle. The nested objects stay
+// generic JSON so the Rego sees exactly what the author wrote.
+type CapabilityData struct {
+	AuthorityEffect      string    `json:"authorityEffect"`
+	Biome                BiomeData `json:"biome"`
+	CallerConstraint     string    `json:"callerConstraint"`
+	DescriptorKind       string    `json:"descriptorKind"`
+	EffectClass          string    `json:"effectClass"`
+	HumanBaseline        any       `json:"humanBaseline"`
+	InstanceGrade        any       `json:"instanceGrade"`
+	Lifecycle            string    `json:"lifecycle"`
+	OutputClassification string    `json:"outputClassification"`
+	Reach                string    `json:"reach"`
+	ReplacedBy           string    `json:"replacedBy"`
+	RequiredBindings     []any     `json:"requiredBindings"` // never null: [] when none
+	RequiresApproval     bool      `json:"requiresApproval"`
+	RiskTier             string    `json:"riskTier"`
+	SafeForAgents        bool      `json:"safeForAgents"`
+}
+
+// LimitData is a rate limit or quota: requests per window.
+type LimitData struct {
+	Per      string `json:"per"`
+	Requests int    `json:"requests"`
+}
+
+// ApprovalData is a profile's approval rules.
+type ApprovalData struct {
+	EffectClasses Set `json:"effectClasses"`
+	RiskTiers     Set `json:"riskTiers"`
+}
+
+// ProfileData is profiles[name].
+type ProfileData struct {
+	Approval         ApprovalData `json:"approval"`
+	EffectClasses    Set          `json:"effectClasses"`
+	EnvironmentKinds Set          `json:"environmentKinds"`
+	Environments     Set          `json:"environments"`
+	Quota            LimitData    `json:"quota"`
+	RateLimit        LimitData    `json:"rateLimit"`
+	RiskTiers        Set          `json:"riskTiers"`
+}
+
+// GrantData is grants[ref][biomeId][org]. Subjects, Resources and Audience are null when the
+// grant does not narrow them.
+type GrantData struct {
+	Audience         Set       `json:"audience"`
+	BiomeVersion     string    `json:"biomeVersion"`
+	Environments     Set       `json:"environments"`
+	GrantID          string    `json:"grantId"`
+	Org              string    `json:"org"`
+	Profile          string    `json:"profile"`
+	Quota            LimitData `json:"quota"`
+	RateLimit        LimitData `json:"rateLimit"`
+	RequiresApproval bool      `json:"requiresApproval"`
+	Resources        []string  `json:"resources"`
+	Subjects         Set       `json:"subjects"`
+}
+
+// Map is the document as Compile has always handed it over: every object of data.xema that
+// is keyed by name (refs, biomes, orgs, versions, profiles, environments, kinds) a
+// map[string]any, which is what callers index into, holding the typed values; a grant entry
+// is a map of its fields. It encodes to the same bytes as d.
+func (d Data) Map() map[string]any {
+	grants := make(map[string]any, len(d.Grants))
+	for ref, byBiome := range d.Grants {
+		bm := make(map[string]any, len(byBiome))
+		for biome, byOrg := range byBiome {
+			om := make(map[string]any, len(byOrg))
+			for org, g := range byOrg {
+				om[org] = fieldsOf(g)
+			}
+			bm[biome] = om
+		}
+		grants[ref] = bm
+	}
+	versions := make(map[string]any, len(d.Versions))
+	for ref, byVersion := range d.Versions {
+		versions[ref] = anyMap(byVersion)
+	}
+	ranks := make(map[string]any, len(d.OrgRoleRank))
+	for role, rank := range d.OrgRoleRank {
+		ranks[role] = rank
+	}
+	return map[string]any{
+		"audience":     anyMap(d.Audience),
+		"capabilities": anyMap(d.Capabilities),
+		"environments": anyMap(d.Environments),
+		"grants":       grants,
+		"orgRoleRank":  ranks,
+		"profiles":     anyMap(d.Profiles),
+		"revision":     d.Revision,
+		"versions":     versions,
+	}
+}
+
+func anyMap[V any](m map[string]V) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+var grantFields = jsonFields(reflect.TypeFor[GrantData]())
+
+// fieldsOf is g as a map of its JSON field names to its field values.
+func fieldsOf(g GrantData) map[string]any {
+	v := reflect.ValueOf(g)
+	m := make(map[string]any, len(grantFields))
+	for i, name := range grantFields {
+		m[name] = v.Field(i).Interface()
+	}
+	return m
+}
+
+// jsonFields is the JSON name of each field of the struct type t, by index. The types above
+// tag every field with a plain name (no omitempty, no "-"), which TestDataFieldsOf checks.
+func jsonFields(t reflect.Type) []string {
+	names := make([]string, t.NumField())
+	for i := range names {
+		names[i], _, _ = strings.Cut(t.Field(i).Tag.Get("json"), ",")
+	}
+	return names
+}
