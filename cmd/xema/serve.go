@@ -62,6 +62,9 @@ func newServeCmd() *cobra.Command {
 			if err := bound.apply(&cfg, idCfg); err != nil {
 				return &exitError{code: 2, err: err}
 			}
+			if err := startPprof(cmd.Context()); err != nil {
+				return err
+			}
 			return serve(cmd.Context(), addr, cfg, idCfg, bound.bundleReaders, lim, web)
 		},
 	}
@@ -108,6 +111,7 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&web.tlsCert, "tls-cert", "", "PEM certificate (chain) to serve HTTPS with; needs --tls-key")
 	f.StringVar(&web.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
 	f.StringVar(&logLvl, "log-level", "info", "debug, info, warn or error")
+	addPprofFlag(f)
 	f.StringVar(&config, "config", "", "YAML file of serve flags by name (e.g. addr: 0.0.0.0:8181, egress-allow: [10.0.0.0/8]); ${VAR} and ${VAR:-default} expand from the environment; flags given on the command line override it")
 	return cmd
 }

@@ -3,6 +3,7 @@ package identity
 import (
 	"context"
 	"crypto"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -58,6 +59,12 @@ type Config struct {
 	// RefusedClients are OAuth client ids (azp / client_id claims) whose tokens are never
 	// accepted: the gateway's own outbound client, whose tokens providers receive.
 	RefusedClients []string
+	// TokenCacheSize bounds the cache of verification results (entries, keyed by the
+	// SHA-256 of the raw token): 0 means DefaultTokenCacheSize, negative turns it off.
+	TokenCacheSize int
+	// TokenCacheMaxAge caps how long one verification is reused; 0 means
+	// DefaultTokenCacheMaxAge.
+	TokenCacheMaxAge time.Duration
 }
 
 // Verifier checks bearer tokens and maps their claims to an Execution Context. It is safe for
@@ -71,6 +78,8 @@ type Verifier struct {
 	mapping  ClaimMapping
 	refused  []string
 	maxTTL   time.Duration
+	leeway   time.Duration
+	cache    *tokenCache // nil when off
 }
 
 // NewVerifier builds a verifier. With JWKSURL it fetches the JWKS before returning: a JWKS
@@ -133,7 +142,21 @@ func NewVerifier(ctx context.Context, cfg Config) (*Verifier, error) {
 	if len(all) == 0 {
 		return nil, errors.New("identity verifier: the JWKS holds no usable key")
 	}
+	var cache *tokenCache
+	if cfg.TokenCacheSize >= 0 {
+		maxAge := cfg.TokenCacheMaxAge
+		if maxAge <= 0 {
+			maxAge = DefaultTokenCacheMaxAge
+		}
+		size := cfg.TokenCacheSize
+		if size == 0 {
+			size = DefaultTokenCacheSize
+		}
+		cache = newTokenCache(size, maxAge)
+	}
 	return &Verifier{
+		cache:    cache,
+		leeway:   leeway,
 		issuer:   cfg.Issuer,
 		audience: cfg.Audience,
 		algs:     slices.Clone(cfg.Algorithms),
@@ -199,28 +222,90 @@ func (v *Verifier) Authenticate(r *http.Request) (ExecContext, error) {
 
 // Verify checks the token (signature, kid, alg, iss, aud, exp, nbf, iat) and maps its claims.
 // Every failure is a *TokenError (errors.Is ErrTokenInvalid) that never contains the token.
+//
+// A verified token is served from a bounded cache, keyed by the SHA-256 of raw, until the
+// instant verification would refuse it (exp plus the leeway) and at most TokenCacheMaxAge;
+// a refusal that only the token's bytes decide is remembered for a few seconds.
 func (v *Verifier) Verify(ctx context.Context, raw string) (ExecContext, error) {
-	claims := jwt.MapClaims{}
-	_, err := v.parser.ParseWithClaims(raw, claims, v.keyfunc(ctx))
+	now := time.Now()
+	if v.cache == nil {
+		ec, _, err := v.verify(ctx, raw, now)
+		return ec, err
+	}
+	key := sha256.Sum256([]byte(raw))
+	if ec, err, ok := v.cache.get(key, now, v.stillSigns(ctx)); ok {
+		return ec, err
+	}
+	ec, until, err := v.verify(ctx, raw, now)
 	if err != nil {
-		return ExecContext{}, classify(err, claims)
+		if te, ok := err.(*TokenError); ok {
+			v.cache.refuse(key, te, now)
+		}
+		return ExecContext{}, err
+	}
+	v.cache.accept(key, ec, until, now)
+	return ec, nil
+}
+
+// stillSigns reports whether kid still names signer in the issuer's key set, so a cached
+// token stops being accepted as soon as its key is withdrawn or replaced (as an uncached
+// verification would refuse it: unknown_kid or bad_signature).
+func (v *Verifier) stillSigns(ctx context.Context) func(kid string, signer crypto.PublicKey) bool {
+	return func(kid string, signer crypto.PublicKey) bool {
+		jwk, err := v.keys.Storage().KeyRead(ctx, kid)
+		if err != nil {
+			return false
+		}
+		pub, ok := publicKey(jwk.Key()).(interface{ Equal(crypto.PublicKey) bool })
+		return ok && pub.Equal(signer)
+	}
+}
+
+func publicKey(key any) any {
+	if pk, ok := key.(interface{ Public() crypto.PublicKey }); ok {
+		return pk.Public()
+	}
+	return key
+}
+
+// verified says what an accepted token's cache entry depends on.
+type verified struct {
+	until  time.Time // when verification would start refusing the token (exp + leeway)
+	kid    string
+	signer crypto.PublicKey
+}
+
+// verify is Verify without the cache.
+func (v *Verifier) verify(ctx context.Context, raw string, now time.Time) (ec ExecContext, until verified, err error) {
+	claims := jwt.MapClaims{}
+	var signer crypto.PublicKey
+	kf := v.keyfunc(ctx)
+	tok, err := v.parser.ParseWithClaims(raw, claims, func(t *jwt.Token) (any, error) {
+		k, err := kf(t)
+		signer = k
+		return k, err
+	})
+	if err != nil {
+		return ExecContext{}, until, classify(err, claims)
 	}
 	if use, ok := claims[ClaimUse]; ok {
-		return ExecContext{}, reject(ReasonOutboundToken, "a token the gateway sends to providers (%s %v) is never accepted inbound", ClaimUse, truncate(fmt.Sprint(use), 20))
+		return ExecContext{}, until, reject(ReasonOutboundToken, "a token the gateway sends to providers (%s %v) is never accepted inbound", ClaimUse, truncate(fmt.Sprint(use), 20))
 	}
 	for _, c := range []string{"azp", "client_id"} {
 		if id, _ := claims[c].(string); id != "" && slices.Contains(v.refused, id) {
-			return ExecContext{}, reject(ReasonOutboundToken, "a token of the gateway's own outbound client is never accepted inbound")
+			return ExecContext{}, until, reject(ReasonOutboundToken, "a token of the gateway's own outbound client is never accepted inbound")
 		}
 	}
-	if err := v.checkLifetime(claims, time.Now()); err != nil {
-		return ExecContext{}, err
+	if err := v.checkLifetime(claims, now); err != nil {
+		return ExecContext{}, until, err
 	}
-	ec, err := v.mapping.Map(claims)
+	ec, err = v.mapping.Map(claims)
 	if err != nil {
-		return ExecContext{}, reject(ReasonBadClaims, "%v", err)
+		return ExecContext{}, until, reject(ReasonBadClaims, "%v", err)
 	}
-	return ec, nil
+	exp, _ := claims.GetExpirationTime() // required and type-checked by the parser
+	kid, _ := tok.Header[jwkset.HeaderKID].(string)
+	return ec, verified{until: exp.Add(v.leeway), kid: kid, signer: signer}, nil
 }
 
 // checkLifetime refuses a token meant to live longer than the maximum: exp−iat, or exp−now
@@ -267,11 +352,7 @@ func (v *Verifier) keyfunc(ctx context.Context) jwt.Keyfunc {
 		if m.USE != "" && m.USE != jwkset.UseSig {
 			return nil, reject(ReasonUnknownKID, "key %q is not a signing key", truncate(kid, 64))
 		}
-		key := jwk.Key()
-		if pk, ok := key.(interface{ Public() crypto.PublicKey }); ok {
-			key = pk.Public()
-		}
-		return key, nil
+		return publicKey(jwk.Key()), nil
 	}
 }
 

@@ -42,11 +42,12 @@ func syntheticData(n int) map[string]any {
 
 func syntheticRef(i int) string { return fmt.Sprintf("d%d:res%d.read@1", i%50, i) }
 
+// BenchmarkDecision is the uncached decision: the engine's decision cache is off.
 func BenchmarkDecision(b *testing.B) {
 	ctx := context.Background()
 	for _, n := range []int{100, 10_000, 100_000} {
 		b.Run(fmt.Sprintf("grants=%d", n), func(b *testing.B) {
-			e, err := New(ctx, Options{})
+			e, err := New(ctx, Options{DecisionCacheSize: -1})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -68,6 +69,8 @@ func BenchmarkDecision(b *testing.B) {
 			}{{"allow", allow, true}, {"deny", deny, false}} {
 				b.Run(c.name, func(b *testing.B) {
 					b.ReportAllocs()
+					done := cpuPerOp(b)
+					defer done()
 					for b.Loop() {
 						d, err := e.Decide(ctx, c.in)
 						if err != nil || d.Allow != c.allow {
@@ -78,4 +81,49 @@ func BenchmarkDecision(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkDecisionCache runs the engine with its decision cache on (the default): "hit"
+// repeats one call; "miss" names a distinct resource on every call (cache-defeating
+// traffic: every call is evaluated, plus the cost of keying and storing it).
+func BenchmarkDecisionCache(b *testing.B) {
+	ctx := context.Background()
+	const n = 10_000
+	e, err := New(ctx, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := e.Load(ctx, syntheticData(n), "bench"); err != nil {
+		b.Fatal(err)
+	}
+	i := n / 8
+	in := agentCall(syntheticRef(i))
+	in.Biome = "b2"
+	in.Resource = fmt.Sprintf("kb/%d/page", i)
+	b.Run("hit", func(b *testing.B) {
+		b.ReportAllocs()
+		done := cpuPerOp(b)
+		defer done()
+		for b.Loop() {
+			if d, err := e.Decide(ctx, in); err != nil || !d.Allow {
+				b.Fatalf("decision %+v, %v", d, err)
+			}
+		}
+	})
+	k := 0 // across runs too: no resource repeats
+	b.Run("miss", func(b *testing.B) {
+		b.ReportAllocs()
+		done := cpuPerOp(b)
+		defer done()
+		for b.Loop() {
+			k++
+			in := in
+			in.Resource = fmt.Sprintf("kb/%d/page-%d", i, k)
+			if d, err := e.Decide(ctx, in); err != nil || !d.Allow {
+				b.Fatalf("decision %+v, %v", d, err)
+			}
+		}
+	})
+	st := e.CacheStats()
+	b.Logf("cache: %d hits, %d misses, %d entries", st.Hits, st.Misses, st.Entries)
 }

@@ -14,7 +14,7 @@ import (
 // WithData returns a new engine deciding with e's policies over data (a dry run: the
 // serving engine is untouched).
 func (e *Engine) WithData(ctx context.Context, data map[string]any, revision string) (*Engine, error) {
-	c := &Engine{modules: e.modules}
+	c := &Engine{modules: e.modules, cacheSize: e.cacheSize}
 	if err := c.Load(ctx, data, revision); err != nil {
 		return nil, err
 	}
@@ -44,6 +44,6 @@ func FromBundle(ctx context.Context, r io.Reader) (*Engine, error) {
 		rev = "bundle"
 	}
 	e := &Engine{modules: mods}
-	e.serving.Store(&compiled{query: pq, revision: rev})
+	e.serving.Store(e.newCompiled(pq, rev, mods))
 	return e, nil
 }

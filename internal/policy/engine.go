@@ -4,7 +4,7 @@
 package policy
 
 import (
-	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,8 +18,11 @@ import (
 	"sync/atomic"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
+	"github.com/open-policy-agent/opa/v1/topdown"
 	"github.com/open-policy-agent/opa/v1/util"
 
 	"github.com/xemahq/xema/policies"
@@ -41,11 +44,16 @@ var ErrNoBundle = errors.New("policy: no bundle loaded")
 type Options struct {
 	// ExtraDir holds platform Rego (package xema.custom); its deny rules join the decision.
 	ExtraDir string
+	// DecisionCacheSize bounds the decision cache (entries): 0 means
+	// DefaultDecisionCacheSize, a negative size turns it off. The cache is off by itself
+	// while the policy calls a non-deterministic built-in (see CacheStats).
+	DecisionCacheSize int
 }
 
 // Engine decides calls with the serving bundle. Safe for concurrent use.
 type Engine struct {
-	extraDir string
+	extraDir  string
+	cacheSize int
 	// mu serializes Load and ReloadExtra; modules, extraSig, data and loaded are under it.
 	mu       sync.Mutex
 	modules  []module
@@ -67,14 +75,48 @@ type module struct {
 // compiled is one loaded bundle: the prepared query and the same bundle as bytes.
 type compiled struct {
 	query    rego.PreparedEvalQuery
+	store    storage.Store
 	revision string
 	tarGz    []byte
 	etag     string
+	// cache is nil when off; cacheOff says why.
+	cache    *decisionCache
+	cacheOff string
+}
+
+// newCompiled stamps a prepared query with a decision cache of its own when allowed.
+func (e *Engine) newCompiled(pq rego.PreparedEvalQuery, revision string, mods []module) *compiled {
+	c := &compiled{query: pq, revision: revision}
+	parsed := make([]*ast.Module, len(mods))
+	for i, m := range mods {
+		parsed[i] = m.parsed
+	}
+	switch nd := nondeterministicBuiltins(parsed); {
+	case e.cacheSize < 0:
+		c.cacheOff = "turned off"
+	case len(nd) > 0:
+		c.cacheOff = "the policy calls non-deterministic built-ins: " + strings.Join(nd, ", ")
+	default:
+		c.cache = newDecisionCache(cmp.Or(e.cacheSize, DefaultDecisionCacheSize))
+	}
+	return c
+}
+
+// CacheStats reports the decision cache of the serving bundle (zero before the first Load).
+func (e *Engine) CacheStats() CacheStats {
+	c := e.serving.Load()
+	switch {
+	case c == nil:
+		return CacheStats{}
+	case c.cache == nil:
+		return CacheStats{Reason: c.cacheOff}
+	}
+	return c.cache.stats()
 }
 
 // New parses the embedded policies and the Rego of opts.ExtraDir. No bundle serves until Load.
 func New(ctx context.Context, opts Options) (*Engine, error) {
-	e := &Engine{extraDir: opts.ExtraDir}
+	e := &Engine{extraDir: opts.ExtraDir, cacheSize: opts.DecisionCacheSize}
 	sig, err := e.signature()
 	if err != nil {
 		return nil, err
@@ -181,11 +223,7 @@ func (e *Engine) compile(ctx context.Context, mods []module, data map[string]any
 	store := inmem.NewFromObjectWithOpts(normalized,
 		inmem.OptRoundTripOnWrite(false), inmem.OptReturnASTValuesOnRead(true))
 
-	opts := []func(*rego.Rego){rego.Query(Query), rego.Store(store)}
-	for _, m := range mods {
-		opts = append(opts, rego.ParsedModule(m.parsed))
-	}
-	pq, err := rego.New(opts...).PrepareForEval(ctx)
+	pq, err := prepare(ctx, Query, store, mods)
 	if err != nil {
 		return fmt.Errorf("policy: compile revision %s: %w", revision, err)
 	}
@@ -193,8 +231,19 @@ func (e *Engine) compile(ctx context.Context, mods []module, data map[string]any
 	if err != nil {
 		return fmt.Errorf("policy: bundle revision %s: %w", revision, err)
 	}
-	e.serving.Store(&compiled{query: pq, revision: revision, tarGz: tarGz, etag: etag})
+	c := e.newCompiled(pq, revision, mods)
+	c.store, c.tarGz, c.etag = store, tarGz, etag
+	e.serving.Store(c)
 	return nil
+}
+
+// prepare compiles query over mods and store.
+func prepare(ctx context.Context, query string, store storage.Store, mods []module) (rego.PreparedEvalQuery, error) {
+	opts := []func(*rego.Rego){rego.Query(query), rego.Store(store)}
+	for _, m := range mods {
+		opts = append(opts, rego.ParsedModule(m.parsed))
+	}
+	return rego.New(opts...).PrepareForEval(ctx)
 }
 
 // Decide evaluates the serving bundle for one call. Any error means deny (fail closed).
@@ -203,25 +252,73 @@ func (e *Engine) Decide(ctx context.Context, in Input) (Decision, error) {
 	if c == nil {
 		return Decision{}, ErrNoBundle
 	}
-	rs, err := c.query.Eval(ctx, rego.EvalParsedInput(inputValue(in)))
+	if c.cache == nil {
+		return c.decide(ctx, in)
+	}
+	key := cacheKey(in)
+	if d, ok := c.cache.get(key); ok {
+		return d, nil
+	}
+	d, err := c.decide(ctx, in)
+	if err == nil {
+		c.cache.put(key, d)
+	}
+	return d, err
+}
+
+// decide evaluates the prepared query (no cache).
+func (c *compiled) decide(ctx context.Context, in Input) (Decision, error) {
+	opts, stop := evalOptions(ctx, inputValue(in))
+	rs, err := c.query.Eval(ctx, opts...)
+	stop()
 	if err != nil {
 		return Decision{}, fmt.Errorf("policy: evaluate %s (revision %s): %w", in.Ref, c.revision, err)
 	}
 	if len(rs) != 1 || len(rs[0].Expressions) != 1 {
 		return Decision{}, fmt.Errorf("policy: evaluate %s (revision %s): decision undefined", in.Ref, c.revision)
 	}
-	raw, err := json.Marshal(rs[0].Expressions[0].Value)
-	if err != nil {
-		return Decision{}, fmt.Errorf("policy: encode decision for %s: %w", in.Ref, err)
+	t, ok := rs[0].Expressions[0].Value.(*ast.Term)
+	if !ok {
+		return Decision{}, fmt.Errorf("policy: decision for %s is %T, not an AST term", in.Ref, rs[0].Expressions[0].Value)
 	}
-	var d Decision
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&d); err != nil {
+	d, err := decodeDecision(t.Value)
+	if err != nil {
 		return Decision{}, fmt.Errorf("policy: decode decision for %s: %w", in.Ref, err)
 	}
 	return d, nil
 }
+
+// keepTerm hands the result back as the AST term OPA computed: Decide reads it directly
+// instead of converting it to map[string]any, encoding that to JSON and decoding the JSON.
+func keepTerm(t *ast.Term, _ *rego.EvalContext) (any, error) { return t, nil }
+
+// noMetrics: Decide reads no evaluation metrics, so none are kept.
+var noMetrics = metrics.NoOp()
+
+// evalOptions are the per-call options of the one prepared query: the input as an AST value,
+// the result as an AST term, no metrics and no instrumentation, rule indexing and early exit
+// on. Cancellation follows ctx through context.AfterFunc when ctx can be cancelled (rather
+// than the goroutine per evaluation OPA starts otherwise).
+// stop releases the AfterFunc once the evaluation has returned.
+func evalOptions(ctx context.Context, input ast.Value) (opts []rego.EvalOption, stop func() bool) {
+	opts = []rego.EvalOption{
+		rego.EvalParsedInput(input), rego.EvalGenerateJSON(keepTerm), rego.EvalMetrics(noMetrics),
+		rego.EvalInstrument(false), rego.EvalRuleIndexing(true), rego.EvalEarlyExit(true),
+	}
+	if ctx.Done() == nil {
+		return append(opts, rego.EvalExternalCancel(neverCancel{})), noStop
+	}
+	c := topdown.NewCancel()
+	return append(opts, rego.EvalExternalCancel(c)), context.AfterFunc(ctx, c.Cancel)
+}
+
+func noStop() bool { return false }
+
+// neverCancel is the cancel of an evaluation whose context can never be cancelled.
+type neverCancel struct{}
+
+func (neverCancel) Cancel()         {}
+func (neverCancel) Cancelled() bool { return false }
 
 // Revision is the serving bundle's revision, empty before the first Load.
 func (e *Engine) Revision() string {

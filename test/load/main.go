@@ -76,7 +76,7 @@ func run(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	gw := exec.CommandContext(ctx, cfg.xema, "serve", "--addr", xemaAddr, "--data-dir", dir, "--biomes", cfg.biomes, "--store", cfg.store)
+	gw := exec.CommandContext(ctx, cfg.xema, "serve", "--addr", xemaAddr, "--data-dir", dir, "--store", cfg.store, "--bundle-reader", "user:alice")
 	if err := start(gw, filepath.Join(dir, "xema.log")); err != nil {
 		return err
 	}
@@ -119,7 +119,7 @@ func run(ctx context.Context, cfg config) error {
 
 	// The same decision: the input the gateway builds for this call (see gateway.policyInput).
 	input := policy.Input{Ref: "kb:page.read@1", Subject: policy.Subject{Kind: "agent", Ref: "agent:support-bot"},
-		Groups: []string{}, Roles: []string{}, Environment: "project", Resource: "welcome", Armed: []string{"*"}}
+		Groups: []string{}, Roles: []string{}, Environment: "project", Resource: "welcome", Armed: []string{"*"}, Org: "default"}
 	opaBody, _ := json.Marshal(map[string]any{"input": input})
 	targets := []target{
 		{name: "xema funnel: POST /v1/capabilities/invoke kb:page.read@1", url: gwURL + "/v1/capabilities/invoke", token: agent,

@@ -1,0 +1,133 @@
+package policy
+
+import (
+	"context"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestDecisionCacheHitsAndStaysExact(t *testing.T) {
+	ctx := context.Background()
+	e := loadedEngine(t)
+	cold, err := New(ctx, Options{ExtraDir: filepath.Join("testdata", "custom"), DecisionCacheSize: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cold.Load(ctx, testData(t), "r1"); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 2 {
+		for _, tc := range decisionCases() {
+			got, err := e.Decide(ctx, tc.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := cold.Decide(ctx, tc.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("round %d, %s: cached %+v, uncached %+v", round, tc.name, got, want)
+			}
+		}
+	}
+	n := uint64(len(decisionCases()))
+	st := e.CacheStats()
+	if !st.Enabled || st.Misses != n || st.Hits != n {
+		t.Fatalf("stats %+v, want %d misses then %d hits", st, n, n)
+	}
+	if st := cold.CacheStats(); st.Enabled || st.Hits+st.Misses != 0 {
+		t.Fatalf("turned-off cache counted: %+v", st)
+	}
+}
+
+func TestDecisionCacheCopiesDecisions(t *testing.T) {
+	ctx := context.Background()
+	e := loadedEngine(t)
+	in := with(agentCall("kb:page.read@1"), func(in *Input) { in.Environment = "org" })
+	d1, err := e.Decide(ctx, in)
+	if err != nil || len(d1.Reasons) == 0 {
+		t.Fatalf("%+v, %v", d1, err)
+	}
+	d1.Reasons[0].Code = "MUTATED"
+	d2, _ := e.Decide(ctx, in)
+	d2.Reasons[0].Code = "MUTATED"
+	d3, _ := e.Decide(ctx, in)
+	if d3.Reasons[0].Code == "MUTATED" {
+		t.Fatal("a caller's change to its decision reached the cache")
+	}
+}
+
+func TestDecisionCacheIsPerRevision(t *testing.T) {
+	ctx := context.Background()
+	e := loadedEngine(t)
+	in := agentCall("kb:page.read@1")
+	if d, _ := e.Decide(ctx, in); !d.Allow {
+		t.Fatal("fixture should allow")
+	}
+	data := testData(t)
+	delete(data["grants"].(map[string]any), "kb:page.read@1")
+	if err := e.Load(ctx, data, "r2"); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := e.Decide(ctx, in)
+	if d.Allow || d.Revision != "r2" {
+		t.Fatalf("after the grant went: %+v", d)
+	}
+	if st := e.CacheStats(); st.Hits != 0 || st.Misses != 1 {
+		t.Fatalf("new revision's cache %+v", st)
+	}
+}
+
+func TestDecisionCacheBounded(t *testing.T) {
+	c := newDecisionCache(8)
+	for i := range 100 {
+		c.put(strings.Repeat("k", i+1), Decision{Allow: true})
+	}
+	if n := c.stats().Entries; n > 8 {
+		t.Fatalf("%d entries, bound 8", n)
+	}
+	if _, ok := c.get(strings.Repeat("k", 100)); !ok {
+		t.Fatal("the newest entry was evicted")
+	}
+}
+
+func TestDecisionCacheOffForNondeterministicPolicy(t *testing.T) {
+	ctx := context.Background()
+	e, err := New(ctx, Options{ExtraDir: filepath.Join("testdata", "nondeterministic")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Load(ctx, testData(t), "r1"); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := e.Decide(ctx, agentCall("kb:page.read@1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := e.CacheStats()
+	if st.Enabled || st.Hits != 0 || !strings.Contains(st.Reason, "time.now_ns") {
+		t.Fatalf("stats %+v: want the cache off because of time.now_ns", st)
+	}
+}
+
+func TestCacheKeyDistinguishesInputs(t *testing.T) {
+	base := agentCall("kb:page.read@1")
+	seen := map[string]string{cacheKey(base): "base"}
+	for name, m := range mutations {
+		k := cacheKey(with(base, m))
+		if prev, ok := seen[k]; ok {
+			t.Fatalf("%q and %q share a cache key", name, prev)
+		}
+		seen[k] = name
+	}
+	// Field boundaries are length-prefixed: moving a character between fields changes the key.
+	a := with(base, func(in *Input) { in.Project, in.Session = "ab", "c" })
+	b := with(base, func(in *Input) { in.Project, in.Session = "a", "bc" })
+	if cacheKey(a) == cacheKey(b) {
+		t.Fatal("field boundaries are ambiguous")
+	}
+}

@@ -1,0 +1,106 @@
+package xema.authz
+
+# The allow path, written positively so the common call is cheap to decide.
+#
+# `clean` holds when no `deny` rule can fire: it is the conjunction of the negations of every
+# deny rule's body (checks.rego, grant.rego, baseline.rego, approval.rego, authz.rego and the
+# platform's data.xema.custom.deny), each written at least as strictly as the rule it
+# stands for. When it holds, `reasons` is [] without evaluating a single deny rule and the
+# suggestions that only follow from a reason are skipped; when it does not, the decision is
+# computed in full, exactly as before. So `clean` may be stricter than "no deny fires" (the
+# call then takes the full path and is decided the same way), never looser.
+#
+# A new deny rule must be mirrored here: internal/policy's TestCleanIsSound checks, over the
+# decision cases and their one-field mutations, that `clean` never holds while a deny rule
+# fires, and TestDenyRulesAccountedFor fails when the number of deny rules changes.
+clean if {
+	# authz.rego: well-formed input, no platform denial, not deciding a held call.
+	is_string(input.ref)
+	input.ref != ""
+	is_string(input.environment)
+	input.environment != ""
+	is_string(input.org)
+	input.org != ""
+	is_string(input.subject.kind)
+	input.subject.kind != ""
+	is_string(input.subject.ref)
+	input.subject.ref != ""
+	is_array(input.armed)
+	not custom_denies
+	not approval_key
+
+	# checks.rego
+	cap.lifecycle in invocable_lifecycle
+	env_kind
+	armed
+	not unsafe_for_agent
+	not caller_constraint_unmet
+	not missing_binding
+	not is_object(cap.instanceGrade)
+	not audience_denied
+	not input.usage.rateExceeded == true
+	not input.usage.quotaExceeded == true
+
+	# grant.rego: the grant path passes (a human holding the capability by baseline
+	# without a grant takes the full path).
+	object.get(grant, "org", "") == input.org
+	grant_environments[input.environment]
+	subject_covered
+	not resource_outside_grant
+	not resource_not_owned
+	not grant_audience_denied
+
+	# baseline.rego: with a grant, only explicit-only can deny.
+	not explicit_only_uncovered
+}
+
+custom_denies if {
+	some _ in data.xema.custom.deny
+}
+
+approval_key if {
+	_ = input.approval
+}
+
+unsafe_for_agent if {
+	cap.safeForAgents == false
+	input.subject.kind == "agent"
+}
+
+caller_constraint_unmet if {
+	cap.callerConstraint == "workflow-step"
+	input.subject.kind != "workflow"
+}
+
+missing_binding if {
+	some b in cap.requiredBindings
+	not input.bindings[binding_key(b.roleKey)]
+}
+
+audience_denied if {
+	admitted := data.xema.audience[env_kind]
+	not admitted[classification]
+}
+
+resource_outside_grant if {
+	is_string(input.resource)
+	is_array(grant.resources)
+	not resource_granted
+}
+
+resource_not_owned if {
+	cap.reach == "owner"
+	is_string(input.resource)
+	object.get(input, ["resourceOwner"], "") != input.subject.ref
+}
+
+grant_audience_denied if {
+	is_object(grant.audience)
+	not grant.audience[classification]
+}
+
+explicit_only_uncovered if {
+	input.subject.kind == "user"
+	baseline.kind == "explicit-only"
+	not explicitly_covered
+}
