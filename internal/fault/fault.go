@@ -17,22 +17,22 @@ type Kind uint8
 // The kinds. Zero is Internal: an error that never said what it is must not pass for a
 // client error.
 const (
-	Internal        Kind = iota // a bug or an unexpected state: nothing the caller can fix
-	Invalid                     // the request is malformed or breaks a rule (fields named)
-	Unauthenticated             // no or an invalid credential
-	Denied                      // the policy refused the caller
-	NotFound                    // nothing by that name the caller may see
-	Conflict                    // the request contradicts the stored state
-	Gone                        // it existed and never will again (an expired approval)
-	TooLarge                    // a body over the limit
-	UnsupportedMedia            // a body of a media type not accepted
-	Unprocessable               // well-formed but not acceptable (an idempotency key reused)
-	RateLimited                 // over a rate limit or quota
-	Pending                     // accepted, waiting for a person's approval
-	NotImplemented              // the gateway cannot do this here
-	Provider                    // a provider (http, connector, MCP server) failed or misbehaved
-	Unavailable                 // a dependency (store, policy, capacity) is unavailable; retry
-	Timeout                     // a provider did not answer in time
+	Internal         Kind = iota // a bug or an unexpected state: nothing the caller can fix
+	Invalid                      // the request is malformed or breaks a rule (fields named)
+	Unauthenticated              // no or an invalid credential
+	Denied                       // the policy refused the caller
+	NotFound                     // nothing by that name the caller may see
+	Conflict                     // the request contradicts the stored state
+	Gone                         // it existed and never will again (an expired approval)
+	TooLarge                     // a body over the limit
+	UnsupportedMedia             // a body of a media type not accepted
+	Unprocessable                // well-formed but not acceptable (an idempotency key reused)
+	RateLimited                  // over a rate limit or quota
+	Pending                      // accepted, waiting for a person's approval
+	NotImplemented               // the gateway cannot do this here
+	Provider                     // a provider (http, connector, MCP server) failed or misbehaved
+	Unavailable                  // a dependency (store, policy, capacity) is unavailable; retry
+	Timeout                      // a provider did not answer in time
 )
 
 var names = [...]string{"internal", "invalid", "unauthenticated", "denied", "not-found", "conflict", "gone",
