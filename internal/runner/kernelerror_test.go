@@ -11,7 +11,7 @@ import (
 )
 
 // TestKernelErrorTextIsNotAnswered: an untyped handler error is kept for the log (Err) and
-// replaced by a fixed message; a ClientError a handler wrote for its caller is kept as is.
+// replaced by a fixed message; a fault.Error a handler wrote for its caller is kept as is.
 func TestKernelErrorTextIsNotAnswered(t *testing.T) {
 	internal := errors.New("open /var/lib/xema/credential.key: permission denied; dial tcp 10.0.0.7:5432")
 	for _, tc := range []struct {
