@@ -340,7 +340,7 @@ func (g *Gateway) hold(ctx context.Context, c *call, entry *catalog.Entry) error
 	}
 	pending := &Error{Kind: fault.Pending, Code: CodePendingApproval, State: StatePendingApproval,
 		ApprovalID: audit.NewID("apr_"), Message: "this call requires a human approval before it runs"}
-	if err := g.fail(ctx, c, audit.DecisionPendingApproval, pending); err != pending {
+	if err := g.audited(ctx, c, audit.DecisionPendingApproval, pending); err != nil {
 		return err
 	}
 	p := Pending{ID: pending.ApprovalID, AuditID: c.rec.ID, Ref: entry.Ref(), Biome: entry.Capability.BiomeID,
@@ -485,14 +485,20 @@ func (g *Gateway) fail(ctx context.Context, c *call, decision string, err error)
 	if !errors.As(err, &ge) {
 		ge = &Error{Kind: fault.Internal, Code: "INTERNAL", Message: "internal error"}
 	}
+	if rerr := g.audited(ctx, c, decision, ge); rerr != nil {
+		return rerr
+	}
+	return ge
+}
+
+// audited records the answer ge of a call that ends before running (its auditId the record's
+// id); the error is the audit log's, when it could not take the record.
+func (g *Gateway) audited(ctx context.Context, c *call, decision string, ge *Error) error {
 	if ge.AuditID == "" {
 		ge.AuditID = c.rec.ID
 	}
 	c.rec.ID = ge.AuditID
-	if rerr := g.record(ctx, c, decision, ge.Code); rerr != nil {
-		return rerr
-	}
-	return ge
+	return g.record(ctx, c, decision, ge.Code)
 }
 
 // record appends the decision record; if the audit log cannot take it, the call is refused.
