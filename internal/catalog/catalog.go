@@ -48,6 +48,8 @@ type Snapshot struct {
 	pinned map[string]map[string]*Entry
 	// grants are the store's grants this snapshot was built from.
 	grants []store.Grant
+	// visible caches AllFor per org: the snapshot never changes.
+	visible sync.Map // org → []*Entry
 }
 
 // Get returns the catalog's own entry for ref, whoever asks.
@@ -58,9 +60,6 @@ func (s *Snapshot) Get(ref string) (*Entry, bool) {
 
 // All returns every entry sorted by ref.
 func (s *Snapshot) All() []*Entry { return s.sorted }
-
-// Grants returns the grants the snapshot was built from, oldest approval first.
-func (s *Snapshot) Grants() []store.Grant { return s.grants }
 
 // Pinned returns the entries of versions effective grants approved where they differ from
 // the catalog's own entries.
@@ -101,22 +100,20 @@ func (s *Snapshot) For(org, ref string) (*Entry, bool) {
 	return e, true
 }
 
-// AllFor returns every entry a caller of org sees, sorted by ref.
+// AllFor returns every entry a caller of org sees, sorted by ref; computed once per org and
+// snapshot, shared read-only.
 func (s *Snapshot) AllFor(org string) []*Entry {
+	if v, ok := s.visible.Load(org); ok {
+		return v.([]*Entry)
+	}
 	out := make([]*Entry, 0, len(s.sorted))
 	for _, e := range s.sorted {
 		if v, ok := s.For(org, e.Ref()); ok {
 			out = append(out, v)
 		}
 	}
-	return out
-}
-
-// OwnerOf returns the org owning biome id ("" for the operator's store) and whether the id
-// is known.
-func (s *Snapshot) OwnerOf(id string) (string, bool) {
-	o, ok := s.owners[id]
-	return o, ok
+	v, _ := s.visible.LoadOrStore(org, out) // bounded by the orgs that call while it serves
+	return v.([]*Entry)
 }
 
 // Catalog holds the current snapshot.
@@ -129,10 +126,10 @@ type Catalog struct {
 	versions map[string]parsedVersion  // by biome@version: stored versions never change
 }
 
-// parsedVersion is a stored biome version's contributions as catalog entries.
+// parsedVersion is a stored biome version and its contributions as catalog entries.
 type parsedVersion struct {
-	contentHash string
-	caps        []store.Capability
+	bv   store.BiomeVersion
+	caps []store.Capability
 }
 
 type compiledSchema struct {
@@ -200,21 +197,12 @@ func (c *Catalog) pin(ctx context.Context, s *Snapshot, grants []store.Grant) er
 		if _, done := s.pinned[key]; done {
 			continue
 		}
-		caps, err := c.versionCaps(ctx, g.BiomeID, g.BiomeVersion)
+		pv, err := c.version(ctx, g.BiomeID, g.BiomeVersion)
 		if err != nil {
 			return err
 		}
 		byRef := map[string]*Entry{}
-		for _, capa := range caps {
-			cur, ok := s.byRef[capa.Ref]
-			if !ok || cur.Capability.BiomeID != capa.BiomeID || cur.Capability.BiomeVersion == capa.BiomeVersion {
-				continue
-			}
-			capa.Lifecycle, capa.ReplacedBy = cur.Capability.Lifecycle, cur.Capability.ReplacedBy
-			if capa.Invocation == nil {
-				// Served by its provider (kernel, binding, MCP server), not by a declaration.
-				capa.RunnerKind = cur.Capability.RunnerKind
-			}
+		for _, capa := range pinnedAt(s.byRef, pv.caps) {
 			e, err := c.entry(capa)
 			if err != nil {
 				slog.Error("pinned capability left out of the catalog", "ref", capa.Ref, "version", capa.BiomeVersion, "err", err)
@@ -227,30 +215,50 @@ func (c *Catalog) pin(ctx context.Context, s *Snapshot, grants []store.Grant) er
 	return nil
 }
 
-// versionCaps returns the capabilities of a stored biome version, parsed once.
-func (c *Catalog) versionCaps(ctx context.Context, id, version string) ([]store.Capability, error) {
+// pinnedAt is the part of a granted version's capabilities that differs from the catalog's own
+// entries (byRef), with the catalog's lifecycle and, where no invocation is declared, its
+// runner kind (served by its provider: kernel, binding, MCP server).
+func pinnedAt(byRef map[string]*Entry, caps []store.Capability) []store.Capability {
+	var out []store.Capability
+	for _, capa := range caps {
+		cur, ok := byRef[capa.Ref]
+		if !ok || cur.Capability.BiomeID != capa.BiomeID || cur.Capability.BiomeVersion == capa.BiomeVersion {
+			continue
+		}
+		capa.Lifecycle, capa.ReplacedBy = cur.Capability.Lifecycle, cur.Capability.ReplacedBy
+		if capa.Invocation == nil {
+			capa.RunnerKind = cur.Capability.RunnerKind
+		}
+		out = append(out, capa)
+	}
+	return out
+}
+
+// version returns a stored biome version with its capabilities, read and parsed once: a
+// stored version never changes (other content under the same version is refused). c.mu held.
+func (c *Catalog) version(ctx context.Context, id, version string) (parsedVersion, error) {
+	key := id + "@" + version
+	if pv, ok := c.versions[key]; ok {
+		return pv, nil
+	}
 	bv, err := c.store.GetBiomeVersion(ctx, id, version)
 	if err != nil {
-		return nil, fmt.Errorf("granted biome %s@%s: %w", id, version, err)
-	}
-	key := id + "@" + version
-	if pv, ok := c.versions[key]; ok && pv.contentHash == bv.ContentHash {
-		return pv.caps, nil
+		return parsedVersion{}, fmt.Errorf("granted biome %s@%s: %w", id, version, err)
 	}
 	b, problems := fromSubmission(bv.Manifest, contributionsOf(bv))
 	if len(problems) > 0 {
-		return nil, fmt.Errorf("granted biome %s@%s no longer validates: %v", id, version, problems[0])
+		return parsedVersion{}, fmt.Errorf("granted biome %s@%s no longer validates: %v", id, version, problems[0])
 	}
-	caps := make([]store.Capability, 0, len(b.Contributions))
+	pv := parsedVersion{bv: bv, caps: make([]store.Capability, 0, len(b.Contributions))}
 	for _, contrib := range b.Contributions {
 		capa, err := capabilityOf(b, contrib)
 		if err != nil {
-			return nil, err
+			return parsedVersion{}, err
 		}
-		caps = append(caps, capa)
+		pv.caps = append(pv.caps, capa)
 	}
-	c.versions[key] = parsedVersion{contentHash: bv.ContentHash, caps: caps}
-	return caps, nil
+	c.versions[key] = pv
+	return pv, nil
 }
 
 func (c *Catalog) entry(capa store.Capability) (*Entry, error) {

@@ -22,38 +22,32 @@ func (c *Catalog) CompileInput(ctx context.Context, snap *Snapshot, extra ...sto
 		in.Pinned = append(in.Pinned, e.Capability)
 		seen[e.Ref()+"@"+e.Capability.BiomeVersion] = true
 	}
-	if len(extra) > 0 {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for _, g := range extra {
-		caps, err := c.versionCaps(ctx, g.BiomeID, g.BiomeVersion)
+		pv, err := c.version(ctx, g.BiomeID, g.BiomeVersion)
 		if err != nil {
 			return grant.Input{}, err
 		}
-		for _, capa := range caps {
-			cur, ok := snap.byRef[capa.Ref]
-			if !ok || cur.Capability.BiomeID != capa.BiomeID || cur.Capability.BiomeVersion == capa.BiomeVersion ||
-				seen[capa.Ref+"@"+capa.BiomeVersion] {
-				continue
+		for _, capa := range pinnedAt(snap.byRef, pv.caps) {
+			if !seen[capa.Ref+"@"+capa.BiomeVersion] {
+				in.Pinned = append(in.Pinned, capa)
+				seen[capa.Ref+"@"+capa.BiomeVersion] = true
 			}
-			capa.Lifecycle, capa.ReplacedBy = cur.Capability.Lifecycle, cur.Capability.ReplacedBy
-			in.Pinned = append(in.Pinned, capa)
-			seen[capa.Ref+"@"+capa.BiomeVersion] = true
 		}
 	}
-	done := map[string]bool{}
-	for _, g := range in.Grants {
+	// Only effective grants are compiled: the biome versions they name, each read once.
+	for _, g := range grant.Effective(in.Grants) {
 		key := g.BiomeID + "@" + g.BiomeVersion
-		if done[key] {
+		if seen["biome:"+key] {
 			continue
 		}
-		done[key] = true
-		bv, err := c.store.GetBiomeVersion(ctx, g.BiomeID, g.BiomeVersion)
+		seen["biome:"+key] = true
+		pv, err := c.version(ctx, g.BiomeID, g.BiomeVersion)
 		if err != nil {
 			return grant.Input{}, fmt.Errorf("grant %s: %w", g.ID, err)
 		}
-		in.Biomes = append(in.Biomes, bv)
+		in.Biomes = append(in.Biomes, pv.bv)
 	}
 	return in, nil
 }
