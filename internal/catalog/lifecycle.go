@@ -36,12 +36,11 @@ func (p *Publisher) Transition(ctx context.Context, t Transition, org, actor str
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return t, fmt.Errorf("lifecycle %s: %w", t.Ref, err)
 	}
-	owners, oerr := p.Store.BiomeOwners(ctx)
+	owner, mine, oerr := p.ownedBy(ctx, cur.BiomeID, org)
 	if oerr != nil {
 		return t, fmt.Errorf("lifecycle %s: %w", t.Ref, oerr)
 	}
-	owner, known := owners[cur.BiomeID]
-	if errors.Is(err, store.ErrNotFound) || !known || owner != OperatorOwner && owner != org {
+	if errors.Is(err, store.ErrNotFound) || !mine {
 		return t, fault.New(fault.NotFound, "UNKNOWN_CAPABILITY", "/ref: no capability %q", t.Ref)
 	}
 	if owner == OperatorOwner && (p.OperatorOrg == "" || org != p.OperatorOrg) {

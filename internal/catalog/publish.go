@@ -335,7 +335,7 @@ func (p *Publisher) validateGrant(ctx context.Context, raw json.RawMessage, org,
 	if err != nil {
 		return store.Grant{}, store.BiomeVersion{}, grantError(err)
 	}
-	mine, err := p.ownedBy(ctx, req.BiomeID, org)
+	_, mine, err := p.ownedBy(ctx, req.BiomeID, org)
 	if err != nil {
 		return store.Grant{}, store.BiomeVersion{}, fmt.Errorf("install: %w", err)
 	}
@@ -359,15 +359,15 @@ func (p *Publisher) validateGrant(ctx context.Context, raw json.RawMessage, org,
 	return g, bv, nil
 }
 
-// ownedBy reports whether org may use biome id: its own, or the operator's store. An id
-// nobody owns yet is nobody's.
-func (p *Publisher) ownedBy(ctx context.Context, id, org string) (bool, error) {
+// ownedBy reports whether org may use biome id (its own, or the operator's store) and who owns
+// it. An id nobody owns yet is nobody's.
+func (p *Publisher) ownedBy(ctx context.Context, id, org string) (owner string, mine bool, err error) {
 	owners, err := p.Store.BiomeOwners(ctx)
 	if err != nil {
-		return false, err
+		return "", false, err
 	}
 	owner, ok := owners[id]
-	return ok && (owner == OperatorOwner || owner == org), nil
+	return owner, ok && (owner == OperatorOwner || owner == org), nil
 }
 
 // adopt makes a granted version the catalog's own for the refs of its biome it holds at an

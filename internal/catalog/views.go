@@ -58,7 +58,7 @@ func (p *Publisher) Biomes(ctx context.Context, org, id string) ([]BiomeView, er
 // Biome returns one version org may install; another org's is answered as unknown.
 func (p *Publisher) Biome(ctx context.Context, org, id, version string) (BiomeView, error) {
 	notFound := fault.New(fault.NotFound, "UNKNOWN_BIOME", "no biome %s@%s", id, version)
-	mine, err := p.ownedBy(ctx, id, org)
+	owner, mine, err := p.ownedBy(ctx, id, org)
 	if err != nil {
 		return BiomeView{}, fmt.Errorf("get biome: %w", err)
 	}
@@ -72,11 +72,7 @@ func (p *Publisher) Biome(ctx context.Context, org, id, version string) (BiomeVi
 	case err != nil:
 		return BiomeView{}, fmt.Errorf("get biome: %w", err)
 	}
-	owners, err := p.Store.BiomeOwners(ctx)
-	if err != nil {
-		return BiomeView{}, fmt.Errorf("get biome: %w", err)
-	}
-	return viewBiome(bv, owners[id]), nil
+	return viewBiome(bv, owner), nil
 }
 
 // Grants lists org's grants, oldest approval first; only of biome id when id is not empty.
