@@ -81,7 +81,7 @@ type Options struct {
 type Exporter struct {
 	opts    Options
 	write   func(ctx context.Context, events []Event) error
-	in      chan Event
+	in      chan store.AuditRecord
 	done    chan struct{}
 	dropped atomic.Int64
 	once    sync.Once
@@ -103,7 +103,7 @@ func New(opts Options) (*Exporter, error) {
 			return nil, fmt.Errorf("--decision-log-mask %q: want a JSON pointer into the input, such as /input/session", m)
 		}
 	}
-	e := &Exporter{opts: opts, in: make(chan Event, opts.Buffer), done: make(chan struct{})}
+	e := &Exporter{opts: opts, in: make(chan store.AuditRecord, opts.Buffer), done: make(chan struct{})}
 	switch s := opts.Sink; {
 	case s == "stdout":
 		e.write = e.lines(os.Stdout)
@@ -129,19 +129,15 @@ func New(opts Options) (*Exporter, error) {
 func (e *Exporter) Dropped() int64 { return e.dropped.Load() }
 
 // Records takes committed audit records and queues the decision records among them (those
-// carrying the policy input); it never blocks.
+// carrying the policy input); it never blocks, and the events are built off the audit log's
+// writer, by the exporter.
 func (e *Exporter) Records(rs []store.AuditRecord) {
 	for _, r := range rs {
 		if len(r.PolicyInput) == 0 {
 			continue
 		}
-		ev, err := e.event(r)
-		if err != nil {
-			slog.Warn("decision log: event left out", "auditId", r.ID, "err", err)
-			continue
-		}
 		select {
-		case e.in <- ev:
+		case e.in <- r:
 		default:
 			if e.dropped.Add(1) == 1 {
 				slog.Warn("decision log: buffer full, dropping events (counted; the audit log keeps them)")
@@ -215,10 +211,15 @@ func (e *Exporter) run() {
 	}
 	for {
 		select {
-		case ev, ok := <-e.in:
+		case r, ok := <-e.in:
 			if !ok {
 				flush()
 				return
+			}
+			ev, err := e.event(r)
+			if err != nil {
+				slog.Warn("decision log: event left out", "auditId", r.ID, "err", err)
+				continue
 			}
 			batch = append(batch, ev)
 			if len(batch) >= e.opts.BatchSize {
