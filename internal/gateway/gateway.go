@@ -165,6 +165,8 @@ func (g *Gateway) RunApproved(ctx context.Context, ec identity.ExecContext, req 
 func (g *Gateway) admit(ctx context.Context, c *call) (*catalog.Entry, policy.Decision, error) {
 	entry, err := g.route(ctx, c)
 	if err != nil {
+		// No policy input will carry the verified context: the record keeps it as its detail.
+		c.rec.Detail = mustJSON(c.exec)
 		return nil, policy.Decision{}, g.fail(ctx, c, audit.DecisionNotFound, err)
 	}
 	violations := g.validate(ctx, entry, c.req.Input)
@@ -226,7 +228,6 @@ func (g *Gateway) begin(ec identity.ExecContext, req Request) *call {
 		ID: audit.NewID("inv_"), Org: ec.Org, Ref: req.Ref,
 		SubjectKind: ec.Subject.Kind, SubjectRef: ec.Subject.Ref, Environment: ec.Environment,
 		InputHash: audit.InputHash(g.InputHashKey, req.Input), BundleRevision: g.Policy.Revision(),
-		Detail: mustJSON(ec),
 	}}
 }
 

@@ -106,8 +106,10 @@ type AuditRecord struct {
 	Runner         string
 	Outcome        string // ok | provider-error | timeout | not-run | ...
 	LatencyMicros  int64
-	ParentID       string          // links follow-up records (approval, run) to the original call
-	Detail         json.RawMessage // subject and context needed to rebuild why-denied
+	ParentID       string // links follow-up records (approval, run) to the original call
+	// Detail is what a record needs beyond its columns: the verified context of a call refused
+	// before the policy decided (decision records keep it in PolicyInput), an aggregate's counts.
+	Detail json.RawMessage
 	// PolicyInput is the input the policy decided on (decision records only; nil on others
 	// and on records written before replay existed).
 	PolicyInput json.RawMessage
