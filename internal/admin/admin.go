@@ -73,8 +73,12 @@ type DryRunView struct {
 	Impact catalog.Impact `json:"impact"`
 }
 
-// DefaultDryRunWindow is how far back a grant's dry run replays without `since`.
-const DefaultDryRunWindow = 7 * 24 * time.Hour
+// DefaultDryRunWindow is how far back a grant's dry run replays without `since`; at most
+// MaxDryRunWindow.
+const (
+	DefaultDryRunWindow = 7 * 24 * time.Hour
+	MaxDryRunWindow     = 30 * 24 * time.Hour
+)
 
 // splitDryRun takes dryRun and since out of a biome:install@1 input (the grant request proper
 // is decoded strictly); window is nil unless dryRun is true.
@@ -108,8 +112,8 @@ func splitDryRun(input json.RawMessage) (req json.RawMessage, window *time.Durat
 	}
 	w := DefaultDryRunWindow
 	if since != "" {
-		if w, err = time.ParseDuration(since); err != nil || w <= 0 {
-			return nil, nil, fault.New(fault.Invalid, "INVALID_ARGUMENT", "/since: %q is not a positive duration such as 168h", since)
+		if w, err = time.ParseDuration(since); err != nil || w <= 0 || w > MaxDryRunWindow {
+			return nil, nil, fault.New(fault.Invalid, "INVALID_ARGUMENT", "/since: %q is not a positive duration up to %v, such as 168h", since, MaxDryRunWindow)
 		}
 	}
 	return req, &w, nil

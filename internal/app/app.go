@@ -29,6 +29,7 @@ import (
 	"github.com/xemahq/xema/internal/decisionlog"
 	"github.com/xemahq/xema/internal/demo"
 	"github.com/xemahq/xema/internal/egress"
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/federation"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/grant"
@@ -138,6 +139,7 @@ type App struct {
 	draining atomic.Bool
 
 	decisions *decisionlog.Exporter // nil unless Config.DecisionLog
+	dryRuns   chan struct{}         // one grant dry run at a time
 
 	mu       sync.Mutex // serializes rebuilds
 	loadedAt int64
@@ -180,7 +182,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, a.closeWith(err)
 	}
 	a.Publisher.HasBinding = a.Bindings.Serves
-	a.Publisher.Impact = a.grantImpact
+	a.Publisher.Impact, a.dryRuns = a.grantImpact, make(chan struct{}, 1)
 	if err := binding.Register(a.Kernel, a.Bindings); err != nil {
 		return nil, a.closeWith(err)
 	}
@@ -442,6 +444,14 @@ func (a *App) compile(ctx context.Context, snap *catalog.Snapshot, extra ...stor
 // grantImpact replays the calls candidate's org recorded since with the serving policy over
 // the data candidate would make (a grant's dry run). Nothing is stored.
 func (a *App) grantImpact(ctx context.Context, candidate store.Grant, since time.Time) (catalog.Impact, error) {
+	// A dry run replays up to MaxDryRunDecisions with the full policy: one at a time, so a
+	// flood of them cannot take the gateway's CPU from its calls.
+	select {
+	case a.dryRuns <- struct{}{}:
+		defer func() { <-a.dryRuns }()
+	default:
+		return catalog.Impact{}, fault.New(fault.Unavailable, "DRY_RUN_BUSY", "another grant dry run is running; retry shortly")
+	}
 	data, rev, err := a.compile(ctx, a.Catalog.Snapshot(), candidate)
 	if err != nil {
 		return catalog.Impact{}, err
@@ -450,13 +460,17 @@ func (a *App) grantImpact(ctx context.Context, candidate store.Grant, since time
 	if err != nil {
 		return catalog.Impact{}, fmt.Errorf("dry run: %w", err)
 	}
-	rep, err := replay.Run(ctx, a.Store, eng, replay.Window{Since: since, Org: candidate.Org})
+	rep, err := replay.Run(ctx, a.Store, eng, replay.Window{Since: since, Org: candidate.Org, Limit: MaxDryRunDecisions})
 	if err != nil {
 		return catalog.Impact{}, fmt.Errorf("dry run: %w", err)
 	}
 	return catalog.Impact{Considered: rep.Considered, AllowToDeny: rep.AllowToDeny, DenyToAllow: rep.DenyToAllow,
-		Since: since.UTC().Format(time.RFC3339)}, nil
+		Since: since.UTC().Format(time.RFC3339), Truncated: rep.Truncated}, nil
 }
+
+// MaxDryRunDecisions bounds the recorded calls a grant's dry run replays (the oldest of the
+// window first); the impact says when it stopped there.
+const MaxDryRunDecisions = 20_000
 
 // PolicyData compiles data.xema from st as a gateway serving it now would (with the built-in
 // environments and profiles), for tools that decide without a gateway (xema replay).

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/store"
 )
 
@@ -104,5 +106,20 @@ func TestConfigValidateNamesTheFlag(t *testing.T) {
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), flag) {
 			t.Errorf("%s: %v, want an error naming the flag", flag, err)
 		}
+	}
+}
+
+// One grant dry run at a time: a second while one runs is refused, typed, at once.
+func TestGrantDryRunsOneAtATime(t *testing.T) {
+	a, err := New(context.Background(), Config{DataDir: t.TempDir(), OperatorOrg: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	a.dryRuns <- struct{}{} // a dry run is running
+	_, err = a.grantImpact(context.Background(), store.Grant{Org: "default"}, time.Now().Add(-time.Hour))
+	var fe *fault.Error
+	if !errors.As(err, &fe) || fe.Kind != fault.Unavailable || fe.Code != "DRY_RUN_BUSY" {
+		t.Fatalf("a second dry run: %v, want 503 DRY_RUN_BUSY", err)
 	}
 }

@@ -296,6 +296,8 @@ type Impact struct {
 	AllowToDeny int    `json:"allowToDeny"`
 	DenyToAllow int    `json:"denyToAllow"`
 	Since       string `json:"since"`
+	// Truncated is true when the replay stopped at its bound before the window's end.
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 // DryRun validates a grant exactly as Install does and answers the grant it would record with

@@ -88,8 +88,12 @@ func TestRunCountsExactly(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The fixture's grant covers kb/pages/*: every recorded allow stays an allow.
-	if rep.Considered != 300 || rep.AllowToDeny != 0 || len(rep.Changes) != 0 {
+	if rep.Considered != 300 || rep.AllowToDeny != 0 || len(rep.Changes) != 0 || rep.Truncated {
 		t.Fatalf("report %+v", rep)
+	}
+	capped, err := Run(context.Background(), st, e, Window{Limit: 100})
+	if err != nil || capped.Considered != 100 || !capped.Truncated {
+		t.Fatalf("a limit of 100: %+v %v", capped, err)
 	}
 	other, err := Run(context.Background(), st, e, Window{Org: "beta"})
 	if err != nil || other.Considered != 0 {

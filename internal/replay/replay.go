@@ -6,6 +6,7 @@ package replay
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -25,6 +26,8 @@ type Decider interface {
 type Window struct {
 	Since, Until time.Time
 	Org          string // "" is every org
+	// Limit stops the replay after this many decisions (0: no limit); the report says so.
+	Limit int
 }
 
 // Side is one decision of a call: allowed or not, and its reason codes.
@@ -48,12 +51,17 @@ type Change struct {
 // NotReplayable the decision records written before the policy input was kept (never
 // guessed).
 type Report struct {
-	Considered    int      `json:"considered"`
-	AllowToDeny   int      `json:"allowToDeny"`
-	DenyToAllow   int      `json:"denyToAllow"`
-	NotReplayable int      `json:"notReplayable"`
-	Changes       []Change `json:"changes"`
+	Considered    int `json:"considered"`
+	AllowToDeny   int `json:"allowToDeny"`
+	DenyToAllow   int `json:"denyToAllow"`
+	NotReplayable int `json:"notReplayable"`
+	// Truncated is true when Window.Limit stopped the replay before the window's end.
+	Truncated bool     `json:"truncated,omitempty"`
+	Changes   []Change `json:"changes"`
 }
+
+// errLimit stops a scan at Window.Limit.
+var errLimit = errors.New("replay limit reached")
 
 // Run replays every decision record of the window with d. A call whose allow and reason codes
 // are both unchanged is not a change; one whose reasons alone change is listed with equal
@@ -67,6 +75,10 @@ func Run(ctx context.Context, st store.Store, d Decider, w Window) (*Report, err
 		if len(r.PolicyInput) == 0 {
 			rep.NotReplayable++
 			return nil
+		}
+		if w.Limit > 0 && rep.Considered >= w.Limit {
+			rep.Truncated = true
+			return errLimit
 		}
 		var in policy.Input
 		if err := json.Unmarshal(r.PolicyInput, &in); err != nil {
@@ -95,7 +107,7 @@ func Run(ctx context.Context, st store.Store, d Decider, w Window) (*Report, err
 			Environment: r.Environment, Time: r.Time.UTC().Format(time.RFC3339Nano), Before: before, After: after})
 		return nil
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, errLimit) {
 		return nil, err
 	}
 	return rep, nil

@@ -224,7 +224,7 @@ func TestGrantDryRun(t *testing.T) {
 		}
 		expect(t, g.post("/v1/capabilities/invoke", bot, findCall()), http.StatusOK)
 
-		for _, q := range []string{"?dryRun=yes", "?since=1h", "?dryRun=true&since=forever", "?dryRun=true&x=1"} {
+		for _, q := range []string{"?dryRun=yes", "?since=1h", "?dryRun=true&since=forever", "?dryRun=true&since=9000h", "?dryRun=true&x=1"} {
 			if r := g.post("/v1/grants"+q, admin, body); r.Status != http.StatusBadRequest {
 				t.Errorf("POST /v1/grants%s: %d %s, want 400", q, r.Status, r.Raw)
 			}
