@@ -191,6 +191,10 @@ func testApprovalLease(t *testing.T, s store.Store) {
 	if err != nil || len(stale) != 2 {
 		t.Fatalf("stale for r1 = %+v, %v; want its own apr_a and the expired apr_b", stale, err)
 	}
+	stale, err = s.StaleApprovals(ctx, "", now, 10)
+	if err != nil || len(stale) != 1 || stale[0].ID != "apr_b" {
+		t.Fatalf("stale for no holder = %+v, %v; want the expired apr_b only", stale, err)
+	}
 	// Recovery: back to pending with the decision and claim cleared.
 	back, err := s.TransitionApproval(ctx, store.ApprovalTransition{ID: "apr_a", From: store.ApprovalRunning, To: store.ApprovalPending,
 		At: now, Holder: "r1", Reset: true, Reason: "recovered"})
