@@ -78,6 +78,16 @@ func Open(dir string, st store.Store) (*Spool, error) {
 	if i := bytes.IndexByte(raw, 0); i >= 0 {
 		raw = raw[:i]
 	}
+	if tail := len(raw) - (bytes.LastIndexByte(raw, '\n') + 1); tail > 0 {
+		// A torn last entry (the process died mid-write): zero it, or the next entry would be
+		// written onto its end and, unreadable with it, be lost at the next start.
+		slog.Warn("outcome spool: dropping a torn entry", "path", s.path, "bytes", tail)
+		if _, err := f.WriteAt(make([]byte, tail), int64(len(raw)-tail)); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("outcome spool %s: %w", s.path, err)
+		}
+		raw = raw[:len(raw)-tail]
+	}
 	for _, line := range bytes.Split(raw, []byte("\n")) {
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue

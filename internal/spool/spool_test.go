@@ -55,3 +55,33 @@ func TestSpoolSurvivesReopenAndDrains(t *testing.T) {
 		t.Fatalf("after drain the file holds %d entries (%v)", s.Len(), err)
 	}
 }
+
+// A kill mid-write leaves a torn last entry; an entry added after the restart must not be
+// appended to it (and so be lost with it at the next start).
+func TestEntryAfterTornTailSurvives(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := store.IdempotencyCompletion{Org: "acme", Subject: "agent:x", Key: "k1", Status: 200, Body: json.RawMessage(`{}`)}
+	if !s.Add(Entry{Idempotency: &c}) {
+		t.Fatal("entry not durable")
+	}
+	if _, err := s.f.WriteAt([]byte(`{"idempotency":{"Org":"ac`), s.off); err != nil { // torn: no newline
+		t.Fatal(err)
+	}
+	_ = s.f.Close()
+	if s, err = Open(dir, nil); err != nil || s.Len() != 1 {
+		t.Fatalf("reopened: %d entries, %v; want the whole one", s.Len(), err)
+	}
+	c.Key = "k2"
+	if !s.Add(Entry{Idempotency: &c}) {
+		t.Fatal("entry not durable")
+	}
+	_ = s.f.Close()
+	if s, err = Open(dir, nil); err != nil || s.Len() != 2 {
+		t.Fatalf("second reopen: %d entries, %v; want 2 (the one added after the torn entry kept)", s.Len(), err)
+	}
+	_ = s.f.Close()
+}
