@@ -70,6 +70,12 @@ func Open(dir string, st store.Store) (*Spool, error) {
 		return nil, fmt.Errorf("outcome spool: %w", err)
 	}
 	s.f = f
+	// Entries hold call answers and outputs (an idempotency key's stored body, an approval's
+	// output): owner-only, also when the file was left wider by someone else.
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("outcome spool %s: %w", s.path, err)
+	}
 	raw, err := io.ReadAll(f)
 	if err != nil {
 		f.Close()

@@ -3,6 +3,8 @@ package spool
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -84,4 +86,21 @@ func TestEntryAfterTornTailSurvives(t *testing.T) {
 		t.Fatalf("second reopen: %d entries, %v; want 2 (the one added after the torn entry kept)", s.Len(), err)
 	}
 	_ = s.f.Close()
+}
+
+// Entries carry call outputs: the file is owner-only even when it was created wider.
+func TestSpoolFileIsOwnerOnly(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, FileName), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.f.Close()
+	fi, err := os.Stat(filepath.Join(dir, FileName))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("spool file mode %v (%v), want 0600", fi.Mode().Perm(), err)
+	}
 }
