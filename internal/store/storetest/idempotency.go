@@ -44,6 +44,10 @@ func testIdempotencyClaimReplay(t *testing.T, s store.Store) {
 	if _, _, err := s.ClaimIdempotency(ctx, store.IdempotencyRecord{Org: "acme", Key: "k"}); !errors.Is(err, store.ErrInvalid) {
 		t.Fatalf("claim without subject: %v, want ErrInvalid", err)
 	}
+	if _, _, err := s.ClaimIdempotency(ctx, store.IdempotencyRecord{Subject: "agent:bot", Key: "k", InputHash: "h1",
+		CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("claim without org: %v, want ErrInvalid (keys are scoped by org)", err)
+	}
 	r := idemKey("k1", now)
 	got, claimed, err := s.ClaimIdempotency(ctx, r)
 	if err != nil || !claimed || got.State != store.IdempotencyRunning {
