@@ -15,22 +15,13 @@ import (
 
 // runCrashSafety is the conformance of idempotency keys, approval leases and the write probe.
 func runCrashSafety(t *testing.T, open func(t *testing.T) store.Store) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, s store.Store)
-	}{
+	runSubtests(t, open, []subtest{
 		{"IdempotencyClaimReplay", testIdempotencyClaimReplay},
 		{"IdempotencyConcurrentOneWinner", testIdempotencyConcurrent},
 		{"IdempotencyExpiryAndPrune", testIdempotencyExpiry},
 		{"ApprovalLeaseAndStale", testApprovalLease},
 		{"ProbeWrite", testProbeWrite},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			tc.fn(t, open(t))
-		})
-	}
+	})
 }
 
 func idemKey(key string, now time.Time) store.IdempotencyRecord {
