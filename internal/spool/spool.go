@@ -259,10 +259,28 @@ func (s *Spool) apply(ctx context.Context, e Entry) error {
 	case e.Idempotency != nil:
 		err = s.store.CompleteIdempotency(ctx, *e.Idempotency)
 	}
-	if err == nil || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrInvalid) {
+	switch {
+	case err == nil || errors.Is(err, store.ErrConflict):
+		return nil
+	case errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrInvalid):
+		// The store will never take it: dropped, so the entries after it are written, but
+		// said (its kind and error only: the entry holds call answers).
+		slog.Error("outcome spool: the store refuses an entry for good; dropping it", "entry", e.kind(), "err", err)
 		return nil
 	}
 	return err
+}
+
+func (e Entry) kind() string {
+	switch {
+	case e.Audit != nil:
+		return "audit " + e.Audit.ID
+	case e.Approval != nil:
+		return "approval " + e.Approval.ID
+	case e.Idempotency != nil:
+		return "idempotency key " + e.Idempotency.Key
+	}
+	return "empty"
 }
 
 // Close makes a last drain attempt bounded by ctx and closes the file; entries still waiting

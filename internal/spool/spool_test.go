@@ -1,10 +1,13 @@
 package spool
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,5 +105,34 @@ func TestSpoolFileIsOwnerOnly(t *testing.T) {
 	fi, err := os.Stat(filepath.Join(dir, FileName))
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("spool file mode %v (%v), want 0600", fi.Mode().Perm(), err)
+	}
+}
+
+// An entry the store refuses for good (here: a key it does not know) is dropped so the
+// spool drains, but the drop is logged, without the entry's answer body.
+func TestDroppedEntryIsLogged(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := sqlite.Open(ctx, dir+"/x.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var logs bytes.Buffer
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	defer slog.SetDefault(prev)
+	s, err := Open(dir, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	s.Add(Entry{Idempotency: &store.IdempotencyCompletion{Org: "acme", Subject: "agent:x", Key: "gone", Status: 200,
+		Body: json.RawMessage(`{"output":{"token":"s3cret"}}`)}})
+	if err := s.Drain(ctx); err != nil || s.Len() != 0 {
+		t.Fatalf("drain: %v, %d left", err, s.Len())
+	}
+	if out := logs.String(); !strings.Contains(out, "dropping it") || !strings.Contains(out, "idempotency key gone") || strings.Contains(out, "s3cret") {
+		t.Fatalf("logs:\n%s\nwant the drop named, without the body", out)
 	}
 }
