@@ -58,7 +58,7 @@ func (a *App) recoverAtStart(ctx context.Context) error {
 func (a *App) Maintain(ctx context.Context, every time.Duration) {
 	go a.Spool.Run(ctx)
 	periodically(ctx, every, func(now time.Time) {
-		if n, err := a.Approvals.Recover(ctx); err != nil && ctx.Err() == nil {
+		if n, err := a.Approvals.RecoverLeases(ctx); err != nil && ctx.Err() == nil {
 			slog.Warn("approval recovery failed; retrying next tick", "err", err)
 		} else if n > 0 {
 			slog.Warn("approvals recovered: their holder's lease ended", "approvals", n)

@@ -285,11 +285,17 @@ func (s *Service) run(ctx context.Context, a store.Approval) store.Approval {
 // (it has just started, so none of them is running here) and any whose lease has ended. One
 // never dispatched goes back to pending, so a person can approve it again; one dispatched
 // ends interrupted (it may have reached its provider, and is never run again). It returns
-// how many it moved.
-func (s *Service) Recover(ctx context.Context) (int, error) {
+// how many it moved. Call it once, at start; RecoverLeases is the periodic one.
+func (s *Service) Recover(ctx context.Context) (int, error) { return s.recover(ctx, s.replica()) }
+
+// RecoverLeases ends only the approvals whose lease has ended: this replica's own live ones
+// (running or dispatched here now) are left to it.
+func (s *Service) RecoverLeases(ctx context.Context) (int, error) { return s.recover(ctx, "") }
+
+func (s *Service) recover(ctx context.Context, holder string) (int, error) {
 	moved := 0
 	for {
-		stale, err := s.Store.StaleApprovals(ctx, s.replica(), s.now(), 100)
+		stale, err := s.Store.StaleApprovals(ctx, holder, s.now(), 100)
 		if err != nil {
 			return moved, fmt.Errorf("recover approvals: %w", err)
 		}

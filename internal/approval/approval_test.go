@@ -161,3 +161,45 @@ func TestRejectNeverRuns(t *testing.T) {
 		t.Fatalf("approve after reject: %v, runs %d", err, f.runs.Load())
 	}
 }
+
+// The periodic recovery (RecoverLeases) leaves alone an approval this replica is running
+// now: only a start-up Recover, or an ended lease, may take it.
+func TestPeriodicRecoveryLeavesLiveRun(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	var runs atomic.Int32
+	fx := apptest.New(t, apptest.Options{Customize: map[string]any{ref: map[string]any{"requiresApproval": true}},
+		Provider: func(w http.ResponseWriter, _ *http.Request) {
+			if runs.Add(1) == 1 {
+				close(entered)
+			}
+			<-release
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"commentId":"c1"}`))
+		}})
+	f := &fixture{app: fx.App, runs: &runs, clock: fx.Now}
+	id := f.hold(t, bot)
+	type result struct {
+		v   approval.View
+		err *gateway.Error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := f.decide(approval.RefApprove, alice, map[string]any{"approvalId": id})
+		done <- result{v, err}
+	}()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("the approved call never reached its provider")
+	}
+	n, err := f.app.Approvals.RecoverLeases(context.Background())
+	close(release)
+	if err != nil || n != 0 {
+		t.Fatalf("periodic recovery during a live run: moved %d, %v; want 0", n, err)
+	}
+	r := <-done
+	if r.err != nil || r.v.Status != store.ApprovalDone || runs.Load() != 1 {
+		t.Fatalf("approve: %+v %v, runs %d; want done, one run", r.v, r.err, runs.Load())
+	}
+}

@@ -70,6 +70,12 @@ func Open(dir string, st store.Store) (*Spool, error) {
 		return nil, fmt.Errorf("outcome spool: %w", err)
 	}
 	s.f = f
+	// Entries hold call answers and outputs (an idempotency key's stored body, an approval's
+	// output): owner-only, also when the file was left wider by someone else.
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("outcome spool %s: %w", s.path, err)
+	}
 	raw, err := io.ReadAll(f)
 	if err != nil {
 		f.Close()
@@ -77,6 +83,16 @@ func Open(dir string, st store.Store) (*Spool, error) {
 	}
 	if i := bytes.IndexByte(raw, 0); i >= 0 {
 		raw = raw[:i]
+	}
+	if tail := len(raw) - (bytes.LastIndexByte(raw, '\n') + 1); tail > 0 {
+		// A torn last entry (the process died mid-write): zero it, or the next entry would be
+		// written onto its end and, unreadable with it, be lost at the next start.
+		slog.Warn("outcome spool: dropping a torn entry", "path", s.path, "bytes", tail)
+		if _, err := f.WriteAt(make([]byte, tail), int64(len(raw)-tail)); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("outcome spool %s: %w", s.path, err)
+		}
+		raw = raw[:len(raw)-tail]
 	}
 	for _, line := range bytes.Split(raw, []byte("\n")) {
 		if len(bytes.TrimSpace(line)) == 0 {
@@ -243,10 +259,28 @@ func (s *Spool) apply(ctx context.Context, e Entry) error {
 	case e.Idempotency != nil:
 		err = s.store.CompleteIdempotency(ctx, *e.Idempotency)
 	}
-	if err == nil || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrInvalid) {
+	switch {
+	case err == nil || errors.Is(err, store.ErrConflict):
+		return nil
+	case errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrInvalid):
+		// The store will never take it: dropped, so the entries after it are written, but
+		// said (its kind and error only: the entry holds call answers).
+		slog.Error("outcome spool: the store refuses an entry for good; dropping it", "entry", e.kind(), "err", err)
 		return nil
 	}
 	return err
+}
+
+func (e Entry) kind() string {
+	switch {
+	case e.Audit != nil:
+		return "audit " + e.Audit.ID
+	case e.Approval != nil:
+		return "approval " + e.Approval.ID
+	case e.Idempotency != nil:
+		return "idempotency key " + e.Idempotency.Key
+	}
+	return "empty"
 }
 
 // Close makes a last drain attempt bounded by ctx and closes the file; entries still waiting

@@ -141,7 +141,8 @@ type ObligationStore interface {
 	// returned approval is the stored one after the move, or as it is on ErrConflict.
 	TransitionApproval(ctx context.Context, t ApprovalTransition) (Approval, error)
 	// StaleApprovals returns at most limit approvals in an ApprovalInFlight state that are
-	// claimed by holder, or whose lease ended at or before now, oldest first.
+	// claimed by holder, or whose lease ended at or before now, oldest first. An empty
+	// holder returns only those whose lease ended.
 	StaleApprovals(ctx context.Context, holder string, now time.Time, limit int) ([]Approval, error)
 
 	// AddUsage adds every add, or none, atomically: each applies only if its counter stays

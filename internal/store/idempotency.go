@@ -40,8 +40,8 @@ type IdempotencyCompletion struct {
 
 // Validate checks what the store requires of a new key.
 func (r IdempotencyRecord) Validate() error {
-	if r.Subject == "" || r.Key == "" || r.InputHash == "" {
-		return fmt.Errorf("%w: idempotency Subject, Key and InputHash must be non-empty", ErrInvalid)
+	if r.Org == "" || r.Subject == "" || r.Key == "" || r.InputHash == "" {
+		return fmt.Errorf("%w: idempotency Org, Subject, Key and InputHash must be non-empty", ErrInvalid)
 	}
 	if !r.ExpiresAt.After(r.CreatedAt) {
 		return fmt.Errorf("%w: idempotency ExpiresAt must be after CreatedAt", ErrInvalid)

@@ -278,12 +278,8 @@ func TestCrashKill9(t *testing.T) {
 // argument), another input under the key is 422, another caller's key is its own.
 func TestIdempotencyKeys(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, e engineCase) {
-		g := startGateway(t, e.store(t))
-		prov := newCountingProvider(t)
-		admin := g.adminToken()
-		bot := g.token("--subject", "agent:support-bot", "--env", "project")
+		g, prov, bot := ticketingGateway(t, e.store(t))
 		other := g.token("--subject", "agent:other-bot", "--env", "project")
-		g.install(admin, biomeDir(t, "ticketing", prov.URL))
 
 		first := g.try(http.MethodPost, "/v1/capabilities/invoke", bot, "key-1", createInput("idem-1"))
 		expect(t, first, http.StatusOK)

@@ -16,6 +16,19 @@ import (
 	"github.com/xemahq/xema/internal/testpg"
 )
 
+// ticketingGateway starts a gateway on storeDSN (args passed on) with the ticketing biome
+// served by a counting provider; it returns the gateway, the provider and the token of
+// agent:support-bot (project environment).
+func ticketingGateway(t *testing.T, storeDSN string, args ...string) (*gateway, *countingProvider, string) {
+	t.Helper()
+	g := startGateway(t, storeDSN, args...)
+	prov := newCountingProvider(t)
+	admin := g.adminToken()
+	bot := g.token("--subject", "agent:support-bot", "--env", "project")
+	g.install(admin, biomeDir(t, "ticketing", prov.URL))
+	return g, prov, bot
+}
+
 // ready reports /readyz's status (0 when the gateway does not answer).
 func (g *gateway) ready() int {
 	resp, err := http.Get(g.URL + "/readyz")
@@ -41,11 +54,7 @@ func (g *gateway) outcomeOf(token, id string) string {
 // is logged once, and once PostgreSQL is back the spooled outcome is recorded, the same
 // Idempotency-Key replays the first answer, and /readyz is ready again.
 func TestCrashPostgresStopped(t *testing.T) {
-	g := startGateway(t, testpg.NewDatabase(t))
-	prov := newCountingProvider(t)
-	admin := g.adminToken()
-	bot := g.token("--subject", "agent:support-bot", "--env", "project")
-	g.install(admin, biomeDir(t, "ticketing", prov.URL))
+	g, prov, bot := ticketingGateway(t, testpg.NewDatabase(t))
 
 	arrived, release := prov.holdCalls(1)
 	defer release()
@@ -198,11 +207,7 @@ func fill(t *testing.T, path string) {
 // stops accepting, lets them finish (each answered 200 with its outcome recorded), and exits 0.
 func TestDrainSIGTERMSlowCalls(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, e engineCase) {
-		g := startGateway(t, e.store(t))
-		prov := newCountingProvider(t)
-		admin := g.adminToken()
-		bot := g.token("--subject", "agent:support-bot", "--env", "project")
-		g.install(admin, biomeDir(t, "ticketing", prov.URL))
+		g, prov, bot := ticketingGateway(t, e.store(t))
 		const n = 6
 		answers, wg, release := callsAtProvider(g, prov, bot, "drain", n)
 		defer release()
@@ -236,11 +241,7 @@ func TestDrainSIGTERMSlowCalls(t *testing.T) {
 // each answered 503 INTERRUPTED_BY_SHUTDOWN with its auditId and its outcome recorded; the
 // gateway exits 0.
 func TestDrainDeadlineRecordsOutcomes(t *testing.T) {
-	g := startGateway(t, "", "--shutdown-timeout", "300ms")
-	prov := newCountingProvider(t)
-	admin := g.adminToken()
-	bot := g.token("--subject", "agent:support-bot", "--env", "project")
-	g.install(admin, biomeDir(t, "ticketing", prov.URL))
+	g, prov, bot := ticketingGateway(t, "", "--shutdown-timeout", "300ms")
 	const n = 3
 	answers, wg, release := callsAtProvider(g, prov, bot, "cut", n)
 	defer release()

@@ -131,8 +131,11 @@ func (s *Store) StaleApprovals(ctx context.Context, holder string, now time.Time
 	if limit <= 0 {
 		limit = 100
 	}
-	q := `SELECT ` + approvalColumns + ` FROM approvals WHERE status IN (?, ?, ?) AND (claimed_by = ? OR lease_until <= ?)
+	mine, args := "", []any{store.ApprovalApproved, store.ApprovalRunning, store.ApprovalDispatched}
+	if holder != "" {
+		mine, args = "claimed_by = ? OR ", append(args, holder)
+	}
+	q := `SELECT ` + approvalColumns + ` FROM approvals WHERE status IN (?, ?, ?) AND (` + mine + `lease_until <= ?)
 		ORDER BY updated_at, id LIMIT ?`
-	return list(ctx, s, "list stale approvals", scanApproval, q, store.ApprovalApproved, store.ApprovalRunning,
-		store.ApprovalDispatched, holder, s.d.TimeArg(store.Stamp(now)), limit)
+	return list(ctx, s, "list stale approvals", scanApproval, q, append(args, s.d.TimeArg(store.Stamp(now)), limit)...)
 }

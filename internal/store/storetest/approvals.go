@@ -16,10 +16,7 @@ import (
 // runObligations is the conformance of store.ObligationStore: approvals move by
 // compare-and-set and usage counters never pass their limit, however many callers race.
 func runObligations(t *testing.T, open func(t *testing.T) store.Store) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, s store.Store)
-	}{
+	runSubtests(t, open, []subtest{
 		{"ApprovalRoundTrip", testApprovalRoundTrip},
 		{"ApprovalInvalid", testApprovalInvalid},
 		{"ApprovalList", testApprovalList},
@@ -30,13 +27,7 @@ func runObligations(t *testing.T, open func(t *testing.T) store.Store) {
 		{"UsageConcurrentNeverPassesLimit", testUsageConcurrent},
 		{"UsageAllOrNothing", testUsageAllOrNothing},
 		{"UsagePrune", testUsagePrune},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			tc.fn(t, open(t))
-		})
-	}
+	})
 }
 
 func newApproval(id, ref, requester string, created time.Time) store.Approval {

@@ -15,22 +15,13 @@ import (
 
 // runCrashSafety is the conformance of idempotency keys, approval leases and the write probe.
 func runCrashSafety(t *testing.T, open func(t *testing.T) store.Store) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, s store.Store)
-	}{
+	runSubtests(t, open, []subtest{
 		{"IdempotencyClaimReplay", testIdempotencyClaimReplay},
 		{"IdempotencyConcurrentOneWinner", testIdempotencyConcurrent},
 		{"IdempotencyExpiryAndPrune", testIdempotencyExpiry},
 		{"ApprovalLeaseAndStale", testApprovalLease},
 		{"ProbeWrite", testProbeWrite},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			tc.fn(t, open(t))
-		})
-	}
+	})
 }
 
 func idemKey(key string, now time.Time) store.IdempotencyRecord {
@@ -43,6 +34,10 @@ func testIdempotencyClaimReplay(t *testing.T, s store.Store) {
 	now := time.Now().UTC()
 	if _, _, err := s.ClaimIdempotency(ctx, store.IdempotencyRecord{Org: "acme", Key: "k"}); !errors.Is(err, store.ErrInvalid) {
 		t.Fatalf("claim without subject: %v, want ErrInvalid", err)
+	}
+	if _, _, err := s.ClaimIdempotency(ctx, store.IdempotencyRecord{Subject: "agent:bot", Key: "k", InputHash: "h1",
+		CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("claim without org: %v, want ErrInvalid (keys are scoped by org)", err)
 	}
 	r := idemKey("k1", now)
 	got, claimed, err := s.ClaimIdempotency(ctx, r)
@@ -190,6 +185,10 @@ func testApprovalLease(t *testing.T, s store.Store) {
 	stale, err = s.StaleApprovals(ctx, "r1", now, 10)
 	if err != nil || len(stale) != 2 {
 		t.Fatalf("stale for r1 = %+v, %v; want its own apr_a and the expired apr_b", stale, err)
+	}
+	stale, err = s.StaleApprovals(ctx, "", now, 10)
+	if err != nil || len(stale) != 1 || stale[0].ID != "apr_b" {
+		t.Fatalf("stale for no holder = %+v, %v; want the expired apr_b only", stale, err)
 	}
 	// Recovery: back to pending with the decision and claim cleared.
 	back, err := s.TransitionApproval(ctx, store.ApprovalTransition{ID: "apr_a", From: store.ApprovalRunning, To: store.ApprovalPending,

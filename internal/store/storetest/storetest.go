@@ -26,10 +26,7 @@ type RawExecer interface {
 // Run runs the suite. open returns a new empty store for each subtest and closes it in
 // t.Cleanup; the store must implement RawExecer.
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, s store.Store)
-	}{
+	runSubtests(t, open, []subtest{
 		{"PublishBiomeRoundTrip", testPublishBiomeRoundTrip},
 		{"NotFound", testNotFound},
 		{"RepublishIdenticalIsNoop", testRepublishIdentical},
@@ -52,13 +49,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"DeploymentKeys", testDeploymentKeys},
 		{"AuditScanAndChains", testAuditScan},
 		{"BiomeOwners", testBiomeOwners},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel() // each subtest has a store of its own
-			tc.fn(t, open(t))
-		})
-	}
+	})
 	t.Run("Bindings", func(t *testing.T) { runBindings(t, open) })
 	t.Run("Obligations", func(t *testing.T) { runObligations(t, open) })
 	t.Run("CrashSafety", func(t *testing.T) { runCrashSafety(t, open) })
@@ -72,6 +63,22 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 			t.Fatalf("Ping after Close = %v, want ErrUnavailable", err)
 		}
 	})
+}
+
+// subtest is one conformance check, run on a fresh store of its own.
+type subtest struct {
+	name string
+	fn   func(t *testing.T, s store.Store)
+}
+
+// runSubtests runs each test in parallel, each on a new store from open.
+func runSubtests(t *testing.T, open func(t *testing.T) store.Store, tests []subtest) {
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each subtest has a store of its own
+			tc.fn(t, open(t))
+		})
+	}
 }
 
 // t0 is a fixed time in whole microseconds, so round trips compare exactly.
