@@ -141,7 +141,7 @@ func TestAuditSearch(t *testing.T) {
 		for q, name := range map[string]string{
 			"limit=0": "limit", "limit=101": "limit", "limit=x": "limit", "since=yesterday": "since",
 			"until=2026-13-01": "until", "decision=deny": "decision", "cursor=garbage": "cursor",
-			"color=red": "color", "ref=a&ref=b": "ref",
+			"color=red": "color", "ref=a&ref=b": "ref", "ref=a%00b": "ref", "subject=%FF": "subject",
 			"since=2026-03-02T00:00:00Z&until=2026-03-01T00:00:00Z": "until",
 		} {
 			r := g.get("/v1/audit?"+q, admin)
