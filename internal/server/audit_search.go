@@ -129,6 +129,12 @@ func (s *Server) auditSearch(c echo.Context) error {
 		f.Before = &before
 	}
 	page := AuditPage{Records: []audit.Record{}}
+	if ec.Org == "" || (!isOrgAdmin(ec) && ec.Subject.Ref == "") {
+		// Fail closed: org "" would be the operator's records of no org (mayRead gives those
+		// to the operator's administrators only), and an empty subject ref would drop the
+		// caller's own-records filter.
+		return c.JSON(http.StatusOK, page)
+	}
 	if !isOrgAdmin(ec) {
 		if f.SubjectRef != "" && f.SubjectRef != ec.Subject.Ref {
 			return c.JSON(http.StatusOK, page) // another subject's records: none the caller may read

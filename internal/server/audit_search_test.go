@@ -68,3 +68,23 @@ func TestAuditSearchRefusesTextTheStoreCannotHold(t *testing.T) {
 		t.Errorf("a plain query: %d %s", status, raw)
 	}
 }
+
+// TestAuditSearchFailsClosed: a caller of no org reads no record of no org (those are the
+// operator's administrators', as GET /v1/audit/{id} has it), and a caller who is no
+// administrator and has no subject ref reads nobody's records.
+func TestAuditSearchFailsClosed(t *testing.T) {
+	noOrg := apptest.Exec("user:admin", "org", "org_admin")
+	noOrg.Org = ""
+	noSubject := apptest.Exec("user:x", "org", "")
+	noSubject.Subject.Ref = ""
+	srv := auditSearchServer(t, tokens{"admin": apptest.Exec("user:admin", "org", "org_admin"), "no-org": noOrg, "no-subject": noSubject})
+	if status, _, raw := getAudit(t, srv, "admin", "limit=100"); status != http.StatusOK || !strings.Contains(raw, "aud_alice") || strings.Contains(raw, "aud_noorg") {
+		t.Fatalf("the org's admin: %d %s, want aud_alice only", status, raw)
+	}
+	for _, token := range []string{"no-org", "no-subject"} {
+		status, body, raw := getAudit(t, srv, token, "limit=100")
+		if status != http.StatusOK || len(body["records"].([]any)) != 0 {
+			t.Errorf("%s: %d %s, want no record", token, status, raw)
+		}
+	}
+}
