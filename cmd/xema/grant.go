@@ -44,7 +44,14 @@ func newGrantCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// The flags first: a usage error costs no request.
 			req := grant.Request{BiomeID: c.biome, Version: c.version, DigestHash: c.digest, Profile: c.profile}
+			if req.Customize, err = customization(c.envs, c.subjects, c.resources, c.rates, c.quotas, c.approval, c.noApproval); err != nil {
+				return &exitError{code: 2, err: err}
+			}
+			if c.since != "" && !c.dryRun {
+				return &exitError{code: 2, err: fmt.Errorf("--since needs --dry-run")}
+			}
 			if req.DigestHash == "" {
 				var bv struct {
 					Digest struct {
@@ -57,14 +64,8 @@ func newGrantCmd() *cobra.Command {
 				}
 				req.DigestHash = bv.Digest.Hash
 			}
-			if req.Customize, err = customization(c.envs, c.subjects, c.resources, c.rates, c.quotas, c.approval, c.noApproval); err != nil {
-				return &exitError{code: 2, err: err}
-			}
 			if c.dryRun {
 				return dryRunGrant(cmd, cl, req, c.since, format)
-			}
-			if c.since != "" {
-				return &exitError{code: 2, err: fmt.Errorf("--since needs --dry-run")}
 			}
 			var g admin.GrantView
 			if err := cl.Do(cmd.Context(), http.MethodPost, "/v1/grants", req, &g); err != nil {

@@ -94,10 +94,10 @@ func (o *OIDC) exchange(w http.ResponseWriter, r *http.Request) {
 		exchangeError(w, http.StatusForbidden, "FORBIDDEN_ORIGIN", "the exchange is for the console's own page")
 		return
 	}
-	var req exchangeRequest
+	var req exchangeRequest // one JSON object, nothing after it
 	dec := json.NewDecoder(io.LimitReader(r.Body, 16<<10))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil || req.Code == "" || !validVerifier(req.CodeVerifier) {
+	if err := dec.Decode(&req); err != nil || dec.Decode(&struct{}{}) != io.EOF || req.Code == "" || !validVerifier(req.CodeVerifier) {
 		exchangeError(w, http.StatusBadRequest, "BAD_REQUEST", "want {code, codeVerifier (43-128 characters of RFC 7636), redirectUri}")
 		return
 	}

@@ -75,9 +75,17 @@ func TestTokenExchange(t *testing.T) {
 		"no code":        {body("", verifier, "https://xema.example.com/console/callback"), "", http.StatusBadRequest},
 		"unknown field":  {`{"code":"C","codeVerifier":"` + verifier + `","redirectUri":"https://xema.example.com/console/callback","client_id":"x"}`, "", http.StatusBadRequest},
 		"foreign origin": {body("C", verifier, "https://xema.example.com/console/callback"), "https://evil.example", http.StatusForbidden},
+		"null origin":    {body("C", verifier, "https://xema.example.com/console/callback"), "null", http.StatusForbidden},
+		"origin prefix":  {body("C", verifier, "https://xema.example.com/console/callback"), "https://xema.example.co", http.StatusForbidden},
+		"second value":   {body("C", verifier, "https://xema.example.com/console/callback") + body("D", verifier, "https://xema.example.com/console/callback"), "", http.StatusBadRequest},
+		"huge body":      {`{"code":"` + strings.Repeat("C", 1<<20) + `","codeVerifier":"` + verifier + `","redirectUri":"https://xema.example.com/console/callback"}`, "", http.StatusBadRequest},
 	} {
+		got = nil
 		if w := post(c.body, c.origin); w.Code != c.status || strings.Contains(w.Body.String(), "AT") {
 			t.Errorf("%s: %d %s", name, w.Code, w.Body)
+		}
+		if got != nil && name != "refused code" {
+			t.Errorf("%s: forwarded to the issuer: %v", name, got)
 		}
 	}
 	if w := post(body("bad", verifier, "https://xema.example.com/console/callback"), ""); !strings.Contains(w.Body.String(), "invalid_grant") {

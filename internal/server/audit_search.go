@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
@@ -61,6 +62,9 @@ func (s *Server) auditSearch(c echo.Context) error {
 			unknown = append(unknown, k)
 		case len(vs) != 1:
 			return badParam(k, fmt.Sprintf("given %d times, want once", len(vs)))
+		case !utf8.ValidString(vs[0]) || strings.ContainsRune(vs[0], 0):
+			// PostgreSQL refuses such text (a store error, not the caller's), SQLite would match nothing.
+			return badParam(k, "not UTF-8 text, or holds a NUL")
 		default:
 			q[k] = vs[0]
 		}
@@ -125,6 +129,12 @@ func (s *Server) auditSearch(c echo.Context) error {
 		f.Before = &before
 	}
 	page := AuditPage{Records: []audit.Record{}}
+	if ec.Org == "" || (!isOrgAdmin(ec) && ec.Subject.Ref == "") {
+		// Fail closed: org "" would be the operator's records of no org (mayRead gives those
+		// to the operator's administrators only), and an empty subject ref would drop the
+		// caller's own-records filter.
+		return c.JSON(http.StatusOK, page)
+	}
 	if !isOrgAdmin(ec) {
 		if f.SubjectRef != "" && f.SubjectRef != ec.Subject.Ref {
 			return c.JSON(http.StatusOK, page) // another subject's records: none the caller may read

@@ -10,35 +10,17 @@
 //   SCREENSHOTS  directory for the screenshots of docs/console.md
 //   CHROMIUM     the browser (default /usr/bin/chromium)
 // It prints one "ok - NAME" line per step and closes with "N passed, N failed".
-import { chromium } from "playwright-core";
-import { mkdtempSync, mkdirSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { env, expect, openBrowser } from "./harness.mjs";
 
-const env = (k) => {
-  const v = process.env[k];
-  if (!v) throw new Error(`missing environment variable ${k}`);
-  return v;
-};
 const base = env("XEMA_URL");
 const issuer = env("ISSUER");
 const issuerOrigin = new URL(env("ISSUER_URL")).origin;
 const loginOrigin = new URL(env("LOGIN_URL")).origin;
 const person = env("PERSON");
 const held = env("HELD");
-const shots = env("SCREENSHOTS");
-mkdirSync(shots, { recursive: true });
 
-const profile = mkdtempSync(join(tmpdir(), "xema-console-oidc-chromium-"));
-const context = await chromium.launchPersistentContext(profile, {
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-  viewport: { width: 1280, height: 900 },
-});
-context.setDefaultTimeout(15000);
-const page = context.pages()[0] || (await context.newPage());
+const { page, shots, step, finish } = await openBrowser("xema-console-oidc", "failed-oidc-");
 
 // Every request: the console's own go to the gateway; hydra and the login app are reached
 // only by top-level navigation (the redirects of the flow), never by script.
@@ -47,22 +29,6 @@ page.on("request", (req) => requests.push({ url: req.url(), type: req.resourceTy
 const pageErrors = [];
 page.on("pageerror", (e) => pageErrors.push(String(e)));
 
-let passed = 0;
-let failed = 0;
-async function step(name, fn) {
-  try {
-    await fn();
-    passed++;
-    console.log(`ok - ${name}`);
-  } catch (err) {
-    failed++;
-    console.log(`not ok - ${name}\n  ${String(err && err.stack ? err.stack : err).split("\n").join("\n  ")}`);
-    await page.screenshot({ path: join(shots, `failed-oidc-${name.replace(/\W+/g, "-")}.png`), fullPage: true }).catch(() => {});
-  }
-}
-function expect(cond, msg) {
-  if (!cond) throw new Error(msg);
-}
 const signInButton = () => page.getByRole("button", { name: `Sign in with ${issuer}`, exact: true });
 let token = "";
 
@@ -134,7 +100,4 @@ await step("no script request left the gateway, no URL carried the token, no pag
   expect(pageErrors.length === 0, "page errors: " + pageErrors.join("; "));
 });
 
-await context.close();
-rmSync(profile, { recursive: true, force: true });
-console.log(`${passed} passed, ${failed} failed`);
-process.exit(failed === 0 ? 0 : 1);
+await finish();

@@ -11,31 +11,13 @@
 //   SCREENSHOTS     directory for the screenshots of docs/console.md
 //   CHROMIUM        the browser (default /usr/bin/chromium)
 // It prints one "ok - NAME" line per step and closes with "N passed, N failed".
-import { chromium } from "playwright-core";
-import { mkdtempSync, mkdirSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { env, expect, openBrowser } from "./harness.mjs";
 
-const env = (k) => {
-  const v = process.env[k];
-  if (!v) throw new Error(`missing environment variable ${k}`);
-  return v;
-};
 const base = env("XEMA_URL");
 const token = env("XEMA_TOKEN");
-const shots = env("SCREENSHOTS");
-mkdirSync(shots, { recursive: true });
 
-const profile = mkdtempSync(join(tmpdir(), "xema-console-chromium-"));
-const context = await chromium.launchPersistentContext(profile, {
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-  viewport: { width: 1280, height: 900 },
-});
-context.setDefaultTimeout(15000);
-const page = context.pages()[0] || (await context.newPage());
+const { page, shots, step, finish } = await openBrowser("xema-console", "failed-");
 
 // Every request the console makes goes to the gateway, and no URL carries the token.
 const foreign = [];
@@ -47,22 +29,6 @@ page.on("request", (req) => {
 const pageErrors = [];
 page.on("pageerror", (e) => pageErrors.push(String(e)));
 
-let passed = 0;
-let failed = 0;
-async function step(name, fn) {
-  try {
-    await fn();
-    passed++;
-    console.log(`ok - ${name}`);
-  } catch (err) {
-    failed++;
-    console.log(`not ok - ${name}\n  ${String(err && err.stack ? err.stack : err).split("\n").join("\n  ")}`);
-    await page.screenshot({ path: join(shots, `failed-${name.replace(/\W+/g, "-")}.png`), fullPage: true }).catch(() => {});
-  }
-}
-function expect(cond, msg) {
-  if (!cond) throw new Error(msg);
-}
 const shot = (name) => page.screenshot({ path: join(shots, name + ".png"), fullPage: true });
 const approvalCard = (id) => page.getByRole("region", { name: `Held call ${id}` });
 
@@ -188,7 +154,4 @@ await step("no request left the gateway and no page error", async () => {
   expect(pageErrors.length === 0, "page errors: " + pageErrors.join("; "));
 });
 
-await context.close();
-rmSync(profile, { recursive: true, force: true });
-console.log(`${passed} passed, ${failed} failed`);
-process.exit(failed === 0 ? 0 : 1);
+await finish();

@@ -121,7 +121,28 @@ func TestAuditSearch(t *testing.T) {
 				t.Fatalf("globex's admin reads default's record %s", id)
 			}
 		}
+		if len(auditIDs(r)) == 0 {
+			t.Fatal("globex's admin does not see globex's own denial (the check above read nothing)")
+		}
+		// A subject of globex with the ref of default's agent reads none of the agent's records.
+		twin := g.token("--subject", "agent:support-bot", "--env", "project", "--org", "globex")
+		for _, q := range []string{"limit=100", "subject=agent:support-bot&limit=100"} {
+			r = g.get("/v1/audit?"+q, twin)
+			expect(t, r, http.StatusOK)
+			if ids := auditIDs(r); len(ids) != 0 {
+				t.Fatalf("globex's agent:support-bot reads default's agent:support-bot records (?%s): %v", q, ids)
+			}
+		}
+		// Nor does a cursor of default's admin open for globex's admin, for the same query.
+		first := g.get("/v1/audit?limit=1", admin)
+		expect(t, first, http.StatusOK)
+		if next := str(first.Body, "nextCursor"); next == "" {
+			t.Fatal("default's admin has one page only")
+		} else {
+			expect(t, g.get("/v1/audit?limit=1&cursor="+url.QueryEscape(next), globex), http.StatusBadRequest)
+		}
 		r = g.get("/v1/audit?subject=user:carol", admin)
+		expect(t, r, http.StatusOK)
 		if len(auditIDs(r)) != 0 {
 			t.Fatalf("default's admin reads globex's records: %s", r.Raw)
 		}
@@ -133,6 +154,7 @@ func TestAuditSearch(t *testing.T) {
 			t.Fatalf("time range lacks %s", denied)
 		}
 		r = g.get("/v1/audit?until="+url.QueryEscape(start.Format(time.RFC3339Nano)), admin)
+		expect(t, r, http.StatusOK)
 		if slices.Contains(auditIDs(r), denied) {
 			t.Fatalf("until before the call still has %s", denied)
 		}
@@ -141,7 +163,7 @@ func TestAuditSearch(t *testing.T) {
 		for q, name := range map[string]string{
 			"limit=0": "limit", "limit=101": "limit", "limit=x": "limit", "since=yesterday": "since",
 			"until=2026-13-01": "until", "decision=deny": "decision", "cursor=garbage": "cursor",
-			"color=red": "color", "ref=a&ref=b": "ref",
+			"color=red": "color", "ref=a&ref=b": "ref", "ref=a%00b": "ref", "subject=%FF": "subject",
 			"since=2026-03-02T00:00:00Z&until=2026-03-01T00:00:00Z": "until",
 		} {
 			r := g.get("/v1/audit?"+q, admin)

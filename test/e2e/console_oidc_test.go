@@ -20,21 +20,7 @@ import (
 // with <issuer>", goes through hydra's authorization code flow with PKCE, lands on
 // /console/approvals signed in as alice and sees the org's held call through the API.
 func TestConsoleOIDC(t *testing.T) {
-	chromium := os.Getenv("CHROMIUM")
-	if chromium == "" {
-		chromium = "/usr/bin/chromium"
-	}
-	if _, err := os.Stat(chromium); err != nil {
-		t.Skipf("SKIP: no Chromium at %s (apt-get install chromium): the console's OIDC sign-in test did not run", chromium)
-	}
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("SKIP: no node on PATH: the console's OIDC sign-in test did not run")
-	}
-	dir := filepath.Join(repoRoot(t), "test", "console")
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "playwright-core")); err != nil {
-		t.Skipf("SKIP: run `npm ci` in %s first: the console's OIDC sign-in test did not run", dir)
-	}
+	node, chromium, dir := consoleBrowser(t, "the console's OIDC sign-in test")
 	if _, err := hydratest.BuildBinary(t.Logf); err != nil {
 		t.Skipf("SKIP: no hydra (%v): the console's OIDC sign-in test did not run", err)
 	}

@@ -16,21 +16,7 @@ import (
 // reject one with a reason, find a denial by ref and read its why-denied, approve a grant
 // from a digest. The screenshots it takes are docs/console/*.png (docs/console.md).
 func TestConsole(t *testing.T) {
-	chromium := os.Getenv("CHROMIUM")
-	if chromium == "" {
-		chromium = "/usr/bin/chromium"
-	}
-	if _, err := os.Stat(chromium); err != nil {
-		t.Skipf("SKIP: no Chromium at %s (apt-get install chromium): the console's browser test did not run", chromium)
-	}
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("SKIP: no node on PATH: the console's browser test did not run")
-	}
-	dir := filepath.Join(repoRoot(t), "test", "console")
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "playwright-core")); err != nil {
-		t.Skipf("SKIP: run `npm ci` in %s first: the console's browser test did not run", dir)
-	}
+	node, chromium, dir := consoleBrowser(t, "the console's browser test")
 
 	g := startGateway(t, "")
 	prov := newProvider(t)
@@ -84,4 +70,26 @@ func TestConsole(t *testing.T) {
 	if strings.Contains(g.logs.String(), admin) {
 		t.Error("the gateway's log holds the console user's token")
 	}
+}
+
+// consoleBrowser finds what test/console's scripts need (node, Chromium, npm ci's
+// playwright-core), skipping the test, named what, when one is missing.
+func consoleBrowser(t *testing.T, what string) (node, chromium, dir string) {
+	t.Helper()
+	chromium = os.Getenv("CHROMIUM")
+	if chromium == "" {
+		chromium = "/usr/bin/chromium"
+	}
+	if _, err := os.Stat(chromium); err != nil {
+		t.Skipf("SKIP: no Chromium at %s (apt-get install chromium): %s did not run", chromium, what)
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skipf("SKIP: no node on PATH: %s did not run", what)
+	}
+	dir = filepath.Join(repoRoot(t), "test", "console")
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "playwright-core")); err != nil {
+		t.Skipf("SKIP: run `npm ci` in %s first: %s did not run", dir, what)
+	}
+	return node, chromium, dir
 }

@@ -27,18 +27,9 @@ func (s *Store) ListAudit(ctx context.Context, f store.AuditQuery) ([]store.Audi
 		where = append(where, s.d.ReasonCodeMatch)
 		args = append(args, f.ReasonCode)
 	}
-	if !f.Since.IsZero() {
-		where = append(where, "time >= ?")
-		args = append(args, s.d.TimeArg(f.Since.UTC().Truncate(time.Microsecond)))
-	}
-	if !f.Until.IsZero() {
-		where = append(where, "time < ?")
-		args = append(args, s.d.TimeArg(f.Until.UTC().Truncate(time.Microsecond)))
-	}
+	where, args = s.auditRange(where, args, f.Since, f.Until)
 	if b := f.Before; b != nil {
-		t := s.d.TimeArg(b.Time.UTC().Truncate(time.Microsecond))
-		where = append(where, "(time < ? OR (time = ? AND id < ?))")
-		args = append(args, t, t, b.ID)
+		where, args = s.auditKeyset(where, args, "<", b.Time, b.ID)
 	}
 	limit := f.Limit
 	if limit <= 0 || limit > store.MaxAuditPage {
@@ -47,4 +38,24 @@ func (s *Store) ListAudit(ctx context.Context, f store.AuditQuery) ([]store.Audi
 	return list(ctx, s, "list audit records", scanAudit,
 		`SELECT `+auditColumns+` FROM audit_log WHERE `+strings.Join(where, " AND ")+
 			fmt.Sprintf(` ORDER BY time DESC, id DESC LIMIT %d`, limit), args...)
+}
+
+// auditRange appends the time range [since, until) to a query's conditions, a zero bound
+// being unbounded: the range ListAudit and ScanAudit share.
+func (s *Store) auditRange(where []string, args []any, since, until time.Time) ([]string, []any) {
+	if !since.IsZero() {
+		where, args = append(where, "time >= ?"), append(args, s.d.TimeArg(store.Stamp(since)))
+	}
+	if !until.IsZero() {
+		where, args = append(where, "time < ?"), append(args, s.d.TimeArg(store.Stamp(until)))
+	}
+	return where, args
+}
+
+// auditKeyset appends the keyset condition of a (time, id) page: rows before (op "<", the
+// newest-first order of ListAudit) or after (op ">", the oldest-first order of ScanAudit)
+// the row at t, id.
+func (s *Store) auditKeyset(where []string, args []any, op string, t time.Time, id string) ([]string, []any) {
+	at := s.d.TimeArg(t.UTC().Truncate(time.Microsecond)) // not store.Stamp: a zero t stays zero
+	return append(where, "(time "+op+" ? OR (time = ? AND id "+op+" ?))"), append(args, at, at, id)
 }

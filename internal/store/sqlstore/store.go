@@ -423,12 +423,7 @@ func (s *Store) ScanAudit(ctx context.Context, f store.AuditFilter, fn func(stor
 	var where []string
 	var args []any
 	add := func(cond string, v any) { where = append(where, cond); args = append(args, v) }
-	if !f.Since.IsZero() {
-		add("time >= ?", s.d.TimeArg(store.Stamp(f.Since)))
-	}
-	if !f.Until.IsZero() {
-		add("time < ?", s.d.TimeArg(store.Stamp(f.Until)))
-	}
+	where, args = s.auditRange(where, args, f.Since, f.Until)
 	if f.Org != "" {
 		add("org = ?", f.Org)
 	}
@@ -451,9 +446,7 @@ func (s *Store) ScanAudit(ctx context.Context, f store.AuditFilter, fn func(stor
 				cond, cargs = append(cond, "chain_seq > ?"), append(cargs, lastSeq)
 			}
 		case !first:
-			cond = append(cond, "(time > ? OR (time = ? AND id > ?))")
-			t := s.d.TimeArg(lastTime)
-			cargs = append(cargs, t, t, lastID)
+			cond, cargs = s.auditKeyset(cond, cargs, ">", lastTime, lastID)
 		}
 		q := `SELECT ` + auditColumns + ` FROM audit_log`
 		if len(cond) > 0 {
