@@ -36,6 +36,7 @@ import (
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/kernel"
 	"github.com/xemahq/xema/internal/manifest"
+	"github.com/xemahq/xema/internal/periodic"
 	"github.com/xemahq/xema/internal/policy"
 	"github.com/xemahq/xema/internal/ratelimit"
 	"github.com/xemahq/xema/internal/replay"
@@ -508,13 +509,13 @@ func (a *App) Watch(ctx context.Context, every time.Duration) {
 		a.listen(ctx, sub, every)
 		return
 	}
-	periodically(ctx, every, func(time.Time) { a.catchUp(ctx) })
+	periodic.Every(ctx, every, func(time.Time) { a.catchUp(ctx) })
 }
 
 // PruneRateCounters deletes rate-limit and quota counters of ended windows every `every`,
 // until ctx ends. Replicas may all prune: the deletes are bounded and idempotent.
 func (a *App) PruneRateCounters(ctx context.Context, every time.Duration) {
-	periodically(ctx, every, func(now time.Time) {
+	periodic.Every(ctx, every, func(now time.Time) {
 		n, err := ratelimit.Prune(ctx, a.Store, now)
 		if err != nil && ctx.Err() == nil {
 			slog.Warn("rate counter prune failed; retrying next tick", "pruned", n, "err", err)
@@ -522,20 +523,6 @@ func (a *App) PruneRateCounters(ctx context.Context, every time.Duration) {
 			slog.Info("pruned rate counters of ended windows", "rows", n)
 		}
 	})
-}
-
-// periodically calls fn every `every` until ctx ends.
-func periodically(ctx context.Context, every time.Duration, fn func(now time.Time)) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			fn(now)
-		}
-	}
 }
 
 // listen keeps a revision subscription, resubscribing every retry until ctx ends.

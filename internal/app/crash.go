@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/xemahq/xema/internal/gateway"
+	"github.com/xemahq/xema/internal/periodic"
 )
 
 // replicaFile holds this gateway's replica id under the data dir: stable across restarts, so
@@ -57,7 +58,7 @@ func (a *App) recoverAtStart(ctx context.Context) error {
 // of leases that ended (other replicas that are gone), pruning of expired idempotency keys.
 func (a *App) Maintain(ctx context.Context, every time.Duration) {
 	go a.Spool.Run(ctx)
-	periodically(ctx, every, func(now time.Time) {
+	periodic.Every(ctx, every, func(now time.Time) {
 		if n, err := a.Approvals.RecoverLeases(ctx); err != nil && ctx.Err() == nil {
 			slog.Warn("approval recovery failed; retrying next tick", "err", err)
 		} else if n > 0 {

@@ -32,6 +32,7 @@ import (
 	"github.com/xemahq/xema/internal/inputschema"
 	"github.com/xemahq/xema/internal/kernel"
 	"github.com/xemahq/xema/internal/manifest"
+	"github.com/xemahq/xema/internal/periodic"
 	"github.com/xemahq/xema/internal/runner"
 	"github.com/xemahq/xema/internal/store"
 )
@@ -146,23 +147,16 @@ func (f *Federation) ResyncEvery(ctx context.Context, every time.Duration) {
 	if every <= 0 {
 		return
 	}
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	periodic.Every(ctx, every, func(time.Time) {
 		servers, err := f.store.ListMCPServers(ctx)
 		if err != nil {
 			slog.Warn("periodic mcp re-sync: list servers", "err", err)
-			continue
+			return
 		}
 		for _, s := range servers {
 			f.resync(ctx, s.ProviderID, "periodic")
 		}
-	}
+	})
 }
 
 // resync runs Sync as the gateway itself and logs the outcome; changed tools go back to

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/xemahq/xema/internal/audit"
+	"github.com/xemahq/xema/internal/periodic"
 	"github.com/xemahq/xema/internal/policy"
 	"github.com/xemahq/xema/internal/store"
 )
@@ -156,16 +157,7 @@ func (a *UnauthAggregator) single(ctx context.Context, key bucketKey, now time.T
 
 // Run closes the buckets whose interval ended, until ctx ends.
 func (a *UnauthAggregator) Run(ctx context.Context) {
-	t := time.NewTicker(a.interval() / 4)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			a.flush(now, false)
-		}
-	}
+	periodic.Every(ctx, a.interval()/4, func(now time.Time) { a.flush(now, false) })
 }
 
 // Close stops aggregating and writes the closing record of every open bucket. Call it

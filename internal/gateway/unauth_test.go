@@ -29,12 +29,7 @@ func TestUnauthAggregatorBoundsRows(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "xema.db"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
-			log := &audit.Log{Store: st}
+			st, log := unauthLog(t)
 			agg := &UnauthAggregator{Audit: log, Interval: time.Hour, MaxBuckets: tc.maxBuckets}
 			var mu sync.Mutex
 			ids := map[string]bool{}
@@ -100,12 +95,7 @@ func TestUnauthAggregatorBoundsRows(t *testing.T) {
 // old one with its count.
 func TestUnauthAggregatorIntervals(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "xema.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	log := &audit.Log{Store: st}
+	st, log := unauthLog(t)
 	defer log.Close()
 	agg := &UnauthAggregator{Audit: log, Interval: time.Hour}
 	first, _ := agg.Record(ctx, "/mcp", "expired", "1.2.3.4")
@@ -129,4 +119,15 @@ func TestUnauthAggregatorIntervals(t *testing.T) {
 	if next == first {
 		t.Fatal("a closed bucket was reused")
 	}
+}
+
+// unauthLog opens a SQLite store in t's temp dir (closed when t ends) and an audit log on it.
+func unauthLog(t *testing.T) (*sqlite.Store, *audit.Log) {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "xema.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st, &audit.Log{Store: st}
 }

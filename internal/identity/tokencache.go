@@ -4,8 +4,9 @@ import (
 	"crypto"
 	"crypto/sha256"
 	"slices"
-	"sync"
 	"time"
+
+	"github.com/xemahq/xema/internal/bounded"
 )
 
 // Token cache defaults (Config.TokenCacheSize and Config.TokenCacheMaxAge left 0).
@@ -26,10 +27,8 @@ const (
 // start refusing it (exp plus the leeway), capped at maxAge from its verification; a
 // refusal for refusalTTL. Bounded by two generations of at most size/2 entries each.
 type tokenCache struct {
-	half     int
-	maxAge   time.Duration
-	mu       sync.Mutex
-	cur, old map[[sha256.Size]byte]tokenEntry
+	maxAge  time.Duration
+	entries *bounded.Map[[sha256.Size]byte, tokenEntry]
 }
 
 type tokenEntry struct {
@@ -42,26 +41,13 @@ type tokenEntry struct {
 }
 
 func newTokenCache(size int, maxAge time.Duration) *tokenCache {
-	half := max(size/2, 1)
-	return &tokenCache{half: half, maxAge: maxAge, cur: make(map[[sha256.Size]byte]tokenEntry, half)}
+	return &tokenCache{maxAge: maxAge, entries: bounded.New[[sha256.Size]byte, tokenEntry](size)}
 }
 
 // get returns the cached result for key; ok is false on a miss, an entry past its time, or
 // an accepted token whose signing key stillSigns no longer finds in the key set.
 func (c *tokenCache) get(key [sha256.Size]byte, now time.Time, stillSigns func(kid string, signer crypto.PublicKey) bool) (ExecContext, error, bool) {
-	c.mu.Lock()
-	e, ok := c.cur[key]
-	if !ok {
-		if e, ok = c.old[key]; ok {
-			delete(c.old, key)
-			c.putLocked(key, e)
-		}
-	}
-	if ok && !now.Before(e.until) {
-		delete(c.cur, key)
-		ok = false
-	}
-	c.mu.Unlock()
+	e, ok := c.entries.Get(key, func(e tokenEntry) bool { return now.Before(e.until) })
 	switch {
 	case !ok:
 		return ExecContext{}, nil, false
@@ -69,9 +55,7 @@ func (c *tokenCache) get(key [sha256.Size]byte, now time.Time, stillSigns func(k
 		te := *e.err
 		return ExecContext{}, &te, true
 	case !stillSigns(e.kid, e.signer):
-		c.mu.Lock()
-		delete(c.cur, key)
-		c.mu.Unlock()
+		c.entries.Delete(key)
 		return ExecContext{}, nil, false
 	}
 	return e.ec.clone(), nil, true
@@ -96,24 +80,9 @@ func (c *tokenCache) refuse(key [sha256.Size]byte, err *TokenError, now time.Tim
 	c.put(key, tokenEntry{until: now.Add(min(refusalTTL, c.maxAge)), err: err})
 }
 
-func (c *tokenCache) put(key [sha256.Size]byte, e tokenEntry) {
-	c.mu.Lock()
-	c.putLocked(key, e)
-	c.mu.Unlock()
-}
+func (c *tokenCache) put(key [sha256.Size]byte, e tokenEntry) { c.entries.Put(key, e) }
 
-func (c *tokenCache) putLocked(key [sha256.Size]byte, e tokenEntry) {
-	if len(c.cur) >= c.half {
-		c.old, c.cur = c.cur, make(map[[sha256.Size]byte]tokenEntry, c.half)
-	}
-	c.cur[key] = e
-}
-
-func (c *tokenCache) len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.cur) + len(c.old)
-}
+func (c *tokenCache) len() int { return c.entries.Len() }
 
 // clone copies the slices, so no caller shares them with the cache.
 func (ec ExecContext) clone() ExecContext {

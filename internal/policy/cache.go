@@ -5,10 +5,11 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/xemahq/xema/internal/bounded"
 )
 
 // DefaultDecisionCacheSize bounds the decision cache of an Engine whose Options leave it 0.
@@ -32,31 +33,19 @@ type CacheStats struct {
 // function of (revision, input) only while no non-deterministic built-in is in the
 // policy; Load checks that before enabling it.
 //
-// Bounded by two generations of at most size/2 entries each: a lookup that hits the old
-// generation moves the entry to the current one; when the current one is full it becomes
-// the old one and the oldest generation is dropped (an approximate LRU with O(1) work).
+// Bounded by two generations of at most size/2 entries each (bounded.Map, an approximate
+// LRU with O(1) work).
 type decisionCache struct {
-	half         int
-	mu           sync.Mutex
-	cur, old     map[string]Decision
+	entries      *bounded.Map[string, Decision]
 	hits, misses atomic.Uint64
 }
 
 func newDecisionCache(size int) *decisionCache {
-	half := max(size/2, 1)
-	return &decisionCache{half: half, cur: make(map[string]Decision, half)}
+	return &decisionCache{entries: bounded.New[string, Decision](size)}
 }
 
 func (c *decisionCache) get(key string) (Decision, bool) {
-	c.mu.Lock()
-	d, ok := c.cur[key]
-	if !ok {
-		if d, ok = c.old[key]; ok {
-			delete(c.old, key)
-			c.putLocked(key, d)
-		}
-	}
-	c.mu.Unlock()
+	d, ok := c.entries.Get(key, nil)
 	if ok {
 		c.hits.Add(1)
 		return d.clone(), true
@@ -66,24 +55,11 @@ func (c *decisionCache) get(key string) (Decision, bool) {
 }
 
 func (c *decisionCache) put(key string, d Decision) {
-	d = d.clone() // the caller keeps its own slices
-	c.mu.Lock()
-	c.putLocked(key, d)
-	c.mu.Unlock()
-}
-
-func (c *decisionCache) putLocked(key string, d Decision) {
-	if len(c.cur) >= c.half {
-		c.old, c.cur = c.cur, make(map[string]Decision, c.half)
-	}
-	c.cur[key] = d
+	c.entries.Put(key, d.clone()) // the caller keeps its own slices
 }
 
 func (c *decisionCache) stats() CacheStats {
-	c.mu.Lock()
-	n := len(c.cur) + len(c.old)
-	c.mu.Unlock()
-	return CacheStats{Enabled: true, Hits: c.hits.Load(), Misses: c.misses.Load(), Entries: n}
+	return CacheStats{Enabled: true, Hits: c.hits.Load(), Misses: c.misses.Load(), Entries: c.entries.Len()}
 }
 
 // clone copies the slices, so no two holders of a decision share them.

@@ -131,3 +131,101 @@ func TestCacheKeyDistinguishesInputs(t *testing.T) {
 		t.Fatal("field boundaries are ambiguous")
 	}
 }
+
+// TestCacheKeyCoversEveryInputField: changing any field of Input, found by reflection (so
+// a field added later is covered too), changes the cache key; a field the key left out
+// would let one input's decision be served for another.
+func TestCacheKeyCoversEveryInputField(t *testing.T) {
+	base := agentCall("kb:page.read@1")
+	checkKeyCoversFields(t, base) // nil pointers and maps
+	base.Usage = &Usage{RetryAfterSeconds: 3}
+	base.Approval = &Approval{Requester: "human:ann", ApprovalID: "apr_1"}
+	base.Bindings = map[string]bool{"b": true}
+	base.InstanceRelations = map[string]bool{"r": false}
+	checkKeyCoversFields(t, base) // every sub-field of the pointers
+}
+
+func checkKeyCoversFields(t *testing.T, base Input) {
+	t.Helper()
+	baseKey := cacheKey(base)
+	var walk func(path string, v reflect.Value, set func())
+	walk = func(path string, v reflect.Value, set func()) {
+		switch v.Kind() {
+		case reflect.String:
+			v.SetString(v.String() + "~x")
+		case reflect.Bool:
+			v.SetBool(!v.Bool())
+		case reflect.Int:
+			v.SetInt(v.Int() + 7)
+		case reflect.Slice:
+			v.Set(reflect.Append(v, reflect.ValueOf("zz-extra")))
+		case reflect.Map:
+			m := reflect.MakeMap(v.Type())
+			for _, k := range v.MapKeys() {
+				m.SetMapIndex(k, v.MapIndex(k))
+			}
+			m.SetMapIndex(reflect.ValueOf("zz-extra"), reflect.ValueOf(true))
+			v.Set(m)
+		case reflect.Pointer:
+			if v.IsNil() {
+				v.Set(reflect.New(v.Type().Elem()))
+				set()
+				return
+			}
+			for i := range v.Elem().NumField() {
+				in := base
+				in.Usage, in.Approval = cloneUsage(base.Usage), cloneApproval(base.Approval)
+				f := reflect.ValueOf(&in).Elem().FieldByName(path).Elem().Field(i)
+				walk(path, f, func() {})
+				if cacheKey(in) == baseKey {
+					t.Errorf("changing %s.%s leaves the cache key unchanged", path, v.Elem().Type().Field(i).Name)
+				}
+			}
+			return
+		case reflect.Struct:
+			for i := range v.NumField() {
+				in := base
+				f := reflect.ValueOf(&in).Elem().FieldByName(path).Field(i)
+				walk(path, f, func() {})
+				if cacheKey(in) == baseKey {
+					t.Errorf("changing %s.%s leaves the cache key unchanged", path, v.Type().Field(i).Name)
+				}
+			}
+			return
+		default:
+			t.Fatalf("Input.%s: kind %s not handled by this test", path, v.Kind())
+		}
+		set()
+	}
+	typ := reflect.TypeFor[Input]()
+	for i := range typ.NumField() {
+		name := typ.Field(i).Name
+		in := base
+		in.Usage, in.Approval = cloneUsage(base.Usage), cloneApproval(base.Approval)
+		f := reflect.ValueOf(&in).Elem().Field(i)
+		kind := f.Kind()
+		walk(name, f, func() {})
+		if kind == reflect.Struct || kind == reflect.Pointer && reflect.ValueOf(base).Field(i).IsValid() && !reflect.ValueOf(base).Field(i).IsNil() {
+			continue // checked per sub-field by walk
+		}
+		if cacheKey(in) == baseKey {
+			t.Errorf("changing Input.%s leaves the cache key unchanged", name)
+		}
+	}
+}
+
+func cloneUsage(u *Usage) *Usage {
+	if u == nil {
+		return nil
+	}
+	c := *u
+	return &c
+}
+
+func cloneApproval(a *Approval) *Approval {
+	if a == nil {
+		return nil
+	}
+	c := *a
+	return &c
+}

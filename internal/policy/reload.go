@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/xemahq/xema/internal/periodic"
 )
 
 // signature fingerprints the extra dir's Rego files (path, size, mtime), to notice a change
@@ -80,22 +82,15 @@ func (e *Engine) WatchExtra(ctx context.Context, every time.Duration) {
 	if e.extraDir == "" || every <= 0 {
 		return
 	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			changed, err := e.ReloadExtra(ctx)
-			switch {
-			case err != nil:
-				slog.Error("platform policy not reloaded; the previous policy keeps serving", "dir", e.extraDir, "err", err)
-			case changed:
-				slog.Info("platform policy reloaded", "dir", e.extraDir, "revision", e.Revision())
-			}
+	periodic.Every(ctx, every, func(time.Time) {
+		changed, err := e.ReloadExtra(ctx)
+		switch {
+		case err != nil:
+			slog.Error("platform policy not reloaded; the previous policy keeps serving", "dir", e.extraDir, "err", err)
+		case changed:
+			slog.Info("platform policy reloaded", "dir", e.extraDir, "revision", e.Revision())
 		}
-	}
+	})
 }
 
 // DocumentedReasonCodes are the reason codes docs/policy-data.md names.

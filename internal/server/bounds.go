@@ -40,7 +40,7 @@ func (s *Server) boundBody(next http.Handler) http.Handler {
 		// Not every ResponseWriter supports deadlines (httptest's recorder does not); the
 		// size bound holds regardless.
 		deadlined := rc.SetReadDeadline(time.Now().Add(timeout)) == nil
-		body, err := io.ReadAll(io.LimitReader(r.Body, MaxBodyBytes+1))
+		body, err := readBody(r.Body, r.ContentLength)
 		if deadlined && err == nil && len(body) <= MaxBodyBytes {
 			_ = rc.SetReadDeadline(time.Time{})
 		} else if deadlined {
@@ -67,6 +67,31 @@ func (s *Server) boundBody(next http.Handler) http.Handler {
 		r.ContentLength = int64(len(body))
 		next.ServeHTTP(w, r)
 	})
+}
+
+// readBody reads at most MaxBodyBytes+1 bytes of body. A declared length (at most
+// MaxBodyBytes, checked before) sizes the buffer once, instead of io.ReadAll growing it from
+// 512 bytes by copies; the spare byte lets the final EOF read, or a body longer than
+// declared, land without a reallocation.
+func readBody(body io.Reader, declared int64) ([]byte, error) {
+	lr := io.LimitReader(body, MaxBodyBytes+1)
+	if declared < 0 {
+		return io.ReadAll(lr)
+	}
+	b := make([]byte, 0, declared+1)
+	for {
+		n, err := lr.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // longer than declared: grow as io.ReadAll does
+		}
+	}
 }
 
 func tooLarge(w http.ResponseWriter) {

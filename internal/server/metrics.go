@@ -3,6 +3,7 @@ package server
 import (
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -21,8 +22,12 @@ var (
 	}, []string{"route"})
 )
 
-// MetricsHandler serves Prometheus metrics.
-func MetricsHandler() http.Handler { return promhttp.Handler() }
+// MetricsHandler serves Prometheus metrics. The handler is built once: promhttp.Handler
+// registers its own counters on every call and allocates a fresh gatherer handler, work
+// that GET /metrics would otherwise repeat per scrape.
+func MetricsHandler() http.Handler { return metricsHandler() }
+
+var metricsHandler = sync.OnceValue(promhttp.Handler)
 
 // measure records every request's route, status and latency.
 func measure(next echo.HandlerFunc) echo.HandlerFunc {
