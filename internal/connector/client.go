@@ -89,9 +89,14 @@ func Do(ctx context.Context, t Target, provider string, req Request) (*Response,
 		return nil, &runner.Error{Code: runner.CodeUnreachable, Message: provider + " could not be reached at the binding's base URL"}
 	}
 	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes))
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
 	if err != nil {
 		return nil, &runner.Error{Code: runner.CodeUnreachable, ProviderStatus: resp.StatusCode, Message: provider + " answer could not be read"}
+	}
+	if len(raw) > MaxResponseBytes {
+		// Refused, never cut: a truncated answer would be decoded as if whole.
+		return nil, &runner.Error{Code: runner.CodeBadResponse, ProviderStatus: resp.StatusCode,
+			Message: fmt.Sprintf("%s answered more than %d bytes", provider, MaxResponseBytes)}
 	}
 	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: raw}, nil
 }

@@ -120,11 +120,8 @@ func (t *Tracing) Handler(h http.Handler) http.Handler {
 // Transport wraps an outbound transport (http providers, MCP servers) in client spans that
 // propagate the trace context (traceparent) to the provider.
 func (t *Tracing) Transport(rt http.RoundTripper) http.RoundTripper {
-	if !t.Enabled() {
-		return rt
-	}
-	if rt == nil {
-		rt = http.DefaultTransport
+	if !t.Enabled() || rt == nil {
+		return rt // nil stays nil: never http.DefaultTransport, which skips the egress policy
 	}
 	return otelhttp.NewTransport(rt)
 }
