@@ -172,7 +172,10 @@ func (s *Server) AuthorizationCodeToken(t testing.TB, c Client, redirectURI, aud
 	}
 	jar, _ := cookiejar.New(nil)
 	var landed *url.URL
-	hc := &http.Client{Jar: jar, CheckRedirect: func(r *http.Request, via []*http.Request) error {
+	// Fresh connections only: net/http retries a GET that failed on a reused keep-alive
+	// connection, and hydra refuses a login or consent verifier presented twice ("already
+	// used"): the flake seen once under load.
+	hc := &http.Client{Jar: jar, Transport: &http.Transport{DisableKeepAlives: true}, CheckRedirect: func(r *http.Request, via []*http.Request) error {
 		if strings.HasPrefix(r.URL.String(), redirectURI) {
 			landed = r.URL
 			return http.ErrUseLastResponse
