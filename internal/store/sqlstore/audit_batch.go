@@ -26,8 +26,14 @@ const (
 // AppendAudits implements store.Store: every record, or none, in one transaction, so one
 // commit (one fsync) serves the whole batch.
 func (s *Store) AppendAudits(ctx context.Context, rs []store.AuditRecord) error {
+	return s.AppendAuditsWithUsage(ctx, rs, nil)
+}
+
+// AppendAuditsWithUsage implements store.Store: the records and the counters in one
+// transaction.
+func (s *Store) AppendAuditsWithUsage(ctx context.Context, rs []store.AuditRecord, usage []store.UsageCount) error {
 	if len(rs) == 0 {
-		return nil
+		return s.SaveUsage(ctx, usage)
 	}
 	op := fmt.Sprintf("append %d audit records (first %q)", len(rs), rs[0].ID)
 	for i, r := range rs {
@@ -35,7 +41,13 @@ func (s *Store) AppendAudits(ctx context.Context, rs []store.AuditRecord) error 
 			return fmt.Errorf("%s: record %d: %w", op, i, err)
 		}
 	}
+	if err := validateCounts(op, usage); err != nil {
+		return err
+	}
 	return s.inTx(ctx, op, func(tx *sql.Tx) error {
+		if err := s.saveUsage(ctx, tx, op, usage); err != nil {
+			return err
+		}
 		args := make([]any, 0, min(len(rs), auditRowsPerInsert)*auditColumnCount)
 		for chunk := range slices.Chunk(rs, auditRowsPerInsert) {
 			args = args[:0]

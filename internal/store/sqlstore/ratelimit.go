@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/xemahq/xema/internal/store"
@@ -104,4 +106,87 @@ func (s *Store) PruneUsage(ctx context.Context, before time.Time, limit int) (in
 		return 0, s.fail(op, err)
 	}
 	return n, nil
+}
+
+// LoadUsage implements store.ObligationStore.
+func (s *Store) LoadUsage(ctx context.Context, after time.Time) ([]store.UsageCount, error) {
+	op := fmt.Sprintf("load usage counters live after %s", after.UTC().Format(time.RFC3339))
+	rows, err := s.db.QueryContext(ctx, s.d.bind(`SELECT key, window_no, count, expires_at FROM rate_counters WHERE expires_at > ?`),
+		s.d.TimeArg(after.UTC()))
+	if err != nil {
+		return nil, s.fail(op, err)
+	}
+	defer rows.Close()
+	var out []store.UsageCount
+	for rows.Next() {
+		var c store.UsageCount
+		if err := rows.Scan(&c.Key, &c.Window, &c.Count, timeCol{&c.Expires}); err != nil {
+			return nil, s.fail(op, err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail(op, err)
+	}
+	return out, nil
+}
+
+// SaveUsage implements store.ObligationStore.
+func (s *Store) SaveUsage(ctx context.Context, counts []store.UsageCount) error {
+	if len(counts) == 0 {
+		return nil
+	}
+	op := fmt.Sprintf("save %d usage counter(s)", len(counts))
+	if err := validateCounts(op, counts); err != nil {
+		return err
+	}
+	return s.inTx(ctx, op, func(tx *sql.Tx) error { return s.saveUsage(ctx, tx, op, counts) })
+}
+
+func validateCounts(op string, counts []store.UsageCount) error {
+	for i, c := range counts {
+		if err := c.Validate(); err != nil {
+			return fmt.Errorf("%s: counter %d: %w", op, i, err)
+		}
+	}
+	return nil
+}
+
+// usageRowsPerInsert bounds one UPSERT of saveUsage (4 placeholders a row).
+const usageRowsPerInsert = 256
+
+// saveUsage writes counts in tx, a multi-row UPSERT per chunk that keeps the larger count.
+func (s *Store) saveUsage(ctx context.Context, tx *sql.Tx, op string, counts []store.UsageCount) error {
+	args := make([]any, 0, 4*min(len(counts), usageRowsPerInsert))
+	for chunk := range slices.Chunk(counts, usageRowsPerInsert) {
+		args = args[:0]
+		for _, c := range chunk {
+			args = append(args, c.Key, c.Window, c.Count, s.d.TimeArg(c.Expires.UTC()))
+		}
+		if _, err := tx.ExecContext(ctx, s.usageUpsert(len(chunk)), args...); err != nil {
+			return s.fail(op, err)
+		}
+	}
+	return nil
+}
+
+// usageUpserts caches the UPSERT of n counters per placeholder style, as auditInserts.
+var usageUpserts sync.Map // auditInsertKey → string
+
+func (s *Store) usageUpsert(rows int) string {
+	key := auditInsertKey{s.d.NumberedParams, rows}
+	if q, ok := usageUpserts.Load(key); ok {
+		return q.(string)
+	}
+	var b strings.Builder
+	b.WriteString("INSERT INTO rate_counters (key, window_no, count, expires_at) VALUES ")
+	for i := range rows {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?, ?, ?, ?)")
+	}
+	b.WriteString(` ON CONFLICT (key, window_no) DO UPDATE SET count = excluded.count WHERE excluded.count > rate_counters.count`)
+	q, _ := usageUpserts.LoadOrStore(key, s.d.bind(b.String()))
+	return q.(string)
 }
