@@ -140,6 +140,9 @@ type App struct {
 	draining atomic.Bool
 
 	decisions *decisionlog.Exporter // nil unless Config.DecisionLog
+	// counters are the rate and quota counters in memory on the embedded store (nil on
+	// PostgreSQL, whose replicas share the store's rows): saved with each audit batch.
+	counters *ratelimit.Memory
 	dryRuns   chan struct{}         // one grant dry run at a time
 
 	mu       sync.Mutex // serializes rebuilds
@@ -192,6 +195,12 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	a.Approvals = &approval.Service{Store: st, Policy: eng, Audit: &audit.Log{Store: st}, TTL: cfg.ApprovalTTL,
 		Replica: a.Replica, Spool: a.Spool}
+	if !engine.IsPostgres(cfg.StoreDSN) { // one process owns the SQLite file: its counters may live here
+		if a.counters, err = ratelimit.LoadMemory(ctx, st, time.Now()); err != nil {
+			return nil, a.closeWith(err)
+		}
+		a.Approvals.Audit.Usage = a.counters
+	}
 	if err := approval.Register(a.Kernel, a.Approvals); err != nil {
 		return nil, a.closeWith(err)
 	}
@@ -229,6 +238,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Kernel: a.Kernel, HTTP: a.HTTP, Resolvers: []gateway.Resolver{a.Bindings, a.Federation},
 		CursorKey: keys.cursor, InputHashKey: keys.inputHash}
 	a.Gateway.Limiter = &ratelimit.Limiter{Counter: st}
+	if a.counters != nil {
+		a.Gateway.Limiter.Counter = a.counters
+	}
 	a.Gateway.Unauth = &gateway.UnauthAggregator{Audit: a.Approvals.Audit, Revision: eng.Revision, Interval: cfg.UnauthAuditInterval}
 	a.Gateway.Approvals, a.Approvals.Gateway = a.Approvals, a.Gateway
 	a.Gateway.Spool, a.Gateway.Idempotency = a.Spool, st
@@ -304,6 +316,13 @@ func (a *App) Close() error {
 	_ = a.Spool.Close(ctx) // through the audit log; what the store still refuses stays in the file for the next start
 	cancel()
 	a.Approvals.Audit.Close() // queued audit records commit before the store closes
+	if a.counters != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := a.counters.Save(ctx, a.Store); err != nil {
+			slog.Error("rate counters not saved at shutdown: the calls they counted since the last audit batch are forgotten", "err", err)
+		}
+		cancel()
+	}
 	if a.decisions != nil {
 		a.decisions.Close() // after the audit log: its last batch is shipped too
 	}
@@ -513,9 +532,18 @@ func (a *App) Watch(ctx context.Context, every time.Duration) {
 }
 
 // PruneRateCounters deletes rate-limit and quota counters of ended windows every `every`,
-// until ctx ends. Replicas may all prune: the deletes are bounded and idempotent.
+// until ctx ends. Replicas may all prune: the deletes are bounded and idempotent. Counters
+// held in memory are pruned too, and what no audit batch carried yet is saved.
 func (a *App) PruneRateCounters(ctx context.Context, every time.Duration) {
 	periodic.Every(ctx, every, func(now time.Time) {
+		if a.counters != nil {
+			if _, err := ratelimit.Prune(ctx, a.counters, now); err != nil {
+				slog.Warn("in-memory rate counter prune failed", "err", err)
+			}
+			if err := a.counters.Save(ctx, a.Store); err != nil && ctx.Err() == nil {
+				slog.Warn("rate counter save failed; retrying with the next audit batch", "err", err)
+			}
+		}
 		n, err := ratelimit.Prune(ctx, a.Store, now)
 		if err != nil && ctx.Err() == nil {
 			slog.Warn("rate counter prune failed; retrying next tick", "pruned", n, "err", err)
