@@ -44,41 +44,70 @@ func (s *Store) AppendAuditsWithUsage(ctx context.Context, rs []store.AuditRecor
 	if err := validateCounts(op, usage); err != nil {
 		return err
 	}
-	return s.inTx(ctx, op, func(tx *sql.Tx) error {
-		if err := s.saveUsage(ctx, tx, op, usage); err != nil {
-			return err
+	steps := s.usageSteps(nil, usage)
+	for chunk := range slices.Chunk(rs, auditRowsPerInsert) {
+		args := make([]any, 0, len(chunk)*auditColumnCount)
+		for _, r := range chunk {
+			args = s.auditArgs(args, r)
 		}
-		args := make([]any, 0, min(len(rs), auditRowsPerInsert)*auditColumnCount)
-		for chunk := range slices.Chunk(rs, auditRowsPerInsert) {
-			args = args[:0]
-			for _, r := range chunk {
-				args = s.auditArgs(args, r)
-			}
-			if _, err := tx.ExecContext(ctx, s.auditInsert(len(chunk)), args...); err != nil {
+		steps = append(steps, step{s.auditInsert(len(chunk)), args})
+	}
+	return s.runSteps(ctx, op, append(steps, s.chainSteps(rs)...))
+}
+
+// step is one statement of a batch's transaction.
+type step struct {
+	q    string // bound
+	args []any
+}
+
+// runSteps runs steps in one transaction; with Dialect.PrepareBatches each through its
+// prepared statement, prepared before the transaction begins (see prepared).
+func (s *Store) runSteps(ctx context.Context, op string, steps []step) error {
+	var stmts []*sql.Stmt
+	if s.d.PrepareBatches {
+		stmts = make([]*sql.Stmt, len(steps))
+		for i, st := range steps {
+			var err error
+			if stmts[i], err = s.prepared(ctx, st.q); err != nil {
 				return s.fail(op, err)
 			}
 		}
-		return s.checkpointChains(ctx, tx, op, rs)
+	}
+	return s.inTx(ctx, op, func(tx *sql.Tx) error {
+		for i, st := range steps {
+			var err error
+			if stmts != nil {
+				_, err = tx.StmtContext(ctx, stmts[i]).ExecContext(ctx, st.args...)
+			} else {
+				_, err = tx.ExecContext(ctx, st.q, st.args...)
+			}
+			if err != nil {
+				return s.fail(op, err)
+			}
+		}
+		return nil
 	})
 }
 
-// checkpointChains records the last link of each chain in rs as its head.
-func (s *Store) checkpointChains(ctx context.Context, tx *sql.Tx, op string, rs []store.AuditRecord) error {
+// chainHeadUpsert checkpoints one chain's head, never moving it back.
+const chainHeadUpsert = `INSERT INTO audit_chain_heads (chain_id, seq, hash, updated_at) VALUES (?, ?, ?, ?)
+	ON CONFLICT (chain_id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, updated_at = excluded.updated_at
+	WHERE excluded.seq > audit_chain_heads.seq`
+
+// chainSteps record the last link of each chain in rs as its head.
+func (s *Store) chainSteps(rs []store.AuditRecord) []step {
 	last := map[string]store.ChainLink{}
 	for _, r := range rs {
 		if r.Chain.ChainID != "" && r.Chain.Seq > last[r.Chain.ChainID].Seq {
 			last[r.Chain.ChainID] = r.Chain
 		}
 	}
+	steps := make([]step, 0, len(last))
 	for _, l := range last {
-		if _, err := s.exec(ctx, tx, `INSERT INTO audit_chain_heads (chain_id, seq, hash, updated_at) VALUES (?, ?, ?, ?)
-			ON CONFLICT (chain_id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, updated_at = excluded.updated_at
-			WHERE excluded.seq > audit_chain_heads.seq`,
-			l.ChainID, l.Seq, l.Hash, s.d.TimeArg(store.Stamp(time.Time{}))); err != nil {
-			return s.fail(op, err)
-		}
+		steps = append(steps, step{s.d.bind(chainHeadUpsert), []any{l.ChainID, l.Seq, l.Hash, s.d.TimeArg(store.Stamp(time.Time{}))}})
 	}
-	return nil
+	return steps
 }
 
 // auditArgs appends the column values of r to args.

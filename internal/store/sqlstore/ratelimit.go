@@ -140,7 +140,7 @@ func (s *Store) SaveUsage(ctx context.Context, counts []store.UsageCount) error 
 	if err := validateCounts(op, counts); err != nil {
 		return err
 	}
-	return s.inTx(ctx, op, func(tx *sql.Tx) error { return s.saveUsage(ctx, tx, op, counts) })
+	return s.runSteps(ctx, op, s.usageSteps(nil, counts))
 }
 
 func validateCounts(op string, counts []store.UsageCount) error {
@@ -155,19 +155,17 @@ func validateCounts(op string, counts []store.UsageCount) error {
 // usageRowsPerInsert bounds one UPSERT of saveUsage (4 placeholders a row).
 const usageRowsPerInsert = 256
 
-// saveUsage writes counts in tx, a multi-row UPSERT per chunk that keeps the larger count.
-func (s *Store) saveUsage(ctx context.Context, tx *sql.Tx, op string, counts []store.UsageCount) error {
-	args := make([]any, 0, 4*min(len(counts), usageRowsPerInsert))
+// usageSteps appends to steps the UPSERTs writing counts, many rows a statement, each
+// keeping the larger count.
+func (s *Store) usageSteps(steps []step, counts []store.UsageCount) []step {
 	for chunk := range slices.Chunk(counts, usageRowsPerInsert) {
-		args = args[:0]
+		args := make([]any, 0, 4*len(chunk))
 		for _, c := range chunk {
 			args = append(args, c.Key, c.Window, c.Count, s.d.TimeArg(c.Expires.UTC()))
 		}
-		if _, err := tx.ExecContext(ctx, s.usageUpsert(len(chunk)), args...); err != nil {
-			return s.fail(op, err)
-		}
+		steps = append(steps, step{s.usageUpsert(len(chunk)), args})
 	}
-	return nil
+	return steps
 }
 
 // usageUpserts caches the UPSERT of n counters per placeholder style, as auditInserts.
