@@ -4,7 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"slices"
+	"iter"
 	"strings"
 	"sync"
 	"time"
@@ -18,8 +18,9 @@ const (
 		obligations, bundle_revision, input_hash, runner, outcome, latency_micros, parent_id, detail, org,
 		policy_input, chain_id, chain_seq, chain_hash`
 	auditColumnCount = 22
-	// auditRowsPerInsert bounds one INSERT statement: 22 × 64 placeholders stay far below
-	// SQLite's 32,766 and PostgreSQL's 65,535, and one statement text per size is cached.
+	// auditRowsPerInsert bounds one INSERT statement, a power of two (see pow2Chunks):
+	// 22 × 64 placeholders stay far below SQLite's 32,766 and PostgreSQL's 65,535, and
+	// one statement text per size is cached.
 	auditRowsPerInsert = 64
 )
 
@@ -45,7 +46,7 @@ func (s *Store) AppendAuditsWithUsage(ctx context.Context, rs []store.AuditRecor
 		return err
 	}
 	steps := s.usageSteps(nil, usage)
-	for chunk := range slices.Chunk(rs, auditRowsPerInsert) {
+	for chunk := range pow2Chunks(rs, auditRowsPerInsert) {
 		args := make([]any, 0, len(chunk)*auditColumnCount)
 		for _, r := range chunk {
 			args = s.auditArgs(args, r)
@@ -53,6 +54,24 @@ func (s *Store) AppendAuditsWithUsage(ctx context.Context, rs []store.AuditRecor
 		steps = append(steps, step{s.auditInsert(len(chunk)), args})
 	}
 	return s.runSteps(ctx, op, append(steps, s.chainSteps(rs)...))
+}
+
+// pow2Chunks cuts s into chunks of at most limit elements (a power of two), each a power
+// of two long (7 with limit 64: 4, 2, 1), so a batch's statements are of a few lengths only and the
+// prepared ones stay few (SQLite keeps each statement's program in memory).
+func pow2Chunks[T any](s []T, limit int) iter.Seq[[]T] {
+	return func(yield func([]T) bool) {
+		for len(s) > 0 {
+			n := limit
+			for n > len(s) {
+				n /= 2
+			}
+			if !yield(s[:n:n]) {
+				return
+			}
+			s = s[n:]
+		}
+	}
 }
 
 // step is one statement of a batch's transaction.

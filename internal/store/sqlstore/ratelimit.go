@@ -152,13 +152,13 @@ func validateCounts(op string, counts []store.UsageCount) error {
 	return nil
 }
 
-// usageRowsPerInsert bounds one UPSERT of saveUsage (4 placeholders a row).
+// usageRowsPerInsert bounds one UPSERT of usageSteps (4 placeholders a row; a power of two).
 const usageRowsPerInsert = 256
 
 // usageSteps appends to steps the UPSERTs writing counts, many rows a statement, each
 // keeping the larger count.
 func (s *Store) usageSteps(steps []step, counts []store.UsageCount) []step {
-	for chunk := range slices.Chunk(counts, usageRowsPerInsert) {
+	for chunk := range pow2Chunks(counts, usageRowsPerInsert) {
 		args := make([]any, 0, 4*len(chunk))
 		for _, c := range chunk {
 			args = append(args, c.Key, c.Window, c.Count, s.d.TimeArg(c.Expires.UTC()))
