@@ -28,8 +28,8 @@ type result struct {
 	elapsed   time.Duration
 	latencies []time.Duration // sorted
 	// Of the gateway's process over the window (targets it serves).
-	cpu          time.Duration
-	hits, misses float64
+	cpu     time.Duration
+	metrics counters
 }
 
 func (r result) rps() float64 { return float64(r.n) / r.elapsed.Seconds() }
@@ -49,10 +49,19 @@ func (r result) cpuPerCall() string {
 }
 
 func (r result) hitRate() string {
-	if r.hits+r.misses == 0 {
+	m := r.metrics
+	if m.hits+m.misses == 0 {
 		return "—"
 	}
-	return fmt.Sprintf("%.1f %%", 100*r.hits/(r.hits+r.misses))
+	return fmt.Sprintf("%.1f %%", 100*m.hits/(m.hits+m.misses))
+}
+
+func (r result) perBatch() string {
+	m := r.metrics
+	if m.batches == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.1f (%.2f a call)", m.batchRecords/m.batches, m.batches/float64(r.n))
 }
 
 // calls numbers the requests of the whole run, so a cache-defeating body is never repeated.

@@ -11,8 +11,9 @@
 //   - opa: the same decision from the stock OPA server.
 //
 // For the gateway it reports the CPU time per call (utime+stime of its process over the
-// measured window, /proc/PID/stat) and the decision cache's hit rate (/metrics), and its
-// peak and final resident memory after the run (/proc/PID/status).
+// measured window, /proc/PID/stat), the decision cache's hit rate and the audit records per
+// write batch (/metrics), and its peak and final resident memory after the run
+// (/proc/PID/status).
 //
 //	go run ./test/load -xema bin/xema -opa OPA_BINARY -workers 16 -duration 5s [-engines sqlite,postgres] [-store postgres://...]
 package main
@@ -135,8 +136,8 @@ func runEngine(cfg config, engine, dsn, noopURL string) error {
 		opaTarget(opa.url),
 	}
 	fmt.Printf("\n### %s\n\n", engine)
-	fmt.Println("| target | requests | RPS | p50 | p99 | RPS ÷ direct | gateway CPU per call | decision cache hits |")
-	fmt.Println("|---|---|---|---|---|---|---|---|")
+	fmt.Println("| target | requests | RPS | p50 | p99 | RPS ÷ direct | gateway CPU per call | decision cache hits | audit records per batch (batches a call) |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|")
 	results := map[string]result{}
 	for _, tg := range targets {
 		if _, err := drive(tg, cfg.workers, 1<<30, cfg.warmup); err != nil {
@@ -154,8 +155,8 @@ func runEngine(cfg config, engine, dsn, noopURL string) error {
 			return fmt.Errorf("%s: %w", tg.name, err)
 		}
 		results[tg.kind] = r
-		fmt.Printf("| %s | %d | %.0f | %s | %s | %.2f× | %s | %s |\n", tg.name, r.n, r.rps(), r.pct(50), r.pct(99),
-			r.rps()/results["direct"].rps(), r.cpuPerCall(), r.hitRate())
+		fmt.Printf("| %s | %d | %.0f | %s | %s | %.2f× | %s | %s | %s |\n", tg.name, r.n, r.rps(), r.pct(50), r.pct(99),
+			r.rps()/results["direct"].rps(), r.cpuPerCall(), r.hitRate(), r.perBatch())
 	}
 	hwm, rss, err := memoryOf(gw.pid())
 	if err != nil {
@@ -179,7 +180,7 @@ func (g *gateway) startMeasure(tg target, dir, engine string, d time.Duration) (
 	if m.cpu0, err = cpuOf(g.pid()); err != nil {
 		return nil, err
 	}
-	if m.hits0, m.misses0, err = g.decisionCache(); err != nil {
+	if m.metrics0, err = g.scrape(); err != nil {
 		return nil, err
 	}
 	if dir != "" {
@@ -191,10 +192,10 @@ func (g *gateway) startMeasure(tg target, dir, engine string, d time.Duration) (
 
 // measure is the gateway side of one measured window.
 type measure struct {
-	g               *gateway
-	cpu0            time.Duration
-	hits0, misses0  float64
-	profile         <-chan error
+	g        *gateway
+	cpu0     time.Duration
+	metrics0 counters
+	profile  <-chan error
 }
 
 func (m *measure) finish(r *result) error {
@@ -205,11 +206,11 @@ func (m *measure) finish(r *result) error {
 	if err != nil {
 		return err
 	}
-	hits, misses, err := m.g.decisionCache()
+	metrics, err := m.g.scrape()
 	if err != nil {
 		return err
 	}
-	r.cpu, r.hits, r.misses = cpu-m.cpu0, hits-m.hits0, misses-m.misses0
+	r.cpu, r.metrics = cpu-m.cpu0, metrics.minus(m.metrics0)
 	if m.profile != nil {
 		if err := <-m.profile; err != nil {
 			return fmt.Errorf("cpu profile: %w", err)

@@ -97,39 +97,49 @@ func (g *gateway) token(args ...string) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
-// decisionCache reads the decision cache's lookups from /metrics (zero when the gateway
-// does not export them).
-func (g *gateway) decisionCache() (hits, misses float64, err error) {
+// counters are the gateway's /metrics series the report uses (zero where the gateway does
+// not export them).
+type counters struct {
+	hits, misses          float64 // decision cache lookups
+	batches, batchRecords float64 // audit write batches and the records they carried
+}
+
+func (c counters) minus(o counters) counters {
+	return counters{c.hits - o.hits, c.misses - o.misses, c.batches - o.batches, c.batchRecords - o.batchRecords}
+}
+
+// scrape reads the counters from /metrics.
+func (g *gateway) scrape() (counters, error) {
+	var c counters
 	req, err := http.NewRequest(http.MethodGet, g.url+"/metrics", nil)
 	if err != nil {
-		return 0, 0, err
+		return c, err
 	}
 	req.Header.Set("Authorization", "Bearer "+g.admin)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, 0, fmt.Errorf("metrics: %w", err)
+		return c, fmt.Errorf("metrics: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, 0, fmt.Errorf("metrics: status %d", resp.StatusCode)
+		return c, fmt.Errorf("metrics: status %d", resp.StatusCode)
+	}
+	series := map[string]*float64{
+		`xema_cache_requests_total{cache="decision",result="hit"}`:  &c.hits,
+		`xema_cache_requests_total{cache="decision",result="miss"}`: &c.misses,
+		`xema_audit_batch_size_count`:                               &c.batches,
+		`xema_audit_batch_size_sum`:                                 &c.batchRecords,
 	}
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, `xema_cache_requests_total{cache="decision",`) {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-		if err != nil {
-			return 0, 0, fmt.Errorf("metrics: %q: %w", line, err)
-		}
-		if strings.Contains(line, `result="hit"`) {
-			hits = v
-		} else {
-			misses = v
+		name, value, ok := strings.Cut(sc.Text(), " ")
+		if dst := series[name]; ok && dst != nil {
+			if *dst, err = strconv.ParseFloat(value, 64); err != nil {
+				return c, fmt.Errorf("metrics: %s: %w", name, err)
+			}
 		}
 	}
-	return hits, misses, sc.Err()
+	return c, sc.Err()
 }
 
 // profile writes a CPU profile of the next d (less a margin, so it ends within the
@@ -209,7 +219,9 @@ func directTarget(url string) target {
 	body := []byte(`{"item":"a"}`)
 	return target{name: "direct no-op provider", kind: "direct", url: url,
 		body: func(int64) []byte { return body },
-		ok:   func(status int, b []byte) bool { return status == http.StatusOK && bytes.Equal(b, []byte(`{"ok":true}`)) }}
+		ok: func(status int, b []byte) bool {
+			return status == http.StatusOK && bytes.Equal(b, []byte(`{"ok":true}`))
+		}}
 }
 
 // funnelTarget invokes the no-op capability; distinct gives every call its own resource,
@@ -236,7 +248,9 @@ func opaTarget(url string) target {
 	body, _ := json.Marshal(map[string]any{"input": input}) // a struct of strings always encodes
 	return target{name: "stock opa run --server: POST /v1/data/xema/authz/decision", kind: "opa",
 		url: url + "/v1/data/xema/authz/decision", body: func(int64) []byte { return body },
-		ok: func(status int, b []byte) bool { return status == http.StatusOK && bytes.Contains(b, []byte(`"allow":true`)) }}
+		ok: func(status int, b []byte) bool {
+			return status == http.StatusOK && bytes.Contains(b, []byte(`"allow":true`))
+		}}
 }
 
 // call POSTs body as JSON and expects 201.
