@@ -65,10 +65,10 @@ func TestRateCountsSurviveRestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := a.Gateway.Limiter.Counter.(*ratelimit.Memory); !ok {
-			t.Fatalf("SQLite: counter %T, want *ratelimit.Memory", a.Gateway.Limiter.Counter)
+		if a.counters == nil || a.Audit.Usage != a.counters {
+			t.Fatal("SQLite: want the counters in memory, saved with the audit log's batches")
 		}
-		u, err := a.Gateway.Limiter.Take(ctx, key, obs)
+		u, err := (&ratelimit.Limiter{Counter: a.counters}).Take(ctx, key, obs)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -50,6 +51,19 @@ type Snapshot struct {
 	grants []store.Grant
 	// visible caches AllFor per org: the snapshot never changes.
 	visible sync.Map // org → []*Entry
+	derived sync.Map // key → what Derived built
+}
+
+// Derived returns what build makes of the snapshot for key (an index, a graph), built on
+// first use and shared read-only: the snapshot never changes, so neither does what is
+// derived from it, and it is dropped with the snapshot. Two first uses racing may both
+// build; one result is kept.
+func (s *Snapshot) Derived(key string, build func() any) any {
+	if v, ok := s.derived.Load(key); ok {
+		return v
+	}
+	v, _ := s.derived.LoadOrStore(key, build())
+	return v
 }
 
 // Get returns the catalog's own entry for ref, whoever asks.
@@ -143,6 +157,18 @@ func New(st store.Store) *Catalog {
 	c := &Catalog{store: st, compiled: map[string]compiledSchema{}, versions: map[string]parsedVersion{}}
 	c.snap.Store(&Snapshot{byRef: map[string]*Entry{}})
 	return c
+}
+
+// SnapshotOf is a snapshot of entries as they are: all of the operator's store, nothing
+// pinned. For tests and benchmarks of what reads snapshots (search at 100,000 capabilities
+// without publishing them).
+func SnapshotOf(revision int64, entries []*Entry) *Snapshot {
+	s := &Snapshot{Revision: revision, byRef: make(map[string]*Entry, len(entries)), sorted: slices.Clone(entries)}
+	for _, e := range entries {
+		s.byRef[e.Ref()] = e
+	}
+	sort.Slice(s.sorted, func(i, j int) bool { return s.sorted[i].Ref() < s.sorted[j].Ref() })
+	return s
 }
 
 // Snapshot returns the current snapshot; never nil.

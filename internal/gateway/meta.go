@@ -1,19 +1,19 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/xemahq/xema/internal/catalog"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/identity"
-	"github.com/xemahq/xema/internal/policy"
 	"github.com/xemahq/xema/internal/store"
 )
 
@@ -30,16 +30,6 @@ const (
 	DefaultPlanDepth   = 5
 	MaxPlanDepth       = 10
 )
-
-// invocable reports whether the caller is armed and authorized for entry (an approval
-// obligation still counts as invocable: the call can be made, it waits for a person).
-func (g *Gateway) invocable(ctx context.Context, ec identity.ExecContext, e *catalog.Entry) (policy.Decision, bool) {
-	d, err := g.Policy.Decide(ctx, policyInput(ec, e.Ref(), ""))
-	if err != nil {
-		return policy.Decision{}, false
-	}
-	return d, d.Allow
-}
 
 // visible reports whether search may show entry at all, before asking the policy.
 func visible(e *catalog.Entry) bool {
@@ -96,8 +86,9 @@ func (g *Gateway) Search(ctx context.Context, ec identity.ExecContext, req Searc
 	case limit < 0 || limit > MaxSearchLimit:
 		return nil, badRequest("INVALID_ARGUMENT", fmt.Sprintf("/limit must be between 1 and %d", MaxSearchLimit))
 	}
-	seen := g.Catalog.Snapshot().AllFor(ec.Org)
-	graph := buildGraph(seen)
+	snap := g.d.Catalog.Snapshot()
+	authz := g.authorizer(snap, ec)
+	graph := authz.view.graph
 	anchor := Anchor{Source: "none"}
 	switch {
 	case req.ResourceType != "":
@@ -120,39 +111,37 @@ func (g *Gateway) Search(ctx context.Context, ec identity.ExecContext, req Searc
 	}
 
 	terms := strings.Fields(strings.ToLower(req.Query))
-	type scored struct {
-		hit   SearchHit
-		score int
-	}
+	type scored struct{ at, score int } // a position in the view, its relevance
 	var hits []scored
-	for _, e := range candidates(seen, graph, anchor) {
-		m := e.Manifest
-		mutating := m.EffectClass == "write" || m.EffectClass == "admin"
+	view := authz.view
+	for _, i := range considered(view, authz, anchor) {
+		e := view.entries[i]
 		if !visible(e) || (req.Domain != "" && domainOf(e.Ref()) != req.Domain) ||
-			(req.Mutating != nil && *req.Mutating != mutating) {
+			(req.Mutating != nil && *req.Mutating != mutates(e)) {
 			continue
 		}
-		score := relevance(terms, e, anchor.Source == "query")
+		score := relevance(terms, view.text[i], anchor.Source == "query")
 		if len(terms) > 0 && anchor.Source != "query" && score == 0 {
 			continue
 		}
-		if _, ok := g.invocable(ctx, ec, e); !ok {
+		if !authz.allowsAt(ctx, i) {
 			continue
 		}
-		hits = append(hits, scored{score: score, hit: SearchHit{
-			Ref: e.Ref(), Biome: e.Capability.BiomeID, Title: m.Title, Summary: m.Summary,
-			RiskTier: m.RiskTier, Mutating: mutating, RequiresApproval: m.RequiresApproval,
-			Deprecated: e.Capability.Lifecycle == store.LifecycleDeprecated, ReplacedBy: e.Capability.ReplacedBy,
-		}})
+		hits = append(hits, scored{at: i, score: score})
 	}
-	sort.SliceStable(hits, func(i, j int) bool { return hits[i].score > hits[j].score })
+	// Stable: equal scores keep the view's order (by ref), so pages do not overlap.
+	slices.SortStableFunc(hits, func(a, b scored) int { return cmp.Compare(b.score, a.score) })
 	res := &SearchResult{Capabilities: []SearchHit{}, Anchor: anchor, ConsideredCount: len(hits)}
-	if offset > len(hits) {
-		offset = len(hits)
-	}
+	offset = min(offset, len(hits))
 	end := min(offset+limit, len(hits))
 	for _, h := range hits[offset:end] {
-		res.Capabilities = append(res.Capabilities, h.hit)
+		e := view.entries[h.at]
+		m := e.Manifest
+		res.Capabilities = append(res.Capabilities, SearchHit{
+			Ref: e.Ref(), Biome: e.Capability.BiomeID, Title: m.Title, Summary: m.Summary,
+			RiskTier: m.RiskTier, Mutating: mutates(e), RequiresApproval: m.RequiresApproval,
+			Deprecated: e.Capability.Lifecycle == store.LifecycleDeprecated, ReplacedBy: e.Capability.ReplacedBy,
+		})
 	}
 	if end < len(hits) {
 		res.NextCursor = g.cursors().seal(end, queryKey)
@@ -160,29 +149,48 @@ func (g *Gateway) Search(ctx context.Context, ec identity.ExecContext, req Searc
 	return res, nil
 }
 
-// candidates is the anchored neighbourhood (capabilities consuming or producing the anchor
-// type) or, without an anchor, the whole catalogue (bounded by the page size).
-func candidates(visible []*catalog.Entry, gr *graph, a Anchor) []*catalog.Entry {
-	if a.ResourceType == nil {
-		return visible
+// considered are the view's positions a search looks at: the anchored neighbourhood
+// (capabilities consuming or producing the anchor type), else the ones the caller is known
+// to be admitted to once all are decided, else the whole catalogue.
+func considered(v *orgView, authz authorizer, a Anchor) []int {
+	if a.ResourceType != nil {
+		near := v.graph.neighbourhood(*a.ResourceType)
+		out := make([]int, len(near))
+		for k, e := range near {
+			out[k] = v.index[e.Ref()]
+		}
+		return out
 	}
-	return gr.neighbourhood(*a.ResourceType)
+	if list := authz.admitted(); list != nil {
+		return list
+	}
+	all := make([]int, len(v.entries))
+	for i := range all {
+		all[i] = i
+	}
+	return all
 }
 
-func relevance(terms []string, e *catalog.Entry, anchored bool) int {
+func mutates(e *catalog.Entry) bool {
+	return e.Manifest.EffectClass == "write" || e.Manifest.EffectClass == "admin"
+}
+
+// searchText is what a query matches of an entry, lower-cased once per snapshot.
+type searchText struct{ ref, title, summary string }
+
+func relevance(terms []string, t searchText, anchored bool) int {
 	score := 0
 	if anchored {
 		score = 1
 	}
-	ref, title, summary := strings.ToLower(e.Ref()), strings.ToLower(e.Manifest.Title), strings.ToLower(e.Manifest.Summary)
-	for _, t := range terms {
-		if strings.Contains(ref, t) {
+	for _, term := range terms {
+		if strings.Contains(t.ref, term) {
 			score += 3
 		}
-		if strings.Contains(title, t) {
+		if strings.Contains(t.title, term) {
 			score += 2
 		}
-		if strings.Contains(summary, t) {
+		if strings.Contains(t.summary, term) {
 			score++
 		}
 	}
@@ -226,13 +234,14 @@ func (g *Gateway) Describe(ctx context.Context, ec identity.ExecContext, req Des
 	case len(req.Refs) > MaxDescribeRefs:
 		return nil, badRequest("INVALID_ARGUMENT", fmt.Sprintf("/refs names %d refs; at most %d per call", len(req.Refs), MaxDescribeRefs))
 	}
-	snap := g.Catalog.Snapshot()
+	snap := g.d.Catalog.Snapshot()
+	authz := g.authorizer(snap, ec)
 	out := make([]Description, 0, len(req.Refs))
 	var unknown []string
 	for _, ref := range req.Refs {
 		e, ok := snap.For(ec.Org, ref)
 		if ok {
-			_, ok = g.invocable(ctx, ec, e)
+			ok = authz.allows(ctx, e)
 		}
 		if !ok {
 			unknown = append(unknown, ref)
@@ -251,17 +260,17 @@ func (g *Gateway) Describe(ctx context.Context, ec identity.ExecContext, req Des
 		})
 	}
 	if len(unknown) > 0 {
-		return nil, &Error{Kind: fault.NotFound, Code: CodeUnknownCapability,
+		return nil, &fault.Error{Kind: fault.NotFound, Code: CodeUnknownCapability,
 			Message: fmt.Sprintf("no capability %s", strings.Join(unknown, ", "))}
 	}
 	return out, nil
 }
 
-func badRequest(code, msg string) *Error {
-	return &Error{Kind: fault.Invalid, Code: code, Message: msg}
+func badRequest(code, msg string) *fault.Error {
+	return &fault.Error{Kind: fault.Invalid, Code: code, Message: msg}
 }
 
-func (g *Gateway) cursors() cursorSealer { return cursorSealer{key: g.CursorKey} }
+func (g *Gateway) cursors() cursorSealer { return cursorSealer{key: g.d.CursorKey} }
 
 // cursorSealer makes opaque pagination cursors bound to the query that produced them.
 type cursorSealer struct{ key []byte }

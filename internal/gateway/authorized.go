@@ -1,0 +1,169 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+
+	"github.com/xemahq/xema/internal/bounded"
+	"github.com/xemahq/xema/internal/catalog"
+	"github.com/xemahq/xema/internal/identity"
+)
+
+// callersPerView bounds the callers whose authorized sets one org's view keeps (each is two
+// bits per capability of the org: 2.5 KB at 10,000).
+const callersPerView = 1024
+
+// orgView is what search, describe and plan read of one snapshot for one org, derived once
+// per snapshot: the entries the org sees, their positions, the capability graph over them,
+// and per caller which of them the policy admits.
+type orgView struct {
+	entries []*catalog.Entry
+	index   map[string]int // ref → position in entries
+	text    []searchText   // per entry, what a query matches
+	graph   *graph
+	// authorized is keyed by the policy revision and the caller's policy input without ref
+	// and resource: all a search decision depends on.
+	authorized *bounded.Map[string, *authorizedSet]
+}
+
+// view is org's view of snap, built on first use and dropped with the snapshot.
+func (g *Gateway) view(snap *catalog.Snapshot, org string) *orgView {
+	return snap.Derived("gateway.orgView\x00"+org, func() any {
+		entries := snap.AllFor(org)
+		index := make(map[string]int, len(entries))
+		text := make([]searchText, len(entries))
+		for i, e := range entries {
+			index[e.Ref()] = i
+			text[i] = searchText{ref: strings.ToLower(e.Ref()), title: strings.ToLower(e.Manifest.Title),
+				summary: strings.ToLower(e.Manifest.Summary)}
+		}
+		return &orgView{entries: entries, index: index, text: text, graph: buildGraph(entries),
+			authorized: bounded.New[string, *authorizedSet](callersPerView)}
+	}).(*orgView)
+}
+
+// authorizedSet remembers, for one caller, which entries of a view the policy admitted: an
+// entry is decided once, when a search, describe or plan first needs it.
+// Once every entry is decided, the admitted ones are listed: a search then reads only those.
+type authorizedSet struct {
+	mu             sync.Mutex
+	known, allowed []uint64
+	n, decided     int
+	list           []int // positions admitted, once decided == n
+}
+
+func newAuthorizedSet(n int) *authorizedSet {
+	words := (n + 63) / 64
+	return &authorizedSet{known: make([]uint64, words), allowed: make([]uint64, words), n: n}
+}
+
+func (s *authorizedSet) get(i int) (allowed, known bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w, bit := i/64, uint64(1)<<(i%64)
+	return s.allowed[w]&bit != 0, s.known[w]&bit != 0
+}
+
+func (s *authorizedSet) set(i int, allowed bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w, bit := i/64, uint64(1)<<(i%64)
+	if s.known[w]&bit != 0 {
+		return
+	}
+	s.known[w] |= bit
+	if allowed {
+		s.allowed[w] |= bit
+	}
+	if s.decided++; s.decided == s.n {
+		s.list = []int{}
+		for j := range s.n {
+			if s.allowed[j/64]&(uint64(1)<<(j%64)) != 0 {
+				s.list = append(s.list, j)
+			}
+		}
+	}
+}
+
+// admitted lists the positions the policy admitted, or nil while some are undecided.
+func (s *authorizedSet) admitted() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.list
+}
+
+// authorizer answers whether one caller may invoke entries of one view.
+type authorizer struct {
+	g    *Gateway
+	ec   identity.ExecContext
+	view *orgView
+	set  *authorizedSet // nil: nothing is remembered (the policy is not deterministic)
+}
+
+// authorizer returns the caller's authorizer over org's view of snap. Answers are
+// remembered only while the engine caches decisions: a policy calling a non-deterministic
+// built-in (or a cache turned off) is asked every time.
+func (g *Gateway) authorizer(snap *catalog.Snapshot, ec identity.ExecContext) authorizer {
+	v := g.view(snap, ec.Org)
+	a := authorizer{g: g, ec: ec, view: v}
+	if !g.d.Policy.CacheStats().Enabled {
+		return a
+	}
+	caller, err := json.Marshal(policyInput(ec, "", ""))
+	if err != nil {
+		return a
+	}
+	key := g.d.Policy.Revision() + "\x00" + string(caller)
+	if s, ok := v.authorized.Get(key, nil); ok {
+		a.set = s
+		return a
+	}
+	a.set = newAuthorizedSet(len(v.entries))
+	v.authorized.Put(key, a.set)
+	return a
+}
+
+// allows reports whether the caller is armed and authorized for e (an approval obligation
+// still counts: the call can be made, it waits for a person).
+func (a authorizer) allows(ctx context.Context, e *catalog.Entry) bool {
+	if i, ok := a.view.index[e.Ref()]; ok && a.view.entries[i] == e {
+		return a.allowsAt(ctx, i)
+	}
+	allowed, _ := a.decide(ctx, e)
+	return allowed
+}
+
+// allowsAt is allows for the entry at position i of the view. A failed decision is a no,
+// and is not remembered.
+func (a authorizer) allowsAt(ctx context.Context, i int) bool {
+	if a.set != nil {
+		if allowed, known := a.set.get(i); known {
+			return allowed
+		}
+	}
+	allowed, decided := a.decide(ctx, a.view.entries[i])
+	if a.set != nil && decided {
+		a.set.set(i, allowed)
+	}
+	return allowed
+}
+
+// admitted lists the view's positions the caller may invoke, once all are decided; nil
+// until then (or when nothing is remembered).
+func (a authorizer) admitted() []int {
+	if a.set == nil {
+		return nil
+	}
+	return a.set.admitted()
+}
+
+// decide asks the policy; decided is false when it could not answer (then: not allowed).
+func (a authorizer) decide(ctx context.Context, e *catalog.Entry) (allowed, decided bool) {
+	d, err := a.g.d.Policy.Decide(ctx, policyInput(a.ec, e.Ref(), ""))
+	if err != nil {
+		return false, false
+	}
+	return d.Allow, true
+}
