@@ -54,9 +54,20 @@ type authorizedSet struct {
 	list           []int // positions admitted, once decided == n
 }
 
-func newAuthorizedSet(n int) *authorizedSet {
+// newAuthorizedSet is the set over n entries, those outside the policy's first cut
+// (searchable: nil when there is none) decided denied at once.
+func newAuthorizedSet(n int, searchable func(i int) bool) *authorizedSet {
 	words := (n + 63) / 64
-	return &authorizedSet{known: make([]uint64, words), allowed: make([]uint64, words), n: n}
+	s := &authorizedSet{known: make([]uint64, words), allowed: make([]uint64, words), n: n}
+	if searchable == nil {
+		return s
+	}
+	for i := range n {
+		if !searchable(i) {
+			s.set(i, false)
+		}
+	}
+	return s
 }
 
 func (s *authorizedSet) get(i int) (allowed, known bool) {
@@ -104,8 +115,10 @@ type authorizer struct {
 
 // authorizer returns the caller's authorizer over org's view of snap. Answers are
 // remembered only while the engine caches decisions: a policy calling a non-deterministic
-// built-in (or a cache turned off) is asked every time.
-func (g *Gateway) authorizer(snap *catalog.Snapshot, ec identity.ExecContext) authorizer {
+// built-in (or a cache turned off) is asked every time. A new caller's set starts from the
+// policy's first cut (Decider.Searchable): the refs outside it are denied without a
+// decision; without a first cut (its evaluation failed) every ref is decided.
+func (g *Gateway) authorizer(ctx context.Context, snap *catalog.Snapshot, ec identity.ExecContext) authorizer {
 	v := g.view(snap, ec.Org)
 	a := authorizer{g: g, ec: ec, view: v}
 	if !g.d.Policy.CacheStats().Enabled {
@@ -120,7 +133,11 @@ func (g *Gateway) authorizer(snap *catalog.Snapshot, ec identity.ExecContext) au
 		a.set = s
 		return a
 	}
-	a.set = newAuthorizedSet(len(v.entries))
+	var first func(i int) bool
+	if refs, err := g.d.Policy.Searchable(ctx, policyInput(ec, "", "")); err == nil {
+		first = func(i int) bool { return refs[v.entries[i].Ref()] }
+	}
+	a.set = newAuthorizedSet(len(v.entries), first)
 	v.authorized.Put(key, a.set)
 	return a
 }

@@ -82,11 +82,14 @@ type compiled struct {
 	// cache is nil when off; cacheOff says why.
 	cache    *decisionCache
 	cacheOff string
+	// mods are the bundle's modules; searchable is prepared over them on first use.
+	mods       []module
+	searchable searchableQuery
 }
 
 // newCompiled stamps a prepared query with a decision cache of its own when allowed.
 func (e *Engine) newCompiled(pq rego.PreparedEvalQuery, revision string, mods []module) *compiled {
-	c := &compiled{query: pq, revision: revision}
+	c := &compiled{query: pq, revision: revision, mods: mods}
 	parsed := make([]*ast.Module, len(mods))
 	for i, m := range mods {
 		parsed[i] = m.parsed
