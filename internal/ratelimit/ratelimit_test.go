@@ -278,8 +278,8 @@ func TestTakeAcrossReplicas(t *testing.T) {
 	}
 }
 
-// Concurrent Takes never admit more than the limit, on every counter: each of 3 limits
-// shared by 80 callers (a rate and a quota, all or none) admits exactly the smaller.
+// Concurrent Takes never admit more than the limit, on every counter: 80 callers under a
+// rate limit of 30 and a quota of 35 (all or none) are admitted exactly 30 times.
 func TestTakeConcurrentExact(t *testing.T) {
 	const limit, callers = 30, 80
 	obs := []policy.Obligation{rate(limit, "1h"), quota(limit+5, "24h")}
