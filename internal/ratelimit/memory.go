@@ -85,9 +85,7 @@ func (m *Memory) AddUsage(_ context.Context, adds []store.UsageAdd) ([]int64, in
 				m.counters[windowKey{b.Key, b.Window}].count -= b.N
 			}
 			for _, b := range adds[:i+1] { // and forget the counters this call created
-				if k := (windowKey{b.Key, b.Window}); m.counters[k] != nil && m.counters[k].count == 0 && !m.counters[k].unsaved {
-					delete(m.counters, k)
-				}
+				m.dropEmpty(windowKey{b.Key, b.Window})
 			}
 			return nil, i, nil
 		}
@@ -102,6 +100,13 @@ func (m *Memory) AddUsage(_ context.Context, adds []store.UsageAdd) ([]int64, in
 		}
 	}
 	return counts, -1, nil
+}
+
+// dropEmpty forgets the counter of k when nothing is counted on it: a refused call made it.
+func (m *Memory) dropEmpty(k windowKey) {
+	if c := m.counters[k]; c != nil && c.count == 0 && !c.unsaved {
+		delete(m.counters, k)
+	}
 }
 
 // PruneUsage implements Pruner: it forgets at most limit counters whose window ended before

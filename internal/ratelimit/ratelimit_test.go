@@ -398,6 +398,23 @@ func TestMemorySave(t *testing.T) {
 	}
 }
 
+// A refused call leaves no trace: the counters it created are forgotten, nothing is unsaved.
+func TestMemoryRefusalLeavesNothing(t *testing.T) {
+	m := &Memory{}
+	exp := time.Now().Add(time.Hour)
+	adds := []store.UsageAdd{{Key: "rate", Window: 1, N: 1, Limit: 5, Expires: exp}, {Key: "quota", Window: 1, N: 1, Limit: 1, Expires: exp}}
+	if _, refused, err := m.AddUsage(context.Background(), adds[1:]); err != nil || refused >= 0 {
+		t.Fatal(refused, err)
+	}
+	m.Unsaved()
+	if _, refused, err := m.AddUsage(context.Background(), adds); err != nil || refused != 1 {
+		t.Fatalf("refused %d err %v; want the quota (1)", refused, err)
+	}
+	if len(m.counters) != 1 || m.Unsaved() != nil {
+		t.Fatalf("after a refused call: %d counters, unsaved %v; want only the quota's, nothing unsaved", len(m.counters), m.Unsaved())
+	}
+}
+
 // BenchmarkTake is the cost one rate-limited call adds: one UPSERT round trip on a store,
 // a map update under a mutex in memory.
 func BenchmarkTake(b *testing.B) {
