@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/xemahq/xema/internal/credential"
+	"github.com/xemahq/xema/internal/secretbox"
 	"github.com/xemahq/xema/internal/store/engine"
 )
 
@@ -70,7 +72,7 @@ to reseal; remove the old key afterwards.`,
 				return &exitError{code: 2, err: err}
 			}
 			defer st.Close()
-			keys, err := credential.OpenKeys(dataDir)
+			keys, err := credential.OpenKeys(dataDir, secretbox.SourceFromEnv(os.Getenv))
 			if err != nil {
 				return &exitError{code: 2, err: err}
 			}

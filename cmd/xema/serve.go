@@ -25,6 +25,8 @@ import (
 	"github.com/xemahq/xema/internal/federation"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
+	"github.com/xemahq/xema/internal/oauth"
+	"github.com/xemahq/xema/internal/secretbox"
 	"github.com/xemahq/xema/internal/server"
 	"github.com/xemahq/xema/internal/telemetry"
 )
@@ -57,7 +59,7 @@ func newServeCmd() *cobra.Command {
 			if err := setupLogging(logJSON, logLvl); err != nil {
 				return &exitError{code: 2, err: err}
 			}
-			cfg.StoreDSN = storeDSN(cfg.StoreDSN)
+			fromEnv(&cfg, &idCfg)
 			if err := bound.apply(&cfg, idCfg); err != nil {
 				return &exitError{code: 2, err: err}
 			}
@@ -116,6 +118,18 @@ func newServeCmd() *cobra.Command {
 }
 
 // webFlags are the browser- and client-facing settings: CORS, the public URL, TLS.
+// fromEnv is every environment variable serve reads, read here and nowhere deeper: the
+// store (XEMA_STORE, under --store), the credential keyring (XEMA_SECRET_KEY or
+// XEMA_SECRET_KEY_FILE) and the outbound identity registration (XEMA_IDENTITY_URL,
+// IDENTITY_API_INTERNAL_TOKEN). OTEL_* are the OTel SDK's own (telemetry.SetupTracing).
+func fromEnv(cfg *app.Config, idCfg *identity.ServerConfig) {
+	cfg.StoreDSN = storeDSN(cfg.StoreDSN)
+	cfg.SecretKeys = secretbox.SourceFromEnv(os.Getenv)
+	idCfg.SecretKeys = cfg.SecretKeys
+	idCfg.IdentityURL = os.Getenv(identity.EnvIdentityURL)
+	idCfg.BootstrapToken = os.Getenv(oauth.EnvBootstrapToken)
+}
+
 type webFlags struct {
 	corsOrigins     []string
 	publicURL       string

@@ -41,6 +41,7 @@ import (
 	"github.com/xemahq/xema/internal/ratelimit"
 	"github.com/xemahq/xema/internal/replay"
 	"github.com/xemahq/xema/internal/runner"
+	"github.com/xemahq/xema/internal/secretbox"
 	"github.com/xemahq/xema/internal/spool"
 	"github.com/xemahq/xema/internal/store"
 	"github.com/xemahq/xema/internal/store/engine"
@@ -91,6 +92,9 @@ type Config struct {
 	Tokens runner.TokenSource
 	// WrapTransport, when set, wraps every outbound transport (e.g. in client spans).
 	WrapTransport func(http.RoundTripper) http.RoundTripper
+	// SecretKeys is where the credential keyring comes from ($XEMA_SECRET_KEY or
+	// $XEMA_SECRET_KEY_FILE); empty is DataDir/secret.key, created at first start.
+	SecretKeys secretbox.Source
 	// MaxInflight bounds the outbound calls running at once, MaxPerProvider those of one
 	// provider (--max-inflight-calls, --max-inflight-per-provider); 0 bounds nothing.
 	MaxInflight, MaxPerProvider int
@@ -99,6 +103,9 @@ type Config struct {
 // Validate checks the configuration before anything opens; each error names the `xema serve`
 // flag of the field.
 func (c Config) Validate() error {
+	if err := c.SecretKeys.Check(); err != nil {
+		return err
+	}
 	switch {
 	case c.OperatorOrg == "":
 		return errors.New("--operator-org: want an org name")
@@ -218,7 +225,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	a.Publisher = &catalog.Publisher{Store: st, OperatorOrg: cfg.OperatorOrg, Kernel: a.Kernel, Envs: a.envs, Profiles: a.profiles,
 		Changed: a.Rebuild, CheckURL: a.Egress.CheckURL}
-	if a.Bindings, err = bindings(cfg.DataDir, st, a.Egress, a.HTTP); err != nil {
+	if a.Bindings, err = bindings(cfg.DataDir, cfg.SecretKeys, st, a.Egress, a.HTTP); err != nil {
 		return nil, a.closeWith(err)
 	}
 	a.Publisher.HasBinding = a.Bindings.Serves
@@ -302,10 +309,10 @@ func DeploymentKey(ctx context.Context, st store.Store, name string) ([]byte, er
 	return key, nil
 }
 
-// bindings opens the credential keyring (XEMA_SECRET_KEY, or a key file created under
-// dataDir at first start) and the binding service over st, calling providers with hc.
-func bindings(dataDir string, st store.Store, pol *egress.Policy, hc *http.Client) (*binding.Service, error) {
-	keys, err := credential.OpenKeys(dataDir)
+// bindings opens the credential keyring (src, or a key file created under dataDir at first
+// start) and the binding service over st, calling providers with hc.
+func bindings(dataDir string, src secretbox.Source, st store.Store, pol *egress.Policy, hc *http.Client) (*binding.Service, error) {
+	keys, err := credential.OpenKeys(dataDir, src)
 	if err != nil {
 		return nil, fmt.Errorf("credentials: %w", err)
 	}

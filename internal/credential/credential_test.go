@@ -20,15 +20,13 @@ const secret = "ghp_0123456789abcdefTOPSECRET"
 
 func vault(t *testing.T) (*credential.Vault, string) {
 	t.Helper()
-	t.Setenv(secretbox.EnvKey, "")
-	t.Setenv(secretbox.EnvKeyFile, "")
 	dir := t.TempDir()
 	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "xema.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	keys, err := credential.OpenKeys(dir)
+	keys, err := credential.OpenKeys(dir, secretbox.Source{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,17 +29,20 @@ type Keys struct {
 	fi os.FileInfo // the file the keyring was read from
 }
 
-// OpenKeys loads the keyring from the environment or else from dataDir/secret.key, creating
-// that file (0600, one fresh AES-256 key) at first start.
-func OpenKeys(dataDir string) (*Keys, error) {
-	if os.Getenv(secretbox.EnvKey) != "" {
-		kr, err := secretbox.FromEnv()
+// OpenKeys loads the keyring of src (an inline keyring, or a file) or else dataDir/secret.key,
+// creating that file (0600, one fresh AES-256 key) at first start.
+func OpenKeys(dataDir string, src secretbox.Source) (*Keys, error) {
+	if err := src.Check(); err != nil {
+		return nil, err
+	}
+	if src.Inline != "" {
+		kr, err := src.Keyring()
 		if err != nil {
 			return nil, err
 		}
 		return &Keys{kr: kr}, nil
 	}
-	path := os.Getenv(secretbox.EnvKeyFile)
+	path := src.File
 	if path == "" {
 		path = filepath.Join(dataDir, KeyFileName)
 		if err := createKeyFile(path); err != nil {

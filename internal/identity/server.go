@@ -39,9 +39,11 @@ type ServerConfig struct {
 	Leeway time.Duration
 	// MaxTokenTTL is the longest token lifetime accepted; 0 means DefaultMaxTokenTTL.
 	MaxTokenTTL time.Duration
-	// IdentityURL (default $XEMA_IDENTITY_URL) with $IDENTITY_API_INTERNAL_TOKEN registers the
-	// gateway for outbound client credentials (oauth.Bootstrap).
-	IdentityURL string
+	// IdentityURL ($XEMA_IDENTITY_URL) with BootstrapToken ($IDENTITY_API_INTERNAL_TOKEN)
+	// registers the gateway for outbound client credentials (oauth.Bootstrap), sealed under
+	// the keyring of SecretKeys.
+	IdentityURL, BootstrapToken string
+	SecretKeys                  secretbox.Source
 }
 
 // TokenSource mints the gateway's own outbound bearer token for one audience (a provider's,
@@ -120,17 +122,14 @@ func (s *ServerIdentity) Close() { s.cancel() }
 // outbound call then fails with oauth.ErrNoToken).
 func outboundTokens(ctx context.Context, cfg ServerConfig, dev *Issuer) (TokenSource, error) {
 	identityURL := cfg.IdentityURL
-	if identityURL == "" {
-		identityURL = os.Getenv(EnvIdentityURL)
-	}
 	_, statErr := os.Stat(oauth.RegistrationFile(cfg.DataDir))
 	if identityURL != "" || statErr == nil {
-		kr, err := secretbox.FromEnv()
+		kr, err := cfg.SecretKeys.Keyring()
 		if err != nil {
 			return nil, fmt.Errorf("outbound identity: %w", err)
 		}
 		reg, err := oauth.Bootstrap(ctx, oauth.BootstrapConfig{
-			IdentityURL: identityURL, BootstrapToken: os.Getenv(oauth.EnvBootstrapToken), DataDir: cfg.DataDir, Keyring: kr,
+			IdentityURL: identityURL, BootstrapToken: cfg.BootstrapToken, DataDir: cfg.DataDir, Keyring: kr,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("outbound identity: %w", err)

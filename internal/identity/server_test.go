@@ -17,7 +17,6 @@ import (
 )
 
 func TestServerIdentityDev(t *testing.T) {
-	t.Setenv(identity.EnvIdentityURL, "")
 	dir := t.TempDir()
 	si, err := identity.NewServerIdentity(t.Context(), identity.ServerConfig{DataDir: dir})
 	if err != nil {
@@ -60,7 +59,6 @@ func TestServerIdentityDev(t *testing.T) {
 }
 
 func TestServerIdentityExternalDiscovery(t *testing.T) {
-	t.Setenv(identity.EnvIdentityURL, "")
 	k := rsaKey(t, 0)
 	ks := newKeyServer(t, map[string]*rsa.PrivateKey{"k1": k})
 	var issuer string
@@ -99,7 +97,6 @@ func TestServerIdentityExternalDiscovery(t *testing.T) {
 }
 
 func TestServerIdentityLeeway(t *testing.T) {
-	t.Setenv(identity.EnvIdentityURL, "")
 	k := rsaKey(t, 0)
 	ks := newKeyServer(t, map[string]*rsa.PrivateKey{"k1": k})
 	now := time.Now()

@@ -95,21 +95,40 @@ func Parse(spec string) (*Keyring, error) {
 	return &kr, nil
 }
 
-// FromEnv loads the keyring from XEMA_SECRET_KEY, or else from the file XEMA_SECRET_KEY_FILE
-// names. Setting both is an error: which one wins would be a guess.
-func FromEnv() (*Keyring, error) {
-	inline, file := os.Getenv(EnvKey), os.Getenv(EnvKeyFile)
+// Source is where a keyring comes from: a keyring value (XEMA_SECRET_KEY) or a file
+// (XEMA_SECRET_KEY_FILE). The command reads both once, at start (SourceFromEnv); packages take
+// the Source and never read the environment themselves.
+type Source struct {
+	Inline, File string
+}
+
+// SourceFromEnv is the Source the process's environment names (getenv is os.Getenv).
+func SourceFromEnv(getenv func(string) string) Source {
+	return Source{Inline: getenv(EnvKey), File: getenv(EnvKeyFile)}
+}
+
+// Check refuses a Source naming both: which one wins would be a guess.
+func (s Source) Check() error {
+	if s.Inline != "" && s.File != "" {
+		return fmt.Errorf("%w: set only one of %s and %s", ErrBadKey, EnvKey, EnvKeyFile)
+	}
+	return nil
+}
+
+// Keyring loads the keyring of s: the inline value, or else the file. Neither is ErrNoKey.
+func (s Source) Keyring() (*Keyring, error) {
+	if err := s.Check(); err != nil {
+		return nil, err
+	}
 	switch {
-	case inline != "" && file != "":
-		return nil, fmt.Errorf("%w: set only one of %s and %s", ErrBadKey, EnvKey, EnvKeyFile)
-	case inline != "":
-		kr, err := Parse(inline)
+	case s.Inline != "":
+		kr, err := Parse(s.Inline)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", EnvKey, err)
 		}
 		return kr, nil
-	case file != "":
-		return FromFile(file)
+	case s.File != "":
+		return FromFile(s.File)
 	}
 	return nil, ErrNoKey
 }

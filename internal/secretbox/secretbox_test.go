@@ -109,31 +109,30 @@ func fmtErr(err error) string {
 	return err.Error()
 }
 
-func TestFromEnvAndFile(t *testing.T) {
+func TestSourceInlineAndFile(t *testing.T) {
 	k := newKey(t)
 	dir := t.TempDir()
 	file := filepath.Join(dir, "keys")
 	if err := os.WriteFile(file, []byte("# newest first\nk9="+k+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv(EnvKey, "")
-	t.Setenv(EnvKeyFile, file)
-	if _, err := FromEnv(); !errors.Is(err, ErrBadKey) {
+	src := Source{File: file}
+	if _, err := src.Keyring(); !errors.Is(err, ErrBadKey) {
 		t.Fatalf("world-readable key file accepted: %v", err)
 	}
 	if err := os.Chmod(file, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	kr, err := FromEnv()
+	kr, err := src.Keyring()
 	if err != nil || kr.KeyID() != "k9" {
 		t.Fatalf("from file: %v", err)
 	}
-	t.Setenv(EnvKey, k)
-	if _, err := FromEnv(); !errors.Is(err, ErrBadKey) {
+	src.Inline = k
+	if _, err := src.Keyring(); !errors.Is(err, ErrBadKey) {
 		t.Fatalf("both env vars set accepted: %v", err)
 	}
-	t.Setenv(EnvKeyFile, "")
-	kr2, err := FromEnv()
+	src.File = ""
+	kr2, err := src.Keyring()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,8 +142,7 @@ func TestFromEnvAndFile(t *testing.T) {
 	if got, err := kr3.Open(sealed, nil); err != nil || !bytes.Equal(got, []byte("x")) {
 		t.Fatalf("derived kid not stable: %v", err)
 	}
-	t.Setenv(EnvKey, "")
-	if _, err := FromEnv(); !errors.Is(err, ErrNoKey) {
+	if _, err := (Source{}).Keyring(); !errors.Is(err, ErrNoKey) {
 		t.Fatalf("want ErrNoKey, got %v", err)
 	}
 }

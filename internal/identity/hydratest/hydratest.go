@@ -163,6 +163,7 @@ func start(t testing.TB, bin string, extraEnv []string) (s *Server, logs string,
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
+				s.warmKeys(t)
 				return s, "", false
 			}
 		}
@@ -176,6 +177,44 @@ func start(t testing.TB, bin string, extraEnv []string) (s *Server, logs string,
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// warmKeys has hydra create its signing keys now: it generates them on the first request
+// that needs them (RSA 4096, over ten seconds on a loaded machine), which would otherwise eat
+// the deadline of the test's first JWKS fetch or authorization request. Hydra cuts a slow
+// answer off (EOF) while the generation goes on, so the fetch is repeated until the keys are
+// served.
+func (s *Server) warmKeys(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		n, err := s.signingKeys()
+		if err == nil && n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("hydra: no signing keys after 2m: %d key(s), %v", n, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (s *Server) signingKeys() (int, error) {
+	resp, err := http.Get(s.JWKSURL())
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("status %d", resp.StatusCode)
+	}
+	var jwks struct {
+		Keys []json.RawMessage `json:"keys"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&jwks); err != nil {
+		return 0, err
+	}
+	return len(jwks.Keys), nil
 }
 
 // Client is a registered OAuth2 client.
