@@ -89,7 +89,7 @@ func (cp *countingProvider) holdCalls(buffer int) (arrived <-chan string, releas
 // kill ends the gateway with SIGKILL (no drain, no flush) and waits for it.
 func (g *gateway) kill() {
 	_ = g.cmd.Process.Signal(syscall.SIGKILL)
-	_ = g.cmd.Wait()
+	_ = g.wait()
 }
 
 // restart starts the gateway again on the same data dir and store.

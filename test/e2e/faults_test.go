@@ -218,7 +218,7 @@ func TestDrainSIGTERMSlowCalls(t *testing.T) {
 		}
 		release()
 		wg.Wait()
-		err := g.cmd.Wait()
+		err := g.wait()
 		if err != nil {
 			t.Fatalf("exit after the drain: %v\n%s", err, g.logs.String())
 		}
@@ -247,7 +247,7 @@ func TestDrainDeadlineRecordsOutcomes(t *testing.T) {
 	defer release()
 	_ = g.cmd.Process.Signal(syscall.SIGTERM)
 	wg.Wait()
-	if err := g.cmd.Wait(); err != nil {
+	if err := g.wait(); err != nil {
 		t.Fatalf("exit after the cut-off: %v\n%s", err, g.logs.String())
 	}
 	g.restart()

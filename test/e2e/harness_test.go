@@ -70,6 +70,9 @@ type gateway struct {
 	Store   string
 	logs    *testnet.Output
 	cmd     *exec.Cmd
+	// exited is closed once cmd has ended, with its Wait error in exitErr.
+	exited  chan struct{}
+	exitErr error
 }
 
 type engineCase struct {
@@ -97,8 +100,23 @@ func startGateway(t testing.TB, storeDSN string, args ...string) *gateway {
 	return g
 }
 
+// start runs the gateway on a port picked free just before it binds it; another process may
+// take the port in between (bind: address already in use): the gateway is then started again
+// on a fresh port, at most 3 times.
 func (g *gateway) start(args ...string) {
+	g.t.Helper()
+	for range 3 {
+		if g.startOnce(args...) {
+			return
+		}
+	}
+	g.t.Fatalf("gateway could not bind a free port 3 times; logs:\n%s", g.logs.String())
+}
+
+// startOnce starts the gateway and waits until it is ready; false when it lost its port.
+func (g *gateway) startOnce(args ...string) bool {
 	t := g.t
+	t.Helper()
 	port := testnet.FreePort(t)
 	g.URL = fmt.Sprintf("http://127.0.0.1:%d", port)
 	full := []string{"serve", "--addr", fmt.Sprintf("127.0.0.1:%d", port), "--data-dir", g.DataDir,
@@ -109,9 +127,13 @@ func (g *gateway) start(args ...string) {
 	full = append(full, args...)
 	g.cmd = exec.Command(g.bin, full...)
 	g.cmd.Stdout, g.cmd.Stderr = g.logs, g.logs
+	logStart := len(g.logs.String())
 	if err := g.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	exited := make(chan struct{})
+	g.exited = exited
+	go func() { g.exitErr = g.cmd.Wait(); close(exited) }()
 	t.Cleanup(g.stop)
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
@@ -119,29 +141,44 @@ func (g *gateway) start(args ...string) {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return
+				return true
 			}
 		}
-		if g.cmd.ProcessState != nil {
-			break
+		select {
+		case <-exited:
+			if strings.Contains(g.logs.String()[logStart:], "address already in use") {
+				return false
+			}
+			t.Fatalf("gateway exited before it was ready (%v); logs:\n%s", g.exitErr, g.logs.String())
+		default:
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("gateway did not become ready; logs:\n%s", g.logs.String())
+	return false
+}
+
+// wait waits for the gateway to end and returns how it ended (exec.Cmd.Wait's error).
+func (g *gateway) wait() error {
+	<-g.exited
+	return g.exitErr
 }
 
 func (g *gateway) stop() {
-	if g.cmd == nil || g.cmd.Process == nil || g.cmd.ProcessState != nil {
+	if g.cmd == nil || g.cmd.Process == nil {
 		return
 	}
-	_ = g.cmd.Process.Signal(os.Interrupt)
-	done := make(chan struct{})
-	go func() { _ = g.cmd.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-g.exited:
+		return
+	default:
+	}
+	_ = g.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-g.exited:
 	case <-time.After(10 * time.Second):
 		_ = g.cmd.Process.Kill()
-		<-done
+		<-g.exited
 	}
 	if g.t.Failed() {
 		g.t.Logf("gateway logs:\n%s", g.logs.String())
