@@ -3,11 +3,25 @@
 # iterates over all grants, so decision time does not grow with their number.
 package xema.authz
 
-# The one query the gateway prepares.
-decision := {
+# The one query the gateway prepares. A clean call (fast.rego) is decided by
+# clean_decision, which follows from the capability, its grant and the data alone: the
+# engine partially evaluates both per (ref, org, biome) and only evaluates clean's residual
+# per call (internal/policy/fast.go).
+decision := clean_decision if {
+	clean
+} else := {
 	"allow": allow,
 	"reasons": reasons,
 	"suggestions": [s | some s in suggestion],
+	"obligations": [o | some o in obligation],
+	"revision": revision,
+}
+
+# What decision is for a clean call: no reason and no suggestion that follows from one.
+clean_decision := {
+	"allow": true,
+	"reasons": [],
+	"suggestions": [s | some s in standing_suggestion],
 	"obligations": [o | some o in obligation],
 	"revision": revision,
 }

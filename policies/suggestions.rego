@@ -4,13 +4,16 @@ package xema.authz
 
 reason_codes contains r.code if some r in deny
 
-suggestion contains {"kind": "use-successor", "capability": cap.replacedBy} if {
+suggestion contains s if some s in standing_suggestion
+
+# The suggestions that follow from the capability and its grant, allowed or not.
+standing_suggestion contains {"kind": "use-successor", "capability": cap.replacedBy} if {
 	cap.lifecycle in {"retired", "deprecated"}
 	is_string(cap.replacedBy)
 	cap.replacedBy != ""
 }
 
-suggestion contains {"kind": "request-approval", "capability": input.ref} if approval_required
+standing_suggestion contains {"kind": "request-approval", "capability": input.ref} if approval_required
 
 # No grant: name the environment where a grant would make this call pass.
 # (`not clean` first: on the allow path there is no reason, so these never apply and the deny

@@ -82,22 +82,30 @@ type compiled struct {
 	// cache is nil when off; cacheOff says why.
 	cache    *decisionCache
 	cacheOff string
+	// fast decides clean calls from residuals (fast.go); nil while the policy calls a
+	// non-deterministic built-in, whose answer partial evaluation would fix once.
+	fast *fastPath
 }
 
-// newCompiled stamps a prepared query with a decision cache of its own when allowed.
-func (e *Engine) newCompiled(pq rego.PreparedEvalQuery, revision string, mods []module) *compiled {
-	c := &compiled{query: pq, revision: revision}
+// newCompiled stamps a prepared query over store with a decision cache and a fast path of
+// its own when allowed.
+func (e *Engine) newCompiled(pq rego.PreparedEvalQuery, store storage.Store, revision string, mods []module) *compiled {
+	c := &compiled{query: pq, store: store, revision: revision}
 	parsed := make([]*ast.Module, len(mods))
 	for i, m := range mods {
 		parsed[i] = m.parsed
 	}
-	switch nd := nondeterministicBuiltins(parsed); {
+	nd := nondeterministicBuiltins(parsed)
+	switch {
 	case e.cacheSize < 0:
 		c.cacheOff = "turned off"
 	case len(nd) > 0:
 		c.cacheOff = "the policy calls non-deterministic built-ins: " + strings.Join(nd, ", ")
 	default:
 		c.cache = newDecisionCache(cmp.Or(e.cacheSize, DefaultDecisionCacheSize))
+	}
+	if len(nd) == 0 {
+		c.fast = newFastPath(parsed, store)
 	}
 	return c
 }
@@ -231,8 +239,8 @@ func (e *Engine) compile(ctx context.Context, mods []module, data map[string]any
 	if err != nil {
 		return fmt.Errorf("policy: bundle revision %s: %w", revision, err)
 	}
-	c := e.newCompiled(pq, revision, mods)
-	c.store, c.tarGz, c.etag = store, tarGz, etag
+	c := e.newCompiled(pq, store, revision, mods)
+	c.tarGz, c.etag = tarGz, etag
 	e.serving.Store(c)
 	return nil
 }
@@ -266,8 +274,23 @@ func (e *Engine) Decide(ctx context.Context, in Input) (Decision, error) {
 	return d, err
 }
 
-// decide evaluates the prepared query (no cache).
+// decide decides a call without the decision cache: by the fast path when it applies,
+// else by evaluating the policy in full.
 func (c *compiled) decide(ctx context.Context, in Input) (Decision, error) {
+	if c.fast != nil {
+		d, ok, err := c.fast.decide(ctx, in)
+		if err != nil {
+			return Decision{}, fmt.Errorf("policy: decide %s (revision %s): %w", in.Ref, c.revision, err)
+		}
+		if ok {
+			return d, nil
+		}
+	}
+	return c.evaluate(ctx, in)
+}
+
+// evaluate evaluates the prepared query in full.
+func (c *compiled) evaluate(ctx context.Context, in Input) (Decision, error) {
 	opts, stop := evalOptions(ctx, inputValue(in))
 	rs, err := c.query.Eval(ctx, opts...)
 	stop()

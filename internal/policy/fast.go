@@ -1,0 +1,197 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strings"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/storage"
+
+	"github.com/xemahq/xema/internal/bounded"
+)
+
+// fastPathSize bounds the residuals kept per bundle: one per (ref, org, biome) seen.
+const fastPathSize = 4096
+
+// The fast path's queries. The residual of clean lives in its own namespace, beside the
+// support rules partial evaluation writes there.
+const (
+	cleanQuery         = "data.xema.authz.clean"
+	cleanDecisionQuery = "decision = data.xema.authz.clean_decision"
+	fastNamespace      = "xemafast"
+	residualQuery      = "data." + fastNamespace + ".clean_residual"
+)
+
+var (
+	keyInputs     = map[string]bool{"ref": true, "org": true, "biome": true}
+	unknownInputs = nonKeyInputs()
+	residualPath  = ast.MustParseRef("data." + fastNamespace)
+)
+
+// nonKeyInputs are the input fields the fast path leaves unknown: every field of Input
+// (by its JSON name) but the key's, so a field added to Input is unknown too.
+func nonKeyInputs() []string {
+	t := reflect.TypeFor[Input]()
+	var out []string
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if !keyInputs[name] {
+			out = append(out, "input."+name)
+		}
+	}
+	return out
+}
+
+// fastPath decides clean calls without evaluating the policy in full. For each
+// (ref, org, biome) it partially evaluates data.xema.authz.clean with those input fields
+// known and the others unknown, and data.xema.authz.clean_decision, which must then be a
+// constant (authz.rego: decision is clean_decision whenever clean holds). A call whose
+// residual holds gets that constant; any other call is evaluated in full. One fastPath
+// belongs to one compiled bundle, so a new revision starts empty.
+type fastPath struct {
+	modules []*ast.Module
+	store   storage.Store
+	entries *bounded.Map[fastKey, *fastEntry]
+}
+
+type fastKey struct{ ref, org, biome string }
+
+// fastEntry is what partial evaluation left for one key.
+type fastEntry struct {
+	// residual evaluates clean over the full input; nil when clean can never hold (or
+	// clean_decision is not a constant), so every call of the key is evaluated in full.
+	residual *rego.PreparedEvalQuery
+	decision Decision
+}
+
+func newFastPath(mods []*ast.Module, store storage.Store) *fastPath {
+	return &fastPath{modules: mods, store: store, entries: bounded.New[fastKey, *fastEntry](fastPathSize)}
+}
+
+// decide returns the decision of a clean call (ok) or ok false when the call must be
+// evaluated in full. An error is an error of the decision: the caller denies.
+func (f *fastPath) decide(ctx context.Context, in Input) (d Decision, ok bool, err error) {
+	key := fastKey{ref: in.Ref, org: in.Org, biome: in.Biome}
+	ent, hit := f.entries.Get(key, nil)
+	if !hit {
+		// Two calls missing the same key at once both compute it, to the same result.
+		if ent, err = f.prepare(ctx, key); err != nil {
+			return Decision{}, false, err
+		}
+		f.entries.Put(key, ent)
+	}
+	if ent.residual == nil {
+		return Decision{}, false, nil
+	}
+	opts, stop := evalOptions(ctx, inputValue(in))
+	rs, err := ent.residual.Eval(ctx, opts...)
+	stop()
+	if err != nil {
+		return Decision{}, false, fmt.Errorf("fast path: evaluate the residual of clean: %w", err)
+	}
+	if len(rs) == 0 {
+		return Decision{}, false, nil
+	}
+	if len(rs) != 1 || len(rs[0].Expressions) != 1 {
+		return Decision{}, false, fmt.Errorf("fast path: residual of clean: %d results", len(rs))
+	}
+	if t, isTerm := rs[0].Expressions[0].Value.(*ast.Term); !isTerm || !ast.Boolean(true).Equal(t.Value) {
+		return Decision{}, false, fmt.Errorf("fast path: residual of clean is %v, not true", rs[0].Expressions[0].Value)
+	}
+	return ent.decision.clone(), true, nil
+}
+
+// prepare partially evaluates clean and clean_decision for key.
+func (f *fastPath) prepare(ctx context.Context, key fastKey) (*fastEntry, error) {
+	known := ast.NewObject([2]*ast.Term{kRef, ast.StringTerm(key.ref)})
+	if key.org != "" { // as inputValue: an empty field is absent
+		known.Insert(ast.StringTerm("org"), ast.StringTerm(key.org))
+	}
+	if key.biome != "" {
+		known.Insert(ast.StringTerm("biome"), ast.StringTerm(key.biome))
+	}
+	dec, err := f.partial(ctx, cleanDecisionQuery, known)
+	if err != nil {
+		return nil, fmt.Errorf("fast path: partially evaluate clean_decision for %s: %w", key.ref, err)
+	}
+	d, constant, err := constantDecision(dec)
+	if err != nil || !constant {
+		return &fastEntry{}, err
+	}
+	pq, err := f.partial(ctx, cleanQuery, known)
+	if err != nil {
+		return nil, fmt.Errorf("fast path: partially evaluate clean for %s: %w", key.ref, err)
+	}
+	if len(pq.Queries) == 0 {
+		return &fastEntry{}, nil // clean never holds for this key
+	}
+	residual, err := f.compileResidual(ctx, pq)
+	if err != nil {
+		return nil, fmt.Errorf("fast path: compile the residual of clean for %s: %w", key.ref, err)
+	}
+	return &fastEntry{residual: residual, decision: d}, nil
+}
+
+func (f *fastPath) partial(ctx context.Context, query string, known ast.Value) (*rego.PartialQueries, error) {
+	opts := []func(*rego.Rego){
+		rego.Query(query), rego.Store(f.store), rego.ParsedInput(known),
+		rego.Unknowns(unknownInputs), rego.PartialNamespace(fastNamespace),
+	}
+	for _, m := range f.modules {
+		opts = append(opts, rego.ParsedModule(m))
+	}
+	return rego.New(opts...).Partial(ctx)
+}
+
+// constantDecision reads clean_decision's partial result: constant only when it is one
+// query binding the decision to a ground value, with no condition and no support rule.
+func constantDecision(pq *rego.PartialQueries) (d Decision, constant bool, err error) {
+	if len(pq.Queries) != 1 || len(pq.Queries[0]) != 1 || len(pq.Support) != 0 {
+		return Decision{}, false, nil
+	}
+	expr := pq.Queries[0][0]
+	if !expr.IsEquality() || len(expr.With) != 0 || expr.Negated {
+		return Decision{}, false, nil
+	}
+	v := expr.Operand(1)
+	if !v.IsGround() {
+		return Decision{}, false, nil
+	}
+	if d, err = decodeDecision(v.Value); err != nil {
+		return Decision{}, false, fmt.Errorf("fast path: decode clean_decision: %w", err)
+	}
+	return d, true, nil
+}
+
+// compileResidual makes the residual queries the bodies of one rule, so the evaluation
+// gets rule indexing (the per-environment bodies are told apart by their equality on
+// input.environment). The policy's modules are compiled in too: a residual may still refer
+// to a rule of theirs.
+func (f *fastPath) compileResidual(ctx context.Context, pq *rego.PartialQueries) (*rego.PreparedEvalQuery, error) {
+	mod := &ast.Module{Package: &ast.Package{Path: residualPath}}
+	head := ast.NewHead(ast.Var("clean_residual"), nil, ast.BooleanTerm(true))
+	for _, body := range pq.Queries {
+		if len(body) == 0 { // clean holds for every call of the key
+			body = ast.NewBody(ast.NewExpr(ast.BooleanTerm(true)))
+		}
+		mod.Rules = append(mod.Rules, &ast.Rule{Head: head.Copy(), Body: body, Module: mod})
+	}
+	opts := []func(*rego.Rego){rego.Query(residualQuery), rego.Store(f.store), rego.ParsedModule(mod)}
+	for _, m := range pq.Support {
+		// Keyed by their package's file, which support modules may share with the policy's
+		// own: without a location each is its own.
+		m.Package = &ast.Package{Path: m.Package.Path}
+		opts = append(opts, rego.ParsedModule(m))
+	}
+	for _, m := range f.modules {
+		opts = append(opts, rego.ParsedModule(m))
+	}
+	prepared, err := rego.New(opts...).PrepareForEval(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &prepared, nil
+}
