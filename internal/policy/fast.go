@@ -29,6 +29,7 @@ var (
 	keyInputs     = map[string]bool{"ref": true, "org": true, "biome": true}
 	unknownInputs = nonKeyInputs()
 	residualPath  = ast.MustParseRef("data." + fastNamespace)
+	keptWhole     = []string{"data.xema.authz.clean_subject_covered"}
 )
 
 // nonKeyInputs are the input fields the fast path leaves unknown: every field of Input
@@ -139,6 +140,8 @@ func (f *fastPath) partial(ctx context.Context, query string, known ast.Value) (
 	opts := []func(*rego.Rego){
 		rego.Query(query), rego.Store(f.store), rego.ParsedInput(known),
 		rego.Unknowns(unknownInputs), rego.PartialNamespace(fastNamespace),
+		// One support rule instead of a copy of clean per way a subject is covered.
+		rego.DisableInlining(keptWhole),
 	}
 	for _, m := range f.modules {
 		opts = append(opts, rego.ParsedModule(m))
@@ -166,10 +169,9 @@ func constantDecision(pq *rego.PartialQueries) (d Decision, constant bool, err e
 	return d, true, nil
 }
 
-// compileResidual makes the residual queries the bodies of one rule, so the evaluation
-// gets rule indexing (the per-environment bodies are told apart by their equality on
-// input.environment). The policy's modules are compiled in too: a residual may still refer
-// to a rule of theirs.
+// compileResidual makes the residual queries the bodies of one rule (an evaluation then
+// gets rule indexing over them). The policy's modules are compiled in only when the
+// residual still refers to one of their rules, to keep each entry small.
 func (f *fastPath) compileResidual(ctx context.Context, pq *rego.PartialQueries) (*rego.PreparedEvalQuery, error) {
 	mod := &ast.Module{Package: &ast.Package{Path: residualPath}}
 	head := ast.NewHead(ast.Var("clean_residual"), nil, ast.BooleanTerm(true))
@@ -186,12 +188,30 @@ func (f *fastPath) compileResidual(ctx context.Context, pq *rego.PartialQueries)
 		m.Package = &ast.Package{Path: m.Package.Path}
 		opts = append(opts, rego.ParsedModule(m))
 	}
-	for _, m := range f.modules {
-		opts = append(opts, rego.ParsedModule(m))
+	if f.refersToRules(append([]*ast.Module{mod}, pq.Support...)) {
+		for _, m := range f.modules {
+			opts = append(opts, rego.ParsedModule(m))
+		}
 	}
 	prepared, err := rego.New(opts...).PrepareForEval(ctx)
 	if err != nil {
 		return nil, err
 	}
 	return &prepared, nil
+}
+
+// refersToRules reports whether mods refer to a package of the policy's own modules.
+func (f *fastPath) refersToRules(mods []*ast.Module) bool {
+	found := false
+	for _, m := range mods {
+		ast.WalkRefs(m, func(r ast.Ref) bool {
+			for _, pm := range f.modules {
+				if r.HasPrefix(pm.Package.Path) {
+					found = true
+				}
+			}
+			return found
+		})
+	}
+	return found
 }
