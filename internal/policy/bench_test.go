@@ -42,6 +42,20 @@ func syntheticData(n int) map[string]any {
 
 func syntheticRef(i int) string { return fmt.Sprintf("d%d:res%d.read@1", i%50, i) }
 
+// benchCalls are an allowed and a denied call of a ref in the middle of the key space of
+// syntheticData(n).
+func benchCalls(n int) (allow, deny Input) {
+	i := n / 8
+	allow = agentCall(syntheticRef(i))
+	allow.Biome = "b2"
+	allow.Resource = fmt.Sprintf("kb/%d/page", i)
+	deny = with(allow, func(in *Input) {
+		in.Resource = "kb/other/page"
+		in.Environment = "app"
+	})
+	return allow, deny
+}
+
 // BenchmarkDecision is the uncached decision: the engine's decision cache is off.
 func BenchmarkDecision(b *testing.B) {
 	ctx := context.Background()
@@ -54,14 +68,7 @@ func BenchmarkDecision(b *testing.B) {
 			if err := e.Load(ctx, syntheticData(n), "bench"); err != nil {
 				b.Fatal(err)
 			}
-			i := n / 8 // a ref in the middle of the key space
-			allow := agentCall(syntheticRef(i))
-			allow.Biome = "b2"
-			allow.Resource = fmt.Sprintf("kb/%d/page", i)
-			deny := with(allow, func(in *Input) {
-				in.Resource = "kb/other/page"
-				in.Environment = "app"
-			})
+			allow, deny := benchCalls(n)
 			for _, c := range []struct {
 				name  string
 				in    Input

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
@@ -13,8 +14,9 @@ import (
 	"github.com/xemahq/xema/internal/bounded"
 )
 
-// fastPathSize bounds the residuals kept per bundle: one per (ref, org, biome) seen.
-const fastPathSize = 4096
+// fastPathSize bounds the residuals kept per bundle, one per (ref, org, biome): each is a
+// small compiled query of ~50-70 KB, and costs ~10-20 ms of partial evaluation to make.
+const fastPathSize = 1024
 
 // The fast path's queries. The residual of clean lives in its own namespace, beside the
 // support rules partial evaluation writes there.
@@ -30,6 +32,8 @@ var (
 	unknownInputs = nonKeyInputs()
 	residualPath  = ast.MustParseRef("data." + fastNamespace)
 	keptWhole     = []string{"data.xema.authz.clean_subject_covered"}
+	// allCapabilities are built once: CapabilitiesForThisVersion builds them on every call.
+	allCapabilities = ast.CapabilitiesForThisVersion()
 )
 
 // nonKeyInputs are the input fields the fast path leaves unknown: every field of Input
@@ -55,8 +59,17 @@ func nonKeyInputs() []string {
 type fastPath struct {
 	modules []*ast.Module
 	store   storage.Store
+	// queries compiles the two partial queries once, on the first call of the bundle.
+	queries func() (fastQueries, error)
 	entries *bounded.Map[fastKey, *fastEntry]
+	// A key gets its residual on its second call (seen holds keys called once), and one at
+	// a time (preparing): traffic over more keys than entries hold then costs a bounded
+	// share of partial evaluations, the other calls taking the full path meanwhile.
+	seen      *bounded.Map[fastKey, struct{}]
+	preparing sync.Mutex
 }
+
+type fastQueries struct{ clean, decision rego.PreparedPartialQuery }
 
 type fastKey struct{ ref, org, biome string }
 
@@ -69,7 +82,37 @@ type fastEntry struct {
 }
 
 func newFastPath(mods []*ast.Module, store storage.Store) *fastPath {
-	return &fastPath{modules: mods, store: store, entries: bounded.New[fastKey, *fastEntry](fastPathSize)}
+	f := &fastPath{
+		modules: mods, store: store,
+		entries: bounded.New[fastKey, *fastEntry](fastPathSize),
+		seen:    bounded.New[fastKey, struct{}](4 * fastPathSize),
+	}
+	f.queries = sync.OnceValues(func() (q fastQueries, err error) {
+		ctx := context.Background() // compiling depends on no request
+		if q.clean, err = f.preparePartial(ctx, cleanQuery); err != nil {
+			return q, err
+		}
+		q.decision, err = f.preparePartial(ctx, cleanDecisionQuery)
+		return q, err
+	})
+	return f
+}
+
+func (f *fastPath) preparePartial(ctx context.Context, query string) (rego.PreparedPartialQuery, error) {
+	opts := []func(*rego.Rego){
+		rego.Query(query), rego.Store(f.store), rego.Unknowns(unknownInputs),
+		rego.PartialNamespace(fastNamespace),
+		// One support rule instead of a copy of clean per way a subject is covered.
+		rego.DisableInlining(keptWhole),
+	}
+	for _, m := range f.modules {
+		opts = append(opts, rego.ParsedModule(m))
+	}
+	pq, err := rego.New(opts...).PrepareForPartial(ctx)
+	if err != nil {
+		return pq, fmt.Errorf("fast path: prepare %s: %w", query, err)
+	}
+	return pq, nil
 }
 
 // decide returns the decision of a clean call (ok) or ok false when the call must be
@@ -78,11 +121,20 @@ func (f *fastPath) decide(ctx context.Context, in Input) (d Decision, ok bool, e
 	key := fastKey{ref: in.Ref, org: in.Org, biome: in.Biome}
 	ent, hit := f.entries.Get(key, nil)
 	if !hit {
-		// Two calls missing the same key at once both compute it, to the same result.
-		if ent, err = f.prepare(ctx, key); err != nil {
+		if _, again := f.seen.Get(key, nil); !again {
+			f.seen.Put(key, struct{}{})
+			return Decision{}, false, nil
+		}
+		if !f.preparing.TryLock() {
+			return Decision{}, false, nil
+		}
+		ent, err = f.prepare(ctx, key)
+		f.preparing.Unlock()
+		if err != nil {
 			return Decision{}, false, err
 		}
 		f.entries.Put(key, ent)
+		f.seen.Delete(key)
 	}
 	if ent.residual == nil {
 		return Decision{}, false, nil
@@ -114,7 +166,11 @@ func (f *fastPath) prepare(ctx context.Context, key fastKey) (*fastEntry, error)
 	if key.biome != "" {
 		known.Insert(ast.StringTerm("biome"), ast.StringTerm(key.biome))
 	}
-	dec, err := f.partial(ctx, cleanDecisionQuery, known)
+	q, err := f.queries()
+	if err != nil {
+		return nil, err
+	}
+	dec, err := q.decision.Partial(ctx, rego.EvalParsedInput(known))
 	if err != nil {
 		return nil, fmt.Errorf("fast path: partially evaluate clean_decision for %s: %w", key.ref, err)
 	}
@@ -122,7 +178,7 @@ func (f *fastPath) prepare(ctx context.Context, key fastKey) (*fastEntry, error)
 	if err != nil || !constant {
 		return &fastEntry{}, err
 	}
-	pq, err := f.partial(ctx, cleanQuery, known)
+	pq, err := q.clean.Partial(ctx, rego.EvalParsedInput(known))
 	if err != nil {
 		return nil, fmt.Errorf("fast path: partially evaluate clean for %s: %w", key.ref, err)
 	}
@@ -134,19 +190,6 @@ func (f *fastPath) prepare(ctx context.Context, key fastKey) (*fastEntry, error)
 		return nil, fmt.Errorf("fast path: compile the residual of clean for %s: %w", key.ref, err)
 	}
 	return &fastEntry{residual: residual, decision: d}, nil
-}
-
-func (f *fastPath) partial(ctx context.Context, query string, known ast.Value) (*rego.PartialQueries, error) {
-	opts := []func(*rego.Rego){
-		rego.Query(query), rego.Store(f.store), rego.ParsedInput(known),
-		rego.Unknowns(unknownInputs), rego.PartialNamespace(fastNamespace),
-		// One support rule instead of a copy of clean per way a subject is covered.
-		rego.DisableInlining(keptWhole),
-	}
-	for _, m := range f.modules {
-		opts = append(opts, rego.ParsedModule(m))
-	}
-	return rego.New(opts...).Partial(ctx)
 }
 
 // constantDecision reads clean_decision's partial result: constant only when it is one
@@ -181,23 +224,55 @@ func (f *fastPath) compileResidual(ctx context.Context, pq *rego.PartialQueries)
 		}
 		mod.Rules = append(mod.Rules, &ast.Rule{Head: head.Copy(), Body: body, Module: mod})
 	}
-	opts := []func(*rego.Rego){rego.Query(residualQuery), rego.Store(f.store), rego.ParsedModule(mod)}
-	for _, m := range pq.Support {
+	mods := append([]*ast.Module{mod}, pq.Support...)
+	opts := []func(*rego.Rego){rego.Query(residualQuery), rego.Store(f.store)}
+	for _, m := range mods {
 		// Keyed by their package's file, which support modules may share with the policy's
 		// own: without a location each is its own.
 		m.Package = &ast.Package{Path: m.Package.Path}
 		opts = append(opts, rego.ParsedModule(m))
 	}
-	if f.refersToRules(append([]*ast.Module{mod}, pq.Support...)) {
+	if f.refersToRules(mods) {
 		for _, m := range f.modules {
 			opts = append(opts, rego.ParsedModule(m))
 		}
+	} else {
+		// A compiler's type environment holds every built-in it may call: only those the
+		// residual calls keep each entry a fraction of the size.
+		opts = append(opts, rego.Capabilities(capabilitiesFor(mods)))
 	}
 	prepared, err := rego.New(opts...).PrepareForEval(ctx)
 	if err != nil {
 		return nil, err
 	}
 	return &prepared, nil
+}
+
+// capabilitiesFor are this OPA's capabilities with only the built-ins mods call.
+func capabilitiesFor(mods []*ast.Module) *ast.Capabilities {
+	used := map[string]bool{ast.Equality.Name: true}
+	for _, m := range mods {
+		ast.WalkExprs(m, func(x *ast.Expr) bool {
+			if x.IsCall() {
+				used[x.Operator().String()] = true
+			}
+			return false
+		})
+		ast.WalkTerms(m, func(t *ast.Term) bool {
+			if c, ok := t.Value.(ast.Call); ok {
+				used[c[0].String()] = true
+			}
+			return false
+		})
+	}
+	caps := *allCapabilities
+	caps.Builtins = nil
+	for _, b := range allCapabilities.Builtins {
+		if used[b.Name] {
+			caps.Builtins = append(caps.Builtins, b)
+		}
+	}
+	return &caps
 }
 
 // refersToRules reports whether mods refer to a package of the policy's own modules.

@@ -20,10 +20,12 @@ func sortedMutations() []string {
 
 // corpus is every decision case, each alone, with every mutation and with every pair of
 // mutations (the inputs TestCleanIsSound checks), in a fixed order.
-func corpus() []decisionCase {
+func corpus() []decisionCase { return mutated(decisionCases()) }
+
+func mutated(cases []decisionCase) []decisionCase {
 	names := sortedMutations()
 	var out []decisionCase
-	for _, tc := range decisionCases() {
+	for _, tc := range cases {
 		out = append(out, tc)
 		for i, a := range names {
 			out = append(out, decisionCase{name: tc.name + " / " + a, in: with(tc.in, mutations[a])})
@@ -38,11 +40,11 @@ func corpus() []decisionCase {
 // fastMismatches decides every input of the corpus by the fast path (Engine.Decide, cache
 // off, through compiled.fast) and by evaluating the policy in full, and lists the inputs whose decisions differ in
 // any field; fast counts the inputs the fast path decided.
-func fastMismatches(t *testing.T, e *Engine) (mismatches []string, fast, allowed, denied int) {
+func fastMismatches(t *testing.T, e *Engine, cases []decisionCase) (mismatches []string, fast, allowed, denied int) {
 	t.Helper()
 	ctx := context.Background()
 	c := e.serving.Load()
-	for _, tc := range corpus() {
+	for _, tc := range cases {
 		want, err := c.evaluate(ctx, tc.in)
 		if err != nil {
 			t.Fatalf("%s: full evaluation: %v", tc.name, err)
@@ -84,17 +86,37 @@ func uncachedEngine(t *testing.T) *Engine {
 }
 
 // TestFastPathEquivalent: the fast path decides every input of the corpus exactly as the
-// full evaluation does (every field), allowed and denied.
+// full evaluation does (every field), allowed and denied; and so for the benchmark's
+// calls, with their mutations, over the benchmark's data.
 func TestFastPathEquivalent(t *testing.T) {
-	e := uncachedEngine(t)
-	mismatches, fast, allowed, denied := fastMismatches(t, e)
-	if len(mismatches) > 0 {
-		t.Errorf("%d inputs decided differently by the fast path", len(mismatches))
+	ctx := context.Background()
+	bench, err := New(ctx, Options{DecisionCacheSize: -1})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if fast == 0 || allowed == 0 || denied == 0 {
-		t.Fatalf("corpus does not exercise both paths: fast %d, allowed %d, denied %d", fast, allowed, denied)
+	if err := bench.Load(ctx, syntheticData(100), "bench"); err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("%d inputs (%d allowed, %d denied), %d decided by the fast path", allowed+denied, allowed, denied, fast)
+	allow, deny := benchCalls(100)
+	for _, run := range []struct {
+		name  string
+		e     *Engine
+		cases []decisionCase
+	}{
+		{"fixture", uncachedEngine(t), corpus()},
+		{"synthetic", bench, mutated([]decisionCase{{name: "allow", in: allow}, {name: "deny", in: deny}})},
+	} {
+		t.Run(run.name, func(t *testing.T) {
+			mismatches, fast, allowed, denied := fastMismatches(t, run.e, run.cases)
+			if len(mismatches) > 0 {
+				t.Errorf("%d inputs decided differently by the fast path", len(mismatches))
+			}
+			if fast == 0 || allowed == 0 || denied == 0 {
+				t.Fatalf("corpus does not exercise both paths: fast %d, allowed %d, denied %d", fast, allowed, denied)
+			}
+			t.Logf("%d inputs (%d allowed, %d denied), %d decided by the fast path", allowed+denied, allowed, denied, fast)
+		})
+	}
 }
 
 // TestFastPathEquivalenceCanFail: a residual that always holds (clean's conditions
@@ -118,9 +140,66 @@ func TestFastPathEquivalenceCanFail(t *testing.T) {
 		}
 		c.fast.entries.Put(key, ent)
 	}
-	mismatches, _, _, _ := fastMismatches(t, e)
+	mismatches, _, _, _ := fastMismatches(t, e, corpus())
 	if len(mismatches) == 0 {
 		t.Fatal("a fast path that ignores clean went unnoticed")
 	}
 	t.Logf("broken fast path: %d inputs decided differently", len(mismatches))
+}
+
+// TestFastPathFailsClosed: an error of the residual's evaluation is the decision's error,
+// never an allow, and never a fall back to another answer.
+func TestFastPathFailsClosed(t *testing.T) {
+	ctx := context.Background()
+	e := uncachedEngine(t)
+	c := e.serving.Load()
+	in := agentCall("kb:page.read@1")
+	if d, err := e.Decide(ctx, in); err != nil || !d.Allow {
+		t.Fatalf("decision %+v, %v: want the fixture call allowed", d, err)
+	}
+	// Two values for one complete rule: an evaluation error (conflict) on every call.
+	conflict, err := rego.New(rego.Query("data.t.p"), rego.Store(c.store), rego.Module("t.rego", `package t
+p := 1 if input.ref
+p := 2 if input.org
+`)).PrepareForEval(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := fastKey{ref: in.Ref, org: in.Org, biome: in.Biome}
+	ent, err := c.fast.prepare(ctx, key)
+	if err != nil || ent.residual == nil {
+		t.Fatalf("entry %+v, %v: want a residual", ent, err)
+	}
+	ent.residual = &conflict
+	c.fast.entries.Put(key, ent)
+	d, err := e.Decide(ctx, in)
+	if err == nil || d.Allow {
+		t.Fatalf("decision %+v, %v: want an error and no allow", d, err)
+	}
+	t.Log(err)
+}
+
+// TestFastPathFollowsRevision: a new revision brings a new fast path, so a residual of the
+// old data never decides a call of the new.
+func TestFastPathFollowsRevision(t *testing.T) {
+	ctx := context.Background()
+	e := uncachedEngine(t)
+	in := agentCall("kb:page.read@1")
+	for range 3 { // the second call prepares the residual, the third uses it
+		if d, err := e.Decide(ctx, in); err != nil || !d.Allow {
+			t.Fatalf("decision %+v, %v: want allowed", d, err)
+		}
+	}
+	if _, ok := e.serving.Load().fast.entries.Get(fastKey{ref: in.Ref, org: in.Org}, nil); !ok {
+		t.Fatal("no residual after three calls")
+	}
+	data := testData(t)
+	delete(data["grants"].(map[string]any), in.Ref)
+	if err := e.Load(ctx, data, "r2"); err != nil {
+		t.Fatal(err)
+	}
+	d, err := e.Decide(ctx, in)
+	if err != nil || d.Allow || d.Revision != "r2" {
+		t.Fatalf("decision %+v, %v: want denied by revision r2 (grant removed)", d, err)
+	}
 }
