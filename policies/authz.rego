@@ -9,7 +9,11 @@ package xema.authz
 # per call (internal/policy/fast.go).
 decision := clean_decision if {
 	clean
-} else := {
+} else := full_decision
+
+# The decision of a call that is not clean (the engine evaluates it directly when clean's
+# residual does not hold, so clean is not evaluated twice).
+full_decision := {
 	"allow": allow,
 	"reasons": reasons,
 	"suggestions": [s | some s in suggestion],
@@ -26,10 +30,8 @@ clean_decision := {
 	"revision": revision,
 }
 
-# On the allow path (fast.rego) no deny rule is evaluated at all.
-reasons := [] if {
-	clean
-} else := [r | some r in deny]
+# A clean call (fast.rego) has none; its decision evaluates no deny rule at all.
+reasons := [r | some r in deny]
 
 # A rule whose body is undefined denies nothing, so allow also needs the call to be
 # well-formed and to name a known capability in a known environment: fail closed.

@@ -5,10 +5,10 @@ package xema.authz
 # `clean` holds when no `deny` rule can fire: it is the conjunction of the negations of every
 # deny rule's body (checks.rego, grant.rego, baseline.rego, approval.rego, authz.rego and the
 # platform's data.xema.custom.deny), each written at least as strictly as the rule it
-# stands for. When it holds, `reasons` is [] without evaluating a single deny rule and the
-# suggestions that only follow from a reason are skipped; when it does not, the decision is
-# computed in full, exactly as before. So `clean` may be stricter than "no deny fires" (the
-# call then takes the full path and is decided the same way), never looser.
+# stands for. When it holds, the decision is clean_decision (authz.rego), which evaluates no
+# deny rule; when it does not, full_decision is computed. So `clean` may be stricter than
+# "no deny fires" (the call then takes the full path and is decided the same way), never
+# looser.
 #
 # clean is also written for partial evaluation (internal/policy/fast.go): the engine
 # evaluates it per (ref, org, biome) with the rest of the input unknown. A lookup of an

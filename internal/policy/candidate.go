@@ -45,6 +45,10 @@ func FromBundle(ctx context.Context, r io.Reader) (*Engine, error) {
 		rev = "bundle"
 	}
 	e := &Engine{modules: mods}
-	e.serving.Store(e.newCompiled(pq, store, rev, mods))
+	c, err := e.newCompiled(ctx, pq, store, rev, mods)
+	if err != nil {
+		return nil, fmt.Errorf("policy: compile bundle: %w", err)
+	}
+	e.serving.Store(c)
 	return e, nil
 }

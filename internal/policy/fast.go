@@ -75,10 +75,11 @@ type fastKey struct{ ref, org, biome string }
 
 // fastEntry is what partial evaluation left for one key.
 type fastEntry struct {
-	// residual evaluates clean over the full input; nil when clean can never hold (or
-	// clean_decision is not a constant), so every call of the key is evaluated in full.
-	residual *rego.PreparedEvalQuery
-	decision Decision
+	// residual evaluates clean over the full input; nil when clean_decision is not a
+	// constant (every call of the key evaluates decision) or clean never holds.
+	residual   *rego.PreparedEvalQuery
+	neverClean bool
+	decision   Decision
 }
 
 func newFastPath(mods []*ast.Module, store storage.Store) *fastPath {
@@ -115,46 +116,63 @@ func (f *fastPath) preparePartial(ctx context.Context, query string) (rego.Prepa
 	return pq, nil
 }
 
-// decide returns the decision of a clean call (ok) or ok false when the call must be
-// evaluated in full. An error is an error of the decision: the caller denies.
-func (f *fastPath) decide(ctx context.Context, in Input) (d Decision, ok bool, err error) {
+// outcome is what the fast path knows of a call.
+type outcome int
+
+const (
+	undecided    outcome = iota // no residual (yet) for its key: evaluate decision
+	decidedClean                // clean holds: the decision is the key's clean_decision
+	notClean                    // clean does not hold: the decision is full_decision
+)
+
+// decide tells whether the call (in, and input, its input document) is clean, with its
+// decision when it is. An error is an error of the decision: the caller denies.
+func (f *fastPath) decide(ctx context.Context, in Input, input ast.Value) (Decision, outcome, error) {
 	key := fastKey{ref: in.Ref, org: in.Org, biome: in.Biome}
 	ent, hit := f.entries.Get(key, nil)
 	if !hit {
 		if _, again := f.seen.Get(key, nil); !again {
 			f.seen.Put(key, struct{}{})
-			return Decision{}, false, nil
+			return Decision{}, undecided, nil
 		}
 		if !f.preparing.TryLock() {
-			return Decision{}, false, nil
+			return Decision{}, undecided, nil
 		}
-		ent, err = f.prepare(ctx, key)
+		ent, err := f.prepare(ctx, key)
 		f.preparing.Unlock()
 		if err != nil {
-			return Decision{}, false, err
+			return Decision{}, undecided, err
 		}
 		f.entries.Put(key, ent)
 		f.seen.Delete(key)
+		return f.decideBy(ctx, ent, input)
 	}
-	if ent.residual == nil {
-		return Decision{}, false, nil
+	return f.decideBy(ctx, ent, input)
+}
+
+func (f *fastPath) decideBy(ctx context.Context, ent *fastEntry, input ast.Value) (Decision, outcome, error) {
+	switch {
+	case ent.neverClean:
+		return Decision{}, notClean, nil
+	case ent.residual == nil:
+		return Decision{}, undecided, nil
 	}
-	opts, stop := evalOptions(ctx, inputValue(in))
+	opts, stop := evalOptions(ctx, input)
 	rs, err := ent.residual.Eval(ctx, opts...)
 	stop()
 	if err != nil {
-		return Decision{}, false, fmt.Errorf("fast path: evaluate the residual of clean: %w", err)
+		return Decision{}, undecided, fmt.Errorf("fast path: evaluate the residual of clean: %w", err)
 	}
 	if len(rs) == 0 {
-		return Decision{}, false, nil
+		return Decision{}, notClean, nil
 	}
 	if len(rs) != 1 || len(rs[0].Expressions) != 1 {
-		return Decision{}, false, fmt.Errorf("fast path: residual of clean: %d results", len(rs))
+		return Decision{}, undecided, fmt.Errorf("fast path: residual of clean: %d results", len(rs))
 	}
 	if t, isTerm := rs[0].Expressions[0].Value.(*ast.Term); !isTerm || !ast.Boolean(true).Equal(t.Value) {
-		return Decision{}, false, fmt.Errorf("fast path: residual of clean is %v, not true", rs[0].Expressions[0].Value)
+		return Decision{}, undecided, fmt.Errorf("fast path: residual of clean is %v, not true", rs[0].Expressions[0].Value)
 	}
-	return ent.decision.clone(), true, nil
+	return ent.decision.clone(), decidedClean, nil
 }
 
 // prepare partially evaluates clean and clean_decision for key.
@@ -183,7 +201,7 @@ func (f *fastPath) prepare(ctx context.Context, key fastKey) (*fastEntry, error)
 		return nil, fmt.Errorf("fast path: partially evaluate clean for %s: %w", key.ref, err)
 	}
 	if len(pq.Queries) == 0 {
-		return &fastEntry{}, nil // clean never holds for this key
+		return &fastEntry{neverClean: true}, nil
 	}
 	residual, err := f.compileResidual(ctx, pq)
 	if err != nil {

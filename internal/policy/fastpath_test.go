@@ -1,9 +1,11 @@
 package policy
 
 import (
+	"bytes"
 	"context"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/rego"
@@ -37,19 +39,20 @@ func mutated(cases []decisionCase) []decisionCase {
 	return out
 }
 
-// fastMismatches decides every input of the corpus by the fast path (Engine.Decide, cache
-// off, through compiled.fast) and by evaluating the policy in full, and lists the inputs whose decisions differ in
-// any field; fast counts the inputs the fast path decided.
+// fastMismatches decides every input of cases as Decide does through the fast path (the
+// residual of clean, then clean_decision or full_decision) and by evaluating decision in
+// full, and lists the inputs whose decisions differ in any field; fast counts the inputs
+// the fast path decided (residual ready).
 func fastMismatches(t *testing.T, e *Engine, cases []decisionCase) (mismatches []string, fast, allowed, denied int) {
 	t.Helper()
 	ctx := context.Background()
 	c := e.serving.Load()
 	for _, tc := range cases {
-		want, err := c.evaluate(ctx, tc.in)
+		want, err := c.evaluate(ctx, c.query, tc.in.Ref, inputValue(tc.in))
 		if err != nil {
 			t.Fatalf("%s: full evaluation: %v", tc.name, err)
 		}
-		got, ok, err := c.fast.decide(ctx, tc.in)
+		got, out, err := c.fast.decide(ctx, tc.in, inputValue(tc.in))
 		if err != nil {
 			t.Fatalf("%s: fast path: %v", tc.name, err)
 		}
@@ -58,8 +61,13 @@ func fastMismatches(t *testing.T, e *Engine, cases []decisionCase) (mismatches [
 		} else {
 			denied++
 		}
-		if !ok {
+		switch out {
+		case undecided:
 			continue
+		case notClean: // what Decide then evaluates
+			if got, err = c.evaluate(ctx, c.full, tc.in.Ref, inputValue(tc.in)); err != nil {
+				t.Fatalf("%s: full_decision: %v", tc.name, err)
+			}
 		}
 		fast++
 		if !reflect.DeepEqual(got, want) {
@@ -201,5 +209,36 @@ func TestFastPathFollowsRevision(t *testing.T) {
 	d, err := e.Decide(ctx, in)
 	if err != nil || d.Allow || d.Revision != "r2" {
 		t.Fatalf("decision %+v, %v: want denied by revision r2 (grant removed)", d, err)
+	}
+}
+
+// TestFastPathOnlyForOwnPolicy: a bundle of the embedded policies (as replay reads) gets
+// the fast path; one whose xema.authz Rego differs does not, since its decision need not
+// be clean_decision when clean holds.
+func TestFastPathOnlyForOwnPolicy(t *testing.T) {
+	ctx := context.Background()
+	e := uncachedEngine(t)
+	tarGz, _ := e.Bundle()
+	fromBundle, err := FromBundle(ctx, bytes.NewReader(tarGz))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fromBundle.serving.Load().fast == nil {
+		t.Fatal("no fast path for a bundle of the embedded policies")
+	}
+	if !ownPolicy(e.modules) {
+		t.Fatal("the engine's own modules are not its own policy")
+	}
+	changed := slices.Clone(e.modules)
+	for i, m := range changed {
+		if strings.HasSuffix(m.path, "/authz.rego") {
+			changed[i].source += "\n# changed\n"
+		}
+	}
+	if ownPolicy(changed) {
+		t.Fatal("a changed authz.rego counts as the own policy")
+	}
+	if ownPolicy(e.modules[1:]) {
+		t.Fatal("a policy missing a module counts as the own policy")
 	}
 }
