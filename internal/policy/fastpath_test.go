@@ -242,3 +242,58 @@ func TestFastPathOnlyForOwnPolicy(t *testing.T) {
 		t.Fatal("a policy missing a module counts as the own policy")
 	}
 }
+
+// TestFastPathAllocs logs where an allowed call's allocations go (testing.AllocsPerRun,
+// benchmark data, residual ready) and fails when the fast path stops paying: an allowed
+// call must cost well under a full evaluation of decision.
+func TestFastPathAllocs(t *testing.T) {
+	ctx := context.Background()
+	e, err := New(ctx, Options{DecisionCacheSize: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Load(ctx, syntheticData(100), "bench"); err != nil {
+		t.Fatal(err)
+	}
+	c := e.serving.Load()
+	allow, deny := benchCalls(100)
+	decide := func(in Input) func() {
+		return func() {
+			if _, err := e.Decide(ctx, in); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	evaluate := func(q rego.PreparedEvalQuery, in Input) func() {
+		input := inputValue(in)
+		return func() {
+			if _, err := c.evaluate(ctx, q, in.Ref, input); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	decide(allow)()
+	decide(allow)() // the second call prepares the residual
+	ent, ok := c.fast.entries.Get(fastKey{ref: allow.Ref, org: allow.Org, biome: allow.Biome}, nil)
+	if !ok || ent.residual == nil {
+		t.Fatal("no residual for the allowed call")
+	}
+	input := inputValue(allow)
+	fastAllow := testing.AllocsPerRun(100, decide(allow))
+	full := testing.AllocsPerRun(100, evaluate(c.query, allow))
+	t.Logf("allow: Decide %.0f (input %.0f, residual %.0f); full evaluation %.0f",
+		fastAllow, testing.AllocsPerRun(100, func() { inputValue(allow) }),
+		testing.AllocsPerRun(100, func() {
+			opts, stop := evalOptions(ctx, input)
+			if _, err := ent.residual.Eval(ctx, opts...); err != nil {
+				t.Fatal(err)
+			}
+			stop()
+		}), full)
+	t.Logf("deny: Decide %.0f (full_decision %.0f); full evaluation %.0f",
+		testing.AllocsPerRun(100, decide(deny)), testing.AllocsPerRun(100, evaluate(c.full, deny)),
+		testing.AllocsPerRun(100, evaluate(c.query, deny)))
+	if fastAllow > full/2 {
+		t.Errorf("an allowed call costs %.0f allocations by the fast path, %.0f in full", fastAllow, full)
+	}
+}
