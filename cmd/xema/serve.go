@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/net/netutil"
 
 	"github.com/xemahq/xema/internal/app"
 	"github.com/xemahq/xema/internal/buildinfo"
@@ -331,41 +330,32 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 		return &exitError{code: 2, err: err}
 	}
 	defer func() {
-		// Flush the buffered spans: the last calls' traces must not be lost at a stop.
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := tracing.Shutdown(sctx); err != nil {
 			slog.Warn("trace exporter shutdown", "err", err)
 		}
 	}()
-	a, err := app.New(ctx, cfg)
+	consoleOIDC, err := web.consoleOIDC(ctx, idCfg)
 	if err != nil {
 		return err
 	}
-	defer a.Close()
-	// Trace context reaches http providers, bindings and MCP servers (off: unchanged).
-	a.HTTP.Transport = tracing.Transport(a.HTTP.Transport)
-	a.Federation.WrapTransport(tracing.Transport)
-
 	idCfg.DataDir = cfg.DataDir
 	ids, err := identity.NewServerIdentity(ctx, idCfg)
 	if err != nil {
 		return fmt.Errorf("identity: %w", err)
 	}
 	defer ids.Close()
-	a.Gateway.Tokens = ids.ServiceTokens()
-	a.KeysReady = ids.KeysReady
-
-	a.Gateway.Outbound = gateway.NewSlots(lim.maxInflight)
-	a.Gateway.PerProvider = gateway.NewProviderSlots(lim.maxPerProvider)
-	// The headers get --read-header-timeout, the body what remains of --read-timeout.
-	srv := &server.Server{Gateway: a.Gateway, OperatorOrg: cfg.OperatorOrg, Auth: ids, Ready: a.Ready, Bundles: a.Policy,
-		Mounts: map[string]http.Handler{}, BundleReaders: bundleReaders, BodyReadTimeout: lim.read - lim.readHeader}
-	srv.Approvals = a.Approvals
-	srv.CORSOrigins, srv.PublicURL = web.corsOrigins, web.publicURL
-	if srv.ConsoleOIDC, err = web.consoleOIDC(ctx, idCfg); err != nil {
+	cfg.Tokens, cfg.WrapTransport = ids.ServiceTokens(), tracing.Transport
+	cfg.MaxInflight, cfg.MaxPerProvider = lim.maxInflight, lim.maxPerProvider
+	a, err := app.New(ctx, cfg)
+	if err != nil {
 		return err
 	}
+	a.KeysReady = ids.KeysReady
+	srv := &server.Server{Gateway: a.Gateway, Audit: a.Store, Approvals: a.Approvals, OperatorOrg: cfg.OperatorOrg, Auth: ids, Ready: a.Ready,
+		Bundles: a.Policy, Mounts: map[string]http.Handler{}, BundleReaders: bundleReaders, BodyReadTimeout: lim.read - lim.readHeader,
+		CORSOrigins: web.corsOrigins, PublicURL: web.publicURL, ConsoleOIDC: consoleOIDC, MetricsReaders: web.metricsReaders}
 	if idCfg.Issuer != "" {
 		srv.AuthorizationServers = []string{idCfg.Issuer}
 	}
@@ -373,81 +363,13 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 		srv.Mounts[path] = h
 	}
 	srv.Mounts["/mcp"] = srv.MCPHandler()
-	srv.MetricsReaders = web.metricsReaders
-	if web.metricsAddr != "" {
-		ml, err := net.Listen("tcp", web.metricsAddr)
-		if err != nil {
-			return &exitError{code: 2, err: fmt.Errorf("--metrics-addr %s: %w", web.metricsAddr, err)}
-		}
-		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", server.MetricsHandler())
-		ms := &http.Server{Handler: mux, ReadHeaderTimeout: lim.readHeader, IdleTimeout: lim.idle}
-		go func() { _ = ms.Serve(ml) }()
-		defer ms.Close()
-		slog.Info("metrics served without authentication on their own listener", "addr", ml.Addr().String())
-	}
-
-	go a.Watch(ctx, cfg.ReloadEvery)
-	go a.Policy.WatchExtra(ctx, cfg.PolicyDirPoll)
-	go a.PruneRateCounters(ctx, time.Minute)
-	go a.Gateway.Unauth.Run(ctx)
-	go a.Federation.ResyncEvery(ctx, cfg.MCPResyncEvery)
-	go a.Maintain(ctx, 15*time.Second)
-
-	// No ReadTimeout or WriteTimeout on the server: either would also cut off an invoke that
-	// legitimately waits for a slow provider (ReadTimeout's deadline cancels the request's
-	// context when it fires under the server's background read). The body's read is bounded
-	// by server.boundBody instead, the provider's wait by its timeoutMs.
-	hs := &http.Server{Addr: addr, Handler: tracing.Handler(srv.Handler()), ReadHeaderTimeout: lim.readHeader, IdleTimeout: lim.idle,
-		MaxHeaderBytes: 64 << 10, TLSConfig: tlsCfg}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", addr, err)
-	}
-	ln = netutil.LimitListener(ln, lim.maxConns)
-	slog.Info("xema serving", "addr", ln.Addr().String(), "tls", tlsCfg != nil, "data-dir", cfg.DataDir,
-		"policy-revision", a.Policy.Revision(), "version", buildinfo.Read().Short(), "tracing", tracing.Enabled())
-	errc := make(chan error, 1)
-	go func() {
-		if tlsCfg != nil {
-			errc <- hs.ServeTLS(ln, "", "")
-			return
-		}
-		errc <- hs.Serve(ln)
-	}()
-	select {
-	case err := <-errc:
-		if !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("serve: %w", err)
-		}
-	case <-ctx.Done():
-		drain(hs, a, lim.shutdown)
-	}
-	return nil // the deferred a.Close commits the audit log and the spool, then closes the store
-}
-
-// drain is the shutdown: stop accepting (and fail /readyz), let in-flight calls finish up to
-// timeout, then cut off the ones still running (each records an INTERRUPTED_BY_SHUTDOWN
-// outcome and answers it) and close the connections.
-func drain(hs *http.Server, a *app.App, timeout time.Duration) {
-	a.Drain()
-	slog.Info("shutting down: no new connections; draining in-flight calls", "inFlight", a.Gateway.InFlight(), "timeout", timeout.String())
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	err := hs.Shutdown(ctx)
-	cancel()
-	if err == nil {
-		slog.Info("drained: every in-flight call finished", "took", time.Since(start).Round(time.Millisecond).String())
-		return
-	}
-	slog.Warn("shutdown deadline reached: cutting off the calls still running, each with its outcome recorded",
-		"inFlight", a.Gateway.InFlight())
-	a.Gateway.AbortRuns()
-	grace, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := a.Gateway.WaitRuns(grace); err != nil {
-		slog.Error("calls still running after the cut-off; their outcome stays unknown", "inFlight", a.Gateway.InFlight())
-	}
-	_ = hs.Shutdown(grace) // the cut-off calls write their answers
-	_ = hs.Close()
+	// No ReadTimeout: it would also cut off a handler waiting for a slow provider. The body
+	// read is bounded by server.boundBody instead, the provider's wait by its timeoutMs.
+	return a.Run(ctx, app.Listener{Addr: addr, Handler: tracing.Handler(srv.Handler()), TLS: tlsCfg,
+		ReadHeaderTimeout: lim.readHeader, IdleTimeout: lim.idle, MaxConns: lim.maxConns, Shutdown: lim.shutdown,
+		MetricsAddr: web.metricsAddr, Metrics: server.MetricsHandler(),
+		Serving: func(bound net.Addr) {
+			slog.Info("xema serving", "addr", bound.String(), "tls", tlsCfg != nil, "data-dir", cfg.DataDir,
+				"policy-revision", a.Policy.Revision(), "version", buildinfo.Read().Short(), "tracing", tracing.Enabled())
+		}})
 }

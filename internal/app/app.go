@@ -86,6 +86,14 @@ type Config struct {
 	// UnauthAuditInterval is how long one aggregate record of unauthenticated attempts
 	// (route, reason, source) stays open; 0 means gateway.DefaultUnauthInterval.
 	UnauthAuditInterval time.Duration
+	// Tokens mints the gateway's outbound service tokens (the server identity's); nil sends
+	// none (a provider needing one is answered NO_SERVICE_TOKEN).
+	Tokens runner.TokenSource
+	// WrapTransport, when set, wraps every outbound transport (e.g. in client spans).
+	WrapTransport func(http.RoundTripper) http.RoundTripper
+	// MaxInflight bounds the outbound calls running at once, MaxPerProvider those of one
+	// provider (--max-inflight-calls, --max-inflight-per-provider); 0 bounds nothing.
+	MaxInflight, MaxPerProvider int
 }
 
 // Validate checks the configuration before anything opens; each error names the `xema serve`
@@ -131,6 +139,10 @@ type App struct {
 
 	// Spool keeps outcomes, approval ends and idempotency answers the store could not take.
 	Spool *spool.Spool
+	// Audit is the one audit log of the process (the funnel's and the approvals' records:
+	// one writer batches both); unauth aggregates unauthenticated attempts into it.
+	Audit  *audit.Log
+	unauth *gateway.UnauthAggregator
 	// Replica is this process's id in approval leases and the write probe.
 	Replica string
 	// KeysReady reports whether the identity provider's keys are available (set by serve).
@@ -142,6 +154,7 @@ type App struct {
 	decisions *decisionlog.Exporter // nil unless Config.DecisionLog
 	dryRuns   chan struct{}         // one grant dry run at a time
 
+	cfg      Config
 	mu       sync.Mutex // serializes rebuilds
 	loadedAt int64
 }
@@ -168,7 +181,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, err
 	}
 	a := &App{Store: st, Kernel: kernel.New(), Catalog: catalog.New(st), Policy: eng,
-		envs: grant.DefaultEnvironments(), profiles: grant.Builtin(), loadedAt: -1}
+		envs: grant.DefaultEnvironments(), profiles: grant.Builtin(), loadedAt: -1, cfg: cfg}
 	if a.Replica, err = replicaID(cfg.DataDir); err != nil {
 		return nil, a.closeWith(err)
 	}
@@ -177,6 +190,22 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	a.Egress = egress.New(cfg.EgressAllow)
 	a.HTTP = a.Egress.Client(nil)
+	if cfg.WrapTransport != nil {
+		a.HTTP.Transport = cfg.WrapTransport(a.HTTP.Transport)
+	}
+	keys, err := deploymentKeys(ctx, st)
+	if err != nil {
+		return nil, a.closeWith(err)
+	}
+	a.Audit = &audit.Log{Store: st, Chain: audit.NewChain(keys.chain)}
+	a.Spool.AppendAudit = a.Audit.Append // spooled records join this process's hash chain
+	if cfg.DecisionLog != "" {
+		if a.decisions, err = decisionlog.New(decisionlog.Options{Sink: cfg.DecisionLog, Mask: cfg.DecisionLogMask,
+			Client: a.HTTP}); err != nil {
+			return nil, a.closeWith(err)
+		}
+		a.Audit.Committed = a.decisions.Records
+	}
 	a.Publisher = &catalog.Publisher{Store: st, OperatorOrg: cfg.OperatorOrg, Kernel: a.Kernel, Envs: a.envs, Profiles: a.profiles,
 		Changed: a.Rebuild, CheckURL: a.Egress.CheckURL}
 	if a.Bindings, err = bindings(cfg.DataDir, st, a.Egress, a.HTTP); err != nil {
@@ -190,14 +219,25 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err := admin.Register(a.Kernel, a.Publisher); err != nil {
 		return nil, a.closeWith(err)
 	}
-	a.Approvals = &approval.Service{Store: st, Policy: eng, Audit: &audit.Log{Store: st}, TTL: cfg.ApprovalTTL,
-		Replica: a.Replica, Spool: a.Spool}
-	if err := approval.Register(a.Kernel, a.Approvals); err != nil {
+	a.Federation = federation.New(st, a.Rebuild, cfg.Tokens, federation.Options{Egress: a.Egress, Stdio: stdio})
+	if cfg.WrapTransport != nil {
+		a.Federation.WrapTransport(cfg.WrapTransport)
+	}
+	if err := a.Federation.Register(a.Kernel); err != nil {
 		return nil, a.closeWith(err)
 	}
-	a.Federation = federation.New(st, a.Rebuild, func() runner.TokenSource { return a.Gateway.Tokens },
-		federation.Options{Egress: a.Egress, Stdio: stdio})
-	if err := a.Federation.Register(a.Kernel); err != nil {
+	// Built in order, no back-pointers: the funnel over the approval queue, then the
+	// approval service over the funnel.
+	a.unauth = &gateway.UnauthAggregator{Audit: a.Audit, Revision: eng.Revision, Interval: cfg.UnauthAuditInterval}
+	if a.Gateway, err = gateway.New(gateway.Deps{Catalog: a.Catalog, Policy: eng, Audit: a.Audit, Kernel: a.Kernel,
+		Tokens: cfg.Tokens, HTTP: a.HTTP, CursorKey: keys.cursor, InputHashKey: keys.inputHash,
+		Resolvers: []gateway.Resolver{a.Bindings, a.Federation}, Limiter: &ratelimit.Limiter{Counter: st},
+		Approvals: &approval.Queue{Store: st, TTL: cfg.ApprovalTTL}, Outbound: gateway.NewSlots(cfg.MaxInflight),
+		PerProvider: gateway.NewProviderSlots(cfg.MaxPerProvider), Unauth: a.unauth, Spool: a.Spool, Idempotency: st}); err != nil {
+		return nil, a.closeWith(err)
+	}
+	a.Approvals = &approval.Service{Store: st, Policy: eng, Runner: a.Gateway, Audit: a.Audit, Replica: a.Replica, Spool: a.Spool}
+	if err := approval.Register(a.Kernel, a.Approvals); err != nil {
 		return nil, a.closeWith(err)
 	}
 	if err := a.publishKernel(ctx); err != nil {
@@ -212,26 +252,6 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err := a.Rebuild(ctx); err != nil {
 		return nil, a.closeWith(err)
 	}
-	keys, err := deploymentKeys(ctx, st)
-	if err != nil {
-		return nil, a.closeWith(err)
-	}
-	a.Approvals.Audit.Chain = audit.NewChain(keys.chain)
-	a.Spool.AppendAudit = a.Approvals.Audit.Append // spooled records join this process's hash chain
-	if cfg.DecisionLog != "" {
-		if a.decisions, err = decisionlog.New(decisionlog.Options{Sink: cfg.DecisionLog, Mask: cfg.DecisionLogMask,
-			Client: a.HTTP}); err != nil {
-			return nil, a.closeWith(err)
-		}
-		a.Approvals.Audit.Committed = a.decisions.Records
-	}
-	a.Gateway = &gateway.Gateway{Catalog: a.Catalog, Policy: eng, Audit: a.Approvals.Audit, // one log: one writer batches both
-		Kernel: a.Kernel, HTTP: a.HTTP, Resolvers: []gateway.Resolver{a.Bindings, a.Federation},
-		CursorKey: keys.cursor, InputHashKey: keys.inputHash}
-	a.Gateway.Limiter = &ratelimit.Limiter{Counter: st}
-	a.Gateway.Unauth = &gateway.UnauthAggregator{Audit: a.Approvals.Audit, Revision: eng.Revision, Interval: cfg.UnauthAuditInterval}
-	a.Gateway.Approvals, a.Approvals.Gateway = a.Approvals, a.Gateway
-	a.Gateway.Spool, a.Gateway.Idempotency = a.Spool, st
 	if err := a.recoverAtStart(ctx); err != nil {
 		return nil, a.closeWith(err)
 	}
@@ -297,13 +317,15 @@ func (a *App) closeWith(err error) error {
 // and releases the store last.
 func (a *App) Close() error {
 	a.Federation.Close()
-	if a.Gateway != nil {
-		a.Gateway.Unauth.Close() // open aggregate buckets write their counts
+	if a.unauth != nil {
+		a.unauth.Close() // open aggregate buckets write their counts
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	_ = a.Spool.Close(ctx) // through the audit log; what the store still refuses stays in the file for the next start
 	cancel()
-	a.Approvals.Audit.Close() // queued audit records commit before the store closes
+	if a.Audit != nil {
+		a.Audit.Close() // queued audit records commit before the store closes
+	}
 	if a.decisions != nil {
 		a.decisions.Close() // after the audit log: its last batch is shipped too
 	}

@@ -11,6 +11,7 @@
 package approval
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"encoding/json"
@@ -85,14 +86,48 @@ var descriptors embed.FS
 // document takes their inputSchema and outputSchema as the routes' bodies.
 var Contributions fs.FS = descriptors
 
-// Service holds, decides and runs calls waiting for approval.
-type Service struct {
-	Store   store.Store
-	Policy  *policy.Engine
-	Gateway *gateway.Gateway
-	Audit   *audit.Log
+// Queue stores the calls the gateway holds (gateway.ApprovalQueue). It needs only the store,
+// so the gateway is built on it, and the Service that runs approved calls on the gateway:
+// each part is built once, in order.
+type Queue struct {
+	Store interface {
+		PutApproval(ctx context.Context, a store.Approval) error
+	}
 	// TTL is how long a held call may wait; 0 means DefaultTTL.
 	TTL time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+var _ gateway.ApprovalQueue = (*Queue)(nil)
+
+// Hold stores the call, pending, until it expires.
+func (q *Queue) Hold(ctx context.Context, p gateway.Pending) error {
+	exec, err := json.Marshal(p.Exec)
+	if err != nil {
+		return fmt.Errorf("hold %s: encode execution context: %w", p.Ref, err)
+	}
+	now, ttl := time.Now(), cmp.Or(q.TTL, DefaultTTL)
+	if q.Now != nil {
+		now = q.Now()
+	}
+	return q.Store.PutApproval(ctx, store.Approval{ID: p.ID, Org: p.Exec.Org, AuditID: p.AuditID, Ref: p.Ref, Biome: p.Biome,
+		RequesterRef: p.Exec.Subject.Ref, Environment: p.Exec.Environment, Exec: exec, Input: p.Input,
+		Status: store.ApprovalPending, CreatedAt: now, ExpiresAt: now.Add(ttl)})
+}
+
+// Runner runs an approved call through the funnel again, as its requester (gateway.Gateway).
+type Runner interface {
+	RunApproved(ctx context.Context, ec identity.ExecContext, req gateway.Request, parentAuditID string,
+		dispatching func(ctx context.Context) error) (*gateway.Result, error)
+}
+
+// Service decides and runs calls waiting for approval.
+type Service struct {
+	Store  store.Store
+	Policy *policy.Engine
+	Runner Runner
+	Audit  *audit.Log
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Replica names this gateway process's claims (stable across its restarts); "" means
@@ -108,8 +143,6 @@ func (s *Service) replica() string {
 	}
 	return "local"
 }
-
-var _ gateway.ApprovalQueue = (*Service)(nil)
 
 // View is the public shape of a held call.
 type View struct {
@@ -144,25 +177,6 @@ func (s *Service) now() time.Time {
 		return s.Now()
 	}
 	return time.Now()
-}
-
-func (s *Service) ttl() time.Duration {
-	if s.TTL > 0 {
-		return s.TTL
-	}
-	return DefaultTTL
-}
-
-// Hold implements gateway.ApprovalQueue: it stores the call, pending, until it expires.
-func (s *Service) Hold(ctx context.Context, p gateway.Pending) error {
-	exec, err := json.Marshal(p.Exec)
-	if err != nil {
-		return fmt.Errorf("hold %s: encode execution context: %w", p.Ref, err)
-	}
-	now := s.now()
-	return s.Store.PutApproval(ctx, store.Approval{ID: p.ID, Org: p.Exec.Org, AuditID: p.AuditID, Ref: p.Ref, Biome: p.Biome,
-		RequesterRef: p.Exec.Subject.Ref, Environment: p.Exec.Environment, Exec: exec, Input: p.Input,
-		Status: store.ApprovalPending, CreatedAt: now, ExpiresAt: now.Add(s.ttl())})
 }
 
 // Register queues the approval capabilities on reg, served by s.
@@ -247,22 +261,9 @@ func (s *Service) run(ctx context.Context, a store.Approval) store.Approval {
 	var exec identity.ExecContext
 	if err := json.Unmarshal(a.Exec, &exec); err != nil {
 		end.To, end.Outcome = store.ApprovalFailed, "INVALID_EXEC_CONTEXT"
-	} else if res, err := s.Gateway.RunApproved(ctx, exec, gateway.Request{Ref: a.Ref, Input: a.Input}, a.AuditID, dispatching); err != nil {
-		end.To, end.Outcome = store.ApprovalFailed, codeOf(err)
-		var ge *gateway.Error
-		if errors.As(err, &ge) {
-			switch ge.Code {
-			case gateway.CodeOutcomeNotRecorded: // it ran: the approval tells how
-				end.Outcome = ge.Outcome
-				if ge.Outcome == "ok" {
-					end.To, end.Output = store.ApprovalDone, ge.RanOutput()
-				}
-			case gateway.CodeInterrupted:
-				end.To = store.ApprovalInterrupted
-			}
-		}
 	} else {
-		end.Output = res.Output
+		res, err := s.Runner.RunApproved(ctx, exec, gateway.Request{Ref: a.Ref, Input: a.Input}, a.AuditID, dispatching)
+		ended(&end, res, err)
 	}
 	// The run happened: its end is recorded even if the approver's request was cancelled,
 	// and spooled if the store cannot take it now (a running one still never dispatched is
@@ -279,6 +280,25 @@ func (s *Service) run(ctx context.Context, a store.Approval) store.Approval {
 		return a
 	}
 	return done
+}
+
+// ended sets how the run of an approved call ended from RunApproved's answer: done with its
+// output when it ran (even if its outcome record failed), failed when the policy refused it
+// now (a grant revoked meanwhile) or it failed, interrupted when a shutdown cut it off.
+func ended(end *store.ApprovalTransition, res *gateway.Result, err error) {
+	var ge *fault.Error
+	switch {
+	case res != nil && res.Denial != nil:
+		end.To, end.Outcome = store.ApprovalFailed, res.Denial.Code
+	case res != nil: // it ran; an OUTCOME_NOT_RECORDED error does not change that
+		end.Output = res.Output
+	case errors.As(err, &ge) && ge.Code == gateway.CodeOutcomeNotRecorded: // it ran and failed: the approval tells how
+		end.To, end.Outcome = store.ApprovalFailed, ge.Outcome
+	case errors.As(err, &ge) && ge.Code == gateway.CodeInterrupted:
+		end.To, end.Outcome = store.ApprovalInterrupted, ge.Code
+	case err != nil:
+		end.To, end.Outcome = store.ApprovalFailed, codeOf(err)
+	}
 }
 
 // Recover ends every approval left in flight by a replica that is gone: this one's own
@@ -456,13 +476,13 @@ func (s *Service) audit(ctx context.Context, a store.Approval, by identity.ExecC
 // run. Its requester may read it, and so may whoever the policy admits to approval:list@1
 // (org administrators); anyone else learns nothing, as for an unknown id.
 func (s *Service) Invocation(ctx context.Context, ec identity.ExecContext, id string) (View, error) {
-	notFound := &gateway.Error{Kind: fault.NotFound, Code: CodeNotFound, Message: fmt.Sprintf("no invocation %q", id)}
+	notFound := &fault.Error{Kind: fault.NotFound, Code: CodeNotFound, Message: fmt.Sprintf("no invocation %q", id)}
 	a, err := s.Store.GetApproval(ctx, id)
 	if errors.Is(err, store.ErrNotFound) || err == nil && a.Org != ec.Org {
 		return View{}, notFound
 	}
 	if err != nil {
-		return View{}, &gateway.Error{Kind: fault.Unavailable, Code: gateway.CodeStoreUnavailable,
+		return View{}, &fault.Error{Kind: fault.Unavailable, Code: gateway.CodeStoreUnavailable,
 			Message: "store unavailable; nothing was read (fail closed)"}
 	}
 	if a.RequesterRef != ec.Subject.Ref {
@@ -482,7 +502,7 @@ func unavailable(err error) *runner.Error {
 }
 
 func codeOf(err error) string {
-	var ge *gateway.Error
+	var ge *fault.Error
 	if errors.As(err, &ge) {
 		return ge.Code
 	}

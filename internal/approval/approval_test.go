@@ -51,23 +51,25 @@ var (
 // hold makes the approval-requiring call as requester and returns its approval id.
 func (f *fixture) hold(t *testing.T, requester identity.ExecContext) string {
 	t.Helper()
-	_, err := f.app.Gateway.Invoke(context.Background(), requester, gateway.Request{Ref: ref,
+	res, err := f.app.Gateway.Invoke(context.Background(), requester, gateway.Request{Ref: ref,
 		Input: json.RawMessage(`{"ticketId":"3f1c2a9e-8b4d-4c57-9a61-2b7e0f4d5c88","text":"hi"}`)})
-	var ge *gateway.Error
-	if !errors.As(err, &ge) || ge.Kind != fault.Pending || ge.ApprovalID == "" || ge.AuditID == "" {
-		t.Fatalf("held call: %v, want 202 with approval and audit ids", err)
+	if err != nil || res.Held == nil || res.Held.ApprovalID == "" || res.AuditID == "" {
+		t.Fatalf("held call: %+v %v, want held with approval and audit ids", res, err)
 	}
-	return ge.ApprovalID
+	return res.Held.ApprovalID
 }
 
 // decide calls approval:approve@1 or approval:reject@1 through the funnel.
-func (f *fixture) decide(capRef string, by identity.ExecContext, input map[string]any) (approval.View, *gateway.Error) {
+func (f *fixture) decide(capRef string, by identity.ExecContext, input map[string]any) (approval.View, *fault.Error) {
 	raw, _ := json.Marshal(input)
 	res, err := f.app.Gateway.Invoke(context.Background(), by, gateway.Request{Ref: capRef, Input: raw})
 	if err != nil {
-		var ge *gateway.Error
+		var ge *fault.Error
 		errors.As(err, &ge)
 		return approval.View{}, ge
+	}
+	if res.Denial != nil { // judged like an error of kind Denied
+		return approval.View{}, &fault.Error{Kind: fault.Denied, Code: res.Denial.Code, AuditID: res.AuditID}
 	}
 	var v approval.View
 	_ = json.Unmarshal(res.Output, &v)
@@ -180,7 +182,7 @@ func TestPeriodicRecoveryLeavesLiveRun(t *testing.T) {
 	id := f.hold(t, bot)
 	type result struct {
 		v   approval.View
-		err *gateway.Error
+		err *fault.Error
 	}
 	done := make(chan result, 1)
 	go func() {

@@ -55,12 +55,11 @@ func New(t testing.TB, o Options) *Fixture {
 	prov := httptest.NewServer(o.Provider)
 	t.Cleanup(prov.Close)
 	a, err := app.New(ctx, app.Config{DataDir: t.TempDir(), ApprovalTTL: time.Hour, EgressAllow: egress.Loopback(),
-		OperatorOrg: identity.DefaultOrg})
+		OperatorOrg: identity.DefaultOrg, Tokens: staticToken("test-service-token")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
-	a.Gateway.Tokens = staticToken("test-service-token")
 	now := time.Now()
 	a.Approvals.Now = func() time.Time { return now }
 

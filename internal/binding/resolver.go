@@ -34,7 +34,7 @@ func (s *Service) Resolve(ctx context.Context, ec identity.ExecContext, entry *c
 	}
 	bs, err := s.Store.ListBindings(ctx, OrgOf(ec))
 	if err != nil {
-		return nil, false, &gateway.Error{Kind: fault.Unavailable, Code: gateway.CodeStoreUnavailable,
+		return nil, false, &fault.Error{Kind: fault.Unavailable, Code: gateway.CodeStoreUnavailable,
 			Message: "bindings unavailable; the call was denied (fail closed)"}
 	}
 	if s.conversational(ref) {
@@ -49,10 +49,10 @@ func (s *Service) Resolve(ctx context.Context, ec identity.ExecContext, entry *c
 	}
 	if _, err := s.Store.GetCredential(ctx, b.CredentialID); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			return nil, false, &gateway.Error{Kind: fault.Provider, Code: credential.CodeMissingCredential,
+			return nil, false, &fault.Error{Kind: fault.Provider, Code: credential.CodeMissingCredential,
 				Message: fmt.Sprintf("binding %s of %s names credential %s, which does not exist; an admin must store it", b.ID, ref, b.CredentialID)}
 		}
-		return nil, false, &gateway.Error{Kind: fault.Unavailable, Code: gateway.CodeStoreUnavailable,
+		return nil, false, &fault.Error{Kind: fault.Unavailable, Code: gateway.CodeStoreUnavailable,
 			Message: "credentials unavailable; the call was denied (fail closed)"}
 	}
 	return &Runner{svc: s, bindings: bs, ref: ref, chosen: &b}, true, nil
@@ -78,12 +78,12 @@ func anyConversation(bs []store.Binding, ec identity.ExecContext, ref string) bo
 	return false
 }
 
-func missingBinding(ec identity.ExecContext, ref string) *gateway.Error {
+func missingBinding(ec identity.ExecContext, ref string) *fault.Error {
 	where := "org " + OrgOf(ec)
 	if ec.Project != "" {
 		where += ", project " + ec.Project
 	}
-	return &gateway.Error{Kind: fault.Provider, Code: CodeMissingBinding,
+	return &fault.Error{Kind: fault.Provider, Code: CodeMissingBinding,
 		Message: fmt.Sprintf("no provider binding serves %s for %s in environment %s; an org admin must create one (POST /v1/bindings)", ref, where, ec.Environment)}
 }
 

@@ -50,6 +50,19 @@ type Snapshot struct {
 	grants []store.Grant
 	// visible caches AllFor per org: the snapshot never changes.
 	visible sync.Map // org → []*Entry
+	derived sync.Map // key → what Derived built
+}
+
+// Derived returns what build makes of the snapshot for key (an index, a graph), built on
+// first use and shared read-only: the snapshot never changes, so neither does what is
+// derived from it, and it is dropped with the snapshot. Two first uses racing may both
+// build; one result is kept.
+func (s *Snapshot) Derived(key string, build func() any) any {
+	if v, ok := s.derived.Load(key); ok {
+		return v
+	}
+	v, _ := s.derived.LoadOrStore(key, build())
+	return v
 }
 
 // Get returns the catalog's own entry for ref, whoever asks.

@@ -28,7 +28,6 @@ const (
 	UnsupportedMedia             // a body of a media type not accepted
 	Unprocessable                // well-formed but not acceptable (an idempotency key reused)
 	RateLimited                  // over a rate limit or quota
-	Pending                      // accepted, waiting for a person's approval
 	NotImplemented               // the gateway cannot do this here
 	Provider                     // a provider (http, connector, MCP server) failed or misbehaved
 	Unavailable                  // a dependency (store, policy, capacity) is unavailable; retry
@@ -36,7 +35,7 @@ const (
 )
 
 var names = [...]string{"internal", "invalid", "unauthenticated", "denied", "not-found", "conflict", "gone",
-	"too-large", "unsupported-media", "unprocessable", "rate-limited", "pending", "not-implemented", "provider",
+	"too-large", "unsupported-media", "unprocessable", "rate-limited", "not-implemented", "provider",
 	"unavailable", "timeout"}
 
 func (k Kind) String() string {
@@ -46,18 +45,28 @@ func (k Kind) String() string {
 	return fmt.Sprintf("kind(%d)", k)
 }
 
-// Error is a typed failure of a runner, a handler or a domain operation. Message is safe to
-// show the caller (a fixed sentence or one written for them, never an error's text); Err
-// holds the underlying error for the log only.
+// Error is the domain's one error type: a typed failure of the funnel, a runner, a handler or
+// a domain operation, encoded as is as the answer's body. Message is safe to show the caller
+// (a fixed sentence or one written for them, never an error's text); Err holds the
+// underlying error for the log only.
 type Error struct {
-	Kind    Kind
-	Code    string
-	Message string
+	Kind    Kind   `json:"-"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	// AuditID is the audit record of the call the error answers, when there is one.
+	AuditID string `json:"auditId,omitempty"`
+	// Violations name each bad field by JSON pointer; ViolationCount is their total when
+	// Violations lists only the first of them.
+	Violations     []inputschema.Violation `json:"violations,omitempty"`
+	ViolationCount int                     `json:"violationCount,omitempty"`
+	// RetryAfter is the seconds after which a retry may succeed (Retry-After).
+	RetryAfter int `json:"retryAfter,omitempty"`
 	// ProviderStatus is the HTTP status a provider answered, when there was one.
-	ProviderStatus int
-	// Violations name each bad field by JSON pointer.
-	Violations []inputschema.Violation
-	Err        error
+	ProviderStatus int `json:"providerStatus,omitempty"`
+	// Outcome is how a runner ended, told when the call ran but its ending is not the answer
+	// (the outcome record failed, a shutdown cut it off).
+	Outcome string `json:"outcome,omitempty"`
+	Err     error  `json:"-"`
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }

@@ -40,9 +40,8 @@ const (
 
 // dialer opens client sessions to registered servers.
 type dialer struct {
-	// Tokens is the gateway's outbound token source (auth kind service-token); read at each
-	// connection because the server identity is wired after the federation.
-	Tokens func() runner.TokenSource
+	// Tokens is the gateway's outbound token source (auth kind service-token).
+	Tokens runner.TokenSource
 	client *mcp.Client
 	// transport dials through the egress policy; stdio holds the operator's declarations.
 	transport http.RoundTripper
@@ -51,7 +50,7 @@ type dialer struct {
 
 // newDialer returns a dialer; toolsChanged, when not nil, hears every session's
 // notifications/tools/list_changed.
-func newDialer(tokens func() runner.TokenSource, toolsChanged func(*mcp.ClientSession)) *dialer {
+func newDialer(tokens runner.TokenSource, toolsChanged func(*mcp.ClientSession)) *dialer {
 	var opts *mcp.ClientOptions
 	if toolsChanged != nil {
 		opts = &mcp.ClientOptions{ToolListChangedHandler: func(_ context.Context, req *mcp.ToolListChangedRequest) {
@@ -125,7 +124,7 @@ func (d *dialer) listTools(ctx context.Context, srv store.MCPServer) ([]*mcp.Too
 
 // bearer adds the gateway's service token to every request to the server.
 type bearer struct {
-	tokens   func() runner.TokenSource
+	tokens   runner.TokenSource
 	next     http.RoundTripper
 	audience string
 }
@@ -138,7 +137,7 @@ func Audience(srv store.MCPServer) string { return runner.Audience(srv.URL) }
 func sameOrigin(u *url.URL, audience string) bool { return runner.Audience(u.String()) == audience }
 
 func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	ts := b.tokens()
+	ts := b.tokens
 	if ts == nil {
 		return nil, &runner.Error{Code: runner.CodeNoToken, Message: "the gateway has no outbound token source"}
 	}

@@ -26,7 +26,6 @@ import (
 	"github.com/xemahq/xema/internal/catalog"
 	"github.com/xemahq/xema/internal/egress"
 	"github.com/xemahq/xema/internal/fault"
-	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/grant"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/inputschema"
@@ -88,9 +87,9 @@ const SyncActor = "service:xema-gateway"
 const ListChangedDebounce = time.Second
 
 // New returns a federation over st. changed rebuilds catalog and policy after a write (the
-// Publisher's Changed); tokens returns the gateway's outbound token source; opts holds the
+// Publisher's Changed); tokens is the gateway's outbound token source; opts holds the
 // egress policy and the operator-declared stdio servers.
-func New(st store.Store, changed func(ctx context.Context) error, tokens func() runner.TokenSource, opts Options) *Federation {
+func New(st store.Store, changed func(ctx context.Context) error, tokens runner.TokenSource, opts Options) *Federation {
 	life, stop := context.WithCancel(context.Background())
 	if opts.Egress == nil {
 		opts.Egress = egress.New(nil)
@@ -598,7 +597,7 @@ func (f *Federation) Resolve(ctx context.Context, _ identity.ExecContext, entry 
 		var err error
 		if srv, err = f.store.GetMCPServer(ctx, c.BiomeID); err != nil {
 			slog.Error("mcp server unreadable", "ref", c.Ref, "provider", c.BiomeID, "err", err)
-			return nil, false, &gateway.Error{Kind: fault.Provider, Code: CodeUnknownServer,
+			return nil, false, &fault.Error{Kind: fault.Provider, Code: CodeUnknownServer,
 				Message: fmt.Sprintf("%s: its MCP server %q cannot be read", c.Ref, c.BiomeID)}
 		}
 		f.remember(srv)
@@ -608,6 +607,6 @@ func (f *Federation) Resolve(ctx context.Context, _ identity.ExecContext, entry 
 			return toolRunner{pool: f.pool, srv: srv, name: t.Name}, true, nil
 		}
 	}
-	return nil, false, &gateway.Error{Kind: fault.Provider, Code: CodeUnknownServer,
+	return nil, false, &fault.Error{Kind: fault.Provider, Code: CodeUnknownServer,
 		Message: fmt.Sprintf("%s is not a tool of MCP server %q at version %s", c.Ref, c.BiomeID, version(srv.Generation))}
 }

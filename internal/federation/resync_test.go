@@ -13,7 +13,6 @@ import (
 
 	"github.com/xemahq/xema/internal/egress"
 	"github.com/xemahq/xema/internal/kernel"
-	"github.com/xemahq/xema/internal/runner"
 	"github.com/xemahq/xema/internal/store"
 	"github.com/xemahq/xema/internal/store/sqlite"
 )
@@ -46,7 +45,7 @@ func publishedFederation(t *testing.T, url string) (*Federation, store.Store) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	f := New(st, func(context.Context) error { return nil }, func() runner.TokenSource { return nil }, Options{Egress: egress.New(egress.Loopback())})
+	f := New(st, func(context.Context) error { return nil }, nil, Options{Egress: egress.New(egress.Loopback())})
 	f.debounce = 50 * time.Millisecond
 	t.Cleanup(f.Close)
 	if _, err := f.RegisterServer(ctx, Registration{ProviderID: "changing", Transport: TransportHTTP, URL: url, TimeoutMs: 5000}, "acme", "user:admin"); err != nil {
@@ -113,7 +112,7 @@ func TestListChangedResyncs(t *testing.T) {
 func TestPeriodicResync(t *testing.T) {
 	s, url := changingServer(t)
 	_, st := publishedFederation(t, url)
-	f := New(st, func(context.Context) error { return nil }, func() runner.TokenSource { return nil }, Options{Egress: egress.New(egress.Loopback())})
+	f := New(st, func(context.Context) error { return nil }, nil, Options{Egress: egress.New(egress.Loopback())})
 	defer f.Close()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()

@@ -92,13 +92,13 @@ func (p *ProviderSlots) Acquire(provider string) (release func(), ok bool) {
 	return s.Acquire()
 }
 
-func providerBusy(provider string, n int) *Error {
-	return &Error{Kind: fault.Unavailable, Code: CodeProviderBusy, RetryAfter: 1,
+func providerBusy(provider string, n int) *fault.Error {
+	return &fault.Error{Kind: fault.Unavailable, Code: CodeProviderBusy, RetryAfter: 1,
 		Message: fmt.Sprintf("provider %s already has its maximum of %d calls in flight; retry shortly", provider, n)}
 }
 
-func capacityExceeded(n int) *Error {
-	return &Error{Kind: fault.Unavailable, Code: CodeCapacityExceeded, RetryAfter: 1,
+func capacityExceeded(n int) *fault.Error {
+	return &fault.Error{Kind: fault.Unavailable, Code: CodeCapacityExceeded, RetryAfter: 1,
 		Message: fmt.Sprintf("the gateway is running its maximum of %d outbound calls; retry shortly", n)}
 }
 

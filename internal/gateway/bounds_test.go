@@ -102,16 +102,16 @@ func TestViolationsAreCapped(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name  string
-		err   *Error
+		err   *fault.Error
 		total int
 	}{
 		{"invalid input, 90000", invalidInput(many(90_000)), 90_000},
 		{"invalid input, 3", invalidInput(many(3)), 3},
-		{"handler client error, 250", &Error{Kind: fault.Invalid, Code: "X", Violations: many(250)}, 250},
-		{"exactly the maximum", &Error{Kind: fault.Invalid, Code: "X", Violations: many(MaxViolations)}, MaxViolations},
+		{"handler client error, 250", providerError(&fault.Error{Kind: fault.Invalid, Code: "X", Violations: many(250)}), 250},
+		{"exactly the maximum", providerError(&fault.Error{Kind: fault.Invalid, Code: "X", Violations: many(MaxViolations)}), MaxViolations},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			raw, err := json.Marshal(tc.err.Body())
+			raw, err := json.Marshal(tc.err)
 			if err != nil {
 				t.Fatal(err)
 			}

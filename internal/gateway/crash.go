@@ -2,7 +2,7 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -32,18 +32,25 @@ const (
 )
 
 // outcomeNotRecorded answers a call that ran when its outcome record failed.
-func outcomeNotRecorded(auditID, outcome string, spooled bool, output json.RawMessage) *Error {
+func outcomeNotRecorded(auditID, outcome string, spooled bool) *fault.Error {
 	where := "kept in memory and written once the store is back (lost if the gateway stops first)"
 	if spooled {
 		where = "spooled to disk and written once the store is back"
 	}
-	return &Error{Kind: fault.Internal, Code: CodeOutcomeNotRecorded, AuditID: auditID, Outcome: outcome,
+	return &fault.Error{Kind: fault.Internal, Code: CodeOutcomeNotRecorded, AuditID: auditID, Outcome: outcome,
 		Message: fmt.Sprintf("the call ran (its runner ended %q) but its outcome could not be recorded; the outcome is %s. "+
-			"This is not a denial: retry only with the same Idempotency-Key", outcome, where), output: output}
+			"This is not a denial: retry only with the same Idempotency-Key", outcome, where)}
 }
 
-func interrupted(auditID string) *Error {
-	return &Error{Kind: fault.Unavailable, Code: CodeInterrupted, AuditID: auditID, Outcome: CodeInterrupted,
+// ranUnrecorded says err answers a call that ran to its end (outcome ok) whose outcome record
+// failed: its output is still the caller's.
+func ranUnrecorded(err error) bool {
+	var e *fault.Error
+	return errors.As(err, &e) && e.Code == CodeOutcomeNotRecorded && e.Outcome == "ok"
+}
+
+func interrupted(auditID string) *fault.Error {
+	return &fault.Error{Kind: fault.Unavailable, Code: CodeInterrupted, AuditID: auditID, Outcome: CodeInterrupted,
 		Message: "the gateway shut down while the call ran; it may have reached its provider (its outcome is recorded as interrupted)"}
 }
 

@@ -24,74 +24,41 @@ const (
 	CodeInvalidOutput = "INVALID_OUTPUT"
 )
 
-// Error is a typed answer of the funnel: never a stack trace, never a provider secret. Its
-// Kind says what went wrong; the edge maps it to an HTTP status or an MCP error.
-type Error struct {
-	Kind       fault.Kind              `json:"-"`
-	Code       string                  `json:"code"`
-	Message    string                  `json:"message"`
-	AuditID    string                  `json:"auditId,omitempty"`
-	Violations []inputschema.Violation `json:"violations,omitempty"`
-	// ViolationCount is the total number of violations found; Violations lists at most
-	// MaxViolations of them (Body caps it).
-	ViolationCount int `json:"violationCount,omitempty"`
-	RetryAfter     int `json:"retryAfter,omitempty"`
-	// State and ApprovalID answer a call held for approval (202): status "pending-approval".
-	State      string `json:"status,omitempty"`
-	ApprovalID string `json:"approvalId,omitempty"`
-	// Denial is the structured denial body answered as is for a policy denial.
-	Denial *audit.Denial `json:"-"`
-	// ProviderStatus is the upstream HTTP status of a provider failure, when known.
-	ProviderStatus int `json:"providerStatus,omitempty"`
-	// Outcome is how the runner ended, answered when the call ran but its ending is not the
-	// answer (OUTCOME_NOT_RECORDED, INTERRUPTED_BY_SHUTDOWN).
-	Outcome string `json:"outcome,omitempty"`
-	// output is the runner's output of a call that ran but whose outcome is not recorded.
-	output json.RawMessage
-}
-
-// RanOutput is the output of a call that ran while its outcome record failed (nil otherwise).
-func (e *Error) RanOutput() json.RawMessage { return e.output }
-
-func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }
-
-// Body is what the HTTP layer writes for e.
-func (e *Error) Body() any {
-	if e.Denial != nil {
-		return denialBody{Denial: *e.Denial, Code: e.Code, Message: e.Message, RetryAfter: e.RetryAfter}
-	}
-	if len(e.Violations) > 0 {
-		capped := *e
-		var total int
-		capped.Violations, total = capViolations(e.Violations)
-		capped.ViolationCount = max(total, e.ViolationCount) // a producer may have capped already
-		return &capped
-	}
-	return e
-}
-
-// denialBody is the spec's structured denial plus the common error fields.
-type denialBody struct {
+// Denial is the answer of a call the policy refused (403) or a limit refused (429): the
+// spec's structured denial plus the common error fields. It is a result of Invoke, not an
+// error: the funnel did what it is for.
+type Denial struct {
 	audit.Denial
 	Code       string `json:"code"`
 	Message    string `json:"message"`
 	RetryAfter int    `json:"retryAfter,omitempty"`
+	// Limited says a rate limit or quota refused the call, not a grant (429, not 403).
+	Limited bool `json:"-"`
 }
 
-func unknownCapability(ref string) *Error {
-	return &Error{Kind: fault.NotFound, Code: CodeUnknownCapability,
+// Held is the answer of a call held for a person's approval (202 "pending-approval").
+type Held struct {
+	Code       string `json:"code"`
+	Message    string `json:"message"`
+	AuditID    string `json:"auditId"`
+	Status     string `json:"status"`
+	ApprovalID string `json:"approvalId"`
+}
+
+func unknownCapability(ref string) *fault.Error {
+	return &fault.Error{Kind: fault.NotFound, Code: CodeUnknownCapability,
 		Message: fmt.Sprintf("no capability %q", ref)}
 }
 
-func invalidInput(v []inputschema.Violation) *Error {
+func invalidInput(v []inputschema.Violation) *fault.Error {
 	v, total := capViolations(v) // the producer's list is not kept past this answer
-	return &Error{Kind: fault.Invalid, Code: CodeInvalidInput, ViolationCount: total,
+	return &fault.Error{Kind: fault.Invalid, Code: CodeInvalidInput, ViolationCount: total,
 		Message: fmt.Sprintf("input does not match the capability's schema (%d violation(s))", total), Violations: v}
 }
 
-func unavailable(code, what string, err error) *Error {
+func unavailable(code, what string, err error) *fault.Error {
 	deps.fail(what, err)
-	return &Error{Kind: fault.Unavailable, Code: code,
+	return &fault.Error{Kind: fault.Unavailable, Code: code,
 		Message: fmt.Sprintf("%s unavailable; the call was denied (fail closed)", what)}
 }
 
@@ -105,7 +72,7 @@ func reasonsJSON(v any) json.RawMessage {
 
 // outputError carries an INVALID_OUTPUT answer through the run step's error path, so it is
 // logged and audited as the call's outcome like any other provider failure.
-type outputError struct{ answer *Error }
+type outputError struct{ answer *fault.Error }
 
 func (e *outputError) Error() string { return e.answer.Error() }
 
@@ -117,7 +84,7 @@ func invalidOutput(ref string, v []inputschema.Violation) error {
 	if at == "" {
 		at = "/"
 	}
-	return &outputError{answer: &Error{Kind: fault.Provider, Code: CodeInvalidOutput, ViolationCount: total, Violations: v,
+	return &outputError{answer: &fault.Error{Kind: fault.Provider, Code: CodeInvalidOutput, ViolationCount: total, Violations: v,
 		Message: fmt.Sprintf("the provider of %s answered an output that does not match its outputSchema at %s: %s (%d violation(s)); the output was not passed on",
 			ref, at, v[0].Message, total)}}
 }

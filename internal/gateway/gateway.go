@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,12 +31,20 @@ import (
 	"github.com/xemahq/xema/internal/telemetry"
 )
 
-// Gateway wires the funnel's parts.
+// Gateway is the funnel over its Deps, built once by New.
 type Gateway struct {
-	Catalog *catalog.Catalog
-	Policy  *policy.Engine
-	Audit   *audit.Log
-	Kernel  *kernel.Registry
+	d        Deps
+	inflight runs
+}
+
+// Deps are the funnel's parts, each behind the small interface the funnel uses of it.
+// Catalog, Policy, Audit, Kernel and HTTP are required; the others are optional, each nil
+// meaning what its comment says.
+type Deps struct {
+	Catalog Snapshots
+	Policy  Decider
+	Audit   Appender
+	Kernel  Handlers
 	Tokens  runner.TokenSource
 	HTTP    *http.Client
 	// CursorKey signs search cursors; replicas sharing it accept each other's cursors.
@@ -48,7 +57,7 @@ type Gateway struct {
 	Resolvers []Resolver
 	// Limiter counts the decision's rate-limit and quota obligations before a call runs;
 	// nil counts nothing.
-	Limiter *ratelimit.Limiter
+	Limiter Limiter
 	// Approvals holds the calls whose decision carries the approval obligation; nil
 	// refuses them (fail closed).
 	Approvals ApprovalQueue
@@ -67,9 +76,58 @@ type Gateway struct {
 	Spool *spool.Spool
 	// Idempotency keeps the answers of calls made with an idempotency key; nil refuses keys.
 	Idempotency store.IdempotencyStore
-
-	inflight runs
 }
+
+// Snapshots hands out the catalog serving now (catalog.Catalog).
+type Snapshots interface {
+	Snapshot() *catalog.Snapshot
+}
+
+// Decider is the policy engine as the funnel asks it (policy.Engine).
+type Decider interface {
+	Decide(ctx context.Context, in policy.Input) (policy.Decision, error)
+	Revision() string
+	KnownReasonCode(code string) bool
+	ReasonCodes() []string
+	// CacheStats says whether decisions may be remembered (Enabled: the policy is
+	// deterministic and caching is on).
+	CacheStats() policy.CacheStats
+}
+
+// Appender commits audit records (audit.Log).
+type Appender interface {
+	Append(ctx context.Context, rec store.AuditRecord) error
+}
+
+// Handlers finds the gateway's own capability handlers (kernel.Registry).
+type Handlers interface {
+	Handler(ref string) (kernel.Handler, bool)
+}
+
+// Limiter counts a call against its decision's limits (ratelimit.Limiter).
+type Limiter interface {
+	Take(ctx context.Context, k ratelimit.Key, obs []policy.Obligation) (*policy.Usage, error)
+}
+
+// New builds the funnel over d; a required part missing is an error, never a nil deref on
+// the first call.
+func New(d Deps) (*Gateway, error) {
+	var missing []string
+	for name, set := range map[string]bool{"Catalog": d.Catalog != nil, "Policy": d.Policy != nil, "Audit": d.Audit != nil,
+		"Kernel": d.Kernel != nil, "HTTP": d.HTTP != nil} {
+		if !set {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return nil, fmt.Errorf("gateway: missing %s", strings.Join(missing, ", "))
+	}
+	return &Gateway{d: d}, nil
+}
+
+// Deps are the parts g was built over (a copy: change it and call New for another funnel).
+func (g *Gateway) Deps() Deps { return g.d }
 
 // ApprovalQueue keeps a call until a person approves it.
 type ApprovalQueue interface {
@@ -87,7 +145,7 @@ type Pending struct {
 }
 
 // Resolver finds the runner for an entry in the caller's context. ok is false when the
-// resolver does not serve the entry; an error is a typed *Error (e.g. a missing binding).
+// resolver does not serve the entry; an error is a typed *fault.Error (e.g. a missing binding).
 type Resolver interface {
 	Resolve(ctx context.Context, ec identity.ExecContext, entry *catalog.Entry) (r runner.Runner, ok bool, err error)
 }
@@ -98,11 +156,29 @@ type Request struct {
 	Input json.RawMessage `json:"input"`
 }
 
-// Result is the answer of an allowed call: `{output, auditId, obligations}`.
+// Result is how the funnel decided a call: it ran (Output, answered `{output, auditId,
+// obligations}`), the policy or a limit refused it (Denial), or it waits for a person's
+// approval (Held). A refusal or a hold is the funnel working, so it is a result; an error
+// is a call the funnel could not decide or run.
 type Result struct {
 	Output      json.RawMessage     `json:"output"`
 	AuditID     string              `json:"auditId"`
 	Obligations []policy.Obligation `json:"obligations"`
+	Denial      *Denial             `json:"-"`
+	Held        *Held               `json:"-"`
+}
+
+// code is the result's answer code: "" for a call that ran.
+func (r *Result) code() string {
+	switch {
+	case r == nil:
+		return ""
+	case r.Denial != nil:
+		return r.Denial.Code
+	case r.Held != nil:
+		return r.Held.Code
+	}
+	return ""
 }
 
 // call carries one invocation through the funnel and becomes its audit record.
@@ -111,6 +187,9 @@ type call struct {
 	req   Request
 	start time.Time
 	rec   store.AuditRecord
+	// entry and decision are what admit found: the capability and the policy's decision.
+	entry    *catalog.Entry
+	decision policy.Decision
 	// dispatching is RunApproved's hook between the decision record and the run.
 	dispatching func(ctx context.Context) error
 	// reason is the first reason code of a denying decision (the metrics' reason label).
@@ -118,22 +197,23 @@ type call struct {
 }
 
 // Invoke runs req for the caller ec through the whole funnel. Every outcome, allowed or not,
-// is audited before Invoke returns; an error is always a *Error.
+// is audited before Invoke returns. A call that ran, was refused or is held is a Result; an
+// error is always a *fault.Error. One exception, as io.Reader's: a call that ran but whose
+// outcome could not be recorded answers both its Result and the OUTCOME_NOT_RECORDED error.
 func (g *Gateway) Invoke(ctx context.Context, ec identity.ExecContext, req Request) (*Result, error) {
 	c := g.begin(ec, req)
-	entry, decision, err := g.admit(ctx, c)
-	if err != nil {
-		return nil, err
+	if res, err := g.admit(ctx, c); res != nil || err != nil {
+		return res, err
 	}
-	if err := g.obligations(ctx, c, entry, decision); err != nil {
-		return nil, err
+	if res, err := g.obligations(ctx, c); res != nil || err != nil {
+		return res, err
 	}
-	return g.dispatch(ctx, c, entry, decision)
+	return g.dispatch(ctx, c)
 }
 
 // codeOf is the typed code of a funnel error ("" for nil), for span status and metrics.
 func codeOf(err error) string {
-	var ge *Error
+	var ge *fault.Error
 	switch {
 	case err == nil:
 		return ""
@@ -154,37 +234,39 @@ func (g *Gateway) RunApproved(ctx context.Context, ec identity.ExecContext, req 
 	c := g.begin(ec, req)
 	c.rec.ParentID = parentAuditID
 	c.dispatching = dispatching
-	entry, decision, err := g.admit(ctx, c)
-	if err != nil {
-		return nil, err
+	if res, err := g.admit(ctx, c); res != nil || err != nil {
+		return res, err
 	}
-	return g.dispatch(ctx, c, entry, decision)
+	return g.dispatch(ctx, c)
 }
 
-// admit is route → validate → authorize; every refusal is audited.
-func (g *Gateway) admit(ctx context.Context, c *call) (*catalog.Entry, policy.Decision, error) {
+// admit is route → validate → authorize; every refusal is audited. A nil result and error
+// admit the call, with c.entry and c.decision set.
+func (g *Gateway) admit(ctx context.Context, c *call) (*Result, error) {
 	entry, err := g.route(ctx, c)
 	if err != nil {
 		// No policy input will carry the verified context: the record keeps it as its detail.
 		c.rec.Detail = mustJSON(c.exec)
-		return nil, policy.Decision{}, g.fail(ctx, c, audit.DecisionNotFound, err)
+		return nil, g.fail(ctx, c, audit.DecisionNotFound, err)
 	}
 	violations := g.validate(ctx, entry, c.req.Input)
 	decision, err := g.authorize(ctx, c, entry, nil)
 	if err != nil {
-		return nil, decision, g.fail(ctx, c, audit.DecisionError, err)
+		return nil, g.fail(ctx, c, audit.DecisionError, err)
 	}
 	if !decision.Allow {
-		return nil, decision, g.fail(ctx, c, audit.DecisionDenied, g.denial(c, decision))
+		return g.deny(ctx, c, g.denial(c, decision))
 	}
 	if len(violations) > 0 {
-		return nil, decision, g.fail(ctx, c, audit.DecisionInvalid, invalidInput(violations))
+		return nil, g.fail(ctx, c, audit.DecisionInvalid, invalidInput(violations))
 	}
-	return entry, decision, nil
+	c.entry, c.decision = entry, decision
+	return nil, nil
 }
 
 // dispatch is resolve → run, with the decision recorded before the run.
-func (g *Gateway) dispatch(ctx context.Context, c *call, entry *catalog.Entry, decision policy.Decision) (*Result, error) {
+func (g *Gateway) dispatch(ctx context.Context, c *call) (*Result, error) {
+	entry := c.entry
 	rctx, step := telemetry.Start(ctx, telemetry.StepResolve, telemetry.AttrRef.String(entry.Ref()))
 	run, err := g.resolve(rctx, c.exec, entry)
 	if err != nil {
@@ -193,15 +275,15 @@ func (g *Gateway) dispatch(ctx context.Context, c *call, entry *catalog.Entry, d
 	}
 	step.End("", telemetry.AttrRunner.String(run.Kind()))
 	if run.Kind() != "kernel" {
-		release, ok := g.Outbound.Acquire()
+		release, ok := g.d.Outbound.Acquire()
 		if !ok {
-			return nil, g.fail(ctx, c, audit.DecisionError, capacityExceeded(g.Outbound.Cap()))
+			return nil, g.fail(ctx, c, audit.DecisionError, capacityExceeded(g.d.Outbound.Cap()))
 		}
 		defer release()
 		provider := entry.Capability.BiomeID
-		releaseProvider, ok := g.PerProvider.Acquire(provider)
+		releaseProvider, ok := g.d.PerProvider.Acquire(provider)
 		if !ok {
-			return nil, g.fail(ctx, c, audit.DecisionError, providerBusy(provider, g.PerProvider.n))
+			return nil, g.fail(ctx, c, audit.DecisionError, providerBusy(provider, g.d.PerProvider.n))
 		}
 		defer releaseProvider()
 	}
@@ -217,24 +299,24 @@ func (g *Gateway) dispatch(ctx context.Context, c *call, entry *catalog.Entry, d
 		}
 	}
 	out, err := g.run(ctx, c, entry, run)
-	if err != nil {
+	if err != nil && !ranUnrecorded(err) {
 		return nil, err
 	}
-	return &Result{Output: out, AuditID: c.rec.ID, Obligations: decision.Obligations}, nil
+	return &Result{Output: out, AuditID: c.rec.ID, Obligations: c.decision.Obligations}, err
 }
 
 func (g *Gateway) begin(ec identity.ExecContext, req Request) *call {
 	return &call{exec: ec, req: req, start: time.Now(), rec: store.AuditRecord{
 		ID: audit.NewID("inv_"), Org: ec.Org, Ref: req.Ref,
 		SubjectKind: ec.Subject.Kind, SubjectRef: ec.Subject.Ref, Environment: ec.Environment,
-		InputHash: audit.InputHash(g.InputHashKey, req.Input), BundleRevision: g.Policy.Revision(),
+		InputHash: audit.InputHash(g.d.InputHashKey, req.Input), BundleRevision: g.d.Policy.Revision(),
 	}}
 }
 
 // route finds the catalog entry; an unknown ref is a 404.
 func (g *Gateway) route(ctx context.Context, c *call) (*catalog.Entry, error) {
 	_, step := telemetry.Start(ctx, telemetry.StepRoute)
-	entry, ok := g.Catalog.Snapshot().For(c.exec.Org, c.req.Ref)
+	entry, ok := g.d.Catalog.Snapshot().For(c.exec.Org, c.req.Ref)
 	if !ok {
 		// The ref is the caller's text: not an attribute until the catalog knows it.
 		step.End(CodeUnknownCapability)
@@ -259,7 +341,7 @@ func (g *Gateway) authorize(ctx context.Context, c *call, entry *catalog.Entry, 
 	in := policyInput(c.exec, entry.Ref(), entry.Resource(c.req.Input))
 	in.Usage = usage
 	_, step := telemetry.Start(ctx, telemetry.StepAuthorize, telemetry.AttrRef.String(entry.Ref()))
-	d, err := g.Policy.Decide(ctx, in)
+	d, err := g.d.Policy.Decide(ctx, in)
 	if err != nil {
 		step.End(CodePolicyUnavailable)
 		return policy.Decision{}, unavailable(CodePolicyUnavailable, "policy", err)
@@ -283,75 +365,84 @@ func (g *Gateway) authorize(ctx context.Context, c *call, entry *catalog.Entry, 
 	return d, nil
 }
 
-func (g *Gateway) denial(c *call, d policy.Decision) *Error {
+func (g *Gateway) denial(c *call, d policy.Decision) *Denial {
 	c.rec.ID = audit.NewID("deny_")
 	rec := c.rec
 	rec.Decision = audit.DecisionDenied
 	den, _ := audit.WhyDenied(rec)
-	return &Error{Kind: fault.Denied, Code: CodeDenied, AuditID: rec.ID,
-		Message: fmt.Sprintf("%s denied: %s", c.req.Ref, summary(d.Reasons)), Denial: &den}
+	return &Denial{Denial: den, Code: CodeDenied, Message: fmt.Sprintf("%s denied: %s", c.req.Ref, summary(d.Reasons))}
+}
+
+// deny audits a refused call and answers its denial.
+func (g *Gateway) deny(ctx context.Context, c *call, d *Denial) (*Result, error) {
+	if err := g.record(ctx, c, audit.DecisionDenied, d.Code); err != nil {
+		return nil, err
+	}
+	return &Result{AuditID: c.rec.ID, Denial: d}, nil
 }
 
 // obligations enforces what an allowing decision demands before the call may run: the
 // rate limits and quotas are counted (over them the policy, told the usage, names the
-// denial), then a call that needs a person's approval is held instead of run.
-func (g *Gateway) obligations(ctx context.Context, c *call, entry *catalog.Entry, d policy.Decision) (err error) {
-	ctx, step := telemetry.Start(ctx, telemetry.StepObligations, telemetry.AttrRef.String(entry.Ref()))
-	defer func() { step.End(codeOf(err), attribute.Int("xema.obligations", len(d.Obligations))) }()
-	if g.Limiter != nil {
-		key := ratelimit.Key{Org: c.exec.Org, Ref: entry.Ref(), Subject: c.exec.Subject.Ref, Environment: c.exec.Environment}
-		usage, err := g.Limiter.Take(ctx, key, d.Obligations)
+// denial), then a call that needs a person's approval is held instead of run. A nil result
+// and error let the call run.
+func (g *Gateway) obligations(ctx context.Context, c *call) (res *Result, err error) {
+	obs := c.decision.Obligations
+	ctx, step := telemetry.Start(ctx, telemetry.StepObligations, telemetry.AttrRef.String(c.entry.Ref()))
+	defer func() { step.End(cmp.Or(res.code(), codeOf(err)), attribute.Int("xema.obligations", len(obs))) }()
+	if g.d.Limiter != nil {
+		key := ratelimit.Key{Org: c.exec.Org, Ref: c.entry.Ref(), Subject: c.exec.Subject.Ref, Environment: c.exec.Environment}
+		usage, err := g.d.Limiter.Take(ctx, key, obs)
 		if err != nil {
-			return g.fail(ctx, c, audit.DecisionError, unavailable(CodeStoreUnavailable, "rate limiter", err))
+			return nil, g.fail(ctx, c, audit.DecisionError, unavailable(CodeStoreUnavailable, "rate limiter", err))
 		}
 		deps.ok("rate limiter")
 		if usage != nil {
-			return g.limited(ctx, c, entry, usage)
+			return g.limited(ctx, c, usage)
 		}
 	}
-	for _, o := range d.Obligations {
+	for _, o := range obs {
 		if o.Kind == obligationApproval {
-			return g.hold(ctx, c, entry)
+			return g.hold(ctx, c)
 		}
 	}
-	return nil
+	return nil, nil
 }
 
 // limited denies a call over a limit with 429, the reasons of the policy told the usage,
 // and the seconds until the limit's window ends.
-func (g *Gateway) limited(ctx context.Context, c *call, entry *catalog.Entry, u *policy.Usage) error {
-	d, err := g.authorize(ctx, c, entry, u)
+func (g *Gateway) limited(ctx context.Context, c *call, u *policy.Usage) (*Result, error) {
+	d, err := g.authorize(ctx, c, c.entry, u)
 	if err != nil {
-		return g.fail(ctx, c, audit.DecisionError, err)
+		return nil, g.fail(ctx, c, audit.DecisionError, err)
 	}
-	e := g.denial(c, d)
-	e.Kind, e.Code, e.RetryAfter = fault.RateLimited, CodeRateLimited, u.RetryAfterSeconds
+	den := g.denial(c, d)
+	den.Limited, den.Code, den.RetryAfter = true, CodeRateLimited, u.RetryAfterSeconds
 	if u.QuotaExceeded {
-		e.Code = CodeQuotaExceeded
+		den.Code = CodeQuotaExceeded
 	}
-	return g.fail(ctx, c, audit.DecisionDenied, e)
+	return g.deny(ctx, c, den)
 }
 
 // hold records the call as pending approval, then stores it with its validated input. The
 // audit record comes first: a call whose request is not audited is never held, so never run.
-func (g *Gateway) hold(ctx context.Context, c *call, entry *catalog.Entry) error {
-	if g.Approvals == nil {
-		return g.fail(ctx, c, audit.DecisionError, &Error{Kind: fault.Unavailable,
+func (g *Gateway) hold(ctx context.Context, c *call) (*Result, error) {
+	if g.d.Approvals == nil {
+		return nil, g.fail(ctx, c, audit.DecisionError, &fault.Error{Kind: fault.Unavailable,
 			Code: CodeApprovalUnavailable, Message: "this call requires a human approval and no approval queue is configured"})
 	}
-	pending := &Error{Kind: fault.Pending, Code: CodePendingApproval, State: StatePendingApproval,
+	held := &Held{Code: CodePendingApproval, Status: StatePendingApproval, AuditID: c.rec.ID,
 		ApprovalID: audit.NewID("apr_"), Message: "this call requires a human approval before it runs"}
-	if err := g.audited(ctx, c, audit.DecisionPendingApproval, pending); err != nil {
-		return err
+	if err := g.record(ctx, c, audit.DecisionPendingApproval, held.Code); err != nil {
+		return nil, err
 	}
-	p := Pending{ID: pending.ApprovalID, AuditID: c.rec.ID, Ref: entry.Ref(), Biome: entry.Capability.BiomeID,
+	p := Pending{ID: held.ApprovalID, AuditID: c.rec.ID, Ref: c.entry.Ref(), Biome: c.entry.Capability.BiomeID,
 		Exec: c.exec, Input: c.req.Input}
-	if err := g.Approvals.Hold(ctx, p); err != nil {
+	if err := g.d.Approvals.Hold(ctx, p); err != nil {
 		e := unavailable(CodeStoreUnavailable, "approval store", err)
 		e.AuditID = c.rec.ID
-		return e
+		return nil, e
 	}
-	return pending
+	return &Result{AuditID: c.rec.ID, Held: held}, nil
 }
 
 // resolve picks the runner serving the entry: a declared invocation, a live kernel handler,
@@ -359,12 +450,12 @@ func (g *Gateway) hold(ctx context.Context, c *call, entry *catalog.Entry) error
 // at call time is a typed error, never a fallback.
 func (g *Gateway) resolve(ctx context.Context, ec identity.ExecContext, entry *catalog.Entry) (runner.Runner, error) {
 	if inv := entry.Invocation; inv != nil && inv.Kind == "http" {
-		return runner.HTTP{Client: g.HTTP, URL: inv.URL, Timeout: time.Duration(inv.TimeoutMs) * time.Millisecond, Tokens: g.Tokens}, nil
+		return runner.HTTP{Client: g.d.HTTP, URL: inv.URL, Timeout: time.Duration(inv.TimeoutMs) * time.Millisecond, Tokens: g.d.Tokens}, nil
 	}
-	if h, ok := g.Kernel.Handler(entry.Ref()); ok {
+	if h, ok := g.d.Kernel.Handler(entry.Ref()); ok {
 		return runner.Kernel{Handler: h}, nil
 	}
-	for _, r := range g.Resolvers {
+	for _, r := range g.d.Resolvers {
 		run, ok, err := r.Resolve(ctx, ec, entry)
 		if err != nil {
 			return nil, err
@@ -373,7 +464,7 @@ func (g *Gateway) resolve(ctx context.Context, ec identity.ExecContext, entry *c
 			return run, nil
 		}
 	}
-	return nil, &Error{Kind: fault.Provider, Code: CodeNoRunner,
+	return nil, &fault.Error{Kind: fault.Provider, Code: CodeNoRunner,
 		Message: fmt.Sprintf("%s has no runner in this environment", entry.Ref())}
 }
 
@@ -384,7 +475,7 @@ func (g *Gateway) closeUndispatched(ctx context.Context, c *call, kind string) {
 	outcome.ParentID, outcome.ID, outcome.PolicyInput = c.rec.ID, audit.OutcomeID(c.rec.ID), nil
 	outcome.Runner, outcome.Outcome, outcome.Time = kind, OutcomeNotDispatched, time.Now()
 	if err := g.appendAudit(context.WithoutCancel(ctx), outcome); err != nil {
-		g.Spool.Add(spool.Entry{Audit: &outcome})
+		g.d.Spool.Add(spool.Entry{Audit: &outcome})
 	}
 }
 
@@ -431,19 +522,19 @@ func (g *Gateway) run(ctx context.Context, c *call, entry *catalog.Entry, r runn
 		// auditId; the caller gets the typed code and the runner's fixed message.
 		slog.WarnContext(ctx, "run failed", "ref", c.req.Ref, "auditId", c.rec.ID, "runner", r.Kind(), "err", runErr)
 		answer = providerError(runErr)
-		outcome.Outcome = answer.(*Error).Code
+		outcome.Outcome = answer.(*fault.Error).Code
 	}
 	outcome.LatencyMicros = time.Since(c.start).Microseconds()
 	outcome.Time = time.Now()
 	// The run happened: its outcome is written even if the caller has gone.
 	if err := g.appendAudit(context.WithoutCancel(ctx), outcome); err != nil {
 		deps.fail("audit log", err)
-		spooled := g.Spool.Add(spool.Entry{Audit: &outcome})
-		return nil, outcomeNotRecorded(c.rec.ID, outcome.Outcome, spooled, out)
+		spooled := g.d.Spool.Add(spool.Entry{Audit: &outcome})
+		return out, outcomeNotRecorded(c.rec.ID, outcome.Outcome, spooled)
 	}
 	deps.ok("audit log")
 	if answer != nil {
-		answer.(*Error).AuditID = c.rec.ID
+		answer.(*fault.Error).AuditID = c.rec.ID
 		return nil, answer
 	}
 	return out, nil
@@ -459,7 +550,7 @@ func checkOutput(entry *catalog.Entry, kind string, out json.RawMessage) []input
 	return entry.Output.Validate(out)
 }
 
-func providerError(err error) *Error {
+func providerError(err error) *fault.Error {
 	var oe *outputError
 	if errors.As(err, &oe) {
 		return oe.answer
@@ -477,29 +568,25 @@ func providerError(err error) *Error {
 	case kind == fault.Internal: // a runner's failure that names no kind is its provider's
 		kind = fault.Provider
 	}
-	return &Error{Kind: kind, Code: re.Code, Message: re.Message, ProviderStatus: re.ProviderStatus, Violations: re.Violations}
+	v, total := capViolations(re.Violations)
+	return &fault.Error{Kind: kind, Code: re.Code, Message: re.Message, ProviderStatus: re.ProviderStatus, Violations: v,
+		ViolationCount: max(total, re.ViolationCount)}
 }
 
 // fail audits a call that ends before running and returns the answer for the caller.
 func (g *Gateway) fail(ctx context.Context, c *call, decision string, err error) error {
-	var ge *Error
+	var ge *fault.Error
 	if !errors.As(err, &ge) {
-		ge = &Error{Kind: fault.Internal, Code: "INTERNAL", Message: "internal error"}
+		ge = &fault.Error{Kind: fault.Internal, Code: "INTERNAL", Message: "internal error"}
 	}
-	if rerr := g.audited(ctx, c, decision, ge); rerr != nil {
-		return rerr
-	}
-	return ge
-}
-
-// audited records the answer ge of a call that ends before running (its auditId the record's
-// id); the error is the audit log's, when it could not take the record.
-func (g *Gateway) audited(ctx context.Context, c *call, decision string, ge *Error) error {
 	if ge.AuditID == "" {
 		ge.AuditID = c.rec.ID
 	}
 	c.rec.ID = ge.AuditID
-	return g.record(ctx, c, decision, ge.Code)
+	if rerr := g.record(ctx, c, decision, ge.Code); rerr != nil {
+		return rerr
+	}
+	return ge
 }
 
 // record appends the decision record; if the audit log cannot take it, the call is refused.
@@ -526,7 +613,7 @@ func (g *Gateway) record(ctx context.Context, c *call, decision, outcome string)
 func (g *Gateway) appendAudit(ctx context.Context, rec store.AuditRecord) error {
 	ctx, step := telemetry.Start(ctx, telemetry.StepAudit, telemetry.AttrAuditID.String(rec.ID),
 		telemetry.AttrDecision.String(rec.Decision), telemetry.AttrOutcome.String(rec.Outcome))
-	err := g.Audit.Append(ctx, rec)
+	err := g.d.Audit.Append(ctx, rec)
 	if err != nil {
 		step.End(CodeAuditUnavailable)
 		return err
@@ -542,13 +629,13 @@ func (g *Gateway) appendAudit(ctx context.Context, rec store.AuditRecord) error 
 func (g *Gateway) RecordUnauthenticated(ctx context.Context, route, reason, source string) (string, error) {
 	// route is the router's pattern (or /mcp), never the caller's path: a bounded label.
 	telemetry.Decision(route, audit.DecisionUnauthenticated, reason)
-	if g.Unauth != nil {
-		return g.Unauth.Record(ctx, route, reason, source)
+	if g.d.Unauth != nil {
+		return g.d.Unauth.Record(ctx, route, reason, source)
 	}
 	rec := store.AuditRecord{
 		ID: audit.NewID("unauth_"), Time: time.Now(), Ref: route, Decision: audit.DecisionUnauthenticated,
 		Reasons:        reasonsJSON([]policy.Reason{{Code: CodeUnauthenticated, Detail: reason}}),
-		BundleRevision: g.Policy.Revision(), Outcome: "not-run",
+		BundleRevision: g.d.Policy.Revision(), Outcome: "not-run",
 	}
 	if err := g.appendAudit(ctx, rec); err != nil {
 		return "", unavailable(CodeAuditUnavailable, "audit log", err)

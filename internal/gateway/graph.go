@@ -132,15 +132,16 @@ func (g *Gateway) Plan(ctx context.Context, ec identity.ExecContext, req PlanReq
 	case depth < 1 || depth > MaxPlanDepth:
 		return nil, badRequest("INVALID_ARGUMENT", fmt.Sprintf("/maxDepth must be between 1 and %d", MaxPlanDepth))
 	}
-	snap := g.Catalog.Snapshot()
+	snap := g.d.Catalog.Snapshot()
+	authz := g.authorizer(snap, ec)
 	goal, ok := snap.For(ec.Org, req.GoalCapabilityRef)
 	if ok {
-		_, ok = g.invocable(ctx, ec, goal)
+		ok = authz.allows(ctx, goal)
 	}
 	if !ok {
 		return nil, unknownCapability(req.GoalCapabilityRef)
 	}
-	gr := buildGraph(snap.AllFor(ec.Org))
+	gr := authz.view.graph
 
 	// cost[t] = steps needed to hold t; via[t] = the capability producing it.
 	cost := map[string]int{}
@@ -157,7 +158,7 @@ func (g *Gateway) Plan(ctx context.Context, ec identity.ExecContext, req PlanReq
 					continue
 				}
 				if _, seen := allowed[p.Ref()]; !seen {
-					_, allowed[p.Ref()] = g.invocable(ctx, ec, p)
+					allowed[p.Ref()] = authz.allows(ctx, p)
 				}
 				c, ok := costOf(gr.consumes[p.Ref()], cost)
 				if !allowed[p.Ref()] || !ok {

@@ -38,6 +38,9 @@ type Answer struct {
 	Body   json.RawMessage
 	// Replayed is true when the answer is the stored one of an earlier call.
 	Replayed bool
+	// RetryAfter is the Retry-After seconds of a refusal a retry may pass (never stored:
+	// such answers are not run, so their key is released).
+	RetryAfter int
 }
 
 // notRun are the codes of answers given before anything ran: a retry under the same key
@@ -57,24 +60,24 @@ func (g *Gateway) InvokeIdempotent(ctx context.Context, ec identity.ExecContext,
 		return Answer{}, badRequest(CodeInvalidIdempotencyKey,
 			fmt.Sprintf("an idempotency key is 1 to %d printable ASCII characters", MaxIdempotencyKey))
 	}
-	if g.Idempotency == nil {
-		return Answer{}, &Error{Kind: fault.Unavailable, Code: CodeStoreUnavailable,
+	if g.d.Idempotency == nil {
+		return Answer{}, &fault.Error{Kind: fault.Unavailable, Code: CodeStoreUnavailable,
 			Message: "idempotency keys are not available on this gateway; the call was not run"}
 	}
 	now := time.Now()
 	rec := store.IdempotencyRecord{Org: ec.Org, Subject: ec.Subject.Ref, Key: key, InputHash: requestHash(req),
 		CreatedAt: now, ExpiresAt: now.Add(IdempotencyTTL)}
-	stored, claimed, err := g.Idempotency.ClaimIdempotency(ctx, rec)
+	stored, claimed, err := g.d.Idempotency.ClaimIdempotency(ctx, rec)
 	if err != nil {
 		return Answer{}, unavailable(CodeStoreUnavailable, "idempotency store", err)
 	}
 	if !claimed {
 		switch {
 		case stored.InputHash != rec.InputHash:
-			return Answer{}, &Error{Kind: fault.Unprocessable, Code: CodeIdempotencyKeyReused,
+			return Answer{}, &fault.Error{Kind: fault.Unprocessable, Code: CodeIdempotencyKeyReused,
 				Message: "this Idempotency-Key was used for another call (other ref or input); use a new key"}
 		case stored.State != store.IdempotencyDone:
-			return Answer{}, &Error{Kind: fault.Conflict, Code: CodeIdempotencyKeyInUse, AuditID: stored.AuditID,
+			return Answer{}, &fault.Error{Kind: fault.Conflict, Code: CodeIdempotencyKeyInUse, AuditID: stored.AuditID,
 				Message: fmt.Sprintf("the call made with this Idempotency-Key at %s is running, or ran without its answer being "+
 					"stored; it is not run again", stored.CreatedAt.UTC().Format(time.RFC3339))}
 		}
@@ -83,13 +86,13 @@ func (g *Gateway) InvokeIdempotent(ctx context.Context, ec identity.ExecContext,
 	ans, code := encode(g.Invoke(ctx, ec, req))
 	done := context.WithoutCancel(ctx)
 	if notRun[code] {
-		_ = g.Idempotency.ReleaseIdempotency(done, ec.Org, ec.Subject.Ref, key) // a failed release leaves the key in use: safe
+		_ = g.d.Idempotency.ReleaseIdempotency(done, ec.Org, ec.Subject.Ref, key) // a failed release leaves the key in use: safe
 		return ans, nil
 	}
 	c := store.IdempotencyCompletion{Org: ec.Org, Subject: ec.Subject.Ref, Key: key, Status: ans.Status, Body: ans.Body,
 		AuditID: auditIDOf(ans.Body)}
-	if err := g.Idempotency.CompleteIdempotency(done, c); err != nil && !errors.Is(err, store.ErrConflict) {
-		g.Spool.Add(spool.Entry{Idempotency: &c})
+	if err := g.d.Idempotency.CompleteIdempotency(done, c); err != nil && !errors.Is(err, store.ErrConflict) {
+		g.d.Spool.Add(spool.Entry{Idempotency: &c})
 	}
 	return ans, nil
 }

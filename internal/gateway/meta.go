@@ -13,7 +13,6 @@ import (
 	"github.com/xemahq/xema/internal/catalog"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/identity"
-	"github.com/xemahq/xema/internal/policy"
 	"github.com/xemahq/xema/internal/store"
 )
 
@@ -30,16 +29,6 @@ const (
 	DefaultPlanDepth   = 5
 	MaxPlanDepth       = 10
 )
-
-// invocable reports whether the caller is armed and authorized for entry (an approval
-// obligation still counts as invocable: the call can be made, it waits for a person).
-func (g *Gateway) invocable(ctx context.Context, ec identity.ExecContext, e *catalog.Entry) (policy.Decision, bool) {
-	d, err := g.Policy.Decide(ctx, policyInput(ec, e.Ref(), ""))
-	if err != nil {
-		return policy.Decision{}, false
-	}
-	return d, d.Allow
-}
 
 // visible reports whether search may show entry at all, before asking the policy.
 func visible(e *catalog.Entry) bool {
@@ -96,8 +85,9 @@ func (g *Gateway) Search(ctx context.Context, ec identity.ExecContext, req Searc
 	case limit < 0 || limit > MaxSearchLimit:
 		return nil, badRequest("INVALID_ARGUMENT", fmt.Sprintf("/limit must be between 1 and %d", MaxSearchLimit))
 	}
-	seen := g.Catalog.Snapshot().AllFor(ec.Org)
-	graph := buildGraph(seen)
+	snap := g.d.Catalog.Snapshot()
+	authz := g.authorizer(snap, ec)
+	seen, graph := authz.view.entries, authz.view.graph
 	anchor := Anchor{Source: "none"}
 	switch {
 	case req.ResourceType != "":
@@ -136,7 +126,7 @@ func (g *Gateway) Search(ctx context.Context, ec identity.ExecContext, req Searc
 		if len(terms) > 0 && anchor.Source != "query" && score == 0 {
 			continue
 		}
-		if _, ok := g.invocable(ctx, ec, e); !ok {
+		if !authz.allows(ctx, e) {
 			continue
 		}
 		hits = append(hits, scored{score: score, hit: SearchHit{
@@ -226,13 +216,14 @@ func (g *Gateway) Describe(ctx context.Context, ec identity.ExecContext, req Des
 	case len(req.Refs) > MaxDescribeRefs:
 		return nil, badRequest("INVALID_ARGUMENT", fmt.Sprintf("/refs names %d refs; at most %d per call", len(req.Refs), MaxDescribeRefs))
 	}
-	snap := g.Catalog.Snapshot()
+	snap := g.d.Catalog.Snapshot()
+	authz := g.authorizer(snap, ec)
 	out := make([]Description, 0, len(req.Refs))
 	var unknown []string
 	for _, ref := range req.Refs {
 		e, ok := snap.For(ec.Org, ref)
 		if ok {
-			_, ok = g.invocable(ctx, ec, e)
+			ok = authz.allows(ctx, e)
 		}
 		if !ok {
 			unknown = append(unknown, ref)
@@ -251,17 +242,17 @@ func (g *Gateway) Describe(ctx context.Context, ec identity.ExecContext, req Des
 		})
 	}
 	if len(unknown) > 0 {
-		return nil, &Error{Kind: fault.NotFound, Code: CodeUnknownCapability,
+		return nil, &fault.Error{Kind: fault.NotFound, Code: CodeUnknownCapability,
 			Message: fmt.Sprintf("no capability %s", strings.Join(unknown, ", "))}
 	}
 	return out, nil
 }
 
-func badRequest(code, msg string) *Error {
-	return &Error{Kind: fault.Invalid, Code: code, Message: msg}
+func badRequest(code, msg string) *fault.Error {
+	return &fault.Error{Kind: fault.Invalid, Code: code, Message: msg}
 }
 
-func (g *Gateway) cursors() cursorSealer { return cursorSealer{key: g.CursorKey} }
+func (g *Gateway) cursors() cursorSealer { return cursorSealer{key: g.d.CursorKey} }
 
 // cursorSealer makes opaque pagination cursors bound to the query that produced them.
 type cursorSealer struct{ key []byte }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/policy"
 	"github.com/xemahq/xema/internal/store"
@@ -38,11 +39,11 @@ type PreflightResult struct {
 
 // Preflight checks, without running anything, whether a call to ref could succeed now.
 func (g *Gateway) Preflight(ctx context.Context, ec identity.ExecContext, req PreflightRequest) (*PreflightResult, error) {
-	e, ok := g.Catalog.Snapshot().For(ec.Org, req.Ref)
+	e, ok := g.d.Catalog.Snapshot().For(ec.Org, req.Ref)
 	if !ok {
 		return nil, unknownCapability(req.Ref)
 	}
-	d, err := g.Policy.Decide(ctx, policyInput(ec, e.Ref(), ""))
+	d, err := g.d.Policy.Decide(ctx, policyInput(ec, e.Ref(), ""))
 	if err != nil {
 		return nil, unavailable(CodePolicyUnavailable, "policy", err)
 	}
@@ -57,7 +58,7 @@ func (g *Gateway) Preflight(ctx context.Context, ec identity.ExecContext, req Pr
 	add("lifecycle", fmt.Sprintf("%s is %s", e.Ref(), e.Capability.Lifecycle), lifecycleOK, "NOT_PUBLISHED")
 	_, runErr := g.resolve(ctx, ec, e)
 	runnerCode, runnerDetail := CodeNoRunner, "a runner serves "+e.Ref()
-	var re *Error
+	var re *fault.Error
 	if errors.As(runErr, &re) {
 		runnerCode, runnerDetail = re.Code, re.Message // e.g. MISSING_BINDING, MISSING_CREDENTIAL
 	}
@@ -124,15 +125,15 @@ func (g *Gateway) Explain(ctx context.Context, ec identity.ExecContext, req Expl
 	if req.DenialCode == "" {
 		return nil, badRequest("INVALID_ARGUMENT", "missing required field /denialCode")
 	}
-	if !g.Policy.KnownReasonCode(req.DenialCode) {
+	if !g.d.Policy.KnownReasonCode(req.DenialCode) {
 		return nil, badRequest("INVALID_ARGUMENT", fmt.Sprintf("/denialCode: %q is not a reason code a denial can carry; known: %s",
-			req.DenialCode, strings.Join(g.Policy.ReasonCodes(), ", ")))
+			req.DenialCode, strings.Join(g.d.Policy.ReasonCodes(), ", ")))
 	}
-	e, ok := g.Catalog.Snapshot().For(ec.Org, req.CapabilityRef)
+	e, ok := g.d.Catalog.Snapshot().For(ec.Org, req.CapabilityRef)
 	if !ok {
 		return nil, unknownCapability(req.CapabilityRef)
 	}
-	d, err := g.Policy.Decide(ctx, policyInput(ec, e.Ref(), ""))
+	d, err := g.d.Policy.Decide(ctx, policyInput(ec, e.Ref(), ""))
 	if err != nil {
 		return nil, unavailable(CodePolicyUnavailable, "policy", err)
 	}

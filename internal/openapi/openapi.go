@@ -23,6 +23,7 @@ import (
 	"github.com/xemahq/xema/internal/approval"
 	"github.com/xemahq/xema/internal/audit"
 	"github.com/xemahq/xema/internal/binding"
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/federation"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/grant"
@@ -73,7 +74,7 @@ func errorsOf(statuses ...int) map[int]Response {
 		case http.StatusForbidden:
 			out[st] = Response{Description: "denied: the structured denial with its reasons, suggestions and auditId", Schema: ref("Denial")}
 		case http.StatusAccepted:
-			out[st] = Response{Description: "held for human approval: status pending-approval, approvalId and auditId (poll GET /v1/invocations/{id})", Schema: ref("Error")}
+			out[st] = Response{Description: "held for human approval: status pending-approval, approvalId and auditId (poll GET /v1/invocations/{id})", Schema: ref("Held")}
 		case http.StatusUnauthorized:
 			out[st] = Response{Description: "no or an invalid bearer token (the WWW-Authenticate header names the RFC 9728 metadata)", Schema: ref("Error"),
 				Headers: map[string]string{"WWW-Authenticate": "Bearer resource_metadata=\"<base>/.well-known/oauth-protected-resource\""}}
@@ -487,9 +488,9 @@ func typeSchemas() (map[string]any, error) {
 	out["Profiles"] = map[string]any{"type": "object", "required": []string{"profiles"}, "additionalProperties": false,
 		"properties": map[string]any{"profiles": ref("ProfileSet")}}
 	out["Status"] = map[string]any{"type": "object", "required": []string{"status"}, "properties": map[string]any{"status": str}}
-	// Error is inferred from gateway.Error (so a new field cannot go undocumented), with the
+	// Error is inferred from fault.Error (so a new field cannot go undocumented), with the
 	// fields' meaning added.
-	errSchema, err := jsonschema.For[gateway.Error](opts)
+	errSchema, err := jsonschema.For[fault.Error](opts)
 	if err != nil {
 		return nil, fmt.Errorf("openapi: Error: %w", err)
 	}
@@ -503,7 +504,6 @@ func typeSchemas() (map[string]any, error) {
 		"auditId":        "the audit record of the refused call, when one was written",
 		"violations":     "INVALID_INPUT, INVALID_MANIFEST, INVALID_OUTPUT: each problem with its JSON pointer",
 		"retryAfter":     "seconds (also the Retry-After header)",
-		"status":         "pending-approval (202)",
 		"providerStatus": "the provider's HTTP status",
 		"outcome":        "OUTCOME_NOT_RECORDED: how the call ended, as far as the gateway knows",
 	} {
@@ -512,6 +512,13 @@ func typeSchemas() (map[string]any, error) {
 		}
 	}
 	out["Error"] = errAny
+	held, err := jsonschema.For[gateway.Held](opts)
+	if err != nil {
+		return nil, fmt.Errorf("openapi: Held: %w", err)
+	}
+	if out["Held"], err = toAny(held); err != nil {
+		return nil, err
+	}
 	out["Violation"] = map[string]any{"type": "object", "required": []string{"path", "message"}, "additionalProperties": false,
 		"properties": map[string]any{"path": map[string]any{"type": "string", "description": "RFC 6901 pointer"}, "message": str}}
 	denial := out["WhyDenied"].(map[string]any)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/xemahq/xema/internal/admin"
 	"github.com/xemahq/xema/internal/fault"
-	"github.com/xemahq/xema/internal/gateway"
 )
 
 // adminRoutes are thin routes onto kernel capabilities: the body is the capability's input
@@ -33,7 +32,7 @@ func (s *Server) postGrant(c echo.Context) error {
 	status := http.StatusCreated
 	for k, vs := range c.QueryParams() {
 		if len(vs) != 1 {
-			return &gateway.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: fmt.Sprintf("query parameter %q given %d times, want once", k, len(vs))}
+			return &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: fmt.Sprintf("query parameter %q given %d times, want once", k, len(vs))}
 		}
 		switch {
 		case k == "dryRun" && (vs[0] == "true" || vs[0] == "false"):
@@ -44,9 +43,9 @@ func (s *Server) postGrant(c echo.Context) error {
 		case k == "since":
 			input["since"], _ = json.Marshal(vs[0]) // a string always encodes
 		case k == "dryRun":
-			return &gateway.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: fmt.Sprintf("query parameter dryRun=%q: want true or false", vs[0])}
+			return &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: fmt.Sprintf("query parameter dryRun=%q: want true or false", vs[0])}
 		default:
-			return &gateway.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: fmt.Sprintf("unknown query parameter %q; want dryRun, since", k)}
+			return &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: fmt.Sprintf("unknown query parameter %q; want dryRun, since", k)}
 		}
 	}
 	raw, err := json.Marshal(input)
@@ -63,7 +62,7 @@ func (s *Server) lookupRoute(ref string) echo.HandlerFunc {
 		input := map[string]string{}
 		for k, vs := range c.QueryParams() {
 			if k != "biomeId" || len(vs) != 1 {
-				return &gateway.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST",
+				return &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST",
 					Message: fmt.Sprintf("query parameter %q: only biomeId, once, is accepted", k)}
 			}
 			input[k] = vs[0]
@@ -82,11 +81,6 @@ func (s *Server) kernelRoute(ref string) echo.HandlerFunc {
 		if err := bind(c, &input); err != nil {
 			return err
 		}
-		res, err := s.Gateway.Invoke(c.Request().Context(), execOf(c), gateway.Request{Ref: ref, Input: input})
-		if err != nil {
-			return err
-		}
-		c.Response().Header().Set("X-Xema-Audit-Id", res.AuditID)
-		return c.JSON(http.StatusCreated, res.Output)
+		return s.kernelCall(c, ref, input, http.StatusCreated)
 	}
 }

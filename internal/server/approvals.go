@@ -34,7 +34,7 @@ func (s *Server) listApprovals(c echo.Context) error {
 		case !approvalFilters[k]:
 			unknown = append(unknown, k)
 		case len(vs) != 1:
-			return &gateway.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST",
+			return &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST",
 				Message: fmt.Sprintf("query parameter %q given %d times, want once", k, len(vs))}
 		default:
 			input[k] = vs[0]
@@ -42,7 +42,7 @@ func (s *Server) listApprovals(c echo.Context) error {
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return &gateway.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST",
+		return &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST",
 			Message: fmt.Sprintf("unknown query parameter(s) %s; want status, biome, ref, requester", strings.Join(unknown, ", "))}
 	}
 	raw, _ := json.Marshal(input) // a map of strings always encodes
@@ -71,11 +71,13 @@ func (s *Server) decideApproval(ref string) echo.HandlerFunc {
 	}
 }
 
-// kernelCall invokes a kernel capability for the caller and answers its output.
+// kernelCall invokes a capability for the caller on a REST route and answers its output
+// with status; a refusal, a hold or an error is answered as /v1/capabilities/invoke does.
 func (s *Server) kernelCall(c echo.Context, ref string, input json.RawMessage, status int) error {
 	res, err := s.Gateway.Invoke(c.Request().Context(), execOf(c), gateway.Request{Ref: ref, Input: input})
-	if err != nil {
-		return err
+	if err != nil || res.Denial != nil || res.Held != nil {
+		ans, _ := answerOf(res, err)
+		return writeAnswer(c, ans)
 	}
 	c.Response().Header().Set("X-Xema-Audit-Id", res.AuditID)
 	return c.JSON(status, res.Output)
@@ -84,7 +86,7 @@ func (s *Server) kernelCall(c echo.Context, ref string, input json.RawMessage, s
 // invocation is GET /v1/invocations/{id}: a held call's status and, once run, its output.
 func (s *Server) invocation(c echo.Context) error {
 	if s.Approvals == nil {
-		return &gateway.Error{Kind: fault.NotFound, Code: approval.CodeNotFound, Message: "no approvals on this gateway"}
+		return &fault.Error{Kind: fault.NotFound, Code: approval.CodeNotFound, Message: "no approvals on this gateway"}
 	}
 	v, err := s.Approvals.Invocation(c.Request().Context(), execOf(c), c.Param("id"))
 	if err != nil {

@@ -26,13 +26,13 @@ func (s *Server) auditRoutes(g *echo.Group) {
 // read them. Anything else is answered like an unknown id.
 func (s *Server) loadAudit(c echo.Context) (store.AuditRecord, error) {
 	id := c.Param("id")
-	rec, err := s.Gateway.Audit.Store.GetAudit(c.Request().Context(), id)
-	notFound := &gateway.Error{Kind: fault.NotFound, Code: "UNKNOWN_AUDIT_ID", Message: "no audit record " + id}
+	rec, err := s.Audit.GetAudit(c.Request().Context(), id)
+	notFound := &fault.Error{Kind: fault.NotFound, Code: "UNKNOWN_AUDIT_ID", Message: "no audit record " + id}
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return rec, notFound
 	case err != nil:
-		return rec, &gateway.Error{Kind: fault.Unavailable, Code: gateway.CodeStoreUnavailable, Message: "audit log unavailable"}
+		return rec, &fault.Error{Kind: fault.Unavailable, Code: gateway.CodeStoreUnavailable, Message: "audit log unavailable"}
 	}
 	ec := execOf(c)
 	if !s.mayRead(ec, rec) {
@@ -47,14 +47,14 @@ func (s *Server) auditRecord(c echo.Context) error {
 		return err
 	}
 	view := audit.View(rec)
-	if outcome, err := s.Gateway.Audit.Store.GetAudit(c.Request().Context(), audit.OutcomeID(rec.ID)); err == nil && outcome.Org == rec.Org {
+	if outcome, err := s.Audit.GetAudit(c.Request().Context(), audit.OutcomeID(rec.ID)); err == nil && outcome.Org == rec.Org {
 		view.Runner, view.Outcome, view.LatencyMicros = outcome.Runner, outcome.Outcome, outcome.LatencyMicros
 	}
 	if ag := view.Aggregate; ag != nil && ag.Total == 0 {
 		// An opening record: the bucket's total is on its closing record once written, else
 		// (still open, or one attempt) the count so far is 1 as far as the log knows.
 		ag.Total = ag.Count
-		if closing, err := s.Gateway.Audit.Store.GetAudit(c.Request().Context(), audit.AggregateCountID(rec.ID)); err == nil {
+		if closing, err := s.Audit.GetAudit(c.Request().Context(), audit.AggregateCountID(rec.ID)); err == nil {
 			if cl := audit.AggregateOf(closing); cl != nil {
 				ag.Total, ag.Until = cl.Total, cl.Until
 			}
@@ -70,7 +70,7 @@ func (s *Server) whyDenied(c echo.Context) error {
 	}
 	d, ok := audit.WhyDenied(rec)
 	if !ok {
-		return &gateway.Error{Kind: fault.Conflict, Code: "NOT_A_DENIAL",
+		return &fault.Error{Kind: fault.Conflict, Code: "NOT_A_DENIAL",
 			Message: "audit record " + rec.ID + " is a " + rec.Decision + " decision, not a denial"}
 	}
 	return c.JSON(http.StatusOK, d)

@@ -41,7 +41,7 @@ type AuditPage struct {
 }
 
 func badParam(name, msg string) error {
-	return &gateway.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST",
+	return &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST",
 		Message: fmt.Sprintf("query parameter %q: %s", name, msg)}
 }
 
@@ -71,7 +71,7 @@ func (s *Server) auditSearch(c echo.Context) error {
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return &gateway.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST",
+		return &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST",
 			Message: fmt.Sprintf("unknown query parameter(s) %s; want %s", strings.Join(unknown, ", "), strings.Join(auditSearchParams, ", "))}
 	}
 	for _, k := range []string{"ref", "subject", "reason", "parent"} {
@@ -143,9 +143,9 @@ func (s *Server) auditSearch(c echo.Context) error {
 	}
 	want := f.Limit
 	f.Limit++ // one more tells whether there is a next page
-	recs, err := s.Gateway.Audit.Store.ListAudit(c.Request().Context(), f)
+	recs, err := s.Audit.ListAudit(c.Request().Context(), f)
 	if err != nil {
-		return &gateway.Error{Kind: fault.Unavailable, Code: gateway.CodeStoreUnavailable, Message: "audit log unavailable"}
+		return &fault.Error{Kind: fault.Unavailable, Code: gateway.CodeStoreUnavailable, Message: "audit log unavailable"}
 	}
 	if len(recs) > want {
 		recs = recs[:want]

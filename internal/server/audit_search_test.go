@@ -26,11 +26,11 @@ func auditSearchServer(t *testing.T, callers tokens) *httptest.Server {
 		{ID: "aud_alice", Org: identity.DefaultOrg, Time: time.Now(), SubjectKind: "user", SubjectRef: "user:alice", Ref: "kb:page.read@1", Decision: "allowed"},
 		{ID: "aud_noorg", Org: "", Time: time.Now(), Ref: "/v1/grants", Decision: "unauthenticated"},
 	} {
-		if err := f.App.Gateway.Audit.Store.AppendAudit(ctx, r); err != nil {
+		if err := f.App.Store.AppendAudit(ctx, r); err != nil {
 			t.Fatal(err)
 		}
 	}
-	srv := httptest.NewServer((&server.Server{Gateway: f.App.Gateway, Approvals: f.App.Approvals, OperatorOrg: identity.DefaultOrg,
+	srv := httptest.NewServer((&server.Server{Gateway: f.App.Gateway, Audit: f.App.Store, Approvals: f.App.Approvals, OperatorOrg: identity.DefaultOrg,
 		Ready: f.App.Ready, Mounts: map[string]http.Handler{}, Auth: callers}).Handler())
 	t.Cleanup(srv.Close)
 	return srv

@@ -7,7 +7,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/xemahq/xema/internal/binding"
-	"github.com/xemahq/xema/internal/gateway"
 )
 
 // bindingRoutes are /v1/bindings and /v1/credentials: thin routes onto the binding and
@@ -35,11 +34,6 @@ func (s *Server) invokeAs(ref string, status int, input func(echo.Context) (json
 		if err != nil {
 			return err
 		}
-		res, err := s.Gateway.Invoke(c.Request().Context(), execOf(c), gateway.Request{Ref: ref, Input: in})
-		if err != nil {
-			return err
-		}
-		c.Response().Header().Set("X-Xema-Audit-Id", res.AuditID)
-		return c.JSON(status, res.Output)
+		return s.kernelCall(c, ref, in, status)
 	}
 }

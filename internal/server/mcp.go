@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -38,24 +37,19 @@ func (s *Server) MCPHandler() http.Handler {
 		})
 	addTool(srv, "xema_capabilities_invoke", "Invoke a capability: {ref, input}; input must match the described inputSchema exactly. "+
 		"With idempotencyKey, a retry with the same key returns the first call's answer instead of running it again.", invokeSchema,
-		func(ctx context.Context, ec identity.ExecContext, req mcpInvoke) (json.RawMessage, error) {
+		func(ctx context.Context, ec identity.ExecContext, req mcpInvoke) (_ json.RawMessage, err error) {
 			if len(req.Input) == 0 {
-				return nil, &gateway.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: "missing required field /input"}
+				return nil, &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: "missing required field /input"}
 			}
 			call := gateway.Request{Ref: req.Ref, Input: req.Input}
+			var ans gateway.Answer
 			if req.IdempotencyKey == nil {
-				res, err := gw.Invoke(ctx, ec, call)
-				if err != nil {
-					return nil, err
-				}
-				return json.Marshal(res)
-			}
-			ans, err := gw.InvokeIdempotent(ctx, ec, call, *req.IdempotencyKey, answerOf)
-			if err != nil {
+				ans, _ = answerOf(gw.Invoke(ctx, ec, call))
+			} else if ans, err = gw.InvokeIdempotent(ctx, ec, call, *req.IdempotencyKey, answerOf); err != nil {
 				return nil, err
 			}
 			if ans.Status != http.StatusOK {
-				return nil, storedError{ans}
+				return nil, answerError{ans}
 			}
 			return ans.Body, nil
 		})
@@ -77,16 +71,14 @@ func (s *Server) authenticateMCP(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ec, err := s.verify(r)
 		if err != nil {
-			var ge *gateway.Error
-			if !errors.As(s.unauthenticated(r, "/mcp", err), &ge) {
-				ge = &gateway.Error{Kind: fault.Internal, Code: "INTERNAL", Message: "internal error"}
-			}
+			ge := faultOf(s.unauthenticated(r, "/mcp", err))
 			if ge.Kind == fault.Unauthenticated {
 				s.challenge(w, r)
 			}
+			ans := errorAnswer(ge)
 			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(statusOf(ge.Kind))
-			_ = json.NewEncoder(w).Encode(ge.Body())
+			w.WriteHeader(ans.Status)
+			_, _ = w.Write(ans.Body)
 			return
 		}
 		if r.Body != nil {
@@ -113,10 +105,11 @@ type mcpInvoke struct {
 	IdempotencyKey *string         `json:"idempotencyKey"`
 }
 
-// storedError is an error answer under an idempotency key, answered with its stored body.
-type storedError struct{ ans gateway.Answer }
+// answerError is an invoke answered other than 200 (a denial, a hold, an error, or one
+// stored under an idempotency key), answered as an isError result with its body.
+type answerError struct{ ans gateway.Answer }
 
-func (e storedError) Error() string { return string(e.ans.Body) }
+func (e answerError) Error() string { return string(e.ans.Body) }
 
 // describeResult wraps describe's array: MCP structured content is an object.
 type describeResult struct {
@@ -140,7 +133,7 @@ func addTool[Req, Res any](srv *mcp.Server, name, description string, schema jso
 		func(ctx context.Context, call *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			ec, ok := execFromMCP(call)
 			if !ok {
-				return toolError(&gateway.Error{Kind: fault.Unauthenticated, Code: gateway.CodeUnauthenticated, Message: "no verified caller"}), nil
+				return toolError(&fault.Error{Kind: fault.Unauthenticated, Code: gateway.CodeUnauthenticated, Message: "no verified caller"}), nil
 			}
 			var req Req
 			args := call.Params.Arguments
@@ -150,7 +143,7 @@ func addTool[Req, Res any](srv *mcp.Server, name, description string, schema jso
 			dec := json.NewDecoder(bytes.NewReader(args))
 			dec.DisallowUnknownFields()
 			if err := dec.Decode(&req); err != nil {
-				return toolError(&gateway.Error{Kind: fault.Invalid, Code: "MALFORMED_ARGUMENTS", Message: "arguments: " + jsonError(err)}), nil
+				return toolError(&fault.Error{Kind: fault.Invalid, Code: "MALFORMED_ARGUMENTS", Message: "arguments: " + jsonError(err)}), nil
 			}
 			res, err := tool(ctx, ec, req)
 			if err != nil {
@@ -174,16 +167,11 @@ func execFromMCP(call *mcp.CallToolRequest) (identity.ExecContext, bool) {
 
 // toolError is a tool-level error: the same typed body the HTTP API answers.
 func toolError(err error) *mcp.CallToolResult {
-	var se storedError
-	if errors.As(err, &se) {
-		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: string(se.ans.Body)}}}
+	ae, ok := err.(answerError)
+	if !ok {
+		ae = answerError{errorAnswer(faultOf(err))}
 	}
-	var ge *gateway.Error
-	if !errors.As(err, &ge) {
-		ge = &gateway.Error{Kind: fault.Internal, Code: "INTERNAL", Message: "internal error"}
-	}
-	raw, _ := json.Marshal(ge.Body())
-	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: string(raw)}}}
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: string(ae.ans.Body)}}}
 }
 
 // The meta-tools' input schemas; their limits are the gateway's own (meta.go).

@@ -7,7 +7,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/xemahq/xema/internal/federation"
-	"github.com/xemahq/xema/internal/gateway"
 )
 
 // mcpServerRoutes are thin routes onto the federation's kernel capabilities, through the
@@ -27,11 +26,6 @@ func (s *Server) mcpServerCall(ref string, status int, input func(echo.Context) 
 		if err != nil {
 			return err
 		}
-		res, err := s.Gateway.Invoke(c.Request().Context(), execOf(c), gateway.Request{Ref: ref, Input: raw})
-		if err != nil {
-			return err
-		}
-		c.Response().Header().Set("X-Xema-Audit-Id", res.AuditID)
-		return c.JSON(status, res.Output)
+		return s.kernelCall(c, ref, raw, status)
 	}
 }

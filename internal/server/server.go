@@ -25,6 +25,7 @@ import (
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
+	"github.com/xemahq/xema/internal/store"
 	"github.com/xemahq/xema/internal/telemetry"
 	"github.com/xemahq/xema/schemas"
 )
@@ -40,9 +41,17 @@ type Authenticator interface {
 // Readiness reports whether the store answers and a policy is loaded.
 type Readiness func(ctx context.Context) error
 
+// AuditReader reads audit records (store.Store).
+type AuditReader interface {
+	GetAudit(ctx context.Context, id string) (store.AuditRecord, error)
+	ListAudit(ctx context.Context, q store.AuditQuery) ([]store.AuditRecord, error)
+}
+
 // Server holds the routes' dependencies.
 type Server struct {
 	Gateway *gateway.Gateway
+	// Audit reads the audit records (why-denied, the audit search).
+	Audit   AuditReader
 	Auth    Authenticator
 	Ready   Readiness
 	Bundles BundleSource
@@ -119,7 +128,7 @@ func (s *Server) router() *echo.Echo {
 
 func (s *Server) metrics(c echo.Context) error {
 	if !slices.Contains(s.MetricsReaders, execOf(c).Subject.Ref) {
-		return &gateway.Error{Kind: fault.Denied, Code: gateway.CodeDenied,
+		return &fault.Error{Kind: fault.Denied, Code: gateway.CodeDenied,
 			Message: "metrics are served only to the subjects the operator names (xema serve --metrics-reader), or on --metrics-addr"}
 	}
 	MetricsHandler().ServeHTTP(c.Response(), c.Request())
@@ -147,7 +156,7 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		ec, err := s.verify(c.Request())
 		if err != nil {
 			answer := s.unauthenticated(c.Request(), c.Path(), err)
-			if ge, ok := answer.(*gateway.Error); ok && ge.Kind == fault.Unauthenticated {
+			if ge, ok := answer.(*fault.Error); ok && ge.Kind == fault.Unauthenticated {
 				s.challenge(c.Response(), c.Request())
 			}
 			return answer
@@ -184,7 +193,7 @@ func (s *Server) unauthenticated(r *http.Request, route string, err error) error
 		return aerr
 	}
 	slog.Debug("unauthenticated request", "route", route, "reason", reason, "auditId", id)
-	return &gateway.Error{Kind: fault.Unauthenticated, Code: gateway.CodeUnauthenticated, Message: err.Error(), AuditID: id}
+	return &fault.Error{Kind: fault.Unauthenticated, Code: gateway.CodeUnauthenticated, Message: err.Error(), AuditID: id}
 }
 
 func execOf(c echo.Context) identity.ExecContext {
@@ -198,24 +207,24 @@ func bind(c echo.Context, v any) error {
 	ct := c.Request().Header.Get("Content-Type")
 	mt, _, err := mime.ParseMediaType(ct)
 	if err != nil || mt != "application/json" {
-		return &gateway.Error{Kind: fault.UnsupportedMedia, Code: "UNSUPPORTED_MEDIA_TYPE",
+		return &fault.Error{Kind: fault.UnsupportedMedia, Code: "UNSUPPORTED_MEDIA_TYPE",
 			Message: fmt.Sprintf("Content-Type must be application/json, got %q", ct)}
 	}
 	body, err := io.ReadAll(io.LimitReader(c.Request().Body, MaxBodyBytes+1))
 	if err != nil {
-		return &gateway.Error{Kind: fault.Invalid, Code: "BAD_REQUEST", Message: "reading the body failed"}
+		return &fault.Error{Kind: fault.Invalid, Code: "BAD_REQUEST", Message: "reading the body failed"}
 	}
 	if len(body) > MaxBodyBytes {
-		return &gateway.Error{Kind: fault.TooLarge, Code: "BODY_TOO_LARGE",
+		return &fault.Error{Kind: fault.TooLarge, Code: "BODY_TOO_LARGE",
 			Message: fmt.Sprintf("body exceeds %d bytes", MaxBodyBytes)}
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return &gateway.Error{Kind: fault.Invalid, Code: "MALFORMED_JSON", Message: "malformed request body: " + jsonError(err)}
+		return &fault.Error{Kind: fault.Invalid, Code: "MALFORMED_JSON", Message: "malformed request body: " + jsonError(err)}
 	}
 	if dec.More() {
-		return &gateway.Error{Kind: fault.Invalid, Code: "MALFORMED_JSON", Message: "malformed request body: more than one JSON value"}
+		return &fault.Error{Kind: fault.Invalid, Code: "MALFORMED_JSON", Message: "malformed request body: more than one JSON value"}
 	}
 	return nil
 }
@@ -242,14 +251,11 @@ func httpError(err error, c echo.Context) {
 	if c.Response().Committed {
 		return
 	}
-	var ge *gateway.Error
+	var ge *fault.Error
 	var he *echo.HTTPError
 	switch {
 	case errors.As(err, &ge):
-		if ge.RetryAfter > 0 {
-			c.Response().Header().Set("Retry-After", fmt.Sprint(ge.RetryAfter))
-		}
-		_ = c.JSON(statusOf(ge.Kind), ge.Body())
+		_ = writeAnswer(c, errorAnswer(ge))
 	case errors.As(err, &he):
 		_ = c.JSON(he.Code, errorBody{Code: strings.ToUpper(strings.ReplaceAll(http.StatusText(he.Code), " ", "_")), Message: fmt.Sprint(he.Message)})
 	default:
@@ -265,26 +271,20 @@ func (s *Server) invoke(c echo.Context) error {
 		return err
 	}
 	if req.Ref == "" {
-		return &gateway.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: "missing required field /ref"}
+		return &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: "missing required field /ref"}
 	}
 	if len(req.Input) == 0 {
-		return &gateway.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: "missing required field /input"}
+		return &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: "missing required field /input"}
 	}
 	if key := c.Request().Header.Get(IdempotencyHeader); key != "" {
 		ans, err := s.Gateway.InvokeIdempotent(c.Request().Context(), execOf(c), req, key, answerOf)
 		if err != nil {
 			return err
 		}
-		if ans.Replayed {
-			c.Response().Header().Set(ReplayedHeader, "true")
-		}
-		return c.JSONBlob(ans.Status, ans.Body)
+		return writeAnswer(c, ans)
 	}
-	res, err := s.Gateway.Invoke(c.Request().Context(), execOf(c), req)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, res)
+	ans, _ := answerOf(s.Gateway.Invoke(c.Request().Context(), execOf(c), req))
+	return writeAnswer(c, ans)
 }
 
 // IdempotencyHeader carries a client's idempotency key on POST /v1/capabilities/invoke;

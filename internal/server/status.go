@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 
+	"github.com/labstack/echo/v4"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
 )
@@ -23,7 +25,6 @@ var statuses = map[fault.Kind]int{
 	fault.UnsupportedMedia: http.StatusUnsupportedMediaType,
 	fault.Unprocessable:    http.StatusUnprocessableEntity,
 	fault.RateLimited:      http.StatusTooManyRequests,
-	fault.Pending:          http.StatusAccepted,
 	fault.NotImplemented:   http.StatusNotImplemented,
 	fault.Provider:         http.StatusBadGateway,
 	fault.Unavailable:      http.StatusServiceUnavailable,
@@ -38,17 +39,57 @@ func statusOf(k fault.Kind) int {
 	return http.StatusInternalServerError
 }
 
-// answerOf encodes Invoke's result as the HTTP answer (stored under an idempotency key and
-// sent), with the error code ("" for 200).
+// faultOf is err as the domain's error; anything else is an internal error, whose text is
+// never shown.
+func faultOf(err error) *fault.Error {
+	var e *fault.Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return &fault.Error{Kind: fault.Internal, Code: "INTERNAL", Message: "internal error"}
+}
+
+// answerOf is the one mapping of Invoke's answer to an HTTP status and body (stored under an
+// idempotency key, sent over HTTP, and answered over MCP as an isError result when not 200),
+// with its code ("" for a call that ran). An error comes first: a call that ran but whose
+// outcome was not recorded answers OUTCOME_NOT_RECORDED, not its output.
 func answerOf(res *gateway.Result, err error) (gateway.Answer, string) {
-	if err == nil {
-		raw, _ := json.Marshal(res) // a Result always encodes
-		return gateway.Answer{Status: http.StatusOK, Body: raw}, ""
+	var (
+		status, retry int
+		body          any
+		code          string
+	)
+	switch {
+	case err != nil:
+		e := faultOf(err)
+		return errorAnswer(e), e.Code
+	case res.Denial != nil:
+		status, body, code = http.StatusForbidden, res.Denial, res.Denial.Code
+		if res.Denial.Limited {
+			status, retry = http.StatusTooManyRequests, res.Denial.RetryAfter
+		}
+	case res.Held != nil:
+		status, body, code = http.StatusAccepted, res.Held, res.Held.Code
+	default:
+		status, body = http.StatusOK, res
 	}
-	var ge *gateway.Error
-	if !errors.As(err, &ge) {
-		ge = &gateway.Error{Kind: fault.Internal, Code: "INTERNAL", Message: "internal error"}
+	raw, _ := json.Marshal(body) // every answer type encodes
+	return gateway.Answer{Status: status, Body: raw, RetryAfter: retry}, code
+}
+
+// errorAnswer is the answer of a domain error: its kind's status, the error as the body.
+func errorAnswer(e *fault.Error) gateway.Answer {
+	raw, _ := json.Marshal(e)
+	return gateway.Answer{Status: statusOf(e.Kind), Body: raw, RetryAfter: e.RetryAfter}
+}
+
+// writeAnswer sends ans, with its Retry-After and replay headers.
+func writeAnswer(c echo.Context, ans gateway.Answer) error {
+	if ans.RetryAfter > 0 {
+		c.Response().Header().Set("Retry-After", strconv.Itoa(ans.RetryAfter))
 	}
-	raw, _ := json.Marshal(ge.Body())
-	return gateway.Answer{Status: statusOf(ge.Kind), Body: raw}, ge.Code
+	if ans.Replayed {
+		c.Response().Header().Set(ReplayedHeader, "true")
+	}
+	return c.JSONBlob(ans.Status, ans.Body)
 }

@@ -1,0 +1,129 @@
+package app
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"golang.org/x/net/netutil"
+)
+
+// Listener is how Run serves the API.
+type Listener struct {
+	Addr    string
+	Handler http.Handler
+	// TLS serves HTTPS when set.
+	TLS                            *tls.Config
+	ReadHeaderTimeout, IdleTimeout time.Duration
+	// MaxConns is the most client connections open at once; more wait to be accepted.
+	MaxConns int
+	// Shutdown is how long in-flight calls may finish once ctx ends before they are cut off.
+	Shutdown time.Duration
+	// MetricsAddr, when set, also serves Metrics there, without authentication.
+	MetricsAddr string
+	Metrics     http.Handler
+	// Serving, when set, hears the bound address once the listener is open.
+	Serving func(addr net.Addr)
+}
+
+// Run owns the process's life: it listens, starts the background loops, serves until ctx
+// ends, drains the in-flight calls (cutting off, each with its outcome recorded, those still
+// running after l.Shutdown) and closes the app, whatever happens. A listener that cannot
+// open is an error before anything is served.
+func (a *App) Run(ctx context.Context, l Listener) error {
+	defer a.Close()
+	ln, err := net.Listen("tcp", l.Addr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", l.Addr, err)
+	}
+	if l.MaxConns > 0 {
+		ln = netutil.LimitListener(ln, l.MaxConns)
+	}
+	if l.MetricsAddr != "" {
+		ms, err := serveMetrics(l)
+		if err != nil {
+			_ = ln.Close()
+			return err
+		}
+		defer ms.Close()
+	}
+	loops, stopLoops := context.WithCancel(ctx)
+	defer stopLoops()
+	a.runLoops(loops)
+	hs := &http.Server{Handler: l.Handler, ReadHeaderTimeout: l.ReadHeaderTimeout, IdleTimeout: l.IdleTimeout,
+		MaxHeaderBytes: 64 << 10, TLSConfig: l.TLS}
+	if l.Serving != nil {
+		l.Serving(ln.Addr())
+	}
+	errc := make(chan error, 1)
+	go func() {
+		if l.TLS != nil {
+			errc <- hs.ServeTLS(ln, "", "")
+			return
+		}
+		errc <- hs.Serve(ln)
+	}()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve: %w", err)
+		}
+	case <-ctx.Done():
+		a.drain(hs, l.Shutdown)
+	}
+	return nil
+}
+
+// runLoops starts the background work of a serving gateway; each ends with ctx.
+func (a *App) runLoops(ctx context.Context) {
+	go a.Watch(ctx, a.cfg.ReloadEvery)
+	go a.Policy.WatchExtra(ctx, a.cfg.PolicyDirPoll)
+	go a.PruneRateCounters(ctx, time.Minute)
+	go a.unauth.Run(ctx)
+	go a.Federation.ResyncEvery(ctx, a.cfg.MCPResyncEvery)
+	go a.Maintain(ctx, 15*time.Second)
+}
+
+func serveMetrics(l Listener) (*http.Server, error) {
+	ml, err := net.Listen("tcp", l.MetricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr %s: %w", l.MetricsAddr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", l.Metrics)
+	ms := &http.Server{Handler: mux, ReadHeaderTimeout: l.ReadHeaderTimeout, IdleTimeout: l.IdleTimeout}
+	go func() { _ = ms.Serve(ml) }()
+	slog.Info("metrics served without authentication on their own listener", "addr", ml.Addr().String())
+	return ms, nil
+}
+
+// drain is the shutdown: stop accepting (and fail /readyz), let in-flight calls finish up to
+// timeout, then cut off the ones still running (each records an INTERRUPTED_BY_SHUTDOWN
+// outcome and answers it) and close the connections.
+func (a *App) drain(hs *http.Server, timeout time.Duration) {
+	a.Drain()
+	slog.Info("shutting down: no new connections; draining in-flight calls", "inFlight", a.Gateway.InFlight(), "timeout", timeout.String())
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	err := hs.Shutdown(ctx)
+	cancel()
+	if err == nil {
+		slog.Info("drained: every in-flight call finished", "took", time.Since(start).Round(time.Millisecond).String())
+		return
+	}
+	slog.Warn("shutdown deadline reached: cutting off the calls still running, each with its outcome recorded",
+		"inFlight", a.Gateway.InFlight())
+	a.Gateway.AbortRuns()
+	grace, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.Gateway.WaitRuns(grace); err != nil {
+		slog.Error("calls still running after the cut-off; their outcome stays unknown", "inFlight", a.Gateway.InFlight())
+	}
+	_ = hs.Shutdown(grace) // the cut-off calls write their answers
+	_ = hs.Close()
+}
