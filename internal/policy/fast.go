@@ -54,8 +54,9 @@ func nonKeyInputs() []string {
 // (ref, org, biome) it partially evaluates data.xema.authz.clean with those input fields
 // known and the others unknown, and data.xema.authz.clean_decision, which must then be a
 // constant (authz.rego: decision is clean_decision whenever clean holds). A call whose
-// residual holds gets that constant; any other call is evaluated in full. One fastPath
-// belongs to one compiled bundle, so a new revision starts empty.
+// residual holds gets that constant, one whose residual does not gets full_decision, and a
+// key without a residual evaluates decision. One fastPath belongs to one compiled bundle,
+// so a new revision starts empty.
 type fastPath struct {
 	modules []*ast.Module
 	store   storage.Store
