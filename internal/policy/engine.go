@@ -340,6 +340,8 @@ func (c *compiled) decide(ctx context.Context, in Input) (Decision, error) {
 // evaluate evaluates a prepared decision query in full for the call of ref.
 func (c *compiled) evaluate(ctx context.Context, q rego.PreparedEvalQuery, ref string, input ast.Value) (Decision, error) {
 	opts, stop := evalOptions(ctx, input)
+	evalMu.RLock() // until the result, which holds shared terms, is decoded
+	defer evalMu.RUnlock()
 	rs, err := q.Eval(ctx, opts...)
 	stop()
 	if err != nil {

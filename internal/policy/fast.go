@@ -36,6 +36,14 @@ var (
 	allCapabilities = ast.CapabilitiesForThisVersion()
 )
 
+// evalMu keeps partial evaluation apart from evaluation. OPA's copy propagation, run by
+// partial evaluation, stores values back into the terms it walks (ast.transformTerm),
+// among them terms every evaluation reads: the interned true/false/numbers and the store's
+// values. It stores the values they already hold, but unsynchronized that is still a data
+// race; so a partial evaluation (and the compiling of its residual) holds evalMu alone and
+// every evaluation of the package shares it.
+var evalMu sync.RWMutex
+
 // nonKeyInputs are the input fields the fast path leaves unknown: every field of Input
 // (by its JSON name) but the key's, so a field added to Input is unknown too.
 func nonKeyInputs() []string {
@@ -139,7 +147,9 @@ func (f *fastPath) decide(ctx context.Context, in Input, input ast.Value) (Decis
 		if !f.preparing.TryLock() {
 			return Decision{}, undecided, nil
 		}
+		evalMu.Lock()
 		ent, err := f.prepare(ctx, key)
+		evalMu.Unlock()
 		f.preparing.Unlock()
 		if err != nil {
 			return Decision{}, undecided, err
@@ -159,6 +169,8 @@ func (f *fastPath) decideBy(ctx context.Context, ent *fastEntry, input ast.Value
 		return Decision{}, undecided, nil
 	}
 	opts, stop := evalOptions(ctx, input)
+	evalMu.RLock() // until the result is read
+	defer evalMu.RUnlock()
 	rs, err := ent.residual.Eval(ctx, opts...)
 	stop()
 	if err != nil {

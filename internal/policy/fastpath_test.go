@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/rego"
@@ -299,4 +300,38 @@ func TestFastPathAllocs(t *testing.T) {
 	if fastAllow > full/2 {
 		t.Errorf("an allowed call costs %.0f allocations by the fast path, %.0f in full", fastAllow, full)
 	}
+}
+
+// TestFastPathConcurrent: calls of the same keys at once (entries prepared while others
+// evaluate them, the preparing lock taken and missed) get the decision of the full
+// evaluation. Meant for -race too.
+func TestFastPathConcurrent(t *testing.T) {
+	ctx := context.Background()
+	e := uncachedEngine(t)
+	c := e.serving.Load()
+	cases := decisionCases()
+	want := make([]Decision, len(cases))
+	for i, tc := range cases {
+		d, err := c.evaluate(ctx, c.full, tc.in.Ref, inputValue(tc.in))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[i] = d
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for round := range 5 {
+				for i := range cases {
+					i := (i + g*7 + round) % len(cases)
+					d, err := e.Decide(ctx, cases[i].in)
+					if err != nil || !reflect.DeepEqual(d, want[i]) {
+						t.Errorf("%s: %+v, %v; want %+v", cases[i].name, d, err, want[i])
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
