@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -156,6 +157,18 @@ func New(st store.Store) *Catalog {
 	c := &Catalog{store: st, compiled: map[string]compiledSchema{}, versions: map[string]parsedVersion{}}
 	c.snap.Store(&Snapshot{byRef: map[string]*Entry{}})
 	return c
+}
+
+// SnapshotOf is a snapshot of entries as they are: all of the operator's store, nothing
+// pinned. For tests and benchmarks of what reads snapshots (search at 100,000 capabilities
+// without publishing them).
+func SnapshotOf(revision int64, entries []*Entry) *Snapshot {
+	s := &Snapshot{Revision: revision, byRef: make(map[string]*Entry, len(entries)), sorted: slices.Clone(entries)}
+	for _, e := range entries {
+		s.byRef[e.Ref()] = e
+	}
+	sort.Slice(s.sorted, func(i, j int) bool { return s.sorted[i].Ref() < s.sorted[j].Ref() })
+	return s
 }
 
 // Snapshot returns the current snapshot; never nil.

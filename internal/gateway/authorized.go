@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync"
 
 	"github.com/xemahq/xema/internal/bounded"
@@ -20,6 +21,7 @@ const callersPerView = 1024
 type orgView struct {
 	entries []*catalog.Entry
 	index   map[string]int // ref → position in entries
+	text    []searchText   // per entry, what a query matches
 	graph   *graph
 	// authorized is keyed by the policy revision and the caller's policy input without ref
 	// and resource: all a search decision depends on.
@@ -31,19 +33,41 @@ func (g *Gateway) view(snap *catalog.Snapshot, org string) *orgView {
 	return snap.Derived("gateway.orgView\x00"+org, func() any {
 		entries := snap.AllFor(org)
 		index := make(map[string]int, len(entries))
+		text := make([]searchText, len(entries))
 		for i, e := range entries {
 			index[e.Ref()] = i
+			text[i] = searchText{ref: strings.ToLower(e.Ref()), title: strings.ToLower(e.Manifest.Title),
+				summary: strings.ToLower(e.Manifest.Summary)}
 		}
-		return &orgView{entries: entries, index: index, graph: buildGraph(entries),
+		return &orgView{entries: entries, index: index, text: text, graph: buildGraph(entries),
 			authorized: bounded.New[string, *authorizedSet](callersPerView)}
 	}).(*orgView)
 }
 
 // authorizedSet remembers, for one caller, which entries of a view the policy admitted: an
 // entry is decided once, when a search, describe or plan first needs it.
+// Once every entry is decided, the admitted ones are listed: a search then reads only those.
 type authorizedSet struct {
 	mu             sync.Mutex
 	known, allowed []uint64
+	n, decided     int
+	list           []int // positions admitted, once decided == n
+}
+
+// newAuthorizedSet is the set over n entries, those outside the policy's first cut
+// (searchable: nil when there is none) decided denied at once.
+func newAuthorizedSet(n int, searchable func(i int) bool) *authorizedSet {
+	words := (n + 63) / 64
+	s := &authorizedSet{known: make([]uint64, words), allowed: make([]uint64, words), n: n}
+	if searchable == nil {
+		return s
+	}
+	for i := range n {
+		if !searchable(i) {
+			s.set(i, false)
+		}
+	}
+	return s
 }
 
 func (s *authorizedSet) get(i int) (allowed, known bool) {
@@ -57,10 +81,28 @@ func (s *authorizedSet) set(i int, allowed bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w, bit := i/64, uint64(1)<<(i%64)
+	if s.known[w]&bit != 0 {
+		return
+	}
 	s.known[w] |= bit
 	if allowed {
 		s.allowed[w] |= bit
 	}
+	if s.decided++; s.decided == s.n {
+		s.list = []int{}
+		for j := range s.n {
+			if s.allowed[j/64]&(uint64(1)<<(j%64)) != 0 {
+				s.list = append(s.list, j)
+			}
+		}
+	}
+}
+
+// admitted lists the positions the policy admitted, or nil while some are undecided.
+func (s *authorizedSet) admitted() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.list
 }
 
 // authorizer answers whether one caller may invoke entries of one view.
@@ -73,8 +115,10 @@ type authorizer struct {
 
 // authorizer returns the caller's authorizer over org's view of snap. Answers are
 // remembered only while the engine caches decisions: a policy calling a non-deterministic
-// built-in (or a cache turned off) is asked every time.
-func (g *Gateway) authorizer(snap *catalog.Snapshot, ec identity.ExecContext) authorizer {
+// built-in (or a cache turned off) is asked every time. A new caller's set starts from the
+// policy's first cut (Decider.Searchable): the refs outside it are denied without a
+// decision; without a first cut (its evaluation failed) every ref is decided.
+func (g *Gateway) authorizer(ctx context.Context, snap *catalog.Snapshot, ec identity.ExecContext) authorizer {
 	v := g.view(snap, ec.Org)
 	a := authorizer{g: g, ec: ec, view: v}
 	if !g.d.Policy.CacheStats().Enabled {
@@ -89,29 +133,54 @@ func (g *Gateway) authorizer(snap *catalog.Snapshot, ec identity.ExecContext) au
 		a.set = s
 		return a
 	}
-	words := (len(v.entries) + 63) / 64
-	a.set = &authorizedSet{known: make([]uint64, words), allowed: make([]uint64, words)}
+	var first func(i int) bool
+	if refs, err := g.d.Policy.Searchable(ctx, policyInput(ec, "", "")); err == nil {
+		first = func(i int) bool { return refs[v.entries[i].Ref()] }
+	}
+	a.set = newAuthorizedSet(len(v.entries), first)
 	v.authorized.Put(key, a.set)
 	return a
 }
 
 // allows reports whether the caller is armed and authorized for e (an approval obligation
-// still counts: the call can be made, it waits for a person). A failed decision is a no,
-// and is not remembered.
+// still counts: the call can be made, it waits for a person).
 func (a authorizer) allows(ctx context.Context, e *catalog.Entry) bool {
-	i, indexed := a.view.index[e.Ref()]
-	indexed = indexed && a.view.entries[i] == e
-	if a.set != nil && indexed {
+	if i, ok := a.view.index[e.Ref()]; ok && a.view.entries[i] == e {
+		return a.allowsAt(ctx, i)
+	}
+	allowed, _ := a.decide(ctx, e)
+	return allowed
+}
+
+// allowsAt is allows for the entry at position i of the view. A failed decision is a no,
+// and is not remembered.
+func (a authorizer) allowsAt(ctx context.Context, i int) bool {
+	if a.set != nil {
 		if allowed, known := a.set.get(i); known {
 			return allowed
 		}
 	}
+	allowed, decided := a.decide(ctx, a.view.entries[i])
+	if a.set != nil && decided {
+		a.set.set(i, allowed)
+	}
+	return allowed
+}
+
+// admitted lists the view's positions the caller may invoke, once all are decided; nil
+// until then (or when nothing is remembered).
+func (a authorizer) admitted() []int {
+	if a.set == nil {
+		return nil
+	}
+	return a.set.admitted()
+}
+
+// decide asks the policy; decided is false when it could not answer (then: not allowed).
+func (a authorizer) decide(ctx context.Context, e *catalog.Entry) (allowed, decided bool) {
 	d, err := a.g.d.Policy.Decide(ctx, policyInput(a.ec, e.Ref(), ""))
 	if err != nil {
-		return false
+		return false, false
 	}
-	if a.set != nil && indexed {
-		a.set.set(i, d.Allow)
-	}
-	return d.Allow
+	return d.Allow, true
 }

@@ -1,13 +1,14 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/xemahq/xema/internal/catalog"
@@ -86,8 +87,8 @@ func (g *Gateway) Search(ctx context.Context, ec identity.ExecContext, req Searc
 		return nil, badRequest("INVALID_ARGUMENT", fmt.Sprintf("/limit must be between 1 and %d", MaxSearchLimit))
 	}
 	snap := g.d.Catalog.Snapshot()
-	authz := g.authorizer(snap, ec)
-	seen, graph := authz.view.entries, authz.view.graph
+	authz := g.authorizer(ctx, snap, ec)
+	graph := authz.view.graph
 	anchor := Anchor{Source: "none"}
 	switch {
 	case req.ResourceType != "":
@@ -110,39 +111,37 @@ func (g *Gateway) Search(ctx context.Context, ec identity.ExecContext, req Searc
 	}
 
 	terms := strings.Fields(strings.ToLower(req.Query))
-	type scored struct {
-		hit   SearchHit
-		score int
-	}
+	type scored struct{ at, score int } // a position in the view, its relevance
 	var hits []scored
-	for _, e := range candidates(seen, graph, anchor) {
-		m := e.Manifest
-		mutating := m.EffectClass == "write" || m.EffectClass == "admin"
+	view := authz.view
+	for _, i := range considered(view, authz, anchor) {
+		e := view.entries[i]
 		if !visible(e) || (req.Domain != "" && domainOf(e.Ref()) != req.Domain) ||
-			(req.Mutating != nil && *req.Mutating != mutating) {
+			(req.Mutating != nil && *req.Mutating != mutates(e)) {
 			continue
 		}
-		score := relevance(terms, e, anchor.Source == "query")
+		score := relevance(terms, view.text[i], anchor.Source == "query")
 		if len(terms) > 0 && anchor.Source != "query" && score == 0 {
 			continue
 		}
-		if !authz.allows(ctx, e) {
+		if !authz.allowsAt(ctx, i) {
 			continue
 		}
-		hits = append(hits, scored{score: score, hit: SearchHit{
-			Ref: e.Ref(), Biome: e.Capability.BiomeID, Title: m.Title, Summary: m.Summary,
-			RiskTier: m.RiskTier, Mutating: mutating, RequiresApproval: m.RequiresApproval,
-			Deprecated: e.Capability.Lifecycle == store.LifecycleDeprecated, ReplacedBy: e.Capability.ReplacedBy,
-		}})
+		hits = append(hits, scored{at: i, score: score})
 	}
-	sort.SliceStable(hits, func(i, j int) bool { return hits[i].score > hits[j].score })
+	// Stable: equal scores keep the view's order (by ref), so pages do not overlap.
+	slices.SortStableFunc(hits, func(a, b scored) int { return cmp.Compare(b.score, a.score) })
 	res := &SearchResult{Capabilities: []SearchHit{}, Anchor: anchor, ConsideredCount: len(hits)}
-	if offset > len(hits) {
-		offset = len(hits)
-	}
+	offset = min(offset, len(hits))
 	end := min(offset+limit, len(hits))
 	for _, h := range hits[offset:end] {
-		res.Capabilities = append(res.Capabilities, h.hit)
+		e := view.entries[h.at]
+		m := e.Manifest
+		res.Capabilities = append(res.Capabilities, SearchHit{
+			Ref: e.Ref(), Biome: e.Capability.BiomeID, Title: m.Title, Summary: m.Summary,
+			RiskTier: m.RiskTier, Mutating: mutates(e), RequiresApproval: m.RequiresApproval,
+			Deprecated: e.Capability.Lifecycle == store.LifecycleDeprecated, ReplacedBy: e.Capability.ReplacedBy,
+		})
 	}
 	if end < len(hits) {
 		res.NextCursor = g.cursors().seal(end, queryKey)
@@ -150,29 +149,48 @@ func (g *Gateway) Search(ctx context.Context, ec identity.ExecContext, req Searc
 	return res, nil
 }
 
-// candidates is the anchored neighbourhood (capabilities consuming or producing the anchor
-// type) or, without an anchor, the whole catalogue (bounded by the page size).
-func candidates(visible []*catalog.Entry, gr *graph, a Anchor) []*catalog.Entry {
-	if a.ResourceType == nil {
-		return visible
+// considered are the view's positions a search looks at: the anchored neighbourhood
+// (capabilities consuming or producing the anchor type), else the ones the caller is known
+// to be admitted to once all are decided, else the whole catalogue.
+func considered(v *orgView, authz authorizer, a Anchor) []int {
+	if a.ResourceType != nil {
+		near := v.graph.neighbourhood(*a.ResourceType)
+		out := make([]int, len(near))
+		for k, e := range near {
+			out[k] = v.index[e.Ref()]
+		}
+		return out
 	}
-	return gr.neighbourhood(*a.ResourceType)
+	if list := authz.admitted(); list != nil {
+		return list
+	}
+	all := make([]int, len(v.entries))
+	for i := range all {
+		all[i] = i
+	}
+	return all
 }
 
-func relevance(terms []string, e *catalog.Entry, anchored bool) int {
+func mutates(e *catalog.Entry) bool {
+	return e.Manifest.EffectClass == "write" || e.Manifest.EffectClass == "admin"
+}
+
+// searchText is what a query matches of an entry, lower-cased once per snapshot.
+type searchText struct{ ref, title, summary string }
+
+func relevance(terms []string, t searchText, anchored bool) int {
 	score := 0
 	if anchored {
 		score = 1
 	}
-	ref, title, summary := strings.ToLower(e.Ref()), strings.ToLower(e.Manifest.Title), strings.ToLower(e.Manifest.Summary)
-	for _, t := range terms {
-		if strings.Contains(ref, t) {
+	for _, term := range terms {
+		if strings.Contains(t.ref, term) {
 			score += 3
 		}
-		if strings.Contains(title, t) {
+		if strings.Contains(t.title, term) {
 			score += 2
 		}
-		if strings.Contains(summary, t) {
+		if strings.Contains(t.summary, term) {
 			score++
 		}
 	}
@@ -217,7 +235,7 @@ func (g *Gateway) Describe(ctx context.Context, ec identity.ExecContext, req Des
 		return nil, badRequest("INVALID_ARGUMENT", fmt.Sprintf("/refs names %d refs; at most %d per call", len(req.Refs), MaxDescribeRefs))
 	}
 	snap := g.d.Catalog.Snapshot()
-	authz := g.authorizer(snap, ec)
+	authz := g.authorizer(ctx, snap, ec)
 	out := make([]Description, 0, len(req.Refs))
 	var unknown []string
 	for _, ref := range req.Refs {

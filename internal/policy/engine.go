@@ -90,12 +90,15 @@ type compiled struct {
 	// fast decides clean calls from residuals (fast.go); nil while the policy calls a
 	// non-deterministic built-in, whose answer partial evaluation would fix once.
 	fast *fastPath
+	// mods are the bundle's modules; searchable is prepared over them on first use.
+	mods       []module
+	searchable searchableQuery
 }
 
 // newCompiled stamps a prepared query over store with a decision cache and a fast path of
 // its own when allowed.
 func (e *Engine) newCompiled(ctx context.Context, pq rego.PreparedEvalQuery, store storage.Store, revision string, mods []module) (*compiled, error) {
-	c := &compiled{query: pq, store: store, revision: revision}
+	c := &compiled{query: pq, store: store, revision: revision, mods: mods}
 	parsed := make([]*ast.Module, len(mods))
 	for i, m := range mods {
 		parsed[i] = m.parsed

@@ -1,0 +1,62 @@
+package policy
+
+import (
+	"context"
+	"slices"
+	"testing"
+)
+
+// TestSearchableIsSound: every ref the policy allows a caller is in the caller's searchable
+// set (policies/search.rego), so search loses nothing by deciding only those. Over every
+// decision case with every mutation, each asked for every ref of the data, and every pair of
+// mutations for the case's own ref.
+func TestSearchableIsSound(t *testing.T) {
+	ctx := context.Background()
+	e := loadedEngine(t)
+	refs := make([]string, 0, len(e.data["capabilities"].(map[string]any)))
+	for ref := range e.data["capabilities"].(map[string]any) {
+		refs = append(refs, ref)
+	}
+	slices.Sort(refs)
+	names := make([]string, 0, len(mutations))
+	for n := range mutations {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	var checked, allowed int
+	check := func(label string, in Input, refs ...string) {
+		t.Helper()
+		s, err := e.Searchable(ctx, in)
+		if err != nil {
+			t.Fatalf("%s: %v", label, err)
+		}
+		for _, ref := range refs {
+			in.Ref = ref
+			d, err := e.Decide(ctx, in)
+			if err != nil {
+				t.Fatalf("%s, %s: %v", label, ref, err)
+			}
+			checked++
+			if !d.Allow {
+				continue
+			}
+			allowed++
+			if !s[ref] {
+				t.Errorf("%s: %s is allowed but not searchable (searchable: %v)", label, ref, s)
+			}
+		}
+	}
+	for _, tc := range decisionCases() {
+		check(tc.name, tc.in, refs...)
+		for i, a := range names {
+			check(tc.name+" / "+a, with(tc.in, mutations[a]), refs...)
+			for _, b := range names[i+1:] {
+				check(tc.name+" / "+a+" / "+b, with(with(tc.in, mutations[a]), mutations[b]), tc.in.Ref)
+			}
+		}
+	}
+	if allowed == 0 {
+		t.Fatal("no input was allowed: the check checks nothing")
+	}
+	t.Logf("%d decisions, %d allowed, each in its caller's searchable set", checked, allowed)
+}
