@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
@@ -17,6 +18,11 @@ import (
 // fastPathSize bounds the residuals kept per bundle, one per (ref, org, biome): each is a
 // small compiled query of ~50-70 KB, and costs ~10-20 ms of partial evaluation to make.
 const fastPathSize = 1024
+
+// prepareEvery spaces the preparations of a bundle: each holds evalMu alone, so traffic
+// over more keys than fastPathSize would otherwise stall decisions back to back; at one per
+// 100 ms they hold it at most ~10-20 % of the time.
+const prepareEvery = 100 * time.Millisecond
 
 // The fast path's queries. The residual of clean lives in its own namespace, beside the
 // support rules partial evaluation writes there.
@@ -71,11 +77,16 @@ type fastPath struct {
 	// queries compiles the two partial queries once, on the first call of the bundle.
 	queries func() (fastQueries, error)
 	entries *bounded.Map[fastKey, *fastEntry]
-	// A key gets its residual on its second call (seen holds keys called once), and one at
-	// a time (preparing): traffic over more keys than entries hold then costs a bounded
-	// share of partial evaluations, the other calls taking the full path meanwhile.
+	// A key gets its residual on its second call (seen holds keys called once), one at a
+	// time (preparing) and one per `every`: traffic over more keys than entries hold then
+	// costs a bounded share of partial evaluations, the other calls taking the full path
+	// meanwhile.
 	seen      *bounded.Map[fastKey, struct{}]
 	preparing sync.Mutex
+	// every spaces preparations (prepareEvery; 0 in tests); last is when one last ended,
+	// under preparing.
+	every time.Duration
+	last  time.Time
 }
 
 type fastQueries struct{ clean, decision rego.PreparedPartialQuery }
@@ -96,6 +107,7 @@ func newFastPath(mods []*ast.Module, store storage.Store) *fastPath {
 		modules: mods, store: store,
 		entries: bounded.New[fastKey, *fastEntry](fastPathSize),
 		seen:    bounded.New[fastKey, struct{}](4 * fastPathSize),
+		every:   prepareEvery,
 	}
 	f.queries = sync.OnceValues(func() (q fastQueries, err error) {
 		ctx := context.Background() // compiling depends on no request
@@ -147,9 +159,14 @@ func (f *fastPath) decide(ctx context.Context, in Input, input ast.Value) (Decis
 		if !f.preparing.TryLock() {
 			return Decision{}, undecided, nil
 		}
+		if time.Since(f.last) < f.every {
+			f.preparing.Unlock()
+			return Decision{}, undecided, nil
+		}
 		evalMu.Lock()
 		ent, err := f.prepare(ctx, key)
 		evalMu.Unlock()
+		f.last = time.Now()
 		f.preparing.Unlock()
 		if err != nil {
 			return Decision{}, undecided, err

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/open-policy-agent/opa/v1/rego"
 )
@@ -84,6 +85,13 @@ func fastMismatches(t *testing.T, e *Engine, cases []decisionCase) (mismatches [
 	return mismatches, fast, allowed, denied
 }
 
+// eager lets e's fast path prepare a key on every second call, unspaced (prepareEvery), so
+// a test over many keys has them all prepared.
+func eager(e *Engine) *Engine {
+	e.serving.Load().fast.every = 0
+	return e
+}
+
 func uncachedEngine(t *testing.T) *Engine {
 	t.Helper()
 	ctx := context.Background()
@@ -115,8 +123,8 @@ func TestFastPathEquivalent(t *testing.T) {
 		e     *Engine
 		cases []decisionCase
 	}{
-		{"fixture", uncachedEngine(t), corpus()},
-		{"synthetic", bench, mutated([]decisionCase{{name: "allow", in: allow}, {name: "deny", in: deny}})},
+		{"fixture", eager(uncachedEngine(t)), corpus()},
+		{"synthetic", eager(bench), mutated([]decisionCase{{name: "allow", in: allow}, {name: "deny", in: deny}})},
 	} {
 		t.Run(run.name, func(t *testing.T) {
 			mismatches, fast, allowed, denied := fastMismatches(t, run.e, run.cases)
@@ -307,7 +315,7 @@ func TestFastPathAllocs(t *testing.T) {
 // evaluation. Meant for -race too.
 func TestFastPathConcurrent(t *testing.T) {
 	ctx := context.Background()
-	e := uncachedEngine(t)
+	e := eager(uncachedEngine(t))
 	c := e.serving.Load()
 	cases := decisionCases()
 	want := make([]Decision, len(cases))
@@ -334,4 +342,31 @@ func TestFastPathConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// TestFastPathSpacesPreparations: a second key's preparation within prepareEvery of the
+// first waits (its calls take the full path, decided alike).
+func TestFastPathSpacesPreparations(t *testing.T) {
+	ctx := context.Background()
+	e := uncachedEngine(t)
+	f := e.serving.Load().fast
+	first, second := agentCall("kb:page.read@1"), agentCall("kb:page.write@1")
+	for _, in := range []Input{first, first, second, second, second} {
+		if _, err := e.Decide(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok := f.entries.Get(fastKey{ref: first.Ref, org: first.Org}, nil); !ok {
+		t.Fatal("the first key was not prepared")
+	}
+	if _, ok := f.entries.Get(fastKey{ref: second.Ref, org: second.Org}, nil); ok {
+		t.Fatal("the second key was prepared within prepareEvery of the first")
+	}
+	f.last = time.Now().Add(-prepareEvery)
+	if _, err := e.Decide(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.entries.Get(fastKey{ref: second.Ref, org: second.Org}, nil); !ok {
+		t.Fatal("the second key was not prepared once prepareEvery had passed")
+	}
 }
