@@ -3,39 +3,27 @@ package xema.authz
 # Search's first cut: the refs a caller (the input without ref and resource) could be
 # admitted to, computed once per caller and revision, so a search decides only those. It is
 # a superset of {ref | allow}: a call is allowed only through a grant of the caller's org
-# that covers the caller (grant.rego) or a human baseline (baseline.rego); every other ref
-# would be denied, and search skips it without a decision. internal/policy's
-# TestSearchableIsSound checks allow => ref in searchable over the decision corpus.
+# whose subjects cover the caller (grant.rego) or through a human baseline (baseline.rego);
+# every other ref would be denied, and search skips it without a decision.
+# internal/policy's TestSearchableIsSound checks allow => ref in searchable over the
+# decision corpus. It reads the index of data.xema.grantedTo and data.xema.baselined
+# (grant.Index), so it costs what it returns, not the number of grants.
 searchable contains ref if {
-	some ref, by_biome in data.xema.grants
-	some by_org in by_biome
-	covers_caller(by_org[input.org])
-}
-
-searchable contains ref if {
-	input.subject.kind == "user"
-	some ref, c in data.xema.capabilities
-	c.humanBaseline.kind in baseline_role_kinds
+	some key in caller_keys
+	some ref in data.xema.grantedTo[input.org][key]
 }
 
 searchable contains ref if {
 	input.subject.kind == "user"
-	some ref, by_version in data.xema.versions
-	some c in by_version
-	c.humanBaseline.kind in baseline_role_kinds
+	some ref in data.xema.baselined
 }
 
-# The subject coverage of grant.rego, for a grant g instead of the call's own.
-covers_caller(g) if g.subjects == null
+# The subjects keys a grant covering the caller names (subject_covered of grant.rego);
+# "*" stands for subjects null.
+caller_keys contains "*"
 
-covers_caller(g) if g.subjects[input.subject.ref]
+caller_keys contains input.subject.ref
 
-covers_caller(g) if {
-	some x in input.groups
-	g.subjects[concat(":", ["group", x])]
-}
+caller_keys contains concat(":", ["group", g]) if some g in input.groups
 
-covers_caller(g) if {
-	some r in input.roles
-	g.subjects[concat(":", ["role", r])]
-}
+caller_keys contains concat(":", ["role", r]) if some r in input.roles

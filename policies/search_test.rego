@@ -2,12 +2,36 @@ package xematest.search
 
 import data.xematest.authz
 
+# index is grant.Index of a fixture: the subjects keys of its grants, and its baselined refs.
+index(d) := {
+	"grantedTo": {org: {key: refs |
+		some key in subject_keys(d, org)
+		refs := {ref | some ref, by_biome in d.grants; some by_org in by_biome; names(by_org[org], key)}
+	} |
+		some org in {org | some by_biome in d.grants; some by_org in by_biome; some org, _ in by_org}
+	},
+	"baselined": ({ref | some ref, c in d.capabilities; c.humanBaseline != null} | {ref |
+		some ref, by_version in object.get(d, "versions", {})
+		some c in by_version
+		c.humanBaseline != null
+	}),
+}
+
+subject_keys(d, org) := {key | some by_biome in d.grants; some by_org in by_biome; some key in keys_of(by_org[org])}
+
+keys_of(g) := {"*"} if g.subjects == null
+
+keys_of(g) := object.keys(g.subjects) if g.subjects != null
+
+names(g, "*") if g.subjects == null
+
+names(g, key) if g.subjects[key]
+
 searchable_with(inp, d) := s if {
+	i := index(d)
 	s := data.xema.authz.searchable with input as inp
-		with data.xema.capabilities as d.capabilities
-		with data.xema.grants as d.grants
-		with data.xema.versions as object.get(d, "versions", {})
-		with data.xema.orgRoleRank as d.orgRoleRank
+		with data.xema.grantedTo as i.grantedTo
+		with data.xema.baselined as i.baselined
 }
 
 searchable(inp) := searchable_with(inp, authz.fixture)

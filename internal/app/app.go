@@ -152,7 +152,10 @@ type App struct {
 	draining atomic.Bool
 
 	decisions *decisionlog.Exporter // nil unless Config.DecisionLog
-	dryRuns   chan struct{}         // one grant dry run at a time
+	// counters are the rate and quota counters in memory on the embedded store (nil on
+	// PostgreSQL, whose replicas share the store's rows): saved with each audit batch.
+	counters *ratelimit.Memory
+	dryRuns  chan struct{} // one grant dry run at a time
 
 	cfg      Config
 	mu       sync.Mutex // serializes rebuilds
@@ -198,6 +201,13 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, a.closeWith(err)
 	}
 	a.Audit = &audit.Log{Store: st, Chain: audit.NewChain(keys.chain)}
+	limiter := &ratelimit.Limiter{Counter: st}
+	if !engine.IsPostgres(cfg.StoreDSN) { // one process owns the SQLite file: its counters may live here
+		if a.counters, err = ratelimit.LoadMemory(ctx, st, time.Now()); err != nil {
+			return nil, a.closeWith(err)
+		}
+		a.Audit.Usage, limiter.Counter = a.counters, a.counters
+	}
 	a.Spool.AppendAudit = a.Audit.Append // spooled records join this process's hash chain
 	if cfg.DecisionLog != "" {
 		if a.decisions, err = decisionlog.New(decisionlog.Options{Sink: cfg.DecisionLog, Mask: cfg.DecisionLogMask,
@@ -231,7 +241,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	a.unauth = &gateway.UnauthAggregator{Audit: a.Audit, Revision: eng.Revision, Interval: cfg.UnauthAuditInterval}
 	if a.Gateway, err = gateway.New(gateway.Deps{Catalog: a.Catalog, Policy: eng, Audit: a.Audit, Kernel: a.Kernel,
 		Tokens: cfg.Tokens, HTTP: a.HTTP, CursorKey: keys.cursor, InputHashKey: keys.inputHash,
-		Resolvers: []gateway.Resolver{a.Bindings, a.Federation}, Limiter: &ratelimit.Limiter{Counter: st},
+		Resolvers: []gateway.Resolver{a.Bindings, a.Federation}, Limiter: limiter,
 		Approvals: &approval.Queue{Store: st, TTL: cfg.ApprovalTTL}, Outbound: gateway.NewSlots(cfg.MaxInflight),
 		PerProvider: gateway.NewProviderSlots(cfg.MaxPerProvider), Unauth: a.unauth, Spool: a.Spool, Idempotency: st}); err != nil {
 		return nil, a.closeWith(err)
@@ -325,6 +335,13 @@ func (a *App) Close() error {
 	cancel()
 	if a.Audit != nil {
 		a.Audit.Close() // queued audit records commit before the store closes
+	}
+	if a.counters != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := a.counters.Save(ctx, a.Store); err != nil {
+			slog.Error("rate counters not saved at shutdown: the calls they counted since the last audit batch are forgotten", "err", err)
+		}
+		cancel()
 	}
 	if a.decisions != nil {
 		a.decisions.Close() // after the audit log: its last batch is shipped too
@@ -535,9 +552,18 @@ func (a *App) Watch(ctx context.Context, every time.Duration) {
 }
 
 // PruneRateCounters deletes rate-limit and quota counters of ended windows every `every`,
-// until ctx ends. Replicas may all prune: the deletes are bounded and idempotent.
+// until ctx ends. Replicas may all prune: the deletes are bounded and idempotent. Counters
+// held in memory are pruned too, and what no audit batch carried yet is saved.
 func (a *App) PruneRateCounters(ctx context.Context, every time.Duration) {
 	periodic.Every(ctx, every, func(now time.Time) {
+		if a.counters != nil {
+			if _, err := ratelimit.Prune(ctx, a.counters, now); err != nil {
+				slog.Warn("in-memory rate counter prune failed", "err", err)
+			}
+			if err := a.counters.Save(ctx, a.Store); err != nil && ctx.Err() == nil {
+				slog.Warn("rate counter save failed; retrying with the next audit batch", "err", err)
+			}
+		}
 		n, err := ratelimit.Prune(ctx, a.Store, now)
 		if err != nil && ctx.Err() == nil {
 			slog.Warn("rate counter prune failed; retrying next tick", "pruned", n, "err", err)

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xemahq/xema/internal/policy"
 	"github.com/xemahq/xema/internal/ratelimit"
 	"github.com/xemahq/xema/internal/store"
 )
@@ -49,5 +50,33 @@ func TestPruneRateCounters(t *testing.T) {
 	<-done
 	if _, refused, err := a.Store.AddUsage(ctx, []store.UsageAdd{live}); err != nil || refused != 0 {
 		t.Fatalf("live counter after pruning: refused %d err %v; want still full", refused, err)
+	}
+}
+
+// On the embedded store the counters live in memory and a restart resumes them: a window
+// spent before a clean shutdown is still spent after the next start.
+func TestRateCountsSurviveRestart(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	key := ratelimit.Key{Org: "acme", Ref: "kb:page.read@1", Subject: "agent:bot", Environment: "project"}
+	obs := []policy.Obligation{{Kind: ratelimit.KindQuota, Requests: 2, Per: "24h"}}
+	for start, want := range []bool{true, true, false} { // admitted?
+		a, err := New(ctx, Config{DataDir: dir, OperatorOrg: "default"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.counters == nil || a.Audit.Usage != a.counters {
+			t.Fatal("SQLite: want the counters in memory, saved with the audit log's batches")
+		}
+		u, err := (&ratelimit.Limiter{Counter: a.counters}).Take(ctx, key, obs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (u == nil) != want {
+			t.Fatalf("start %d: usage %+v, want admitted %v (a quota of 2 across restarts)", start+1, u, want)
+		}
+		if err := a.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

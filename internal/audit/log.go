@@ -38,6 +38,11 @@ type Log struct {
 	// Committed, when set, is handed each batch once it has committed (the decision log
 	// export); it must not block or keep the slice.
 	Committed func([]store.AuditRecord)
+	// Usage, when set, has its unsaved counters written in each batch's transaction
+	// (ratelimit.Memory, the embedded store's rate counters). They are taken after the
+	// batch's records were queued, so a call counted before its record was appended has its
+	// count committed with its record, or before.
+	Usage UsageJournal
 
 	mu      sync.Mutex
 	queue   []*waiter
@@ -49,6 +54,14 @@ type Log struct {
 	// Owned by the one running writer, kept across writers so batches reuse their memory.
 	batch []*waiter
 	recs  []store.AuditRecord
+}
+
+// UsageJournal is a set of counters written with the audit batches.
+type UsageJournal interface {
+	// Unsaved returns the counters changed since the last call.
+	Unsaved() []store.UsageCount
+	// Saved reports the write of what Unsaved returned; on an error they are unsaved again.
+	Saved(counts []store.UsageCount, err error)
 }
 
 // waiter is one Append waiting for its record's batch to commit.
@@ -158,7 +171,14 @@ func (l *Log) write() {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 		began := time.Now()
-		err := l.Store.AppendAudits(ctx, recs)
+		var usage []store.UsageCount
+		if l.Usage != nil {
+			usage = l.Usage.Unsaved()
+		}
+		err := l.Store.AppendAuditsWithUsage(ctx, recs, usage)
+		if l.Usage != nil {
+			l.Usage.Saved(usage, err)
+		}
 		telemetry.AuditBatch(len(recs), time.Since(began).Seconds(), err)
 		cancel()
 		if err != nil && l.Chain != nil {

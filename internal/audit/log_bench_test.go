@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xemahq/xema/internal/cpubench"
 	"github.com/xemahq/xema/internal/store"
 	"github.com/xemahq/xema/internal/store/postgres"
 	"github.com/xemahq/xema/internal/testpg"
@@ -57,6 +58,7 @@ func parallel(b *testing.B, appendFn func(context.Context, store.AuditRecord) er
 	b.SetParallelism(4)
 	b.ReportAllocs()
 	b.ResetTimer()
+	defer cpubench.PerOp(b)()
 	b.RunParallel(func(pb *testing.PB) {
 		ctx := context.Background()
 		for pb.Next() {

@@ -514,7 +514,7 @@ func (g *Gateway) run(ctx context.Context, c *call, entry *catalog.Entry, r runn
 	outcome := c.rec
 	outcome.ParentID, outcome.ID, outcome.PolicyInput = c.rec.ID, audit.OutcomeID(c.rec.ID), nil
 	outcome.Outcome = "ok"
-	var answer error
+	var answer *fault.Error
 	switch {
 	case runErr != nil && rs.ctx.Err() != nil:
 		slog.WarnContext(ctx, "run cut off by shutdown", "ref", c.req.Ref, "auditId", c.rec.ID, "runner", r.Kind())
@@ -525,7 +525,7 @@ func (g *Gateway) run(ctx context.Context, c *call, entry *catalog.Entry, r runn
 		// auditId; the caller gets the typed code and the runner's fixed message.
 		slog.WarnContext(ctx, "run failed", "ref", c.req.Ref, "auditId", c.rec.ID, "runner", r.Kind(), "err", runErr)
 		answer = providerError(runErr)
-		outcome.Outcome = answer.(*fault.Error).Code
+		outcome.Outcome = answer.Code
 	}
 	outcome.LatencyMicros = time.Since(c.start).Microseconds()
 	outcome.Time = time.Now()
@@ -537,7 +537,7 @@ func (g *Gateway) run(ctx context.Context, c *call, entry *catalog.Entry, r runn
 	}
 	deps.ok("audit log")
 	if answer != nil {
-		answer.(*fault.Error).AuditID = c.rec.ID
+		answer.AuditID = c.rec.ID
 		return nil, answer
 	}
 	return out, nil

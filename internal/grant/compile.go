@@ -128,7 +128,10 @@ func Build(in Input) (Data, error) {
 	if rev == "" {
 		rev = inputRevision(in)
 	}
+	grantedTo, baselined := Index(grants, caps, versions)
 	return Data{
+		GrantedTo:    grantedTo,
+		Baselined:    baselined,
 		Audience:     audience,
 		Capabilities: caps,
 		Environments: envs,

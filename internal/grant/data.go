@@ -1,7 +1,11 @@
 package grant
 
 import (
+	"encoding/json"
+	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 )
 
@@ -15,10 +19,16 @@ type Data struct {
 	// Audience[environmentKind] is the set of output classifications a caller in an
 	// environment of that kind may receive; a kind absent admits every classification.
 	Audience map[string]Set `json:"audience"`
+	// Baselined are the refs whose catalog or pinned descriptor carries a humanBaseline
+	// (Index): search's first cut for users (policies/search.rego).
+	Baselined []string `json:"baselined"`
 	// Capabilities[ref] is the catalog's descriptor of each published ref.
 	Capabilities map[string]CapabilityData `json:"capabilities"`
 	// Environments[name] is each named environment's kind.
 	Environments map[string]EnvironmentData `json:"environments"`
+	// GrantedTo[org][subject] are the refs with a grant filed under org naming that subject
+	// key, "*" for subjects null (Index): search's first cut (policies/search.rego).
+	GrantedTo map[string]map[string][]string `json:"grantedTo"`
 	// Grants[ref][biomeId][org] is the effective grant of the ref in each org.
 	Grants      map[string]map[string]map[string]GrantData `json:"grants"`
 	OrgRoleRank map[string]int                             `json:"orgRoleRank"`
@@ -27,6 +37,82 @@ type Data struct {
 	// Versions[ref][biomeVersion] is the descriptor of a version an effective grant pins,
 	// where it differs from the catalog's.
 	Versions map[string]map[string]CapabilityData `json:"versions"`
+}
+
+// WithIndex returns data (an untyped data.xema document, e.g. hand-written for a test or a
+// benchmark) with its GrantedTo and Baselined indexes built by Index, as Build builds them.
+func WithIndex(data map[string]any) (map[string]any, error) {
+	var typed struct {
+		Grants       map[string]map[string]map[string]GrantData `json:"grants"`
+		Capabilities map[string]CapabilityData                  `json:"capabilities"`
+		Versions     map[string]map[string]CapabilityData       `json:"versions"`
+	}
+	raw, err := json.Marshal(data)
+	if err != nil {
+		return nil, fmt.Errorf("index data.xema: %w", err)
+	}
+	if err := json.Unmarshal(raw, &typed); err != nil {
+		return nil, fmt.Errorf("index data.xema: %w", err)
+	}
+	grantedTo, baselined := Index(typed.Grants, typed.Capabilities, typed.Versions)
+	out := maps.Clone(data)
+	out["grantedTo"], out["baselined"] = grantedTo, baselined
+	return out, nil
+}
+
+// SubjectsNull is the GrantedTo key of grants whose subjects are null.
+const SubjectsNull = "*"
+
+// Index builds GrantedTo[org][subject] — the refs with a grant filed under org naming that
+// subject key (SubjectsNull for subjects null), each sorted — and Baselined, the sorted refs
+// whose catalog or pinned descriptor carries a humanBaseline. It is an index of what the
+// data says, not a decision: search.rego decides what it means.
+func Index(grants map[string]map[string]map[string]GrantData, caps map[string]CapabilityData,
+	versions map[string]map[string]CapabilityData) (grantedTo map[string]map[string][]string, baselined []string) {
+	grantedTo = map[string]map[string][]string{}
+	add := func(org, key, ref string) {
+		if grantedTo[org] == nil {
+			grantedTo[org] = map[string][]string{}
+		}
+		grantedTo[org][key] = append(grantedTo[org][key], ref)
+	}
+	for ref, byBiome := range grants {
+		for _, byOrg := range byBiome {
+			for org, g := range byOrg {
+				if g.Subjects == nil {
+					add(org, SubjectsNull, ref)
+				}
+				for key := range g.Subjects {
+					add(org, key, ref)
+				}
+			}
+		}
+	}
+	for _, byKey := range grantedTo {
+		for key, refs := range byKey {
+			slices.Sort(refs)
+			byKey[key] = slices.Compact(refs)
+		}
+	}
+	seen := map[string]bool{}
+	for ref, c := range caps {
+		if c.HumanBaseline != nil {
+			seen[ref] = true
+		}
+	}
+	for ref, byVersion := range versions {
+		for _, c := range byVersion {
+			if c.HumanBaseline != nil {
+				seen[ref] = true
+			}
+		}
+	}
+	baselined = make([]string, 0, len(seen))
+	for ref := range seen {
+		baselined = append(baselined, ref)
+	}
+	slices.Sort(baselined)
+	return grantedTo, baselined
 }
 
 // Set is a JSON object set: {"a": true, "b": true}. A nil Set encodes as null.
@@ -124,20 +210,38 @@ func (d Data) Map() map[string]any {
 	for ref, byVersion := range d.Versions {
 		versions[ref] = anyMap(byVersion)
 	}
+	grantedTo := make(map[string]any, len(d.GrantedTo))
+	for org, byKey := range d.GrantedTo {
+		km := make(map[string]any, len(byKey))
+		for key, refs := range byKey {
+			km[key] = anyList(refs)
+		}
+		grantedTo[org] = km
+	}
 	ranks := make(map[string]any, len(d.OrgRoleRank))
 	for role, rank := range d.OrgRoleRank {
 		ranks[role] = rank
 	}
 	return map[string]any{
 		"audience":     anyMap(d.Audience),
+		"baselined":    anyList(d.Baselined),
 		"capabilities": anyMap(d.Capabilities),
 		"environments": anyMap(d.Environments),
+		"grantedTo":    grantedTo,
 		"grants":       grants,
 		"orgRoleRank":  ranks,
 		"profiles":     anyMap(d.Profiles),
 		"revision":     d.Revision,
 		"versions":     versions,
 	}
+}
+
+func anyList(refs []string) []any {
+	out := make([]any, len(refs))
+	for i, r := range refs {
+		out[i] = r
+	}
+	return out
 }
 
 func anyMap[V any](m map[string]V) map[string]any {

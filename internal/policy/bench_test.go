@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"testing"
+
+	"github.com/xemahq/xema/internal/cpubench"
 )
 
 // syntheticData lays out n grants in the contract's layout: n/4 capabilities over 50
@@ -83,7 +85,7 @@ func BenchmarkDecision(b *testing.B) {
 						}
 					}
 					b.ReportAllocs()
-					done := cpuPerOp(b)
+					done := cpubench.PerOp(b)
 					defer done()
 					for b.Loop() {
 						d, err := e.Decide(ctx, c.in)
@@ -147,7 +149,7 @@ func BenchmarkDecisionCache(b *testing.B) {
 	in.Resource = fmt.Sprintf("kb/%d/page", i)
 	b.Run("hit", func(b *testing.B) {
 		b.ReportAllocs()
-		done := cpuPerOp(b)
+		done := cpubench.PerOp(b)
 		defer done()
 		for b.Loop() {
 			if d, err := e.Decide(ctx, in); err != nil || !d.Allow {
@@ -158,7 +160,7 @@ func BenchmarkDecisionCache(b *testing.B) {
 	k := 0 // across runs too: no resource repeats
 	b.Run("miss", func(b *testing.B) {
 		b.ReportAllocs()
-		done := cpuPerOp(b)
+		done := cpubench.PerOp(b)
 		defer done()
 		for b.Loop() {
 			k++

@@ -10,6 +10,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 
 	"github.com/xemahq/xema/internal/bounded"
+	"github.com/xemahq/xema/internal/telemetry"
 )
 
 // DefaultDecisionCacheSize bounds the decision cache of an Engine whose Options leave it 0.
@@ -46,6 +47,7 @@ func newDecisionCache(size int) *decisionCache {
 
 func (c *decisionCache) get(key string) (Decision, bool) {
 	d, ok := c.entries.Get(key, nil)
+	telemetry.Cache("decision", ok)
 	if ok {
 		c.hits.Add(1)
 		return d.clone(), true

@@ -2,8 +2,11 @@ package policy
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
+
+	"github.com/xemahq/xema/internal/grant"
 )
 
 // TestSearchableIsSound: every ref the policy allows a caller is in the caller's searchable
@@ -13,6 +16,9 @@ import (
 func TestSearchableIsSound(t *testing.T) {
 	ctx := context.Background()
 	e := loadedEngine(t)
+	if err := e.Load(ctx, withIndex(t, e.data), "r1-indexed"); err != nil {
+		t.Fatal(err)
+	}
 	refs := make([]string, 0, len(e.data["capabilities"].(map[string]any)))
 	for ref := range e.data["capabilities"].(map[string]any) {
 		refs = append(refs, ref)
@@ -59,4 +65,41 @@ func TestSearchableIsSound(t *testing.T) {
 		t.Fatal("no input was allowed: the check checks nothing")
 	}
 	t.Logf("%d decisions, %d allowed, each in its caller's searchable set", checked, allowed)
+}
+
+// withIndex adds grant.Index of data's grants and descriptors, as grant.Build does.
+func withIndex(t testing.TB, data map[string]any) map[string]any {
+	t.Helper()
+	out, err := grant.WithIndex(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// BenchmarkSearchable is the first cut of one caller over n grants (syntheticData).
+func BenchmarkSearchable(b *testing.B) {
+	ctx := context.Background()
+	for _, n := range []int{100, 10_000, 100_000} {
+		b.Run(fmt.Sprintf("grants=%d", n), func(b *testing.B) {
+			e, err := New(ctx, Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := e.Load(ctx, withIndex(b, syntheticData(n)), "bench"); err != nil {
+				b.Fatal(err)
+			}
+			in := agentCall("")
+			in.Subject.Ref, in.Groups = "agent:a2", nil
+			b.ReportAllocs()
+			done := cpuPerOp(b)
+			defer done()
+			for b.Loop() {
+				s, err := e.Searchable(ctx, in)
+				if err != nil || len(s) != max(n/4, 1) {
+					b.Fatalf("searchable: %d refs, %v; want %d", len(s), err, max(n/4, 1))
+				}
+			}
+		})
+	}
 }

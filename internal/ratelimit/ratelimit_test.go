@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -9,10 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xemahq/xema/internal/audit"
 	"github.com/xemahq/xema/internal/policy"
 	"github.com/xemahq/xema/internal/store"
 	"github.com/xemahq/xema/internal/store/postgres"
 	"github.com/xemahq/xema/internal/store/sqlite"
+	"github.com/xemahq/xema/internal/store/storetest"
 	"github.com/xemahq/xema/internal/testpg"
 )
 
@@ -38,10 +41,24 @@ func openPostgres(tb testing.TB) store.Store {
 	return s
 }
 
+// openMemory is the counter of the embedded default: in memory, saved to SQLite.
+func openMemory(tb testing.TB) Counter {
+	tb.Helper()
+	m, err := LoadMemory(context.Background(), openSQLite(tb), time.Now())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return m
+}
+
 var engines = []struct {
 	name string
-	open func(testing.TB) store.Store
-}{{"sqlite", openSQLite}, {"postgres", openPostgres}}
+	open func(testing.TB) Counter
+}{
+	{"memory", openMemory},
+	{"sqlite", func(tb testing.TB) Counter { return openSQLite(tb) }},
+	{"postgres", func(tb testing.TB) Counter { return openPostgres(tb) }},
+}
 
 func rate(n int, per string) policy.Obligation {
 	return policy.Obligation{Kind: KindRate, Requests: n, Per: per}
@@ -261,7 +278,145 @@ func TestTakeAcrossReplicas(t *testing.T) {
 	}
 }
 
-// BenchmarkTake is the cost one rate-limited call adds: one UPSERT round trip.
+// Concurrent Takes never admit more than the limit, on every counter: 80 callers under a
+// rate limit of 30 and a quota of 35 (all or none) are admitted exactly 30 times.
+func TestTakeConcurrentExact(t *testing.T) {
+	const limit, callers = 30, 80
+	obs := []policy.Obligation{rate(limit, "1h"), quota(limit+5, "24h")}
+	for _, e := range engines {
+		t.Run(e.name, func(t *testing.T) {
+			l := &Limiter{Counter: e.open(t)}
+			key := Key{Org: "acme", Ref: "kb:page.read@1", Subject: "agent:bot", Environment: "project"}
+			var admitted, refused atomic.Int32
+			var wg sync.WaitGroup
+			for range callers {
+				wg.Go(func() {
+					u, err := l.Take(context.Background(), key, obs)
+					switch {
+					case err != nil:
+						t.Error(err)
+					case u == nil:
+						admitted.Add(1)
+					default:
+						refused.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			// A window boundary inside the test would reset the count: 1h windows make that
+			// rare, and the message names it.
+			if admitted.Load() != limit || refused.Load() != callers-limit {
+				t.Fatalf("%d concurrent calls under a rate limit of %d: %d admitted, %d refused (a window may have ended meanwhile)",
+					callers, limit, admitted.Load(), refused.Load())
+			}
+		})
+	}
+}
+
+// The usage conformance of the stores holds for the in-memory counter.
+func TestMemoryConformance(t *testing.T) {
+	storetest.RunCounter(t, func(t *testing.T) storetest.Counter { return openMemory(t).(*Memory) })
+}
+
+// A count committed with an audit batch survives a crash: a process that never shut down
+// (its store is read again by a second handle, as a restart after kill -9 would) resumes
+// the window full; a count whose record never committed is not saved.
+func TestMemorySavedWithAuditBatch(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "x.db")
+	st, err := sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	now := time.Unix(1_699_920_010, 0)
+	m, err := LoadMemory(ctx, st, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &audit.Log{Store: st, Usage: m}
+	defer log.Close()
+	l := &Limiter{Counter: m, Now: func() time.Time { return now }}
+	key := Key{Org: "acme", Ref: "kb:page.read@1", Subject: "agent:bot", Environment: "project"}
+	obs := []policy.Obligation{rate(3, "1h")}
+	for i := range 3 {
+		if u, err := l.Take(ctx, key, obs); err != nil || u != nil {
+			t.Fatalf("call %d: %+v %v", i, u, err)
+		}
+		if err := log.Append(ctx, store.AuditRecord{ID: fmt.Sprintf("inv_%d", i), Time: now, Decision: audit.DecisionAllowed}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other := key
+	other.Subject = "agent:uncommitted" // counted, its record never appended
+	if u, err := l.Take(ctx, other, obs); err != nil || u != nil {
+		t.Fatalf("uncommitted call: %+v %v", u, err)
+	}
+
+	reopened, err := sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reopened.Close()
+	m2, err := LoadMemory(ctx, reopened, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := &Limiter{Counter: m2, Now: func() time.Time { return now }}
+	if u, err := after.Take(ctx, key, obs); err != nil || u == nil || !u.RateExceeded {
+		t.Fatalf("after the crash: %+v %v; want the window still full (3 of 3)", u, err)
+	}
+	for i := range 3 {
+		if u, err := after.Take(ctx, other, obs); err != nil || u != nil {
+			t.Fatalf("the uncommitted caller's call %d after the crash: %+v %v; want admitted (its count was not saved)", i, u, err)
+		}
+	}
+}
+
+// Save writes what no batch carried, once; a failed write leaves it for the next one.
+func TestMemorySave(t *testing.T) {
+	ctx := context.Background()
+	st := openSQLite(t)
+	m, err := LoadMemory(ctx, st, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond)
+	add := []store.UsageAdd{{Key: "k", Window: 1, N: 2, Limit: 9, Expires: exp}}
+	if _, refused, err := m.AddUsage(ctx, add); err != nil || refused >= 0 {
+		t.Fatal(refused, err)
+	}
+	m.Saved(m.Unsaved(), errors.New("disk full"))
+	if err := m.Save(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := st.LoadUsage(ctx, time.Now()); err != nil || len(got) != 1 || got[0].Count != 2 {
+		t.Fatalf("saved: %+v %v; want k at 2", got, err)
+	}
+	if u := m.Unsaved(); u != nil {
+		t.Fatalf("unsaved after Save: %+v, want none", u)
+	}
+}
+
+// A refused call leaves no trace: the counters it created are forgotten, nothing is unsaved.
+func TestMemoryRefusalLeavesNothing(t *testing.T) {
+	m := &Memory{}
+	exp := time.Now().Add(time.Hour)
+	adds := []store.UsageAdd{{Key: "rate", Window: 1, N: 1, Limit: 5, Expires: exp}, {Key: "quota", Window: 1, N: 1, Limit: 1, Expires: exp}}
+	if _, refused, err := m.AddUsage(context.Background(), adds[1:]); err != nil || refused >= 0 {
+		t.Fatal(refused, err)
+	}
+	m.Unsaved()
+	if _, refused, err := m.AddUsage(context.Background(), adds); err != nil || refused != 1 {
+		t.Fatalf("refused %d err %v; want the quota (1)", refused, err)
+	}
+	if len(m.counters) != 1 || m.Unsaved() != nil {
+		t.Fatalf("after a refused call: %d counters, unsaved %v; want only the quota's, nothing unsaved", len(m.counters), m.Unsaved())
+	}
+}
+
+// BenchmarkTake is the cost one rate-limited call adds: one UPSERT round trip on a store,
+// a map update under a mutex in memory.
 func BenchmarkTake(b *testing.B) {
 	obs := []policy.Obligation{rate(1_000_000_000, "1h")}
 	for _, e := range engines {
@@ -278,6 +433,7 @@ func BenchmarkTake(b *testing.B) {
 		b.Run(e.name+"/parallel", func(b *testing.B) {
 			l := &Limiter{Counter: e.open(b)}
 			b.ReportAllocs()
+			b.ResetTimer() // not the store's opening
 			b.RunParallel(func(pb *testing.PB) {
 				key := Key{Ref: "kb:page.read@1", Subject: "agent:bot", Environment: "project"}
 				for pb.Next() {

@@ -71,7 +71,7 @@ func (s *Server) authenticateMCP(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ec, err := s.verify(r)
 		if err != nil {
-			ge := faultOf(s.unauthenticated(r, "/mcp", err))
+			ge := s.unauthenticated(r, "/mcp", err)
 			if ge.Kind == fault.Unauthenticated {
 				s.challenge(w, r)
 			}

@@ -156,7 +156,7 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		ec, err := s.verify(c.Request())
 		if err != nil {
 			answer := s.unauthenticated(c.Request(), c.Path(), err)
-			if ge, ok := answer.(*fault.Error); ok && ge.Kind == fault.Unauthenticated {
+			if answer.Kind == fault.Unauthenticated {
 				s.challenge(c.Response(), c.Request())
 			}
 			return answer
@@ -182,7 +182,7 @@ func (s *Server) verify(r *http.Request) (identity.ExecContext, error) {
 // contain the token.
 // The source is the TCP peer, never a forwarded-for header a client could rotate (the
 // aggregator's bucket map is bounded either way).
-func (s *Server) unauthenticated(r *http.Request, route string, err error) error {
+func (s *Server) unauthenticated(r *http.Request, route string, err error) *fault.Error {
 	reason := identity.Reason(err)
 	source := r.RemoteAddr
 	if host, _, serr := net.SplitHostPort(source); serr == nil {
@@ -190,7 +190,7 @@ func (s *Server) unauthenticated(r *http.Request, route string, err error) error
 	}
 	id, aerr := s.Gateway.RecordUnauthenticated(r.Context(), route, reason, source)
 	if aerr != nil {
-		return aerr
+		return faultOf(aerr)
 	}
 	slog.Debug("unauthenticated request", "route", route, "reason", reason, "auditId", id)
 	return &fault.Error{Kind: fault.Unauthenticated, Code: gateway.CodeUnauthenticated, Message: err.Error(), AuditID: id}

@@ -153,6 +153,12 @@ type ObligationStore interface {
 	// PruneUsage deletes at most limit counters whose window ended before before, and says
 	// how many went.
 	PruneUsage(ctx context.Context, before time.Time, limit int) (int64, error)
+	// LoadUsage returns every counter whose window ends after after.
+	LoadUsage(ctx context.Context, after time.Time) ([]UsageCount, error)
+	// SaveUsage writes counts in one transaction, each as its counter's value unless the
+	// stored one is larger (counts only grow within a window). Nothing is refused: the
+	// counts were admitted by an exact counter of their own (ratelimit.Memory).
+	SaveUsage(ctx context.Context, counts []UsageCount) error
 }
 
 // UsageAdd is N more calls on the counter of (Key, Window), refused past Limit. Expires is
@@ -163,4 +169,21 @@ type UsageAdd struct {
 	N       int64
 	Limit   int64
 	Expires time.Time
+}
+
+// UsageCount is the value of the counter of (Key, Window), whose window ends at Expires.
+type UsageCount struct {
+	Key     string
+	Window  int64
+	Count   int64
+	Expires time.Time
+}
+
+// Validate checks what the schema requires of a counter.
+func (c UsageCount) Validate() error {
+	if c.Key == "" || c.Count < 0 {
+		return fmt.Errorf("%w: usage count %q window %d: key must be non-empty, count not negative (count %d)",
+			ErrInvalid, c.Key, c.Window, c.Count)
+	}
+	return nil
 }

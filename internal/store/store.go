@@ -217,6 +217,9 @@ type Store interface {
 	AppendAudit(ctx context.Context, r AuditRecord) error
 	// AppendAudits writes rs durably in one transaction, all or none (group commit).
 	AppendAudits(ctx context.Context, rs []AuditRecord) error
+	// AppendAuditsWithUsage is AppendAudits that also saves usage, as SaveUsage does, in
+	// the same transaction: one commit makes the records and the counts durable together.
+	AppendAuditsWithUsage(ctx context.Context, rs []AuditRecord, usage []UsageCount) error
 	GetAudit(ctx context.Context, id string) (AuditRecord, error)
 	// ListAudit returns the records of one org matching q, newest first (time, then id,
 	// descending), at most q.Limit of them (MaxAuditPage when 0 or larger).

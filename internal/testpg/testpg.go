@@ -121,8 +121,52 @@ type server struct {
 	bin    string // directory of initdb and pg_ctl; "" for an external server
 	dir    string
 	asRoot bool
-	port   int // kept across Pause and Resume
+	port   int  // kept across Pause and Resume
+	sync   bool // fsync and synchronous commit on (Server); off for tests
 }
+
+// Server is a PostgreSQL started outside a test binary (the load harness), durable as in
+// production: fsync and synchronous commit on.
+type Server struct {
+	// URL is its administrator's URL (database "postgres").
+	URL string
+	s   *server
+}
+
+// StartServer starts a PostgreSQL as Start does, for a program that is not a test; Stop
+// removes it.
+func StartServer() (*Server, error) {
+	bin, err := findBinaries(debianRoot)
+	if err != nil {
+		return nil, err
+	}
+	s := &server{bin: bin, asRoot: os.Geteuid() == 0, sync: true}
+	if err := s.initdb(); err != nil {
+		return nil, errors.Join(err, s.remove())
+	}
+	for range 3 {
+		if err = s.start(); err == nil {
+			return &Server{URL: s.url, s: s}, nil
+		}
+	}
+	return nil, errors.Join(err, s.remove())
+}
+
+// CreateDatabase creates the empty database name and returns its URL.
+func (s *Server) CreateDatabase(name string) (string, error) {
+	if err := adminExec(s.URL, "CREATE DATABASE "+name); err != nil {
+		return "", fmt.Errorf("create database %s: %w", name, err)
+	}
+	u, err := url.Parse(s.URL)
+	if err != nil {
+		return "", err
+	}
+	u.Path = "/" + name
+	return u.String(), nil
+}
+
+// Stop stops the server and removes its directory.
+func (s *Server) Stop() error { return s.s.stop() }
 
 func startServer() (*server, error) {
 	if u := os.Getenv(EnvURL); u != "" {
@@ -216,7 +260,10 @@ func (s *server) start() error {
 			return err
 		}
 	}
-	opts := fmt.Sprintf("-k %s -p %d -h 127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off", s.dir, port)
+	opts := fmt.Sprintf("-k %s -p %d -h 127.0.0.1", s.dir, port)
+	if !s.sync { // tests need no durability across a crash of the machine
+		opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+	}
 	if err := s.run("pg_ctl", "-D", s.dataDir(), "-l", filepath.Join(s.dir, "log"), "-w", "-t", "60", "-o", opts, "start"); err != nil {
 		return fmt.Errorf("%w\nserver log:\n%s", err, s.logTail())
 	}

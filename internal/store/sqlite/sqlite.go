@@ -26,9 +26,10 @@ type Store struct {
 
 // Dialect is how SQLite differs: times are INTEGER microseconds, errors are sqlite codes.
 var Dialect = sqlstore.Dialect{
-	Name:     "sqlite",
-	TimeArg:  func(t time.Time) any { return t.UnixMicro() },
-	Classify: classify,
+	Name:           "sqlite",
+	TimeArg:        func(t time.Time) any { return t.UnixMicro() },
+	Classify:       classify,
+	PrepareBatches: true,
 	ReasonCodeMatch: `EXISTS (SELECT 1 FROM json_each(CASE WHEN json_type(reasons) = 'array' THEN reasons ELSE '[]' END) e
 		WHERE json_extract(e.value, '$.code') = ?)`,
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"slices"
+	"iter"
 	"strings"
 	"sync"
 	"time"
@@ -18,16 +18,23 @@ const (
 		obligations, bundle_revision, input_hash, runner, outcome, latency_micros, parent_id, detail, org,
 		policy_input, chain_id, chain_seq, chain_hash`
 	auditColumnCount = 22
-	// auditRowsPerInsert bounds one INSERT statement: 22 × 64 placeholders stay far below
-	// SQLite's 32,766 and PostgreSQL's 65,535, and one statement text per size is cached.
+	// auditRowsPerInsert bounds one INSERT statement, a power of two (see pow2Chunks):
+	// 22 × 64 placeholders stay far below SQLite's 32,766 and PostgreSQL's 65,535, and
+	// one statement text per size is cached.
 	auditRowsPerInsert = 64
 )
 
 // AppendAudits implements store.Store: every record, or none, in one transaction, so one
 // commit (one fsync) serves the whole batch.
 func (s *Store) AppendAudits(ctx context.Context, rs []store.AuditRecord) error {
+	return s.AppendAuditsWithUsage(ctx, rs, nil)
+}
+
+// AppendAuditsWithUsage implements store.Store: the records and the counters in one
+// transaction.
+func (s *Store) AppendAuditsWithUsage(ctx context.Context, rs []store.AuditRecord, usage []store.UsageCount) error {
 	if len(rs) == 0 {
-		return nil
+		return s.SaveUsage(ctx, usage)
 	}
 	op := fmt.Sprintf("append %d audit records (first %q)", len(rs), rs[0].ID)
 	for i, r := range rs {
@@ -35,38 +42,91 @@ func (s *Store) AppendAudits(ctx context.Context, rs []store.AuditRecord) error 
 			return fmt.Errorf("%s: record %d: %w", op, i, err)
 		}
 	}
-	return s.inTx(ctx, op, func(tx *sql.Tx) error {
-		args := make([]any, 0, min(len(rs), auditRowsPerInsert)*auditColumnCount)
-		for chunk := range slices.Chunk(rs, auditRowsPerInsert) {
-			args = args[:0]
-			for _, r := range chunk {
-				args = s.auditArgs(args, r)
+	if err := validateCounts(op, usage); err != nil {
+		return err
+	}
+	steps := s.usageSteps(nil, usage)
+	for chunk := range pow2Chunks(rs, auditRowsPerInsert) {
+		args := make([]any, 0, len(chunk)*auditColumnCount)
+		for _, r := range chunk {
+			args = s.auditArgs(args, r)
+		}
+		steps = append(steps, step{s.auditInsert(len(chunk)), args})
+	}
+	return s.runSteps(ctx, op, append(steps, s.chainSteps(rs)...))
+}
+
+// pow2Chunks cuts s into chunks of at most limit elements (a power of two), each a power
+// of two long (7 with limit 64: 4, 2, 1), so a batch's statements are of a few lengths only and the
+// prepared ones stay few (SQLite keeps each statement's program in memory).
+func pow2Chunks[T any](s []T, limit int) iter.Seq[[]T] {
+	return func(yield func([]T) bool) {
+		for len(s) > 0 {
+			n := limit
+			for n > len(s) {
+				n /= 2
 			}
-			if _, err := tx.ExecContext(ctx, s.auditInsert(len(chunk)), args...); err != nil {
+			if !yield(s[:n:n]) {
+				return
+			}
+			s = s[n:]
+		}
+	}
+}
+
+// step is one statement of a batch's transaction.
+type step struct {
+	q    string // bound
+	args []any
+}
+
+// runSteps runs steps in one transaction; with Dialect.PrepareBatches each through its
+// prepared statement, prepared before the transaction begins (see prepared).
+func (s *Store) runSteps(ctx context.Context, op string, steps []step) error {
+	var stmts []*sql.Stmt
+	if s.d.PrepareBatches {
+		stmts = make([]*sql.Stmt, len(steps))
+		for i, st := range steps {
+			var err error
+			if stmts[i], err = s.prepared(ctx, st.q); err != nil {
 				return s.fail(op, err)
 			}
 		}
-		return s.checkpointChains(ctx, tx, op, rs)
+	}
+	return s.inTx(ctx, op, func(tx *sql.Tx) error {
+		for i, st := range steps {
+			var err error
+			if stmts != nil {
+				_, err = tx.StmtContext(ctx, stmts[i]).ExecContext(ctx, st.args...)
+			} else {
+				_, err = tx.ExecContext(ctx, st.q, st.args...)
+			}
+			if err != nil {
+				return s.fail(op, err)
+			}
+		}
+		return nil
 	})
 }
 
-// checkpointChains records the last link of each chain in rs as its head.
-func (s *Store) checkpointChains(ctx context.Context, tx *sql.Tx, op string, rs []store.AuditRecord) error {
+// chainHeadUpsert checkpoints one chain's head, never moving it back.
+const chainHeadUpsert = `INSERT INTO audit_chain_heads (chain_id, seq, hash, updated_at) VALUES (?, ?, ?, ?)
+	ON CONFLICT (chain_id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, updated_at = excluded.updated_at
+	WHERE excluded.seq > audit_chain_heads.seq`
+
+// chainSteps record the last link of each chain in rs as its head.
+func (s *Store) chainSteps(rs []store.AuditRecord) []step {
 	last := map[string]store.ChainLink{}
 	for _, r := range rs {
 		if r.Chain.ChainID != "" && r.Chain.Seq > last[r.Chain.ChainID].Seq {
 			last[r.Chain.ChainID] = r.Chain
 		}
 	}
+	steps := make([]step, 0, len(last))
 	for _, l := range last {
-		if _, err := s.exec(ctx, tx, `INSERT INTO audit_chain_heads (chain_id, seq, hash, updated_at) VALUES (?, ?, ?, ?)
-			ON CONFLICT (chain_id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, updated_at = excluded.updated_at
-			WHERE excluded.seq > audit_chain_heads.seq`,
-			l.ChainID, l.Seq, l.Hash, s.d.TimeArg(store.Stamp(time.Time{}))); err != nil {
-			return s.fail(op, err)
-		}
+		steps = append(steps, step{s.d.bind(chainHeadUpsert), []any{l.ChainID, l.Seq, l.Hash, s.d.TimeArg(store.Stamp(time.Time{}))}})
 	}
-	return nil
+	return steps
 }
 
 // auditArgs appends the column values of r to args.

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/xemahq/xema/internal/store"
@@ -104,4 +106,85 @@ func (s *Store) PruneUsage(ctx context.Context, before time.Time, limit int) (in
 		return 0, s.fail(op, err)
 	}
 	return n, nil
+}
+
+// LoadUsage implements store.ObligationStore.
+func (s *Store) LoadUsage(ctx context.Context, after time.Time) ([]store.UsageCount, error) {
+	op := fmt.Sprintf("load usage counters live after %s", after.UTC().Format(time.RFC3339))
+	rows, err := s.db.QueryContext(ctx, s.d.bind(`SELECT key, window_no, count, expires_at FROM rate_counters WHERE expires_at > ?`),
+		s.d.TimeArg(after.UTC()))
+	if err != nil {
+		return nil, s.fail(op, err)
+	}
+	defer rows.Close()
+	var out []store.UsageCount
+	for rows.Next() {
+		var c store.UsageCount
+		if err := rows.Scan(&c.Key, &c.Window, &c.Count, timeCol{&c.Expires}); err != nil {
+			return nil, s.fail(op, err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail(op, err)
+	}
+	return out, nil
+}
+
+// SaveUsage implements store.ObligationStore.
+func (s *Store) SaveUsage(ctx context.Context, counts []store.UsageCount) error {
+	if len(counts) == 0 {
+		return nil
+	}
+	op := fmt.Sprintf("save %d usage counter(s)", len(counts))
+	if err := validateCounts(op, counts); err != nil {
+		return err
+	}
+	return s.runSteps(ctx, op, s.usageSteps(nil, counts))
+}
+
+func validateCounts(op string, counts []store.UsageCount) error {
+	for i, c := range counts {
+		if err := c.Validate(); err != nil {
+			return fmt.Errorf("%s: counter %d: %w", op, i, err)
+		}
+	}
+	return nil
+}
+
+// usageRowsPerInsert bounds one UPSERT of usageSteps (4 placeholders a row; a power of two).
+const usageRowsPerInsert = 256
+
+// usageSteps appends to steps the UPSERTs writing counts, many rows a statement, each
+// keeping the larger count.
+func (s *Store) usageSteps(steps []step, counts []store.UsageCount) []step {
+	for chunk := range pow2Chunks(counts, usageRowsPerInsert) {
+		args := make([]any, 0, 4*len(chunk))
+		for _, c := range chunk {
+			args = append(args, c.Key, c.Window, c.Count, s.d.TimeArg(c.Expires.UTC()))
+		}
+		steps = append(steps, step{s.usageUpsert(len(chunk)), args})
+	}
+	return steps
+}
+
+// usageUpserts caches the UPSERT of n counters per placeholder style, as auditInserts.
+var usageUpserts sync.Map // auditInsertKey → string
+
+func (s *Store) usageUpsert(rows int) string {
+	key := auditInsertKey{s.d.NumberedParams, rows}
+	if q, ok := usageUpserts.Load(key); ok {
+		return q.(string)
+	}
+	var b strings.Builder
+	b.WriteString("INSERT INTO rate_counters (key, window_no, count, expires_at) VALUES ")
+	for i := range rows {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?, ?, ?, ?)")
+	}
+	b.WriteString(` ON CONFLICT (key, window_no) DO UPDATE SET count = excluded.count WHERE excluded.count > rate_counters.count`)
+	q, _ := usageUpserts.LoadOrStore(key, s.d.bind(b.String()))
+	return q.(string)
 }

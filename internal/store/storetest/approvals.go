@@ -23,11 +23,35 @@ func runObligations(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ApprovalTransitions", testApprovalTransitions},
 		{"ApprovalExpiry", testApprovalExpiry},
 		{"ApprovalConcurrentApproveOneWinner", testApprovalConcurrent},
+		{"UsageSaveLoad", testUsageSaveLoad},
+		{"UsageWithAuditBatch", testUsageWithAuditBatch},
+	})
+	RunCounter(t, func(t *testing.T) Counter { return open(t) })
+}
+
+// Counter is what holds usage counters: every store, and ratelimit.Memory.
+type Counter interface {
+	AddUsage(ctx context.Context, adds []store.UsageAdd) (counts []int64, refused int, err error)
+	PruneUsage(ctx context.Context, before time.Time, limit int) (int64, error)
+}
+
+// RunCounter is the conformance of a usage counter: exact under concurrency, all or none,
+// pruned in bounded batches. open returns a new empty counter for each subtest.
+func RunCounter(t *testing.T, open func(t *testing.T) Counter) {
+	for _, tc := range []struct {
+		name string
+		fn   func(t *testing.T, c Counter)
+	}{
 		{"UsageLimit", testUsageLimit},
 		{"UsageConcurrentNeverPassesLimit", testUsageConcurrent},
 		{"UsageAllOrNothing", testUsageAllOrNothing},
 		{"UsagePrune", testUsagePrune},
-	})
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, open(t))
+		})
+	}
 }
 
 func newApproval(id, ref, requester string, created time.Time) store.Approval {
@@ -201,7 +225,7 @@ func testApprovalConcurrent(t *testing.T, s store.Store) {
 }
 
 // addOne adds n to one counter, as a limiter with a single limit does.
-func addOne(s store.Store, key string, window, n, limit int64, exp time.Time) (int64, bool, error) {
+func addOne(s Counter, key string, window, n, limit int64, exp time.Time) (int64, bool, error) {
 	counts, refused, err := s.AddUsage(context.Background(), []store.UsageAdd{{Key: key, Window: window, N: n, Limit: limit, Expires: exp}})
 	if err != nil || refused >= 0 {
 		return 0, false, err
@@ -209,7 +233,7 @@ func addOne(s store.Store, key string, window, n, limit int64, exp time.Time) (i
 	return counts[0], true, nil
 }
 
-func testUsageLimit(t *testing.T, s store.Store) {
+func testUsageLimit(t *testing.T, s Counter) {
 	ctx := context.Background()
 	exp := time.Now().Add(time.Minute)
 	for i := int64(1); i <= 3; i++ {
@@ -245,7 +269,7 @@ func testUsageLimit(t *testing.T, s store.Store) {
 
 // testUsageAllOrNothing: a refused counter leaves every other counter of the call as it
 // was, whatever order the adds come in, and the refusal names the first refused add.
-func testUsageAllOrNothing(t *testing.T, s store.Store) {
+func testUsageAllOrNothing(t *testing.T, s Counter) {
 	ctx := context.Background()
 	exp := time.Now().Add(time.Minute)
 	rate := store.UsageAdd{Key: "rate", Window: 1, N: 1, Limit: 10, Expires: exp}
@@ -269,7 +293,7 @@ func testUsageAllOrNothing(t *testing.T, s store.Store) {
 }
 
 // testUsagePrune: expired counters go, in bounded batches; live ones stay and keep counting.
-func testUsagePrune(t *testing.T, s store.Store) {
+func testUsagePrune(t *testing.T, s Counter) {
 	ctx := context.Background()
 	now := time.Now()
 	for i := range 5 {
@@ -302,7 +326,7 @@ func testUsagePrune(t *testing.T, s store.Store) {
 	}
 }
 
-func testUsageConcurrent(t *testing.T, s store.Store) {
+func testUsageConcurrent(t *testing.T, s Counter) {
 	const limit, callers = 25, 60
 	var passed atomic.Int32
 	var wg sync.WaitGroup
@@ -322,5 +346,73 @@ func testUsageConcurrent(t *testing.T, s store.Store) {
 	wg.Wait()
 	if passed.Load() != limit {
 		t.Fatalf("%d concurrent adds under limit %d: %d passed", callers, limit, passed.Load())
+	}
+}
+
+// testUsageSaveLoad: saved counters load back while their window lives, a stored counter
+// keeps the larger count, AddUsage counts on from a saved value, invalid counts are refused.
+func testUsageSaveLoad(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	live := store.UsageCount{Key: "live", Window: 3, Count: 5, Expires: now.Add(time.Minute)}
+	ended := store.UsageCount{Key: "ended", Window: 1, Count: 2, Expires: now.Add(-time.Minute)}
+	if err := s.SaveUsage(ctx, []store.UsageCount{live, ended}); err != nil {
+		t.Fatal(err)
+	}
+	smaller := live
+	smaller.Count = 4
+	if err := s.SaveUsage(ctx, []store.UsageCount{smaller}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.LoadUsage(ctx, now); err != nil || len(got) != 1 || got[0] != live {
+		t.Fatalf("LoadUsage = %+v, %v; want only %+v (the larger count kept)", got, err, live)
+	}
+	if n, ok, err := addOne(s, "live", 3, 1, 6, live.Expires); err != nil || !ok || n != 6 {
+		t.Fatalf("add after save: count %d ok %v err %v; want 6", n, ok, err)
+	}
+	many := make([]store.UsageCount, 600) // more than one statement carries
+	for i := range many {
+		many[i] = store.UsageCount{Key: fmt.Sprintf("k%d", i), Window: 1, Count: int64(i), Expires: now.Add(time.Hour)}
+	}
+	if err := s.SaveUsage(ctx, many); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.LoadUsage(ctx, now); err != nil || len(got) != len(many)+1 {
+		t.Fatalf("LoadUsage after %d more: %d counters, %v", len(many), len(got), err)
+	}
+	for _, bad := range []store.UsageCount{{Window: 1, Count: 1}, {Key: "neg", Count: -1}} {
+		if err := s.SaveUsage(ctx, []store.UsageCount{bad}); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("SaveUsage(%+v) = %v, want ErrInvalid", bad, err)
+		}
+	}
+}
+
+// testUsageWithAuditBatch: the records and the counters commit together, or neither does.
+func testUsageWithAuditBatch(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	c := store.UsageCount{Key: "rate", Window: 1, Count: 3, Expires: now.Add(time.Minute)}
+	batch := auditBatch("u", 2)
+	if err := s.AppendAuditsWithUsage(ctx, batch, []store.UsageCount{c}); err != nil {
+		t.Fatal(err)
+	}
+	wantAudits(t, s, batch)
+	if got, err := s.LoadUsage(ctx, now); err != nil || len(got) != 1 || got[0] != c {
+		t.Fatalf("LoadUsage = %+v, %v; want %+v", got, err, c)
+	}
+	// A stored id refuses the batch: its counters are not written either.
+	later := c
+	later.Count = 9
+	if err := s.AppendAuditsWithUsage(ctx, batch[:1], []store.UsageCount{later}); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("a batch with a stored id = %v, want ErrConflict", err)
+	}
+	if got, err := s.LoadUsage(ctx, now); err != nil || len(got) != 1 || got[0] != c {
+		t.Fatalf("after the refused batch: %+v, %v; want %+v unchanged", got, err, c)
+	}
+	if err := s.AppendAuditsWithUsage(ctx, nil, []store.UsageCount{later}); err != nil {
+		t.Fatalf("counters alone: %v", err)
+	}
+	if got, err := s.LoadUsage(ctx, now); err != nil || len(got) != 1 || got[0] != later {
+		t.Fatalf("after counters alone: %+v, %v; want %+v", got, err, later)
 	}
 }

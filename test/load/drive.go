@@ -1,0 +1,128 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// target is one endpoint and what every request sends.
+type target struct {
+	name, kind, url, token string
+	// body is the request body of call n (n counts every call of the run, warm-up included).
+	body func(n int64) []byte
+	// ok checks an answer, so a fast error is never counted as a fast decision.
+	ok func(status int, body []byte) bool
+	// gateway: the target is served by xema serve, whose process is measured.
+	gateway bool
+}
+
+// result is one measured run.
+type result struct {
+	n, errors int
+	elapsed   time.Duration
+	latencies []time.Duration // sorted
+	// Of the gateway's process over the window (targets it serves).
+	cpu     time.Duration
+	metrics counters
+}
+
+func (r result) rps() float64 { return float64(r.n) / r.elapsed.Seconds() }
+
+func (r result) pct(p int) time.Duration {
+	if len(r.latencies) == 0 {
+		return 0
+	}
+	return r.latencies[min(len(r.latencies)-1, len(r.latencies)*p/100)].Round(time.Microsecond)
+}
+
+func (r result) cpuPerCall() string {
+	if r.cpu == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.0f µs", float64(r.cpu.Microseconds())/float64(r.n))
+}
+
+func (r result) hitRate() string {
+	m := r.metrics
+	if m.hits+m.misses == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.1f %%", 100*m.hits/(m.hits+m.misses))
+}
+
+func (r result) perBatch() string {
+	m := r.metrics
+	if m.batches == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.1f (%.2f a call)", m.batchRecords/m.batches, m.batches/float64(r.n))
+}
+
+// calls numbers the requests of the whole run, so a cache-defeating body is never repeated.
+var calls atomic.Int64
+
+// drive runs the closed loop: each worker sends, waits for the answer, records, repeats,
+// until count requests were claimed or d has passed. A wrong answer counts as an error.
+func drive(tg target, workers, count int, d time.Duration) (result, error) {
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: workers, MaxConnsPerHost: workers}, Timeout: 10 * time.Second}
+	defer client.CloseIdleConnections()
+	var claimed, errs atomic.Int64
+	var firstErr atomic.Value
+	per := make([][]time.Duration, workers)
+	deadline := time.Now().Add(d)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for claimed.Add(1) <= int64(count) && time.Now().Before(deadline) {
+				t0 := time.Now()
+				status, body, err := post(client, tg.url, tg.token, tg.body(calls.Add(1)))
+				lat := time.Since(t0)
+				if err != nil || !tg.ok(status, body) {
+					errs.Add(1)
+					firstErr.CompareAndSwap(nil, fmt.Sprintf("status %d err %v body %.200s", status, err, body))
+					continue
+				}
+				per[w] = append(per[w], lat)
+			}
+		})
+	}
+	wg.Wait()
+	r := result{elapsed: time.Since(start), errors: int(errs.Load())}
+	for _, l := range per {
+		r.latencies = append(r.latencies, l...)
+	}
+	slices.Sort(r.latencies)
+	r.n = len(r.latencies)
+	if r.n == 0 {
+		return r, fmt.Errorf("no successful request; first error: %v", firstErr.Load())
+	}
+	if r.errors > 0 {
+		return r, fmt.Errorf("%d failed requests; first: %v", r.errors, firstErr.Load())
+	}
+	return r, nil
+}
+
+func post(client *http.Client, url, token string, body []byte) (int, []byte, error) {
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	body, err = io.ReadAll(resp.Body)
+	return resp.StatusCode, body, err
+}
