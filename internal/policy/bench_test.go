@@ -114,7 +114,7 @@ func BenchmarkDecisionNewKey(b *testing.B) {
 	}
 	e.serving.Load().fast.every = 0
 	b.ReportAllocs()
-	done := cpuPerOp(b)
+	done := cpubench.PerOp(b)
 	defer done()
 	i := 0
 	for b.Loop() {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/xemahq/xema/internal/cpubench"
 	"github.com/xemahq/xema/internal/grant"
 )
 
@@ -92,7 +93,7 @@ func BenchmarkSearchable(b *testing.B) {
 			in := agentCall("")
 			in.Subject.Ref, in.Groups = "agent:a2", nil
 			b.ReportAllocs()
-			done := cpuPerOp(b)
+			done := cpubench.PerOp(b)
 			defer done()
 			for b.Loop() {
 				s, err := e.Searchable(ctx, in)
