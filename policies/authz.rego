@@ -3,8 +3,17 @@
 # iterates over all grants, so decision time does not grow with their number.
 package xema.authz
 
-# The one query the gateway prepares.
-decision := {
+# The one query the gateway prepares. A clean call (fast.rego) is decided by
+# clean_decision, which follows from the capability, its grant and the data alone: the
+# engine partially evaluates both per (ref, org, biome) and only evaluates clean's residual
+# per call (internal/policy/fast.go).
+decision := clean_decision if {
+	clean
+} else := full_decision
+
+# The decision of a call that is not clean (the engine evaluates it directly when clean's
+# residual does not hold, so clean is not evaluated twice).
+full_decision := {
 	"allow": allow,
 	"reasons": reasons,
 	"suggestions": [s | some s in suggestion],
@@ -12,10 +21,17 @@ decision := {
 	"revision": revision,
 }
 
-# On the allow path (fast.rego) no deny rule is evaluated at all.
-reasons := [] if {
-	clean
-} else := [r | some r in deny]
+# What decision is for a clean call: no reason and no suggestion that follows from one.
+clean_decision := {
+	"allow": true,
+	"reasons": [],
+	"suggestions": [s | some s in standing_suggestion],
+	"obligations": [o | some o in obligation],
+	"revision": revision,
+}
+
+# A clean call (fast.rego) has none; its decision evaluates no deny rule at all.
+reasons := [r | some r in deny]
 
 # A rule whose body is undefined denies nothing, so allow also needs the call to be
 # well-formed and to name a known capability in a known environment: fail closed.

@@ -5,10 +5,17 @@ package xema.authz
 # `clean` holds when no `deny` rule can fire: it is the conjunction of the negations of every
 # deny rule's body (checks.rego, grant.rego, baseline.rego, approval.rego, authz.rego and the
 # platform's data.xema.custom.deny), each written at least as strictly as the rule it
-# stands for. When it holds, `reasons` is [] without evaluating a single deny rule and the
-# suggestions that only follow from a reason are skipped; when it does not, the decision is
-# computed in full, exactly as before. So `clean` may be stricter than "no deny fires" (the
-# call then takes the full path and is decided the same way), never looser.
+# stands for. When it holds, the decision is clean_decision (authz.rego), which evaluates no
+# deny rule; when it does not, full_decision is computed. So `clean` may be stricter than
+# "no deny fires" (the call then takes the full path and is decided the same way), never
+# looser.
+#
+# clean is also written for partial evaluation (internal/policy/fast.go): the engine
+# evaluates it per (ref, org, biome) with the rest of the input unknown. A lookup of an
+# unknown key in known data (`obj[input.x]`) is expanded there into one alternative per
+# key of obj, so clean tests membership in sets computed from the data instead
+# (`input.x in set`, one call in the residual), and subject coverage is one rule the engine
+# keeps whole (not inlined into every alternative).
 #
 # A new deny rule must be mirrored here: internal/policy's TestCleanIsSound checks, over the
 # decision cases and their one-field mutations, that `clean` never holds while a deny rule
@@ -29,29 +36,66 @@ clean if {
 	not custom_denies
 	not approval_key
 
-	# checks.rego
+	# checks.rego; the environment is defined, admits the output and is granted (below).
 	cap.lifecycle in invocable_lifecycle
-	env_kind
+	input.environment in clean_environments
 	armed
 	not unsafe_for_agent
 	not caller_constraint_unmet
 	not missing_binding
 	not is_object(cap.instanceGrade)
-	not audience_denied
 	not input.usage.rateExceeded == true
 	not input.usage.quotaExceeded == true
 
 	# grant.rego: the grant path passes (a human holding the capability by baseline
 	# without a grant takes the full path).
 	object.get(grant, "org", "") == input.org
-	grant_environments[input.environment]
-	subject_covered
+	clean_subject_covered
 	not resource_outside_grant
 	not resource_not_owned
 	not grant_audience_denied
 
 	# baseline.rego: with a grant, only explicit-only can deny.
 	not explicit_only_uncovered
+}
+
+# The environments a clean call may name: env_kind is defined (ENVIRONMENT_NOT_ALLOWED),
+# the audience of its kind admits the output (AUDIENCE_INCOMPATIBLE) and the grant names it
+# (ENVIRONMENT_NOT_ALLOWED of grant.rego).
+clean_environments contains name if {
+	some name, env in data.xema.environments
+	env.kind
+	not kind_audience_denied(env.kind)
+	grant_environments[name]
+}
+
+kind_audience_denied(kind) if {
+	admitted := data.xema.audience[kind]
+	not admitted[classification]
+}
+
+# subject_covered, by membership in the subjects the grant names (see granted_subjects).
+clean_subject_covered if grant.subjects == null
+
+clean_subject_covered if clean_explicitly_covered
+
+clean_explicitly_covered if input.subject.ref in granted_subjects
+
+clean_explicitly_covered if {
+	some g in input.groups
+	concat(":", ["group", g]) in granted_subjects
+}
+
+clean_explicitly_covered if {
+	some r in input.roles
+	concat(":", ["role", r]) in granted_subjects
+}
+
+# The keys k for which grant.subjects[k] holds (a value other than false).
+granted_subjects contains k if {
+	is_object(grant.subjects)
+	some k, on in grant.subjects
+	on != false
 }
 
 custom_denies if {
@@ -77,11 +121,6 @@ missing_binding if {
 	not input.bindings[binding_key(b.roleKey)]
 }
 
-audience_denied if {
-	admitted := data.xema.audience[env_kind]
-	not admitted[classification]
-}
-
 resource_outside_grant if {
 	is_string(input.resource)
 	is_array(grant.resources)
@@ -102,5 +141,5 @@ grant_audience_denied if {
 explicit_only_uncovered if {
 	input.subject.kind == "user"
 	baseline.kind == "explicit-only"
-	not explicitly_covered
+	not clean_explicitly_covered
 }

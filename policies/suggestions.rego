@@ -4,32 +4,31 @@ package xema.authz
 
 reason_codes contains r.code if some r in deny
 
-suggestion contains {"kind": "use-successor", "capability": cap.replacedBy} if {
+suggestion contains s if some s in standing_suggestion
+
+# The suggestions that follow from the capability and its grant, allowed or not.
+standing_suggestion contains {"kind": "use-successor", "capability": cap.replacedBy} if {
 	cap.lifecycle in {"retired", "deprecated"}
 	is_string(cap.replacedBy)
 	cap.replacedBy != ""
 }
 
-suggestion contains {"kind": "request-approval", "capability": input.ref} if approval_required
+standing_suggestion contains {"kind": "request-approval", "capability": input.ref} if approval_required
 
-# No grant: name the environment where a grant would make this call pass.
-# (`not clean` first: on the allow path there is no reason, so these never apply and the deny
-# rules are not evaluated for them; see fast.rego.)
+# No grant: name the environment where a grant would make this call pass. (These follow
+# from a reason, so a clean call, decided by clean_decision, never has them.)
 suggestion contains {"kind": "request-grant", "capability": input.ref, "environment": env} if {
-	not clean
 	"MISSING_GRANT" in reason_codes
 	env := grantable_environment
 }
 
 # Granted, but not here: extend the grant to this environment, or move to one it admits.
 suggestion contains {"kind": "request-grant", "capability": input.ref, "environment": input.environment} if {
-	not clean
 	"ENVIRONMENT_NOT_ALLOWED" in reason_codes
 	audience_admits(env_kind)
 }
 
 suggestion contains {"kind": "switch-environment", "from": input.environment, "to": to} if {
-	not clean
 	"ENVIRONMENT_NOT_ALLOWED" in reason_codes
 	candidates := [name |
 		some name, on in grant_environments
@@ -41,7 +40,6 @@ suggestion contains {"kind": "switch-environment", "from": input.environment, "t
 }
 
 suggestion contains {"kind": "establish-binding", "capability": b.remedyCapabilityRef, "binding": key} if {
-	not clean
 	some b in cap.requiredBindings
 	key := binding_key(b.roleKey)
 	not input.bindings[key]

@@ -112,6 +112,10 @@ func TestDecisionCacheOffForNondeterministicPolicy(t *testing.T) {
 	if st.Enabled || st.Hits != 0 || !strings.Contains(st.Reason, "time.now_ns") {
 		t.Fatalf("stats %+v: want the cache off because of time.now_ns", st)
 	}
+	// Partial evaluation would fix the clock's answer into the residual: no fast path either.
+	if e.serving.Load().fast != nil {
+		t.Fatal("fast path on for a policy calling time.now_ns")
+	}
 }
 
 func TestCacheKeyDistinguishesInputs(t *testing.T) {

@@ -29,7 +29,8 @@ func FromBundle(ctx context.Context, r io.Reader) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: read bundle: %w", err)
 	}
-	opts := []func(*rego.Rego){rego.Query(Query), rego.Store(inmem.NewFromObject(b.Data))}
+	store := inmem.NewFromObject(b.Data)
+	opts := []func(*rego.Rego){rego.Query(Query), rego.Store(store)}
 	mods := make([]module, 0, len(b.Modules))
 	for _, m := range b.Modules {
 		opts = append(opts, rego.ParsedModule(m.Parsed))
@@ -44,6 +45,10 @@ func FromBundle(ctx context.Context, r io.Reader) (*Engine, error) {
 		rev = "bundle"
 	}
 	e := &Engine{modules: mods}
-	e.serving.Store(e.newCompiled(pq, rev, mods))
+	c, err := e.newCompiled(ctx, pq, store, rev, mods)
+	if err != nil {
+		return nil, fmt.Errorf("policy: compile bundle: %w", err)
+	}
+	e.serving.Store(c)
 	return e, nil
 }

@@ -31,6 +31,9 @@ import (
 // Query is the one decision every call evaluates.
 const Query = "data.xema.authz.decision"
 
+// fullQuery is Query for a call the fast path found not clean (authz.rego).
+const fullQuery = "data.xema.authz.full_decision"
+
 // customPackage is where platform Rego must live: inside the bundle root, beside authz.
 var customPackage = ast.MustParseRef("data.xema.custom")
 
@@ -74,7 +77,9 @@ type module struct {
 
 // compiled is one loaded bundle: the prepared query and the same bundle as bytes.
 type compiled struct {
-	query    rego.PreparedEvalQuery
+	query rego.PreparedEvalQuery
+	// full is fullQuery, prepared when fast is not nil.
+	full     rego.PreparedEvalQuery
 	store    storage.Store
 	revision string
 	tarGz    []byte
@@ -82,19 +87,24 @@ type compiled struct {
 	// cache is nil when off; cacheOff says why.
 	cache    *decisionCache
 	cacheOff string
+	// fast decides clean calls from residuals (fast.go); nil while the policy calls a
+	// non-deterministic built-in, whose answer partial evaluation would fix once.
+	fast *fastPath
 	// mods are the bundle's modules; searchable is prepared over them on first use.
 	mods       []module
 	searchable searchableQuery
 }
 
-// newCompiled stamps a prepared query with a decision cache of its own when allowed.
-func (e *Engine) newCompiled(pq rego.PreparedEvalQuery, revision string, mods []module) *compiled {
-	c := &compiled{query: pq, revision: revision, mods: mods}
+// newCompiled stamps a prepared query over store with a decision cache and a fast path of
+// its own when allowed.
+func (e *Engine) newCompiled(ctx context.Context, pq rego.PreparedEvalQuery, store storage.Store, revision string, mods []module) (*compiled, error) {
+	c := &compiled{query: pq, store: store, revision: revision, mods: mods}
 	parsed := make([]*ast.Module, len(mods))
 	for i, m := range mods {
 		parsed[i] = m.parsed
 	}
-	switch nd := nondeterministicBuiltins(parsed); {
+	nd := nondeterministicBuiltins(parsed)
+	switch {
 	case e.cacheSize < 0:
 		c.cacheOff = "turned off"
 	case len(nd) > 0:
@@ -102,8 +112,47 @@ func (e *Engine) newCompiled(pq rego.PreparedEvalQuery, revision string, mods []
 	default:
 		c.cache = newDecisionCache(cmp.Or(e.cacheSize, DefaultDecisionCacheSize))
 	}
-	return c
+	if len(nd) > 0 || !ownPolicy(mods) {
+		return c, nil
+	}
+	full, err := prepare(ctx, fullQuery, store, mods)
+	if err != nil {
+		return nil, fmt.Errorf("prepare %s: %w", fullQuery, err)
+	}
+	c.full, c.fast = full, newFastPath(parsed, store)
+	return c, nil
 }
+
+// ownPolicy reports whether mods are the embedded policies, unchanged, plus platform Rego
+// (package xema.custom): the fast path relies on their decision being clean_decision
+// whenever clean holds, which a bundle's other Rego need not keep.
+func ownPolicy(mods []module) bool {
+	own := embeddedSources()
+	matched := 0
+	for _, m := range mods {
+		src, ok := own[strings.TrimPrefix(m.path, "/")]
+		switch {
+		case ok && src == m.source:
+			matched++
+		case !m.parsed.Package.Path.HasPrefix(customPackage):
+			return false
+		}
+	}
+	return matched == len(own)
+}
+
+// embeddedSources are the embedded policies' sources by their path in a bundle.
+var embeddedSources = sync.OnceValue(func() map[string]string {
+	mods, err := readModules(policies.FS(), "policies", false)
+	if err != nil {
+		panic(fmt.Sprintf("policy: embedded policies: %v", err)) // New would have failed first
+	}
+	out := make(map[string]string, len(mods))
+	for _, m := range mods {
+		out[m.path] = m.source
+	}
+	return out
+})
 
 // CacheStats reports the decision cache of the serving bundle (zero before the first Load).
 func (e *Engine) CacheStats() CacheStats {
@@ -234,8 +283,11 @@ func (e *Engine) compile(ctx context.Context, mods []module, data map[string]any
 	if err != nil {
 		return fmt.Errorf("policy: bundle revision %s: %w", revision, err)
 	}
-	c := e.newCompiled(pq, revision, mods)
-	c.store, c.tarGz, c.etag = store, tarGz, etag
+	c, err := e.newCompiled(ctx, pq, store, revision, mods)
+	if err != nil {
+		return fmt.Errorf("policy: compile revision %s: %w", revision, err)
+	}
+	c.tarGz, c.etag = tarGz, etag
 	e.serving.Store(c)
 	return nil
 }
@@ -269,24 +321,45 @@ func (e *Engine) Decide(ctx context.Context, in Input) (Decision, error) {
 	return d, err
 }
 
-// decide evaluates the prepared query (no cache).
+// decide decides a call without the decision cache: by the fast path when it applies,
+// else by evaluating the policy in full.
 func (c *compiled) decide(ctx context.Context, in Input) (Decision, error) {
-	opts, stop := evalOptions(ctx, inputValue(in))
-	rs, err := c.query.Eval(ctx, opts...)
+	input := inputValue(in)
+	if c.fast == nil {
+		return c.evaluate(ctx, c.query, in.Ref, input)
+	}
+	d, out, err := c.fast.decide(ctx, in, input)
+	switch {
+	case err != nil:
+		return Decision{}, fmt.Errorf("policy: decide %s (revision %s): %w", in.Ref, c.revision, err)
+	case out == decidedClean:
+		return d, nil
+	case out == notClean: // decision is full_decision: clean need not be evaluated again
+		return c.evaluate(ctx, c.full, in.Ref, input)
+	}
+	return c.evaluate(ctx, c.query, in.Ref, input)
+}
+
+// evaluate evaluates a prepared decision query in full for the call of ref.
+func (c *compiled) evaluate(ctx context.Context, q rego.PreparedEvalQuery, ref string, input ast.Value) (Decision, error) {
+	opts, stop := evalOptions(ctx, input)
+	evalMu.RLock() // until the result, which holds shared terms, is decoded
+	defer evalMu.RUnlock()
+	rs, err := q.Eval(ctx, opts...)
 	stop()
 	if err != nil {
-		return Decision{}, fmt.Errorf("policy: evaluate %s (revision %s): %w", in.Ref, c.revision, err)
+		return Decision{}, fmt.Errorf("policy: evaluate %s (revision %s): %w", ref, c.revision, err)
 	}
 	if len(rs) != 1 || len(rs[0].Expressions) != 1 {
-		return Decision{}, fmt.Errorf("policy: evaluate %s (revision %s): decision undefined", in.Ref, c.revision)
+		return Decision{}, fmt.Errorf("policy: evaluate %s (revision %s): decision undefined", ref, c.revision)
 	}
 	t, ok := rs[0].Expressions[0].Value.(*ast.Term)
 	if !ok {
-		return Decision{}, fmt.Errorf("policy: decision for %s is %T, not an AST term", in.Ref, rs[0].Expressions[0].Value)
+		return Decision{}, fmt.Errorf("policy: decision for %s is %T, not an AST term", ref, rs[0].Expressions[0].Value)
 	}
 	d, err := decodeDecision(t.Value)
 	if err != nil {
-		return Decision{}, fmt.Errorf("policy: decode decision for %s: %w", in.Ref, err)
+		return Decision{}, fmt.Errorf("policy: decode decision for %s: %w", ref, err)
 	}
 	return d, nil
 }

@@ -34,6 +34,8 @@ func (e *Engine) Searchable(ctx context.Context, in Input) (map[string]bool, err
 	}
 	in.Ref, in.Resource = "", ""
 	opts, stop := evalOptions(ctx, inputValue(in))
+	evalMu.RLock() // until the result, which holds shared terms, is read (fast.go)
+	defer evalMu.RUnlock()
 	rs, err := c.searchable.q.Eval(ctx, opts...)
 	stop()
 	if err != nil {

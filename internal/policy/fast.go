@@ -1,0 +1,340 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/storage"
+
+	"github.com/xemahq/xema/internal/bounded"
+)
+
+// fastPathSize bounds the residuals kept per bundle, one per (ref, org, biome): each is a
+// small compiled query of ~50-70 KB, and costs ~10-20 ms of partial evaluation to make.
+const fastPathSize = 1024
+
+// prepareEvery spaces the preparations of a bundle: each holds evalMu alone, so traffic
+// over more keys than fastPathSize would otherwise stall decisions back to back; at one per
+// 100 ms they hold it at most ~10-20 % of the time.
+const prepareEvery = 100 * time.Millisecond
+
+// The fast path's queries. The residual of clean lives in its own namespace, beside the
+// support rules partial evaluation writes there.
+const (
+	cleanQuery         = "data.xema.authz.clean"
+	cleanDecisionQuery = "decision = data.xema.authz.clean_decision"
+	fastNamespace      = "xemafast"
+	residualQuery      = "data." + fastNamespace + ".clean_residual"
+)
+
+var (
+	keyInputs     = map[string]bool{"ref": true, "org": true, "biome": true}
+	unknownInputs = nonKeyInputs()
+	residualPath  = ast.MustParseRef("data." + fastNamespace)
+	keptWhole     = []string{"data.xema.authz.clean_subject_covered"}
+	// allCapabilities are built once: CapabilitiesForThisVersion builds them on every call.
+	allCapabilities = ast.CapabilitiesForThisVersion()
+)
+
+// evalMu keeps partial evaluation apart from evaluation. OPA's copy propagation, run by
+// partial evaluation, stores values back into the terms it walks (ast.transformTerm),
+// among them terms every evaluation reads: the interned true/false/numbers and the store's
+// values. It stores the values they already hold, but unsynchronized that is still a data
+// race; so a partial evaluation (and the compiling of its residual) holds evalMu alone and
+// every evaluation of the package shares it.
+var evalMu sync.RWMutex
+
+// nonKeyInputs are the input fields the fast path leaves unknown: every field of Input
+// (by its JSON name) but the key's, so a field added to Input is unknown too.
+func nonKeyInputs() []string {
+	t := reflect.TypeFor[Input]()
+	var out []string
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if !keyInputs[name] {
+			out = append(out, "input."+name)
+		}
+	}
+	return out
+}
+
+// fastPath decides clean calls without evaluating the policy in full. For each
+// (ref, org, biome) it partially evaluates data.xema.authz.clean with those input fields
+// known and the others unknown, and data.xema.authz.clean_decision, which must then be a
+// constant (authz.rego: decision is clean_decision whenever clean holds). A call whose
+// residual holds gets that constant, one whose residual does not gets full_decision, and a
+// key without a residual evaluates decision. One fastPath belongs to one compiled bundle,
+// so a new revision starts empty.
+type fastPath struct {
+	modules []*ast.Module
+	store   storage.Store
+	// queries compiles the two partial queries once, on the first call of the bundle.
+	queries func() (fastQueries, error)
+	entries *bounded.Map[fastKey, *fastEntry]
+	// A key gets its residual on its second call (seen holds keys called once), one at a
+	// time (preparing) and one per `every`: traffic over more keys than entries hold then
+	// costs a bounded share of partial evaluations, the other calls taking the full path
+	// meanwhile.
+	seen      *bounded.Map[fastKey, struct{}]
+	preparing sync.Mutex
+	// every spaces preparations (prepareEvery; 0 in tests); last is when one last ended,
+	// under preparing.
+	every time.Duration
+	last  time.Time
+}
+
+type fastQueries struct{ clean, decision rego.PreparedPartialQuery }
+
+type fastKey struct{ ref, org, biome string }
+
+// fastEntry is what partial evaluation left for one key.
+type fastEntry struct {
+	// residual evaluates clean over the full input; nil when clean_decision is not a
+	// constant (every call of the key evaluates decision) or clean never holds.
+	residual   *rego.PreparedEvalQuery
+	neverClean bool
+	decision   Decision
+}
+
+func newFastPath(mods []*ast.Module, store storage.Store) *fastPath {
+	f := &fastPath{
+		modules: mods, store: store,
+		entries: bounded.New[fastKey, *fastEntry](fastPathSize),
+		seen:    bounded.New[fastKey, struct{}](4 * fastPathSize),
+		every:   prepareEvery,
+	}
+	f.queries = sync.OnceValues(func() (q fastQueries, err error) {
+		ctx := context.Background() // compiling depends on no request
+		if q.clean, err = f.preparePartial(ctx, cleanQuery); err != nil {
+			return q, err
+		}
+		q.decision, err = f.preparePartial(ctx, cleanDecisionQuery)
+		return q, err
+	})
+	return f
+}
+
+func (f *fastPath) preparePartial(ctx context.Context, query string) (rego.PreparedPartialQuery, error) {
+	opts := []func(*rego.Rego){
+		rego.Query(query), rego.Store(f.store), rego.Unknowns(unknownInputs),
+		rego.PartialNamespace(fastNamespace),
+		// One support rule instead of a copy of clean per way a subject is covered.
+		rego.DisableInlining(keptWhole),
+	}
+	for _, m := range f.modules {
+		opts = append(opts, rego.ParsedModule(m))
+	}
+	pq, err := rego.New(opts...).PrepareForPartial(ctx)
+	if err != nil {
+		return pq, fmt.Errorf("fast path: prepare %s: %w", query, err)
+	}
+	return pq, nil
+}
+
+// outcome is what the fast path knows of a call.
+type outcome int
+
+const (
+	undecided    outcome = iota // no residual (yet) for its key: evaluate decision
+	decidedClean                // clean holds: the decision is the key's clean_decision
+	notClean                    // clean does not hold: the decision is full_decision
+)
+
+// decide tells whether the call (in, and input, its input document) is clean, with its
+// decision when it is. An error is an error of the decision: the caller denies.
+func (f *fastPath) decide(ctx context.Context, in Input, input ast.Value) (Decision, outcome, error) {
+	key := fastKey{ref: in.Ref, org: in.Org, biome: in.Biome}
+	ent, hit := f.entries.Get(key, nil)
+	if !hit {
+		if _, again := f.seen.Get(key, nil); !again {
+			f.seen.Put(key, struct{}{})
+			return Decision{}, undecided, nil
+		}
+		if !f.preparing.TryLock() {
+			return Decision{}, undecided, nil
+		}
+		if time.Since(f.last) < f.every {
+			f.preparing.Unlock()
+			return Decision{}, undecided, nil
+		}
+		evalMu.Lock()
+		ent, err := f.prepare(ctx, key)
+		evalMu.Unlock()
+		f.last = time.Now()
+		f.preparing.Unlock()
+		if err != nil {
+			return Decision{}, undecided, err
+		}
+		f.entries.Put(key, ent)
+		f.seen.Delete(key)
+		return f.decideBy(ctx, ent, input)
+	}
+	return f.decideBy(ctx, ent, input)
+}
+
+func (f *fastPath) decideBy(ctx context.Context, ent *fastEntry, input ast.Value) (Decision, outcome, error) {
+	switch {
+	case ent.neverClean:
+		return Decision{}, notClean, nil
+	case ent.residual == nil:
+		return Decision{}, undecided, nil
+	}
+	opts, stop := evalOptions(ctx, input)
+	evalMu.RLock() // until the result is read
+	defer evalMu.RUnlock()
+	rs, err := ent.residual.Eval(ctx, opts...)
+	stop()
+	if err != nil {
+		return Decision{}, undecided, fmt.Errorf("fast path: evaluate the residual of clean: %w", err)
+	}
+	if len(rs) == 0 {
+		return Decision{}, notClean, nil
+	}
+	if len(rs) != 1 || len(rs[0].Expressions) != 1 {
+		return Decision{}, undecided, fmt.Errorf("fast path: residual of clean: %d results", len(rs))
+	}
+	if t, isTerm := rs[0].Expressions[0].Value.(*ast.Term); !isTerm || !ast.Boolean(true).Equal(t.Value) {
+		return Decision{}, undecided, fmt.Errorf("fast path: residual of clean is %v, not true", rs[0].Expressions[0].Value)
+	}
+	return ent.decision.clone(), decidedClean, nil
+}
+
+// prepare partially evaluates clean and clean_decision for key.
+func (f *fastPath) prepare(ctx context.Context, key fastKey) (*fastEntry, error) {
+	known := ast.NewObject([2]*ast.Term{kRef, ast.StringTerm(key.ref)})
+	if key.org != "" { // as inputValue: an empty field is absent
+		known.Insert(ast.StringTerm("org"), ast.StringTerm(key.org))
+	}
+	if key.biome != "" {
+		known.Insert(ast.StringTerm("biome"), ast.StringTerm(key.biome))
+	}
+	q, err := f.queries()
+	if err != nil {
+		return nil, err
+	}
+	dec, err := q.decision.Partial(ctx, rego.EvalParsedInput(known))
+	if err != nil {
+		return nil, fmt.Errorf("fast path: partially evaluate clean_decision for %s: %w", key.ref, err)
+	}
+	d, constant, err := constantDecision(dec)
+	if err != nil || !constant {
+		return &fastEntry{}, err
+	}
+	pq, err := q.clean.Partial(ctx, rego.EvalParsedInput(known))
+	if err != nil {
+		return nil, fmt.Errorf("fast path: partially evaluate clean for %s: %w", key.ref, err)
+	}
+	if len(pq.Queries) == 0 {
+		return &fastEntry{neverClean: true}, nil
+	}
+	residual, err := f.compileResidual(ctx, pq)
+	if err != nil {
+		return nil, fmt.Errorf("fast path: compile the residual of clean for %s: %w", key.ref, err)
+	}
+	return &fastEntry{residual: residual, decision: d}, nil
+}
+
+// constantDecision reads clean_decision's partial result: constant only when it is one
+// query binding the decision to a ground value, with no condition and no support rule.
+func constantDecision(pq *rego.PartialQueries) (d Decision, constant bool, err error) {
+	if len(pq.Queries) != 1 || len(pq.Queries[0]) != 1 || len(pq.Support) != 0 {
+		return Decision{}, false, nil
+	}
+	expr := pq.Queries[0][0]
+	if !expr.IsEquality() || len(expr.With) != 0 || expr.Negated {
+		return Decision{}, false, nil
+	}
+	v := expr.Operand(1)
+	if !v.IsGround() {
+		return Decision{}, false, nil
+	}
+	if d, err = decodeDecision(v.Value); err != nil {
+		return Decision{}, false, fmt.Errorf("fast path: decode clean_decision: %w", err)
+	}
+	return d, true, nil
+}
+
+// compileResidual makes the residual queries the bodies of one rule (an evaluation then
+// gets rule indexing over them). The policy's modules are compiled in only when the
+// residual still refers to one of their rules, to keep each entry small.
+func (f *fastPath) compileResidual(ctx context.Context, pq *rego.PartialQueries) (*rego.PreparedEvalQuery, error) {
+	mod := &ast.Module{Package: &ast.Package{Path: residualPath}}
+	head := ast.NewHead(ast.Var("clean_residual"), nil, ast.BooleanTerm(true))
+	for _, body := range pq.Queries {
+		if len(body) == 0 { // clean holds for every call of the key
+			body = ast.NewBody(ast.NewExpr(ast.BooleanTerm(true)))
+		}
+		mod.Rules = append(mod.Rules, &ast.Rule{Head: head.Copy(), Body: body, Module: mod})
+	}
+	mods := append([]*ast.Module{mod}, pq.Support...)
+	opts := []func(*rego.Rego){rego.Query(residualQuery), rego.Store(f.store)}
+	for _, m := range mods {
+		// Keyed by their package's file, which support modules may share with the policy's
+		// own: without a location each is its own.
+		m.Package = &ast.Package{Path: m.Package.Path}
+		opts = append(opts, rego.ParsedModule(m))
+	}
+	if f.refersToRules(mods) {
+		for _, m := range f.modules {
+			opts = append(opts, rego.ParsedModule(m))
+		}
+	} else {
+		// A compiler's type environment holds every built-in it may call: only those the
+		// residual calls keep each entry a fraction of the size.
+		opts = append(opts, rego.Capabilities(capabilitiesFor(mods)))
+	}
+	prepared, err := rego.New(opts...).PrepareForEval(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &prepared, nil
+}
+
+// capabilitiesFor are this OPA's capabilities with only the built-ins mods call.
+func capabilitiesFor(mods []*ast.Module) *ast.Capabilities {
+	used := map[string]bool{ast.Equality.Name: true}
+	for _, m := range mods {
+		ast.WalkExprs(m, func(x *ast.Expr) bool {
+			if x.IsCall() {
+				used[x.Operator().String()] = true
+			}
+			return false
+		})
+		ast.WalkTerms(m, func(t *ast.Term) bool {
+			if c, ok := t.Value.(ast.Call); ok {
+				used[c[0].String()] = true
+			}
+			return false
+		})
+	}
+	caps := *allCapabilities
+	caps.Builtins = nil
+	for _, b := range allCapabilities.Builtins {
+		if used[b.Name] {
+			caps.Builtins = append(caps.Builtins, b)
+		}
+	}
+	return &caps
+}
+
+// refersToRules reports whether mods refer to a package of the policy's own modules.
+func (f *fastPath) refersToRules(mods []*ast.Module) bool {
+	found := false
+	for _, m := range mods {
+		ast.WalkRefs(m, func(r ast.Ref) bool {
+			for _, pm := range f.modules {
+				if r.HasPrefix(pm.Package.Path) {
+					found = true
+				}
+			}
+			return found
+		})
+	}
+	return found
+}

@@ -1,0 +1,372 @@
+package policy
+
+import (
+	"bytes"
+	"context"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/rego"
+)
+
+func sortedMutations() []string {
+	names := make([]string, 0, len(mutations))
+	for n := range mutations {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// corpus is every decision case, each alone, with every mutation and with every pair of
+// mutations (the inputs TestCleanIsSound checks), in a fixed order.
+func corpus() []decisionCase { return mutated(decisionCases()) }
+
+func mutated(cases []decisionCase) []decisionCase {
+	names := sortedMutations()
+	var out []decisionCase
+	for _, tc := range cases {
+		out = append(out, tc)
+		for i, a := range names {
+			out = append(out, decisionCase{name: tc.name + " / " + a, in: with(tc.in, mutations[a])})
+			for _, b := range names[i+1:] {
+				out = append(out, decisionCase{name: tc.name + " / " + a + " / " + b, in: with(with(tc.in, mutations[a]), mutations[b])})
+			}
+		}
+	}
+	return out
+}
+
+// fastMismatches decides every input of cases as Decide does through the fast path (the
+// residual of clean, then clean_decision or full_decision; decision for a key without a
+// residual yet) and compares every field with full_decision evaluated in full: the
+// policy's decision without any shortcut (no clean). So it fails when the engine's fast
+// path or fast.rego's clean is wrong. fast counts the inputs the residual decided.
+func fastMismatches(t *testing.T, e *Engine, cases []decisionCase) (mismatches []string, fast, allowed, denied int) {
+	t.Helper()
+	ctx := context.Background()
+	c := e.serving.Load()
+	for _, tc := range cases {
+		want, err := c.evaluate(ctx, c.full, tc.in.Ref, inputValue(tc.in))
+		if err != nil {
+			t.Fatalf("%s: full evaluation: %v", tc.name, err)
+		}
+		if want.Allow {
+			allowed++
+		} else {
+			denied++
+		}
+		got, out, err := c.fast.decide(ctx, tc.in, inputValue(tc.in))
+		if err != nil {
+			t.Fatalf("%s: fast path: %v", tc.name, err)
+		}
+		switch out {
+		case notClean: // Decide evaluates full_decision: want
+			fast++
+			continue
+		case undecided:
+			if got, err = c.evaluate(ctx, c.query, tc.in.Ref, inputValue(tc.in)); err != nil {
+				t.Fatalf("%s: decision: %v", tc.name, err)
+			}
+		default:
+			fast++
+		}
+		if !reflect.DeepEqual(got, want) {
+			mismatches = append(mismatches, tc.name)
+			if len(mismatches) <= 5 {
+				t.Logf("%s:\n fast %+v\n full %+v", tc.name, got, want)
+			}
+		}
+	}
+	return mismatches, fast, allowed, denied
+}
+
+// eager lets e's fast path prepare a key on every second call, unspaced (prepareEvery), so
+// a test over many keys has them all prepared.
+func eager(e *Engine) *Engine {
+	e.serving.Load().fast.every = 0
+	return e
+}
+
+func uncachedEngine(t *testing.T) *Engine {
+	t.Helper()
+	ctx := context.Background()
+	e, err := New(ctx, Options{ExtraDir: "testdata/custom", DecisionCacheSize: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Load(ctx, testData(t), "r1"); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// TestFastPathEquivalent: the fast path decides every input of the corpus exactly as the
+// full evaluation does (every field), allowed and denied; and so for the benchmark's
+// calls, with their mutations, over the benchmark's data.
+func TestFastPathEquivalent(t *testing.T) {
+	ctx := context.Background()
+	bench, err := New(ctx, Options{DecisionCacheSize: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bench.Load(ctx, syntheticData(100), "bench"); err != nil {
+		t.Fatal(err)
+	}
+	allow, deny := benchCalls(100)
+	for _, run := range []struct {
+		name  string
+		e     *Engine
+		cases []decisionCase
+	}{
+		{"fixture", eager(uncachedEngine(t)), corpus()},
+		{"synthetic", eager(bench), mutated([]decisionCase{{name: "allow", in: allow}, {name: "deny", in: deny}})},
+	} {
+		t.Run(run.name, func(t *testing.T) {
+			mismatches, fast, allowed, denied := fastMismatches(t, run.e, run.cases)
+			if len(mismatches) > 0 {
+				t.Errorf("%d inputs decided differently by the fast path", len(mismatches))
+			}
+			if fast == 0 || allowed == 0 || denied == 0 {
+				t.Fatalf("corpus does not exercise both paths: fast %d, allowed %d, denied %d", fast, allowed, denied)
+			}
+			t.Logf("%d inputs (%d allowed, %d denied), %d decided by the fast path", allowed+denied, allowed, denied, fast)
+		})
+	}
+}
+
+// TestFastPathEquivalenceCanFail: a residual that always holds (clean's conditions
+// dropped) is caught by the comparison of TestFastPathEquivalent.
+func TestFastPathEquivalenceCanFail(t *testing.T) {
+	ctx := context.Background()
+	e := uncachedEngine(t)
+	c := e.serving.Load()
+	always, err := rego.New(rego.Query("true"), rego.Store(c.store)).PrepareForEval(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range decisionCases() {
+		key := fastKey{ref: tc.in.Ref, org: tc.in.Org, biome: tc.in.Biome}
+		ent, err := c.fast.prepare(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ent.residual != nil {
+			ent.residual = &always
+		}
+		c.fast.entries.Put(key, ent)
+	}
+	mismatches, _, _, _ := fastMismatches(t, e, corpus())
+	if len(mismatches) == 0 {
+		t.Fatal("a fast path that ignores clean went unnoticed")
+	}
+	t.Logf("broken fast path: %d inputs decided differently", len(mismatches))
+}
+
+// TestFastPathFailsClosed: an error of the residual's evaluation is the decision's error,
+// never an allow, and never a fall back to another answer.
+func TestFastPathFailsClosed(t *testing.T) {
+	ctx := context.Background()
+	e := uncachedEngine(t)
+	c := e.serving.Load()
+	in := agentCall("kb:page.read@1")
+	if d, err := e.Decide(ctx, in); err != nil || !d.Allow {
+		t.Fatalf("decision %+v, %v: want the fixture call allowed", d, err)
+	}
+	// Two values for one complete rule: an evaluation error (conflict) on every call.
+	conflict, err := rego.New(rego.Query("data.t.p"), rego.Store(c.store), rego.Module("t.rego", `package t
+p := 1 if input.ref
+p := 2 if input.org
+`)).PrepareForEval(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := fastKey{ref: in.Ref, org: in.Org, biome: in.Biome}
+	ent, err := c.fast.prepare(ctx, key)
+	if err != nil || ent.residual == nil {
+		t.Fatalf("entry %+v, %v: want a residual", ent, err)
+	}
+	ent.residual = &conflict
+	c.fast.entries.Put(key, ent)
+	d, err := e.Decide(ctx, in)
+	if err == nil || d.Allow {
+		t.Fatalf("decision %+v, %v: want an error and no allow", d, err)
+	}
+	t.Log(err)
+}
+
+// TestFastPathFollowsRevision: a new revision brings a new fast path, so a residual of the
+// old data never decides a call of the new.
+func TestFastPathFollowsRevision(t *testing.T) {
+	ctx := context.Background()
+	e := uncachedEngine(t)
+	in := agentCall("kb:page.read@1")
+	for range 3 { // the second call prepares the residual, the third uses it
+		if d, err := e.Decide(ctx, in); err != nil || !d.Allow {
+			t.Fatalf("decision %+v, %v: want allowed", d, err)
+		}
+	}
+	if _, ok := e.serving.Load().fast.entries.Get(fastKey{ref: in.Ref, org: in.Org}, nil); !ok {
+		t.Fatal("no residual after three calls")
+	}
+	data := testData(t)
+	delete(data["grants"].(map[string]any), in.Ref)
+	if err := e.Load(ctx, data, "r2"); err != nil {
+		t.Fatal(err)
+	}
+	d, err := e.Decide(ctx, in)
+	if err != nil || d.Allow || d.Revision != "r2" {
+		t.Fatalf("decision %+v, %v: want denied by revision r2 (grant removed)", d, err)
+	}
+}
+
+// TestFastPathOnlyForOwnPolicy: a bundle of the embedded policies (as replay reads) gets
+// the fast path; one whose xema.authz Rego differs does not, since its decision need not
+// be clean_decision when clean holds.
+func TestFastPathOnlyForOwnPolicy(t *testing.T) {
+	ctx := context.Background()
+	e := uncachedEngine(t)
+	tarGz, _ := e.Bundle()
+	fromBundle, err := FromBundle(ctx, bytes.NewReader(tarGz))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fromBundle.serving.Load().fast == nil {
+		t.Fatal("no fast path for a bundle of the embedded policies")
+	}
+	if !ownPolicy(e.modules) {
+		t.Fatal("the engine's own modules are not its own policy")
+	}
+	changed := slices.Clone(e.modules)
+	for i, m := range changed {
+		if strings.HasSuffix(m.path, "/authz.rego") {
+			changed[i].source += "\n# changed\n"
+		}
+	}
+	if ownPolicy(changed) {
+		t.Fatal("a changed authz.rego counts as the own policy")
+	}
+	if ownPolicy(e.modules[1:]) {
+		t.Fatal("a policy missing a module counts as the own policy")
+	}
+}
+
+// TestFastPathAllocs logs where an allowed call's allocations go (testing.AllocsPerRun,
+// benchmark data, residual ready) and fails when the fast path stops paying: an allowed
+// call must cost well under a full evaluation of decision.
+func TestFastPathAllocs(t *testing.T) {
+	ctx := context.Background()
+	e, err := New(ctx, Options{DecisionCacheSize: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Load(ctx, syntheticData(100), "bench"); err != nil {
+		t.Fatal(err)
+	}
+	c := e.serving.Load()
+	allow, deny := benchCalls(100)
+	decide := func(in Input) func() {
+		return func() {
+			if _, err := e.Decide(ctx, in); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	evaluate := func(q rego.PreparedEvalQuery, in Input) func() {
+		input := inputValue(in)
+		return func() {
+			if _, err := c.evaluate(ctx, q, in.Ref, input); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	decide(allow)()
+	decide(allow)() // the second call prepares the residual
+	ent, ok := c.fast.entries.Get(fastKey{ref: allow.Ref, org: allow.Org, biome: allow.Biome}, nil)
+	if !ok || ent.residual == nil {
+		t.Fatal("no residual for the allowed call")
+	}
+	input := inputValue(allow)
+	fastAllow := testing.AllocsPerRun(100, decide(allow))
+	full := testing.AllocsPerRun(100, evaluate(c.query, allow))
+	t.Logf("allow: Decide %.0f (input %.0f, residual %.0f); full evaluation %.0f",
+		fastAllow, testing.AllocsPerRun(100, func() { inputValue(allow) }),
+		testing.AllocsPerRun(100, func() {
+			opts, stop := evalOptions(ctx, input)
+			if _, err := ent.residual.Eval(ctx, opts...); err != nil {
+				t.Fatal(err)
+			}
+			stop()
+		}), full)
+	t.Logf("deny: Decide %.0f (full_decision %.0f); full evaluation %.0f",
+		testing.AllocsPerRun(100, decide(deny)), testing.AllocsPerRun(100, evaluate(c.full, deny)),
+		testing.AllocsPerRun(100, evaluate(c.query, deny)))
+	if fastAllow > full/2 {
+		t.Errorf("an allowed call costs %.0f allocations by the fast path, %.0f in full", fastAllow, full)
+	}
+}
+
+// TestFastPathConcurrent: calls of the same keys at once (entries prepared while others
+// evaluate them, the preparing lock taken and missed) get the decision of the full
+// evaluation. Meant for -race too.
+func TestFastPathConcurrent(t *testing.T) {
+	ctx := context.Background()
+	e := eager(uncachedEngine(t))
+	c := e.serving.Load()
+	cases := decisionCases()
+	want := make([]Decision, len(cases))
+	for i, tc := range cases {
+		d, err := c.evaluate(ctx, c.full, tc.in.Ref, inputValue(tc.in))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[i] = d
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for round := range 5 {
+				for i := range cases {
+					i := (i + g*7 + round) % len(cases)
+					d, err := e.Decide(ctx, cases[i].in)
+					if err != nil || !reflect.DeepEqual(d, want[i]) {
+						t.Errorf("%s: %+v, %v; want %+v", cases[i].name, d, err, want[i])
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// TestFastPathSpacesPreparations: a second key's preparation within prepareEvery of the
+// first waits (its calls take the full path, decided alike).
+func TestFastPathSpacesPreparations(t *testing.T) {
+	ctx := context.Background()
+	e := uncachedEngine(t)
+	f := e.serving.Load().fast
+	first, second := agentCall("kb:page.read@1"), agentCall("kb:page.write@1")
+	for _, in := range []Input{first, first, second, second, second} {
+		if _, err := e.Decide(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok := f.entries.Get(fastKey{ref: first.Ref, org: first.Org}, nil); !ok {
+		t.Fatal("the first key was not prepared")
+	}
+	if _, ok := f.entries.Get(fastKey{ref: second.Ref, org: second.Org}, nil); ok {
+		t.Fatal("the second key was prepared within prepareEvery of the first")
+	}
+	f.last = time.Now().Add(-prepareEvery)
+	if _, err := e.Decide(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.entries.Get(fastKey{ref: second.Ref, org: second.Org}, nil); !ok {
+		t.Fatal("the second key was not prepared once prepareEvery had passed")
+	}
+}
