@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -96,6 +97,16 @@ func caller(session int) identity.ExecContext {
 		Org: "acme", Environment: "project", Armed: []string{"*"}, Session: fmt.Sprintf("s%d", session)}
 }
 
+// reportHeap reports the heap in use with the fixture loaded (catalog, policy data, engine,
+// one caller's view), after a collection: what n capabilities and grants cost in memory.
+func reportHeap(b *testing.B) {
+	b.StopTimer()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "heap-MiB")
+}
+
 // latencies reports the p50 and p99 of the measured calls next to the mean ns/op.
 type latencies []time.Duration
 
@@ -131,6 +142,7 @@ func BenchmarkSearch(b *testing.B) {
 				check(b, res, err)
 			}
 			lat.report(b)
+			reportHeap(b)
 		})
 		b.Run(fmt.Sprintf("caps=%d/cold", n), func(b *testing.B) {
 			lat := make(latencies, 0, b.N)

@@ -66,7 +66,7 @@ func (e *Engine) ReloadExtra(ctx context.Context) (changed bool, err error) {
 	}
 	if e.loaded {
 		rev := e.Revision()
-		if err := e.compile(ctx, mods, e.data, rev); err != nil {
+		if err := e.compile(ctx, mods, e.dataJSON, rev); err != nil {
 			return false, err
 		}
 	}

@@ -17,11 +17,12 @@ import (
 func TestSearchableIsSound(t *testing.T) {
 	ctx := context.Background()
 	e := loadedEngine(t)
-	if err := e.Load(ctx, withIndex(t, e.data), "r1-indexed"); err != nil {
+	data := testData(t)
+	if err := e.Load(ctx, withIndex(t, data), "r1-indexed"); err != nil {
 		t.Fatal(err)
 	}
-	refs := make([]string, 0, len(e.data["capabilities"].(map[string]any)))
-	for ref := range e.data["capabilities"].(map[string]any) {
+	refs := make([]string, 0, len(data["capabilities"].(map[string]any)))
+	for ref := range data["capabilities"].(map[string]any) {
 		refs = append(refs, ref)
 	}
 	slices.Sort(refs)
