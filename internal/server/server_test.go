@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -89,5 +90,48 @@ func TestInvokeAnswersAtTheEdge(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRefusalsOnEveryRoute: a call over its rate limit is 429 with Retry-After (header and
+// body agree), and a REST route backed by a kernel capability (GET /v1/approvals, org admins
+// only) answers a policy refusal with the same structured 403 as /v1/capabilities/invoke.
+func TestRefusalsOnEveryRoute(t *testing.T) {
+	f := apptest.New(t, apptest.Options{Customize: map[string]any{"ticket:comment.add@1": map[string]any{
+		"rateLimit": map[string]any{"requests": 1, "per": "1m"}}}})
+	srv := httptest.NewServer((&server.Server{Gateway: f.App.Gateway, Audit: f.App.Store, Approvals: f.App.Approvals, OperatorOrg: identity.DefaultOrg,
+		Ready: f.App.Ready, Mounts: map[string]http.Handler{}, Auth: tokens{"bot": apptest.Exec("agent:support-bot", "project", "")}}).Handler())
+	defer srv.Close()
+	call := func(method, path, body string) (*http.Response, map[string]any) {
+		t.Helper()
+		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer bot")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+			t.Fatal(err)
+		}
+		return resp, out
+	}
+	invoke := `{"ref":"ticket:comment.add@1","input":{"ticketId":"3f1c2a9e-8b4d-4c57-9a61-2b7e0f4d5c88","text":"hi"}}`
+	if resp, body := call(http.MethodPost, "/v1/capabilities/invoke", invoke); resp.StatusCode != http.StatusOK {
+		t.Fatalf("first call: %d %v", resp.StatusCode, body)
+	}
+	resp, body := call(http.MethodPost, "/v1/capabilities/invoke", invoke)
+	retry, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+	if resp.StatusCode != http.StatusTooManyRequests || body["code"] != "RATE_LIMITED" || retry < 1 ||
+		body["retryAfter"] != float64(retry) || body["reasons"] == nil || body["auditId"] == nil {
+		t.Fatalf("second call: %d Retry-After %q %v; want 429 RATE_LIMITED with Retry-After = retryAfter, reasons and an auditId",
+			resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+	resp, body = call(http.MethodGet, "/v1/approvals", "")
+	if resp.StatusCode != http.StatusForbidden || body["code"] != "DENIED" || body["reasons"] == nil || body["auditId"] == nil ||
+		resp.Header.Get("X-Xema-Audit-Id") != "" {
+		t.Fatalf("GET /v1/approvals by an agent: %d %v; want the structured 403", resp.StatusCode, body)
 	}
 }
