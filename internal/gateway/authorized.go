@@ -52,22 +52,36 @@ type authorizedSet struct {
 	known, allowed []uint64
 	n, decided     int
 	list           []int // positions admitted, once decided == n
+	cut            bool  // the policy's first cut is applied
 }
 
-// newAuthorizedSet is the set over n entries, those outside the policy's first cut
-// (searchable: nil when there is none) decided denied at once.
-func newAuthorizedSet(n int, searchable func(i int) bool) *authorizedSet {
+func newAuthorizedSet(n int) *authorizedSet {
 	words := (n + 63) / 64
-	s := &authorizedSet{known: make([]uint64, words), allowed: make([]uint64, words), n: n}
-	if searchable == nil {
-		return s
+	return &authorizedSet{known: make([]uint64, words), allowed: make([]uint64, words), n: n}
+}
+
+// applyCut decides denied, at once, the entries outside the policy's first cut
+// (searchable), the first time it is called.
+func (s *authorizedSet) applyCut(searchable func(i int) bool) {
+	s.mu.Lock()
+	done := s.cut
+	s.cut = true
+	s.mu.Unlock()
+	if done {
+		return
 	}
-	for i := range n {
+	for i := range s.n {
 		if !searchable(i) {
 			s.set(i, false)
 		}
 	}
-	return s
+}
+
+// needsCut reports whether the first cut is still to be applied.
+func (s *authorizedSet) needsCut() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.cut
 }
 
 func (s *authorizedSet) get(i int) (allowed, known bool) {
@@ -115,10 +129,8 @@ type authorizer struct {
 
 // authorizer returns the caller's authorizer over org's view of snap. Answers are
 // remembered only while the engine caches decisions: a policy calling a non-deterministic
-// built-in (or a cache turned off) is asked every time. A new caller's set starts from the
-// policy's first cut (Decider.Searchable): the refs outside it are denied without a
-// decision; without a first cut (its evaluation failed) every ref is decided.
-func (g *Gateway) authorizer(ctx context.Context, snap *catalog.Snapshot, ec identity.ExecContext) authorizer {
+// built-in (or a cache turned off) is asked every time.
+func (g *Gateway) authorizer(snap *catalog.Snapshot, ec identity.ExecContext) authorizer {
 	v := g.view(snap, ec.Org)
 	a := authorizer{g: g, ec: ec, view: v}
 	if !g.d.Policy.CacheStats().Enabled {
@@ -133,11 +145,7 @@ func (g *Gateway) authorizer(ctx context.Context, snap *catalog.Snapshot, ec ide
 		a.set = s
 		return a
 	}
-	var first func(i int) bool
-	if refs, err := g.d.Policy.Searchable(ctx, policyInput(ec, "", "")); err == nil {
-		first = func(i int) bool { return refs[v.entries[i].Ref()] }
-	}
-	a.set = newAuthorizedSet(len(v.entries), first)
+	a.set = newAuthorizedSet(len(v.entries))
 	v.authorized.Put(key, a.set)
 	return a
 }
@@ -165,6 +173,21 @@ func (a authorizer) allowsAt(ctx context.Context, i int) bool {
 		a.set.set(i, allowed)
 	}
 	return allowed
+}
+
+// cut applies the policy's first cut (Decider.Searchable) once to the caller's set: the
+// refs outside it are denied without a decision. A search, which may consider every entry,
+// asks for it; describe and plan decide their few refs directly. Without a first cut (its
+// evaluation failed) every ref is decided.
+func (a authorizer) cut(ctx context.Context) {
+	if a.set == nil || !a.set.needsCut() {
+		return
+	}
+	refs, err := a.g.d.Policy.Searchable(ctx, policyInput(a.ec, "", ""))
+	if err != nil {
+		return
+	}
+	a.set.applyCut(func(i int) bool { return refs[a.view.entries[i].Ref()] })
 }
 
 // admitted lists the view's positions the caller may invoke, once all are decided; nil

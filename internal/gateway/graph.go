@@ -133,7 +133,7 @@ func (g *Gateway) Plan(ctx context.Context, ec identity.ExecContext, req PlanReq
 		return nil, badRequest("INVALID_ARGUMENT", fmt.Sprintf("/maxDepth must be between 1 and %d", MaxPlanDepth))
 	}
 	snap := g.d.Catalog.Snapshot()
-	authz := g.authorizer(ctx, snap, ec)
+	authz := g.authorizer(snap, ec)
 	goal, ok := snap.For(ec.Org, req.GoalCapabilityRef)
 	if ok {
 		ok = authz.allows(ctx, goal)

@@ -87,7 +87,8 @@ func (g *Gateway) Search(ctx context.Context, ec identity.ExecContext, req Searc
 		return nil, badRequest("INVALID_ARGUMENT", fmt.Sprintf("/limit must be between 1 and %d", MaxSearchLimit))
 	}
 	snap := g.d.Catalog.Snapshot()
-	authz := g.authorizer(ctx, snap, ec)
+	authz := g.authorizer(snap, ec)
+	authz.cut(ctx)
 	graph := authz.view.graph
 	anchor := Anchor{Source: "none"}
 	switch {
@@ -235,7 +236,7 @@ func (g *Gateway) Describe(ctx context.Context, ec identity.ExecContext, req Des
 		return nil, badRequest("INVALID_ARGUMENT", fmt.Sprintf("/refs names %d refs; at most %d per call", len(req.Refs), MaxDescribeRefs))
 	}
 	snap := g.d.Catalog.Snapshot()
-	authz := g.authorizer(ctx, snap, ec)
+	authz := g.authorizer(snap, ec)
 	out := make([]Description, 0, len(req.Refs))
 	var unknown []string
 	for _, ref := range req.Refs {
