@@ -45,6 +45,7 @@ BENCH := BenchmarkDecision|BenchmarkTake|BenchmarkAppend|BenchmarkVerify|Benchma
 BENCH_PKGS := ./internal/policy ./internal/ratelimit ./internal/audit ./internal/identity ./internal/server ./internal/inputschema
 bench: build $(OPA)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime 200x -benchmem $(BENCH_PKGS)
+	$(GO) test -run '^$$' -bench 'BenchmarkSearch$$|BenchmarkDescribe|BenchmarkSearchable' -benchtime 5x ./internal/gateway ./internal/policy
 	$(GO) run ./test/load -xema $(BIN) -opa $(OPA) -engines sqlite,postgres -workers 16 -duration 5s -warmup 1s
 
 # Stock OPA (a tool dependency in go.mod) runs the Rego tests; coverage must stay at 90% or more.
