@@ -27,7 +27,6 @@ import (
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/kernel"
 	"github.com/xemahq/xema/internal/policy"
-	"github.com/xemahq/xema/internal/runner"
 	"github.com/xemahq/xema/internal/spool"
 	"github.com/xemahq/xema/internal/store"
 )
@@ -270,7 +269,7 @@ func (s *Service) run(ctx context.Context, a store.Approval) store.Approval {
 	// left to recovery: its lease ends).
 	done, err := s.move(context.WithoutCancel(ctx), a, end)
 	if err != nil {
-		var re *runner.Error
+		var re *fault.Error
 		if end.From == store.ApprovalDispatched && errors.As(err, &re) && re.Code == gateway.CodeStoreUnavailable {
 			t := end
 			t.ID, t.At = a.ID, s.now()
@@ -496,8 +495,8 @@ func (s *Service) Invocation(ctx context.Context, ec identity.ExecContext, id st
 	return view(a, true), nil
 }
 
-func unavailable(err error) *runner.Error {
-	return &runner.Error{Kind: fault.Unavailable, Code: gateway.CodeStoreUnavailable,
+func unavailable(err error) *fault.Error {
+	return &fault.Error{Kind: fault.Unavailable, Code: gateway.CodeStoreUnavailable,
 		Message: "approval store unavailable; nothing was changed (fail closed)", Err: err}
 }
 

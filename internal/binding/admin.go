@@ -12,7 +12,6 @@ import (
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/inputschema"
 	"github.com/xemahq/xema/internal/kernel"
-	"github.com/xemahq/xema/internal/runner"
 )
 
 // Refs of the admin capabilities behind /v1/bindings and /v1/credentials.
@@ -73,7 +72,7 @@ func Register(reg *kernel.Registry, s *Service) error {
 				return nil, fmt.Errorf("decode validated input")
 			}
 			if _, ok := s.Providers[in.Provider]; !ok {
-				return nil, &runner.Error{Kind: fault.Invalid, Code: credential.CodeInvalid,
+				return nil, &fault.Error{Kind: fault.Invalid, Code: credential.CodeInvalid,
 					Message:    fmt.Sprintf("/provider: unknown provider %q (known: %s)", in.Provider, strings.Join(s.Providers.Names(), ", ")),
 					Violations: []inputschema.Violation{{Path: "/provider", Message: "unknown provider"}}}
 			}

@@ -27,7 +27,6 @@ import (
 	"github.com/xemahq/xema/internal/grant"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/inputschema"
-	"github.com/xemahq/xema/internal/runner"
 	"github.com/xemahq/xema/internal/store"
 )
 
@@ -148,7 +147,7 @@ func (s *Service) Create(ctx context.Context, ec identity.ExecContext, spec Spec
 		bad("/credentialId", "is required")
 	} else {
 		meta, err := s.Vault.Get(ctx, spec.CredentialID)
-		var re *runner.Error
+		var re *fault.Error
 		switch {
 		case errors.As(err, &re) && re.Code == credential.CodeNotFound, err == nil && meta.Org != org:
 			// Another org's credential answers like an unknown one: ids are not probes.
@@ -160,7 +159,7 @@ func (s *Service) Create(ctx context.Context, ec identity.ExecContext, spec Spec
 		}
 	}
 	if len(problems) > 0 {
-		return View{}, &runner.Error{Kind: fault.Invalid, Code: CodeInvalid, Violations: problems,
+		return View{}, &fault.Error{Kind: fault.Invalid, Code: CodeInvalid, Violations: problems,
 			Message: fmt.Sprintf("the binding cannot be stored (%d problem(s)): %s %s", len(problems), problems[0].Path, problems[0].Message)}
 	}
 	b := store.Binding{ID: newID(), Org: org, Project: spec.Project, Environment: spec.Environment, RefPattern: spec.RefPattern,

@@ -115,19 +115,19 @@ func (r *Runner) Run(ctx context.Context, call kernel.Call) (json.RawMessage, er
 	}
 	p, ok := r.svc.Providers[b.Provider]
 	if !ok {
-		return nil, &runner.Error{Kind: fault.Provider, Code: "BINDING_INVALID",
+		return nil, &fault.Error{Kind: fault.Provider, Code: "BINDING_INVALID",
 			Message: fmt.Sprintf("binding %s names provider %q, which this gateway does not have", b.ID, b.Provider)}
 	}
 	h, ok := p.Handlers[r.ref]
 	if !ok {
-		return nil, &runner.Error{Kind: fault.Provider, Code: "BINDING_INVALID",
+		return nil, &fault.Error{Kind: fault.Provider, Code: "BINDING_INVALID",
 			Message: fmt.Sprintf("binding %s: provider %s does not serve %s", b.ID, b.Provider, r.ref)}
 	}
 	token, err := r.svc.Vault.Open(ctx, b.CredentialID)
 	if err != nil {
-		var re *runner.Error
+		var re *fault.Error
 		if errors.As(err, &re) && re.Code == credential.CodeNotFound {
-			return nil, &runner.Error{Kind: fault.Provider, Code: credential.CodeMissingCredential,
+			return nil, &fault.Error{Kind: fault.Provider, Code: credential.CodeMissingCredential,
 				Message: fmt.Sprintf("binding %s names credential %s, which does not exist", b.ID, b.CredentialID)}
 		}
 		return nil, err

@@ -39,7 +39,7 @@ type Response struct {
 // Decode unmarshals the body into v; a body that is not the expected JSON is a typed error.
 func (r *Response) Decode(provider string, v any) error {
 	if err := json.Unmarshal(r.Body, v); err != nil {
-		return &runner.Error{Code: runner.CodeBadResponse, ProviderStatus: r.Status,
+		return &fault.Error{Code: runner.CodeBadResponse, ProviderStatus: r.Status,
 			Message: provider + " answered with a body that is not the expected JSON"}
 	}
 	return nil
@@ -64,7 +64,7 @@ func Do(ctx context.Context, t Target, provider string, req Request) (*Response,
 	}
 	hr, err := http.NewRequestWithContext(ctx, req.Method, req.URL, body)
 	if err != nil {
-		return nil, &runner.Error{Code: runner.CodeUnreachable, Message: provider + " request could not be built from the binding's base URL"}
+		return nil, &fault.Error{Code: runner.CodeUnreachable, Message: provider + " request could not be built from the binding's base URL"}
 	}
 	hr.Header.Set("Accept", "application/json")
 	if body != nil {
@@ -75,7 +75,7 @@ func Do(ctx context.Context, t Target, provider string, req Request) (*Response,
 	}
 	client := t.HTTP
 	if client == nil {
-		return nil, &runner.Error{Code: runner.CodeUnreachable, Message: provider + ": no outbound client configured"}
+		return nil, &fault.Error{Code: runner.CodeUnreachable, Message: provider + ": no outbound client configured"}
 	}
 	resp, err := client.Do(hr)
 	if err != nil {
@@ -84,18 +84,18 @@ func Do(ctx context.Context, t Target, provider string, req Request) (*Response,
 			return nil, te
 		}
 		if errors.Is(err, context.DeadlineExceeded) {
-			return nil, &runner.Error{Code: runner.CodeProviderTimeout, Message: provider + " did not answer in time"}
+			return nil, &fault.Error{Code: runner.CodeProviderTimeout, Message: provider + " did not answer in time"}
 		}
-		return nil, &runner.Error{Code: runner.CodeUnreachable, Message: provider + " could not be reached at the binding's base URL"}
+		return nil, &fault.Error{Code: runner.CodeUnreachable, Message: provider + " could not be reached at the binding's base URL"}
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
 	if err != nil {
-		return nil, &runner.Error{Code: runner.CodeUnreachable, ProviderStatus: resp.StatusCode, Message: provider + " answer could not be read"}
+		return nil, &fault.Error{Code: runner.CodeUnreachable, ProviderStatus: resp.StatusCode, Message: provider + " answer could not be read"}
 	}
 	if len(raw) > MaxResponseBytes {
 		// Refused, never cut: a truncated answer would be decoded as if whole.
-		return nil, &runner.Error{Code: runner.CodeBadResponse, ProviderStatus: resp.StatusCode,
+		return nil, &fault.Error{Code: runner.CodeBadResponse, ProviderStatus: resp.StatusCode,
 			Message: fmt.Sprintf("%s answered more than %d bytes", provider, MaxResponseBytes)}
 	}
 	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: raw}, nil
@@ -105,8 +105,8 @@ func Do(ctx context.Context, t Target, provider string, req Request) (*Response,
 // 401 a rejected credential, 403 a credential without the permission, 429 a rate limit.
 // Anything else is PROVIDER_ERROR. The provider's body is never echoed: it may quote input
 // or headers back.
-func Failure(provider string, r *Response) *runner.Error {
-	e := &runner.Error{Kind: fault.Provider, ProviderStatus: r.Status}
+func Failure(provider string, r *Response) *fault.Error {
+	e := &fault.Error{Kind: fault.Provider, ProviderStatus: r.Status}
 	switch r.Status {
 	case http.StatusUnauthorized:
 		e.Code = CodeCredentialRejected
@@ -126,8 +126,8 @@ func Failure(provider string, r *Response) *runner.Error {
 
 // ClientFailure is a typed error for a provider answer that is the caller's to fix (a
 // missing branch, an existing change request): kind is what the caller gets.
-func ClientFailure(r *Response, kind fault.Kind, code, message string) *runner.Error {
-	return &runner.Error{Kind: kind, Code: code, Message: message, ProviderStatus: r.Status}
+func ClientFailure(r *Response, kind fault.Kind, code, message string) *fault.Error {
+	return &fault.Error{Kind: kind, Code: code, Message: message, ProviderStatus: r.Status}
 }
 
 func retryAfter(h http.Header) string {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/runner"
 )
 
@@ -24,7 +25,7 @@ func TestDoRefusesAnOversizedAnswer(t *testing.T) {
 			}))
 			defer srv.Close()
 			r, err := Do(context.Background(), Target{HTTP: srv.Client()}, "gitea", Request{Method: http.MethodGet, URL: srv.URL})
-			var re *runner.Error
+			var re *fault.Error
 			switch {
 			case tc.ok && (err != nil || len(r.Body) != tc.size):
 				t.Fatalf("answer of %d bytes: %v", tc.size, err)

@@ -15,10 +15,9 @@ import (
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/inputschema"
 	"github.com/xemahq/xema/internal/kernel"
-	"github.com/xemahq/xema/internal/runner"
 )
 
-// Error codes connectors answer with (runner.Error.Code).
+// Error codes connectors answer with (fault.Error.Code).
 const (
 	CodeCredentialRejected  = "CREDENTIAL_REJECTED"
 	CodeCredentialForbidden = "CREDENTIAL_FORBIDDEN"
@@ -99,6 +98,6 @@ func (p *Provider) Refs() []string {
 
 // InvalidInput is a 400 naming the input field a connector could not use.
 func InvalidInput(path, problem string) error {
-	return &runner.Error{Kind: fault.Invalid, Code: "INVALID_INPUT", Message: path + " " + problem,
+	return &fault.Error{Kind: fault.Invalid, Code: "INVALID_INPUT", Message: path + " " + problem,
 		Violations: []inputschema.Violation{{Path: path, Message: problem}}}
 }

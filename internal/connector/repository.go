@@ -7,7 +7,6 @@ import (
 
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/kernel"
-	"github.com/xemahq/xema/internal/runner"
 )
 
 // Repository is the config of an SCM or tracker binding: the repository the binding serves,
@@ -48,7 +47,7 @@ func CheckRepositoryConfig(config json.RawMessage) error {
 func BoundRepository(t Target) (Repository, error) {
 	r, err := ParseRepository(t.Config)
 	if err != nil {
-		return Repository{}, &runner.Error{Kind: fault.Provider, Code: "BINDING_INVALID", Message: "the binding's " + err.Error()}
+		return Repository{}, &fault.Error{Kind: fault.Provider, Code: "BINDING_INVALID", Message: "the binding's " + err.Error()}
 	}
 	return r, nil
 }

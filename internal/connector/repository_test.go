@@ -7,7 +7,6 @@ import (
 
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/kernel"
-	"github.com/xemahq/xema/internal/runner"
 )
 
 func TestRepositoryCall(t *testing.T) {
@@ -20,7 +19,7 @@ func TestRepositoryCall(t *testing.T) {
 		input     string
 		wantTitle string
 		wantRepo  Repository
-		wantCode  string // runner.Error code; "" with wantErr means a plain decode error
+		wantCode  string // fault.Error code; "" with wantErr means a plain decode error
 		wantErr   bool
 	}{
 		{name: "decodes input and binding", config: `{"repository":"acme/site"}`, input: `{"title":"t"}`,
@@ -39,7 +38,7 @@ func TestRepositoryCall(t *testing.T) {
 				if err == nil {
 					t.Fatalf("err = nil, want an error")
 				}
-				var re *runner.Error
+				var re *fault.Error
 				isRunner := errors.As(err, &re)
 				if tc.wantCode == "" && isRunner {
 					t.Fatalf("err = %v, want a decode error, not a runner error", err)

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/xemahq/xema/internal/fault"
-	"github.com/xemahq/xema/internal/runner"
 	"github.com/xemahq/xema/internal/store"
 )
 
@@ -209,7 +208,7 @@ func newID() string {
 }
 
 func invalid(path, problem string) error {
-	return &runner.Error{Kind: fault.Invalid, Code: CodeInvalid, Message: path + " " + problem}
+	return &fault.Error{Kind: fault.Invalid, Code: CodeInvalid, Message: path + " " + problem}
 }
 
 func lookupError(id string, err error) error {
@@ -223,6 +222,6 @@ func lookupError(id string, err error) error {
 // never hold a secret).
 func unavailable(err error) error {
 	slog.Error("credential keyring unavailable", "err", err)
-	return &runner.Error{Kind: fault.Unavailable, Code: CodeUnavailable,
+	return &fault.Error{Kind: fault.Unavailable, Code: CodeUnavailable,
 		Message: "the credential keyring is unavailable; the call was not made (fail closed)"}
 }

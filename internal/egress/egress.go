@@ -28,7 +28,7 @@ import (
 	"time"
 )
 
-// Codes of egress failures (runner.Error.Code when mapped by a runner).
+// Codes of egress failures (fault.Error.Code when mapped by a runner).
 const (
 	CodeDenied   = "EGRESS_DENIED"
 	CodeRedirect = "PROVIDER_REDIRECT"

@@ -85,14 +85,14 @@ func (d *dialer) connect(ctx context.Context, srv store.MCPServer, listen bool) 
 		// Only the operator's declaration runs, never a command line from the store.
 		decl, ok := d.stdio[srv.ProviderID]
 		if !ok {
-			return nil, &runner.Error{Kind: fault.Provider, Code: CodeUnknownServer,
+			return nil, &fault.Error{Kind: fault.Provider, Code: CodeUnknownServer,
 				Message: fmt.Sprintf("stdio MCP server %q is not declared on this gateway", srv.ProviderID)}
 		}
 		cmd := exec.Command(decl.Command, decl.Args...)
 		cmd.Env = decl.environ()
 		t = &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
 	default:
-		return nil, &runner.Error{Kind: fault.Invalid, Code: CodeInvalidServer, Message: fmt.Sprintf("unknown transport %q", srv.Transport)}
+		return nil, &fault.Error{Kind: fault.Invalid, Code: CodeInvalidServer, Message: fmt.Sprintf("unknown transport %q", srv.Transport)}
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(srv.TimeoutMs)*time.Millisecond)
 	defer cancel()
@@ -139,15 +139,15 @@ func sameOrigin(u *url.URL, audience string) bool { return runner.Audience(u.Str
 func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	ts := b.tokens
 	if ts == nil {
-		return nil, &runner.Error{Code: runner.CodeNoToken, Message: "the gateway has no outbound token source"}
+		return nil, &fault.Error{Code: runner.CodeNoToken, Message: "the gateway has no outbound token source"}
 	}
 	if !sameOrigin(r.URL, b.audience) { // never hand a server's token to another origin
-		return nil, &runner.Error{Kind: fault.Provider, Code: runner.CodeRedirect,
+		return nil, &fault.Error{Kind: fault.Provider, Code: runner.CodeRedirect,
 			Message: "the MCP server's request left its registered origin"}
 	}
 	tok, err := ts.Token(r.Context(), b.audience)
 	if err != nil {
-		return nil, &runner.Error{Code: runner.CodeNoToken, Message: "the gateway could not mint its service token", Err: err}
+		return nil, &fault.Error{Code: runner.CodeNoToken, Message: "the gateway could not mint its service token", Err: err}
 	}
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+tok)
@@ -157,8 +157,8 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 // callError types a failed exchange with the server. Neither the server's own JSON-RPC error
 // message (often a Go error of the server: addresses, paths) nor transport details are
 // answered: they stay in Err, which the gateway logs with the call's auditId.
-func callError(ctx context.Context, provider, op string, err error) *runner.Error {
-	var re *runner.Error
+func callError(ctx context.Context, provider, op string, err error) *fault.Error {
+	var re *fault.Error
 	if errors.As(err, &re) {
 		return re
 	}
@@ -168,14 +168,14 @@ func callError(ctx context.Context, provider, op string, err error) *runner.Erro
 	var je *jsonrpc.Error
 	switch {
 	case errors.As(err, &je):
-		return &runner.Error{Kind: fault.Provider, Code: CodeProtocolError, Err: err,
+		return &fault.Error{Kind: fault.Provider, Code: CodeProtocolError, Err: err,
 			Message: fmt.Sprintf("%s answered %s with JSON-RPC error %d", provider, op, je.Code)}
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return &runner.Error{Kind: fault.Timeout, Code: CodeTimeout, Err: err,
+		return &fault.Error{Kind: fault.Timeout, Code: CodeTimeout, Err: err,
 			Message: fmt.Sprintf("%s did not answer %s in time", provider, op)}
 	}
 	slog.Warn("mcp server unreachable", "provider", provider, "op", op, "err", err)
-	return &runner.Error{Kind: fault.Provider, Code: CodeUnreachable, Err: err,
+	return &fault.Error{Kind: fault.Provider, Code: CodeUnreachable, Err: err,
 		Message: fmt.Sprintf("%s could not be reached for %s (connection failed or the server exited)", provider, op)}
 }
 
@@ -276,7 +276,7 @@ func (r toolRunner) Run(ctx context.Context, call kernel.Call) (json.RawMessage,
 		return nil, callError(ctx, r.srv.ProviderID, "tools/call "+r.name, err)
 	}
 	if res.IsError {
-		return nil, &runner.Error{Kind: fault.Provider, Code: CodeToolError,
+		return nil, &fault.Error{Kind: fault.Provider, Code: CodeToolError,
 			Message: fmt.Sprintf("tool %q of %s reported an error: %s", r.name, r.srv.ProviderID, clip(text(res.Content), 500))}
 	}
 	var out any = res.Content
@@ -288,7 +288,7 @@ func (r toolRunner) Run(ctx context.Context, call kernel.Call) (json.RawMessage,
 	}
 	raw, err := json.Marshal(out)
 	if err != nil {
-		return nil, &runner.Error{Code: runner.CodeBadResponse, Message: "the tool's result is not JSON", Err: err}
+		return nil, &fault.Error{Code: runner.CodeBadResponse, Message: "the tool's result is not JSON", Err: err}
 	}
 	return raw, nil
 }

@@ -311,7 +311,7 @@ func (f *Federation) server(r Registration, by string, now time.Time) (store.MCP
 }
 
 func invalidServer(path, msg string) error {
-	return &runner.Error{Kind: fault.Invalid, Code: CodeInvalidServer, Message: path + ": " + msg,
+	return &fault.Error{Kind: fault.Invalid, Code: CodeInvalidServer, Message: path + ": " + msg,
 		Violations: []inputschema.Violation{{Path: path, Message: msg}}}
 }
 

@@ -10,8 +10,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/kernel"
-	"github.com/xemahq/xema/internal/runner"
 	"github.com/xemahq/xema/internal/store"
 )
 
@@ -35,7 +35,7 @@ func TestTranslate(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := translate("p", tc.tools)
-			var re *runner.Error
+			var re *fault.Error
 			if tc.code != "" {
 				if !errors.As(err, &re) || re.Code != tc.code {
 					t.Fatalf("err %v, want %s", err, tc.code)

@@ -13,7 +13,6 @@ import (
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/inputschema"
 	"github.com/xemahq/xema/internal/manifest"
-	"github.com/xemahq/xema/internal/runner"
 )
 
 // DefaultProfile is the profile a grant of a server's tools takes when the admin names none.
@@ -57,7 +56,7 @@ func translate(provider string, tools []*mcp.Tool) ([]tool, error) {
 			continue
 		}
 		if other, ok := byRef[ref]; ok {
-			return nil, &runner.Error{Kind: fault.Conflict, Code: CodeToolCollision,
+			return nil, &fault.Error{Kind: fault.Conflict, Code: CodeToolCollision,
 				Message: fmt.Sprintf("tools %q and %q both map to %s; nothing was registered", other, t.Name, ref)}
 		}
 		byRef[ref] = t.Name
@@ -71,7 +70,7 @@ func translate(provider string, tools []*mcp.Tool) ([]tool, error) {
 		}
 	}
 	if len(problems) > 0 {
-		return nil, &runner.Error{Kind: fault.Unprocessable, Code: CodeInvalidTool,
+		return nil, &fault.Error{Kind: fault.Unprocessable, Code: CodeInvalidTool,
 			Message:    fmt.Sprintf("%d problem(s) in the server's tools (first: %s: %s); nothing was registered", len(problems), problems[0].Path, problems[0].Message),
 			Violations: problems}
 	}

@@ -558,9 +558,9 @@ func providerError(err error) *fault.Error {
 	if errors.As(err, &oe) {
 		return oe.answer
 	}
-	var re *runner.Error
+	var re *fault.Error
 	if !errors.As(err, &re) {
-		re = &runner.Error{Code: runner.CodeHandlerFailed, Message: "the runner failed"}
+		re = &fault.Error{Code: runner.CodeHandlerFailed, Message: "the runner failed"}
 	}
 	kind := re.Kind
 	switch {

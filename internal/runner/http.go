@@ -75,11 +75,11 @@ func (h HTTP) Run(ctx context.Context, call kernel.Call) (json.RawMessage, error
 
 	token, err := h.Tokens.Token(ctx, Audience(h.URL))
 	if err != nil {
-		return nil, &Error{Code: CodeNoToken, Message: "the gateway could not obtain its service token", Err: err}
+		return nil, &fault.Error{Code: CodeNoToken, Message: "the gateway could not obtain its service token", Err: err}
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.URL, bytes.NewReader(call.Input))
 	if err != nil {
-		return nil, &Error{Code: CodeUnreachable, Message: "invalid provider URL", Err: err}
+		return nil, &fault.Error{Code: CodeUnreachable, Message: "invalid provider URL", Err: err}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
@@ -93,31 +93,31 @@ func (h HTTP) Run(ctx context.Context, call kernel.Call) (json.RawMessage, error
 			return nil, te
 		}
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return nil, &Error{Code: CodeProviderTimeout, Message: fmt.Sprintf("provider did not answer within %s", timeout), Err: err}
+			return nil, &fault.Error{Code: CodeProviderTimeout, Message: fmt.Sprintf("provider did not answer within %s", timeout), Err: err}
 		}
-		return nil, &Error{Code: CodeUnreachable, Message: "provider unreachable", Err: err}
+		return nil, &fault.Error{Code: CodeUnreachable, Message: "provider unreachable", Err: err}
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
 	if err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return nil, &Error{Code: CodeProviderTimeout, Message: fmt.Sprintf("provider did not answer within %s", timeout), Err: err}
+			return nil, &fault.Error{Code: CodeProviderTimeout, Message: fmt.Sprintf("provider did not answer within %s", timeout), Err: err}
 		}
-		return nil, &Error{Code: CodeUnreachable, Message: "reading the provider's answer failed", Err: err}
+		return nil, &fault.Error{Code: CodeUnreachable, Message: "reading the provider's answer failed", Err: err}
 	}
 	if resp.StatusCode >= 300 && resp.StatusCode <= 399 { // a client that follows redirects is not ours
-		return nil, &Error{Kind: fault.Provider, Code: CodeRedirect, ProviderStatus: resp.StatusCode,
+		return nil, &fault.Error{Kind: fault.Provider, Code: CodeRedirect, ProviderStatus: resp.StatusCode,
 			Message: "provider answered a redirect; redirects are not followed"}
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, &Error{Code: CodeProviderError, ProviderStatus: resp.StatusCode,
+		return nil, &fault.Error{Code: CodeProviderError, ProviderStatus: resp.StatusCode,
 			Message: fmt.Sprintf("provider answered HTTP %d", resp.StatusCode)}
 	}
 	if len(body) > MaxResponseBytes {
-		return nil, &Error{Code: CodeBadResponse, Message: fmt.Sprintf("provider answer exceeds %d bytes", MaxResponseBytes)}
+		return nil, &fault.Error{Code: CodeBadResponse, Message: fmt.Sprintf("provider answer exceeds %d bytes", MaxResponseBytes)}
 	}
 	if !json.Valid(body) {
-		return nil, &Error{Code: CodeBadResponse, Message: "provider answered with a body that is not JSON"}
+		return nil, &fault.Error{Code: CodeBadResponse, Message: "provider answered with a body that is not JSON"}
 	}
 	return body, nil
 }

@@ -77,7 +77,7 @@ func TestHTTPRunner(t *testing.T) {
 				}
 				return
 			}
-			var re *Error
+			var re *fault.Error
 			if !errors.As(err, &re) || re.Code != tc.wantCode {
 				t.Fatalf("error %v, want code %s", err, tc.wantCode)
 			}
@@ -107,7 +107,7 @@ func TestHTTPRunnerEgress(t *testing.T) {
 
 	prod := egress.New(nil).Client(nil) // no loopback allowed
 	_, err := HTTP{Client: prod, URL: redirector.URL, Tokens: staticToken("t")}.Run(context.Background(), call)
-	var re *Error
+	var re *fault.Error
 	if !errors.As(err, &re) || re.Code != CodeEgressDenied || re.Kind != fault.Provider {
 		t.Fatalf("loopback under a production policy: %v", err)
 	}

@@ -27,9 +27,9 @@ func TestKernelErrorTextIsNotAnswered(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			k := Kernel{Handler: func(context.Context, kernel.Call) (any, error) { return nil, tc.err }}
 			_, err := k.Run(context.Background(), kernel.Call{Ref: "x:y@1"})
-			var re *Error
+			var re *fault.Error
 			if !errors.As(err, &re) {
-				t.Fatalf("Run = %v, want a *runner.Error", err)
+				t.Fatalf("Run = %v, want a *fault.Error", err)
 			}
 			if re.Code != tc.code || re.Message != tc.message {
 				t.Fatalf("Run = %s / %q, want %s / %q", re.Code, re.Message, tc.code, tc.message)

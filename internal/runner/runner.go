@@ -1,5 +1,5 @@
 // Package runner executes an authorized, validated call: in-process (kernel handlers) or
-// over HTTP to a contribution's declared invocation. Every failure is a typed *Error so the
+// over HTTP to a contribution's declared invocation. Every failure is a typed *fault.Error so the
 // gateway can answer and audit it without leaking provider internals.
 package runner
 
@@ -29,13 +29,13 @@ const (
 // TransportError types a failed outbound request: an egress refusal (the address actually
 // dialled) and a redirect are 502s of their own; anything else is nil (the caller's own
 // mapping applies). what names the destination for the message ("provider", "gitlab").
-func TransportError(what string, err error) *Error {
+func TransportError(what string, err error) *fault.Error {
 	if de, ok := egress.Denied(err); ok {
-		return &Error{Kind: fault.Provider, Code: CodeEgressDenied, Err: err,
+		return &fault.Error{Kind: fault.Provider, Code: CodeEgressDenied, Err: err,
 			Message: fmt.Sprintf("%s: the gateway refuses to connect to %s (%s)", what, de.Addr, de.Reason)}
 	}
 	if egress.Redirected(err) {
-		return &Error{Kind: fault.Provider, Code: CodeRedirect, Err: err,
+		return &fault.Error{Kind: fault.Provider, Code: CodeRedirect, Err: err,
 			Message: what + " answered a redirect; redirects are not followed"}
 	}
 	return nil
@@ -43,10 +43,6 @@ func TransportError(what string, err error) *Error {
 
 // MessageHandlerFailed is all a caller learns of a kernel handler's untyped error.
 const MessageHandlerFailed = "the capability's handler failed; the operator's log has the detail under this call's auditId"
-
-// Error is a typed run failure: the domain's error type. A runner's error that names no
-// Kind is a provider failure.
-type Error = fault.Error
 
 // Runner runs one call.
 type Runner interface {
@@ -64,17 +60,17 @@ func (Kernel) Kind() string { return "kernel" }
 func (k Kernel) Run(ctx context.Context, call kernel.Call) (json.RawMessage, error) {
 	out, err := k.Handler(ctx, call)
 	if err != nil {
-		var re *Error
+		var re *fault.Error
 		if errors.As(err, &re) {
 			return nil, re
 		}
 		// The Go error may name files, addresses or store internals: it is kept in Err for the
 		// log (the gateway logs it with the auditId), never shown to the caller.
-		return nil, &Error{Code: CodeHandlerFailed, Message: MessageHandlerFailed, Err: err}
+		return nil, &fault.Error{Code: CodeHandlerFailed, Message: MessageHandlerFailed, Err: err}
 	}
 	raw, err := json.Marshal(out)
 	if err != nil {
-		return nil, &Error{Code: CodeHandlerFailed, Message: "handler output is not JSON", Err: err}
+		return nil, &fault.Error{Code: CodeHandlerFailed, Message: "handler output is not JSON", Err: err}
 	}
 	return raw, nil
 }

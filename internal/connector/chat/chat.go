@@ -109,10 +109,10 @@ func slackError(r *connector.Response, code string) error {
 		r.Status = http.StatusTooManyRequests
 		return connector.Failure("slack", r)
 	case "channel_not_found", "is_archived":
-		return &runner.Error{Kind: fault.Provider, Code: connector.CodeConversationGone,
+		return &fault.Error{Kind: fault.Provider, Code: connector.CodeConversationGone,
 			Message: "slack does not know the bound channel (" + code + "); an admin must fix the binding"}
 	}
-	return &runner.Error{Code: runner.CodeProviderError, Message: "slack refused the message (" + code + ")"}
+	return &fault.Error{Code: runner.CodeProviderError, Message: "slack refused the message (" + code + ")"}
 }
 
 // Telegram sends with the Bot API's sendMessage; config {"chatId": "-1001234"}. The base URL
@@ -156,7 +156,7 @@ func telegramSend(ctx context.Context, t connector.Target, text string) (string,
 	}
 	if !r.OK() || !body.OK {
 		if r.Status == http.StatusBadRequest || r.Status == http.StatusNotFound && body.Description != "Not Found" {
-			return "", time.Time{}, &runner.Error{Kind: fault.Provider, Code: connector.CodeConversationGone,
+			return "", time.Time{}, &fault.Error{Kind: fault.Provider, Code: connector.CodeConversationGone,
 				ProviderStatus: r.Status, Message: "telegram refused the bound chat; an admin must fix the binding"}
 		}
 		if r.Status == http.StatusNotFound {

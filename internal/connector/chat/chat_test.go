@@ -19,8 +19,8 @@ import (
 	"github.com/xemahq/xema/internal/connector"
 	"github.com/xemahq/xema/internal/connector/chat"
 	"github.com/xemahq/xema/internal/credential"
+	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/kernel"
-	"github.com/xemahq/xema/internal/runner"
 )
 
 const token = "xoxb-S3CRET-slack-token"
@@ -82,7 +82,7 @@ func TestSlack(t *testing.T) {
 	} {
 		limited = tc.limit
 		_, err := run(tc.tok, tc.channel)
-		var re *runner.Error
+		var re *fault.Error
 		if !errors.As(err, &re) || re.Code != tc.want || strings.Contains(re.Message, token) {
 			t.Errorf("%s: %v, want %s", tc.name, err, tc.want)
 		}

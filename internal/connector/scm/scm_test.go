@@ -207,7 +207,7 @@ func call(t *testing.T, provider, ref, base, tok, input string) (scm.ChangeReque
 }
 
 func code(err error) string {
-	var re *runner.Error
+	var re *fault.Error
 	if errors.As(err, &re) {
 		return re.Code
 	}
@@ -249,7 +249,7 @@ func TestSameRecordEveryProvider(t *testing.T) {
 			} {
 				f.mode = tc.mode
 				_, err := call(t, provider, tc.ref, srv.URL, tc.tok, tc.input)
-				var re *runner.Error
+				var re *fault.Error
 				if !errors.As(err, &re) || re.Code != tc.want || re.Kind != tc.kind || strings.Contains(re.Message, token) {
 					t.Errorf("%s: %v (kind %v), want %s %v", tc.name, err, kindOf(err), tc.want, tc.kind)
 				}
@@ -267,7 +267,7 @@ func TestSameRecordEveryProvider(t *testing.T) {
 }
 
 func kindOf(err error) fault.Kind {
-	var re *runner.Error
+	var re *fault.Error
 	if errors.As(err, &re) {
 		return re.Kind
 	}

@@ -31,7 +31,6 @@ import (
 	"github.com/xemahq/xema/internal/credential"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/kernel"
-	"github.com/xemahq/xema/internal/runner"
 )
 
 const token = "tok_S3CRET_never_echoed"
@@ -171,7 +170,7 @@ func TestCreateIssueGitHubGitLab(t *testing.T) {
 				{"unknown repository", token, "acme/nope", connector.CodeRepositoryNotFound, fault.NotFound},
 			} {
 				_, err := create(t, tc.provider, srv.URL, c.tok, c.repo, input)
-				var re *runner.Error
+				var re *fault.Error
 				if !errors.As(err, &re) || re.Code != c.want || re.Kind != c.kind || strings.Contains(re.Error(), token) {
 					t.Errorf("%s: %v, want %s %v", c.name, err, c.want, c.kind)
 				}
@@ -179,7 +178,7 @@ func TestCreateIssueGitHubGitLab(t *testing.T) {
 			if tc.provider == "github" {
 				f.disabled = true
 				_, err := create(t, tc.provider, srv.URL, token, "acme/app", input)
-				var re *runner.Error
+				var re *fault.Error
 				if !errors.As(err, &re) || re.Code != connector.CodeRepositoryNotFound {
 					t.Errorf("issues disabled (410): %v, want %s", err, connector.CodeRepositoryNotFound)
 				}
