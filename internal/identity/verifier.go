@@ -190,15 +190,19 @@ func remoteKeys(ctx context.Context, cfg Config) (keyfunc.Keyfunc, error) {
 		client = &http.Client{Timeout: 10 * time.Second}
 	}
 	failFirst := false
+	const fetchTimeout = 10 * time.Second
 	return keyfunc.NewDefaultOverrideCtx(ctx, []string{cfg.JWKSURL}, keyfunc.Override{
 		Client:                    client,
-		HTTPTimeout:               10 * time.Second,
+		HTTPTimeout:               fetchTimeout,
 		NoErrorReturnFirstHTTPReq: &failFirst,
 		RefreshInterval:           refresh,
 		RefreshUnknownKID:         rate.NewLimiter(rate.Every(unknownEvery), 1),
-		// A request with an unknown kid refreshes only if the limiter allows it now; it
-		// never waits for the limiter (an attacker could otherwise park requests).
-		RateLimitWaitMax: time.Millisecond,
+		// jwkset bounds the limiter's wait and the unknown-kid refresh's HTTP request with
+		// the same context, so this is also the refresh's timeout (at 1 ms every refresh
+		// across a network failed, and rotated-in keys were refused for up to an hour). A
+		// request waits only when the limiter's next token is due within it: one request per
+		// window at most, for at most fetchTimeout; the others fail at once as unknown_kid.
+		RateLimitWaitMax: fetchTimeout,
 		RefreshErrorHandlerFunc: func(u string) func(context.Context, error) {
 			return func(ctx context.Context, err error) {
 				slog.WarnContext(ctx, "JWKS refresh failed; keeping the previous keys", "url", u, "error", err)

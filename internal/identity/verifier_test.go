@@ -35,6 +35,8 @@ type keyServer struct {
 	mu      sync.Mutex
 	keys    map[string]*rsa.PrivateKey
 	fetches atomic.Int64
+	// latency is how long each answer takes, as a remote identity provider's would.
+	latency time.Duration
 }
 
 func newKeyServer(t testing.TB, keys map[string]*rsa.PrivateKey) *keyServer {
@@ -44,6 +46,7 @@ func newKeyServer(t testing.TB, keys map[string]*rsa.PrivateKey) *keyServer {
 		ks.fetches.Add(1)
 		ks.mu.Lock()
 		defer ks.mu.Unlock()
+		time.Sleep(ks.latency) // the provider's latency, not a synchronisation
 		var set jwkset.JWKSMarshal
 		for kid, k := range ks.keys {
 			jwk, err := jwkset.NewJWKFromKey(&k.PublicKey, jwkset.JWKOptions{Metadata: jwkset.JWKMetadataOptions{KID: kid, ALG: jwkset.AlgRS256, USE: jwkset.UseSig}})
@@ -63,6 +66,12 @@ func (ks *keyServer) setKeys(keys map[string]*rsa.PrivateKey) {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
 	ks.keys = keys
+}
+
+func (ks *keyServer) setLatency(d time.Duration) {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	ks.latency = d
 }
 
 var (
@@ -233,6 +242,9 @@ func TestKeyRemovedAfterRotation(t *testing.T) {
 		t.Fatalf("before rotation: %v", err)
 	}
 	ks.setKeys(map[string]*rsa.PrivateKey{"new": newKey})
+	// A provider across a network answers in milliseconds: the refresh must not be bound by
+	// the rate limiter's wait (jwkset gave it the same 1 ms context: every refresh failed).
+	ks.setLatency(20 * time.Millisecond)
 	// The first token under the new kid makes the verifier refetch the JWKS ...
 	if _, err := v.Verify(t.Context(), sign(t, jwt.SigningMethodRS256, newKey, "new", baseClaims())); err != nil {
 		t.Fatalf("token under the rotated-in key: %v", err)
