@@ -95,6 +95,8 @@ type Config struct {
 	// SecretKeys is where the credential keyring comes from ($XEMA_SECRET_KEY or
 	// $XEMA_SECRET_KEY_FILE); empty is DataDir/secret.key, created at first start.
 	SecretKeys secretbox.Source
+	// Now is the approvals' clock (held calls' expiry, leases); nil is time.Now. Tests move it.
+	Now func() time.Time
 	// MaxInflight bounds the outbound calls running at once, MaxPerProvider those of one
 	// provider (--max-inflight-calls, --max-inflight-per-provider); 0 bounds nothing.
 	MaxInflight, MaxPerProvider int
@@ -249,11 +251,12 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if a.Gateway, err = gateway.New(gateway.Deps{Catalog: a.Catalog, Policy: eng, Audit: a.Audit, Kernel: a.Kernel,
 		Tokens: cfg.Tokens, HTTP: a.HTTP, CursorKey: keys.cursor, InputHashKey: keys.inputHash,
 		Resolvers: []gateway.Resolver{a.Bindings, a.Federation}, Limiter: limiter,
-		Approvals: &approval.Queue{Store: st, TTL: cfg.ApprovalTTL}, Outbound: gateway.NewSlots(cfg.MaxInflight),
+		Approvals: &approval.Queue{Store: st, TTL: cfg.ApprovalTTL, Now: cfg.Now}, Outbound: gateway.NewSlots(cfg.MaxInflight),
 		PerProvider: gateway.NewProviderSlots(cfg.MaxPerProvider), Unauth: a.unauth, Spool: a.Spool, Idempotency: st}); err != nil {
 		return nil, a.closeWith(err)
 	}
-	a.Approvals = &approval.Service{Store: st, Policy: eng, Runner: a.Gateway, Audit: a.Audit, Replica: a.Replica, Spool: a.Spool}
+	a.Approvals = &approval.Service{Store: st, Policy: eng, Runner: a.Gateway, Audit: a.Audit, Replica: a.Replica, Spool: a.Spool,
+		Now: cfg.Now}
 	if err := approval.Register(a.Kernel, a.Approvals); err != nil {
 		return nil, a.closeWith(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/xemahq/xema/internal/fault"
+	"github.com/xemahq/xema/internal/secretbox"
 	"github.com/xemahq/xema/internal/store"
 )
 
@@ -100,6 +101,8 @@ func TestConfigValidateNamesTheFlag(t *testing.T) {
 		"--mcp-resync-every":      func(c *Config) { c.MCPResyncEvery = -time.Second },
 		"--approval-ttl":          func(c *Config) { c.ApprovalTTL = -time.Second },
 		"--reload-every":          func(c *Config) { c.ReloadEvery = -time.Second },
+		// Not a flag: both keyring variables set is refused before anything opens.
+		"XEMA_SECRET_KEY_FILE": func(c *Config) { c.SecretKeys = secretbox.Source{Inline: "k", File: "/k"} },
 	} {
 		c := ok
 		mutate(&c)

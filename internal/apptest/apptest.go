@@ -54,14 +54,14 @@ func New(t testing.TB, o Options) *Fixture {
 	}
 	prov := httptest.NewServer(o.Provider)
 	t.Cleanup(prov.Close)
+	now := time.Now()
 	a, err := app.New(ctx, app.Config{DataDir: t.TempDir(), ApprovalTTL: time.Hour, EgressAllow: egress.Loopback(),
-		OperatorOrg: identity.DefaultOrg, Tokens: staticToken("test-service-token")})
+		OperatorOrg: identity.DefaultOrg, Tokens: staticToken("test-service-token"),
+		Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
-	now := time.Now()
-	a.Approvals.Now = func() time.Time { return now }
 
 	_, file, _, _ := runtime.Caller(0)
 	src := filepath.Join(filepath.Dir(file), "..", "..", "test", "e2e", "testdata", "ticketing")
