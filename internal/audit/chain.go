@@ -78,6 +78,10 @@ func LinkHash(key []byte, prev string, r store.AuditRecord) string {
 		b = append(b, ':')
 		b = append(b, p...)
 	}
+	putInt := func(v int64) {
+		var digits [20]byte
+		putBytes(strconv.AppendInt(digits[:0], v, 10))
+	}
 	put(prev)
 	put(r.ID)
 	put(r.Org)
@@ -91,12 +95,12 @@ func LinkHash(key []byte, prev string, r store.AuditRecord) string {
 	for _, p := range []string{r.BundleRevision, r.InputHash, r.Runner, r.Outcome} {
 		put(p)
 	}
-	b = strconv.AppendInt(append(b, '#'), r.LatencyMicros, 10)
+	putInt(r.LatencyMicros)
 	put(r.ParentID)
 	putBytes(r.Detail)
 	putBytes(r.PolicyInput)
 	put(r.Chain.ChainID)
-	b = strconv.AppendInt(append(b, '#'), r.Chain.Seq, 10)
+	putInt(r.Chain.Seq)
 	mac := hmac.New(sha256.New, key)
 	mac.Write(b)
 	*bp = b

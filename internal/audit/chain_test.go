@@ -2,8 +2,12 @@ package audit
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -72,5 +76,37 @@ func BenchmarkLinkHash(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		LinkHash(key, "hmac-sha256:prev", r)
+	}
+}
+
+// TestLinkHashEncoding: LinkHash is the HMAC of every column length-prefixed ("len:value"),
+// as its doc says and as the chain's first records were hashed: a reference encoding written
+// plainly here must give the same hash, and two records whose integer and next string
+// columns would run together without prefixes must not.
+func TestLinkHashEncoding(t *testing.T) {
+	key := []byte("k")
+	reference := func(prev string, r store.AuditRecord) string {
+		mac := hmac.New(sha256.New, key)
+		for _, p := range []string{prev, r.ID, r.Org, store.Stamp(r.Time).Format("2006-01-02T15:04:05.000000Z"), r.Ref,
+			r.SubjectKind, r.SubjectRef, r.Environment, r.Decision, string(r.Reasons), string(r.Suggestions),
+			string(r.Obligations), r.BundleRevision, r.InputHash, r.Runner, r.Outcome,
+			strconv.FormatInt(r.LatencyMicros, 10), r.ParentID, string(r.Detail), string(r.PolicyInput),
+			r.Chain.ChainID, strconv.FormatInt(r.Chain.Seq, 10)} {
+			mac.Write([]byte(strconv.Itoa(len(p)) + ":" + p))
+		}
+		return "hmac-sha256:" + hex.EncodeToString(mac.Sum(nil))
+	}
+	a := record("inv_a")
+	a.Time = time.Date(2026, 12, 1, 15, 4, 5, 123456000, time.UTC)
+	a.LatencyMicros, a.ParentID, a.Chain = 1, "23", store.ChainLink{ChainID: "c1", Seq: 7}
+	b := a
+	b.LatencyMicros, b.ParentID = 12, "3"
+	for _, r := range []store.AuditRecord{a, b} {
+		if got, want := LinkHash(key, "prev", r), reference("prev", r); got != want {
+			t.Fatalf("LinkHash %s, want the length-prefixed encoding's %s", got, want)
+		}
+	}
+	if LinkHash(key, "prev", a) == LinkHash(key, "prev", b) {
+		t.Fatal("latency 1 + parent 23 and latency 12 + parent 3 hash alike")
 	}
 }
