@@ -8,6 +8,10 @@ package xema.authz
 # internal/policy's TestSearchableIsSound checks allow => ref in searchable over the
 # decision corpus. It reads the index of data.xema.grantedTo and data.xema.baselined
 # (grant.Index), so it costs what it returns, not the number of grants.
+# search_cut is searchable when data.xema carries the index, else undefined: a search then
+# decides every ref instead of showing nothing.
+search_cut := searchable if is_object(data.xema.grantedTo)
+
 searchable contains ref if {
 	some key in caller_keys
 	some ref in data.xema.grantedTo[input.org][key]

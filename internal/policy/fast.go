@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"reflect"
 	"strings"
 	"sync"
@@ -166,13 +167,21 @@ func (f *fastPath) decide(ctx context.Context, in Input, input ast.Value) (Decis
 		evalMu.Lock()
 		ent, err := f.prepare(ctx, key)
 		evalMu.Unlock()
+		if err != nil && ctx.Err() == nil {
+			// The fast path is an optimisation: a key it cannot prepare is decided in full,
+			// never denied for it, and not prepared again for this bundle.
+			slog.Warn("policy fast path: key left to the full evaluation", "ref", key.ref, "org", key.org, "err", err)
+			ent, err = &fastEntry{}, nil
+		}
+		if err == nil {
+			f.entries.Put(key, ent) // before the unlock: no second preparation of the key
+			f.seen.Delete(key)
+		}
 		f.last = time.Now()
 		f.preparing.Unlock()
 		if err != nil {
-			return Decision{}, undecided, err
+			return Decision{}, undecided, err // the call's own context ended
 		}
-		f.entries.Put(key, ent)
-		f.seen.Delete(key)
 		return f.decideBy(ctx, ent, input)
 	}
 	return f.decideBy(ctx, ent, input)

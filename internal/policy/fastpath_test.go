@@ -3,6 +3,7 @@ package policy
 import (
 	"bytes"
 	"context"
+	"errors"
 	"reflect"
 	"slices"
 	"strings"
@@ -368,5 +369,28 @@ func TestFastPathSpacesPreparations(t *testing.T) {
 	}
 	if _, ok := f.entries.Get(fastKey{ref: second.Ref, org: second.Org}, nil); !ok {
 		t.Fatal("the second key was not prepared once prepareEvery had passed")
+	}
+}
+
+// TestFastPathPreparationFailureDecidesInFull: a key the fast path cannot prepare is decided
+// by the full evaluation, the same as without a fast path, never denied for it, and not
+// prepared again.
+func TestFastPathPreparationFailureDecidesInFull(t *testing.T) {
+	ctx := context.Background()
+	e := uncachedEngine(t)
+	c := e.serving.Load()
+	prepared := 0
+	c.fast.queries = func() (fastQueries, error) {
+		prepared++
+		return fastQueries{}, errors.New("injected preparation failure")
+	}
+	in := agentCall("kb:page.read@1")
+	for i := range 4 { // the second call prepares the key
+		if d, err := e.Decide(ctx, in); err != nil || !d.Allow {
+			t.Fatalf("call %d: decision %+v, %v: want allowed by the full evaluation", i, d, err)
+		}
+	}
+	if prepared != 1 {
+		t.Fatalf("prepared %d times, want once", prepared)
 	}
 }

@@ -9,8 +9,9 @@ import (
 	"github.com/open-policy-agent/opa/v1/rego"
 )
 
-// SearchableQuery is the superset of the refs a caller may be admitted to (policies/search.rego).
-const SearchableQuery = "data.xema.authz.searchable"
+// SearchableQuery is the superset of the refs a caller may be admitted to (policies/search.rego),
+// undefined when the data lacks the index it reads.
+const SearchableQuery = "data.xema.authz.search_cut"
 
 // searchableQuery is SearchableQuery prepared once per bundle, on the first search.
 type searchableQuery struct {

@@ -105,3 +105,20 @@ func BenchmarkSearchable(b *testing.B) {
 		})
 	}
 }
+
+// TestSearchableWithoutIndexIsAnError: data without grant.Index's indexes has no first cut
+// (an error: search then decides every ref), never an empty one that would hide every ref.
+func TestSearchableWithoutIndexIsAnError(t *testing.T) {
+	ctx := context.Background()
+	e := loadedEngine(t) // testdata/data.json: no grantedTo, no baselined
+	in := agentCall("")
+	if s, err := e.Searchable(ctx, in); err == nil {
+		t.Fatalf("searchable %v without the index; want an error", s)
+	}
+	if err := e.Load(ctx, withIndex(t, testData(t)), "r1-indexed"); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := e.Searchable(ctx, in); err != nil || !s["kb:page.read@1"] {
+		t.Fatalf("searchable %v, %v with the index; want kb:page.read@1 in it", s, err)
+	}
+}
