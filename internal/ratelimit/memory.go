@@ -61,11 +61,8 @@ func LoadMemory(ctx context.Context, s UsageLoader, now time.Time) (*Memory, err
 // AddUsage implements Counter as store.ObligationStore.AddUsage does: every add or none,
 // refused names the first add (in the order given) that would pass its limit.
 func (m *Memory) AddUsage(_ context.Context, adds []store.UsageAdd) ([]int64, int, error) {
-	for i, a := range adds {
-		if a.Key == "" || a.N <= 0 || a.Limit <= 0 {
-			return nil, -1, fmt.Errorf("add usage to %d counter(s): add %d (%q window %d): %w: key must be non-empty, n and limit positive (n %d, limit %d)",
-				len(adds), i, a.Key, a.Window, store.ErrInvalid, a.N, a.Limit)
-		}
+	if err := store.ValidateUsageAdds(adds); err != nil {
+		return nil, -1, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -180,6 +180,18 @@ type UsageCount struct {
 }
 
 // Validate checks what the schema requires of a counter.
+// ValidateUsageAdds checks a batch of adds as every counter must before counting any:
+// non-empty keys, positive n and limit.
+func ValidateUsageAdds(adds []UsageAdd) error {
+	for i, a := range adds {
+		if a.Key == "" || a.N <= 0 || a.Limit <= 0 {
+			return fmt.Errorf("add usage to %d counter(s): add %d (%q window %d): %w: key must be non-empty, n and limit positive (n %d, limit %d)",
+				len(adds), i, a.Key, a.Window, ErrInvalid, a.N, a.Limit)
+		}
+	}
+	return nil
+}
+
 func (c UsageCount) Validate() error {
 	if c.Key == "" || c.Count < 0 {
 		return fmt.Errorf("%w: usage count %q window %d: key must be non-empty, count not negative (count %d)",

@@ -91,6 +91,9 @@ func (s *Store) ReleaseIdempotency(ctx context.Context, org, subject, key string
 
 // PruneIdempotency implements store.IdempotencyStore.
 func (s *Store) PruneIdempotency(ctx context.Context, before time.Time, limit int) (int64, error) {
+	if limit <= 0 { // SQLite reads LIMIT -1 as no limit: every expired key at once
+		return 0, fmt.Errorf("prune idempotency keys: %w: limit must be positive, got %d", store.ErrInvalid, limit)
+	}
 	n, err := s.exec(ctx, s.db, `DELETE FROM idempotency_keys WHERE (org, subject, key) IN
 		(SELECT org, subject, key FROM idempotency_keys WHERE expires_at < ? LIMIT ?)`, s.d.TimeArg(store.Stamp(before)), limit)
 	if err != nil {

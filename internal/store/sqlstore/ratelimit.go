@@ -31,11 +31,8 @@ var errRefused = errors.New("usage refused")
 // order, and roll back together when any refuses.
 func (s *Store) AddUsage(ctx context.Context, adds []store.UsageAdd) ([]int64, int, error) {
 	op := fmt.Sprintf("add usage to %d counter(s)", len(adds))
-	for i, a := range adds {
-		if a.Key == "" || a.N <= 0 || a.Limit <= 0 {
-			return nil, -1, fmt.Errorf("%s: add %d (%q window %d): %w: key must be non-empty, n and limit positive (n %d, limit %d)",
-				op, i, a.Key, a.Window, store.ErrInvalid, a.N, a.Limit)
-		}
+	if err := store.ValidateUsageAdds(adds); err != nil {
+		return nil, -1, err
 	}
 	for i, a := range adds {
 		if a.N > a.Limit {

@@ -136,6 +136,11 @@ func testIdempotencyExpiry(t *testing.T, s store.Store) {
 	if err != nil || !claimed || got.InputHash != "h-new" {
 		t.Fatalf("claim over an expired key = %+v, %v, %v; want a new claim", got, claimed, err)
 	}
+	for _, bad := range []int{0, -1} {
+		if n, err := s.PruneIdempotency(ctx, time.Now(), bad); !errors.Is(err, store.ErrInvalid) || n != 0 {
+			t.Fatalf("prune with limit %d = %d, %v; want ErrInvalid and nothing deleted", bad, n, err)
+		}
+	}
 	n, err := s.PruneIdempotency(ctx, time.Now(), 10)
 	if err != nil || n != 1 {
 		t.Fatalf("prune = %d, %v; want the one expired key", n, err)
