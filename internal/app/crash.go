@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/xemahq/xema/internal/atomicfile"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/periodic"
 )
@@ -30,8 +31,11 @@ func replicaID(dataDir string) (string, error) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	id := fmt.Sprintf("%s-%s", host, hex.EncodeToString(b[:]))
-	if err := os.WriteFile(path, []byte(id+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("replica id %s: %w", path, err)
+	// Whole or not at all: a kill mid-write must not leave an empty file, or the next start
+	// would take a new id and wait out the leases of its own approvals instead of recovering
+	// them at once.
+	if err := atomicfile.Write(path, []byte(id+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("replica id: %w", err)
 	}
 	return id, nil
 }
@@ -77,8 +81,6 @@ type readiness struct {
 	checked time.Time
 	err     error
 	down    bool
-	since   time.Time
-	fails   int
 }
 
 // ProbeEvery bounds how often /readyz writes to the store.
@@ -108,11 +110,9 @@ func (a *App) probeCached(ctx context.Context) error {
 	r.checked, r.err = now, err
 	switch {
 	case err != nil && !r.down:
-		r.down, r.since, r.fails = true, now, 1
+		r.down = true
 		gateway.DependencyFailed("store write probe", err)
-	case err != nil:
-		r.fails++
-	case r.down:
+	case err == nil && r.down:
 		r.down = false
 		gateway.DependencyOK("store write probe")
 	}

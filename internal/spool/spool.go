@@ -54,7 +54,6 @@ type Spool struct {
 	pending []Entry
 	drainMu sync.Mutex // one drain at a time
 	kick    chan struct{}
-	written int64 // entries written to the store since open
 
 	// AppendAudit writes a spooled audit record; set it to the gateway's audit log so the
 	// record joins its hash chain. nil writes to the store directly (unchained).
@@ -224,7 +223,6 @@ func (s *Spool) Drain(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	s.pending = s.pending[done:]
-	s.written += int64(done)
 	left := len(s.pending)
 	if left == 0 && s.off > 0 {
 		// Every entry is in the store: clear the file in place (no new blocks needed).
