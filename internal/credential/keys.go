@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/xemahq/xema/internal/atomicfile"
 	"github.com/xemahq/xema/internal/secretbox"
 )
 
@@ -144,23 +145,7 @@ func keepNewest(path string) error {
 }
 
 func writeKeyFile(path, content string) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".secret.key-*")
-	if err != nil {
-		return fmt.Errorf("credential keyring: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return fmt.Errorf("credential keyring: %w", err)
-	}
-	if _, err := tmp.WriteString(content); err != nil {
-		tmp.Close()
-		return fmt.Errorf("credential keyring: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("credential keyring: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := atomicfile.Write(path, []byte(content), 0o600); err != nil {
 		return fmt.Errorf("credential keyring: %w", err)
 	}
 	return nil

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/xemahq/xema/internal/atomicfile"
 	"github.com/xemahq/xema/internal/secretbox"
 )
 
@@ -187,11 +188,7 @@ func save(path string, cfg BootstrapConfig, reg Registration) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return fmt.Errorf("bootstrap: %w", err)
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
-		return fmt.Errorf("bootstrap: store registration: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := atomicfile.Write(path, append(b, '\n'), 0o600); err != nil {
 		return fmt.Errorf("bootstrap: store registration: %w", err)
 	}
 	return nil
