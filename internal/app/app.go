@@ -197,9 +197,6 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if a.Replica, err = replicaID(cfg.DataDir); err != nil {
 		return nil, a.closeWith(err)
 	}
-	if a.Spool, err = spool.Open(cfg.DataDir, st); err != nil {
-		return nil, a.closeWith(err)
-	}
 	a.Egress = egress.New(cfg.EgressAllow)
 	a.HTTP = a.Egress.Client(nil)
 	if cfg.WrapTransport != nil {
@@ -217,7 +214,12 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		}
 		a.Audit.Usage, limiter.Counter = a.counters, a.counters
 	}
-	a.Spool.AppendAudit = a.Audit.Append // spooled records join this process's hash chain
+	// Opened only once the chained audit log exists: a spool drained by a failing start
+	// (closeWith) writes its records through the chain too, never beside it.
+	if a.Spool, err = spool.Open(cfg.DataDir, st); err != nil {
+		return nil, a.closeWith(err)
+	}
+	a.Spool.AppendAudit = a.Audit.Append
 	if cfg.DecisionLog != "" {
 		if a.decisions, err = decisionlog.New(decisionlog.Options{Sink: cfg.DecisionLog, Mask: cfg.DecisionLogMask,
 			Client: a.HTTP}); err != nil {
@@ -328,6 +330,9 @@ func (a *App) closeWith(err error) error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_ = a.Spool.Close(ctx)
 		cancel()
+	}
+	if a.Audit != nil {
+		a.Audit.Close()
 	}
 	a.Store.Close()
 	return err
