@@ -75,3 +75,112 @@ test_searchable_pinned_baseline if {
 	nogrant := object.union(d, {"grants": {}})
 	"kb:page.read@1" in searchable_with(authz.user("bob", "org_member"), nogrant)
 }
+
+clean_with(inp, d) := s if {
+	i := index(d)
+	s := data.xema.authz.search_sets.clean with input as inp
+		with data.xema.environments as d.environments
+		with data.xema.audience as d.audience
+		with data.xema.profiles as d.profiles
+		with data.xema.capabilities as d.capabilities
+		with data.xema.grants as d.grants
+		with data.xema.versions as object.get(d, "versions", {})
+		with data.xema.grantedTo as i.grantedTo
+		with data.xema.baselined as i.baselined
+}
+
+clean(inp) := clean_with(inp, authz.fixture)
+
+# Every ref of the clean set is allowed: the property internal/policy checks over its corpus,
+# here over the fixture's refs for callers that meet each of its rules.
+test_search_clean_is_allowed if {
+	callers := [
+		caller,
+		object.union(caller, {"groups": [], "roles": []}),
+		object.union(caller, {"environment": "public-session"}),
+		object.union(caller, {"environment": "app"}),
+		object.union(caller, {"armed": ["kb:*"]}),
+		object.union(caller, {"subject": {"kind": "workflow", "ref": "workflow:w1"}}),
+		object.union(caller, {"bindings": {"repository/writer": true, "channel/poster/main": true}}),
+		object.remove(authz.user("alice", "org_admin"), ["ref", "resource"]),
+		object.remove(authz.user("bob", "org_member"), ["ref", "resource"]),
+	]
+	every inp in callers {
+		every ref in clean(inp) {
+			authz.decide(object.union(inp, {"ref": ref})).allow
+		}
+	}
+}
+
+test_search_clean_admits_granted_refs if {
+	s := clean(caller)
+	"kb:page.read@1" in s
+	"kb:legacy.read@1" in s # deprecated is still invocable
+	not "kb:old.read@1" in s # retired
+	not "kb:draft.read@1" in s
+	not "kb:secret.read@1" in s # not safe for agents
+	not "workflow:run.start@1" in s # workflow steps only
+	not "connector:scm.create-pull-request@1" in s # bindings missing
+	not "doc:page.share@1" in s # instance grade
+	not "kb:scoped.read@1" in s # granted to another biome
+	not "biome:install@1" in s # no grant
+	"workflow:run.start@1" in clean(object.union(caller, {"subject": {"kind": "workflow", "ref": "workflow:w1"}}))
+	"connector:scm.create-pull-request@1" in clean(object.union(caller, {"bindings": {"repository/writer": true, "channel/poster/main": true}}))
+}
+
+test_search_clean_environments_and_audience if {
+	public := clean(object.union(caller, {"environment": "public-session"}))
+	"kb:public.read@1" in public
+	not "kb:unclassified.read@1" in public # unclassified is internal
+	not "kb:page.read@1" in public # not granted there
+	count(clean(object.union(caller, {"environment": "mars"}))) == 0
+	d := authz.with_grants({"kb:page.read@1": {"demo": authz.org_grant({"environments": null, "audience": {"public": true}})}})
+	not "kb:page.read@1" in clean_with(caller, d) # the grant's audience refuses internal output
+	from_profile := authz.with_grants({"kb:page.read@1": {"demo": authz.org_grant({"environments": null})}})
+	"kb:page.read@1" in clean_with(object.union(caller, {"environment": "app"}), from_profile)
+	not "kb:page.read@1" in clean_with(object.union(caller, {"environment": "org"}), from_profile)
+}
+
+test_search_clean_subjects if {
+	named := authz.with_grants({"kb:page.read@1": {"demo": authz.org_grant({"subjects": {"agent:support-bot": true, "group:support": false}})}})
+	"kb:page.read@1" in clean_with(caller, named)
+	refused := authz.with_grants({"kb:page.read@1": {"demo": authz.org_grant({"subjects": {"agent:support-bot": false, "group:support": false, "role:reader": true}})}})
+	"kb:page.read@1" in clean_with(caller, refused) # by role
+	not "kb:page.read@1" in clean_with(object.union(caller, {"roles": []}), refused)
+	by_group := authz.with_grants({"kb:page.read@1": {"demo": authz.org_grant({"subjects": {"group:support": true}})}})
+	"kb:page.read@1" in clean_with(caller, by_group)
+}
+
+test_search_clean_explicit_only if {
+	alice := object.remove(authz.user("alice", "org_member"), ["ref", "resource"])
+	"kb:admin.purge@1" in clean(alice)
+	bob := object.remove(authz.user("bob", "org_member"), ["ref", "resource"])
+	d := authz.with_grants({"kb:admin.purge@1": {"demo": authz.org_grant({})}})
+	not "kb:admin.purge@1" in clean_with(bob, d) # subjects null names no one
+}
+
+test_search_clean_pinned_version if {
+	d := object.union(authz.fixture, {"versions": {"kb:page.read@1": {"1.0.0": authz.capability({"safeForAgents": false})}}})
+	not "kb:page.read@1" in clean_with(caller, d)
+}
+
+test_search_clean_org_of_the_grant if {
+	d := authz.with_grants({"kb:page.read@1": {"demo": authz.org_grant({"org": "globex"})}})
+	not "kb:page.read@1" in clean_with(caller, d)
+}
+
+test_search_clean_caller_conditions if {
+	count(clean(caller)) > 0
+	count(clean(object.union(caller, {"resource": "kb/pages/welcome"}))) == 0
+	count(clean(object.union(caller, {"biome": "demo"}))) == 0
+	count(clean(object.union(caller, {"usage": {"rateExceeded": true}}))) == 0
+	count(clean(object.union(caller, {"usage": {"quotaExceeded": true}}))) == 0
+	count(clean(object.union(caller, {"approval": {"requester": "agent:x", "approvalId": "a1"}}))) == 0
+	count(clean(object.union(caller, {"armed": []}))) == 0
+	count(clean(object.union(caller, {"org": ""}))) == 0
+}
+
+test_search_clean_platform_deny if {
+	s := clean(caller) with data.xema.custom.deny as {{"code": "PLATFORM_BLOCKED"}}
+	count(s) == 0
+}

@@ -60,9 +60,10 @@ func newAuthorizedSet(n int) *authorizedSet {
 	return &authorizedSet{known: make([]uint64, words), allowed: make([]uint64, words), n: n}
 }
 
-// applyCut decides denied, at once, the entries outside the policy's first cut
-// (searchable), the first time it is called.
-func (s *authorizedSet) applyCut(searchable func(i int) bool) {
+// applyCut decides, the first time it is called, each entry the policy's first cut
+// answers for (known): the entries outside the cut are denied, those its clean set holds
+// allowed.
+func (s *authorizedSet) applyCut(answer func(i int) (allowed, known bool)) {
 	s.mu.Lock()
 	done := s.cut
 	s.cut = true
@@ -71,8 +72,8 @@ func (s *authorizedSet) applyCut(searchable func(i int) bool) {
 		return
 	}
 	for i := range s.n {
-		if !searchable(i) {
-			s.set(i, false)
+		if allowed, known := answer(i); known {
+			s.set(i, allowed)
 		}
 	}
 }
@@ -176,18 +177,28 @@ func (a authorizer) allowsAt(ctx context.Context, i int) bool {
 }
 
 // cut applies the policy's first cut (Decider.Searchable) once to the caller's set: the
-// refs outside it are denied without a decision. A search, which may consider every entry,
-// asks for it; describe and plan decide their few refs directly. Without a first cut (its
-// evaluation failed) every ref is decided.
+// refs outside it are denied and the refs of its clean set allowed, without a decision; the
+// others are decided one by one. A search, which may consider every entry, asks for it;
+// describe and plan decide their few refs directly. Without a first cut (its evaluation
+// failed) every ref is decided.
 func (a authorizer) cut(ctx context.Context) {
 	if a.set == nil || !a.set.needsCut() {
 		return
 	}
-	refs, err := a.g.d.Policy.Searchable(ctx, policyInput(a.ec, "", ""))
+	sets, err := a.g.d.Policy.Searchable(ctx, policyInput(a.ec, "", ""))
 	if err != nil {
 		return
 	}
-	a.set.applyCut(func(i int) bool { return refs[a.view.entries[i].Ref()] })
+	a.set.applyCut(func(i int) (allowed, known bool) {
+		ref := a.view.entries[i].Ref()
+		switch {
+		case !sets.Cut[ref]:
+			return false, true
+		case sets.Clean[ref]:
+			return true, true
+		}
+		return false, false
+	})
 }
 
 // admitted lists the view's positions the caller may invoke, once all are decided; nil

@@ -92,9 +92,9 @@ type Decider interface {
 	// CacheStats says whether decisions may be remembered (Enabled: the policy is
 	// deterministic and caching is on).
 	CacheStats() policy.CacheStats
-	// Searchable is a superset of the refs a caller may be admitted to: search decides only
-	// those.
-	Searchable(ctx context.Context, in policy.Input) (map[string]bool, error)
+	// Searchable is a superset of the refs a caller may be admitted to (search decides only
+	// those) and, among it, refs the caller may invoke (search shows them undecided).
+	Searchable(ctx context.Context, in policy.Input) (policy.SearchSets, error)
 }
 
 // Appender commits audit records (audit.Log).

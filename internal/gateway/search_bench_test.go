@@ -37,15 +37,7 @@ const searchBiomes = 20
 // the catalog. The policy is the real one over data in the contract's layout.
 func searchGateway(b *testing.B, n int) *gateway.Gateway {
 	b.Helper()
-	ctx := context.Background()
-	raw, err := os.ReadFile(filepath.Join("..", "policy", "testdata", "data.json"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	var data map[string]any
-	if err := json.Unmarshal(raw, &data); err != nil {
-		b.Fatal(err)
-	}
+	data := policyData(b)
 	caps, grants := make(map[string]any, n), make(map[string]any, n)
 	entries := make([]*catalog.Entry, 0, n)
 	for i := range n {
@@ -72,20 +64,44 @@ func searchGateway(b *testing.B, n int) *gateway.Gateway {
 		})
 	}
 	data["capabilities"], data["grants"] = caps, grants
-	if data, err = grant.WithIndex(data); err != nil {
-		b.Fatal(err)
-	}
-	eng, err := policy.New(ctx, policy.Options{DecisionCacheSize: 4 * n})
+	return gatewayOver(b, data, entries, 4*n)
+}
+
+// policyData is internal/policy's testdata/data.json: environments, audience, profiles and
+// org roles in the contract's layout.
+func policyData(tb testing.TB) map[string]any {
+	tb.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "policy", "testdata", "data.json"))
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
+	}
+	var data map[string]any
+	if err := json.Unmarshal(raw, &data); err != nil {
+		tb.Fatal(err)
+	}
+	return data
+}
+
+// gatewayOver is a funnel over entries and the real policy with data (indexed as grant.Build
+// does), its engine's decision cache of cacheSize entries (negative: off).
+func gatewayOver(tb testing.TB, data map[string]any, entries []*catalog.Entry, cacheSize int) *gateway.Gateway {
+	tb.Helper()
+	ctx := context.Background()
+	data, err := grant.WithIndex(data)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	eng, err := policy.New(ctx, policy.Options{DecisionCacheSize: cacheSize})
+	if err != nil {
+		tb.Fatal(err)
 	}
 	if err := eng.Load(ctx, data, "bench"); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	gw, err := gateway.New(gateway.Deps{Catalog: fixedCatalog{catalog.SnapshotOf(1, entries)}, Policy: eng,
 		Audit: discardAudit{}, Kernel: kernel.New(), HTTP: http.DefaultClient, CursorKey: []byte("bench")})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	return gw
 }

@@ -10,11 +10,12 @@ import (
 	"github.com/xemahq/xema/internal/policy"
 )
 
-// decider is the fixture's policy engine seen through a test's lens: it counts decisions,
-// can deny everything, and can claim another revision or a non-deterministic policy.
+// decider is the fixture's policy engine seen through a test's lens: it counts decisions
+// and search sets asked for, can deny everything, and can claim another revision or a non-deterministic policy.
 type decider struct {
 	gateway.Decider
 	calls       int
+	allowed     []string // the refs of the decisions that allowed, in order
 	denyAll     bool
 	rev         string
 	uncacheable bool
@@ -26,7 +27,21 @@ func (d *decider) Decide(ctx context.Context, in policy.Input) (policy.Decision,
 	if d.denyAll {
 		dec.Allow = false
 	}
+	if dec.Allow {
+		d.allowed = append(d.allowed, in.Ref)
+	}
 	return dec, err
+}
+
+// Searchable counts as asking the policy; denyAll leaves the clean set empty, so every ref
+// of the cut is decided (and denied).
+func (d *decider) Searchable(ctx context.Context, in policy.Input) (policy.SearchSets, error) {
+	d.calls++
+	sets, err := d.Decider.Searchable(ctx, in)
+	if d.denyAll {
+		sets.Clean = nil
+	}
+	return sets, err
 }
 
 func (d *decider) Revision() string {

@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 
@@ -10,14 +11,16 @@ import (
 	"github.com/xemahq/xema/internal/grant"
 )
 
-// TestSearchableIsSound: every ref the policy allows a caller is in the caller's searchable
-// set (policies/search.rego), so search loses nothing by deciding only those. Over every
-// decision case with every mutation, each asked for every ref of the data, and every pair of
-// mutations for the case's own ref.
+// TestSearchableIsSound: over the decision corpus, a caller's search sets are what search
+// takes them for. Every ref the policy allows is in the first cut (policies/search.rego), so
+// search loses nothing by deciding only those; every ref of the clean set is allowed, so
+// search shows nothing the policy would deny. Each decision case with every mutation is
+// asked for every ref of the data, and with every pair of mutations for its own ref; the
+// decision is asked with the input search gives it (no resource).
 func TestSearchableIsSound(t *testing.T) {
 	ctx := context.Background()
 	e := loadedEngine(t)
-	data := testData(t)
+	data := searchData(t)
 	if err := e.Load(ctx, withIndex(t, data), "r1-indexed"); err != nil {
 		t.Fatal(err)
 	}
@@ -31,12 +34,18 @@ func TestSearchableIsSound(t *testing.T) {
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	var checked, allowed int
+	var checked, allowed, clean int
 	check := func(label string, in Input, refs ...string) {
 		t.Helper()
+		in.Resource = ""
 		s, err := e.Searchable(ctx, in)
 		if err != nil {
 			t.Fatalf("%s: %v", label, err)
+		}
+		for ref := range s.Clean {
+			if !s.Cut[ref] {
+				t.Errorf("%s: %s is clean but not in the cut", label, ref)
+			}
 		}
 		for _, ref := range refs {
 			in.Ref = ref
@@ -45,12 +54,16 @@ func TestSearchableIsSound(t *testing.T) {
 				t.Fatalf("%s, %s: %v", label, ref, err)
 			}
 			checked++
-			if !d.Allow {
-				continue
+			switch {
+			case d.Allow && !s.Cut[ref]:
+				t.Errorf("%s: %s is allowed but not searchable (searchable: %v)", label, ref, s.Cut)
+			case !d.Allow && s.Clean[ref]:
+				t.Errorf("%s: %s is denied (%v) but in the clean set", label, ref, d.Reasons)
+			case d.Allow:
+				allowed++
 			}
-			allowed++
-			if !s[ref] {
-				t.Errorf("%s: %s is allowed but not searchable (searchable: %v)", label, ref, s)
+			if d.Allow && s.Clean[ref] {
+				clean++
 			}
 		}
 	}
@@ -63,10 +76,40 @@ func TestSearchableIsSound(t *testing.T) {
 			}
 		}
 	}
-	if allowed == 0 {
-		t.Fatal("no input was allowed: the check checks nothing")
+	if allowed == 0 || clean == 0 {
+		t.Fatalf("%d inputs allowed, %d of them clean: the check checks nothing", allowed, clean)
 	}
-	t.Logf("%d decisions, %d allowed, each in its caller's searchable set", checked, allowed)
+	t.Logf("%d decisions, %d allowed, each in its caller's searchable set; %d of them in its clean set, which holds no denied ref", checked, allowed, clean)
+}
+
+// searchData is testdata/data.json with what else search's sets read: a pinned descriptor
+// (versions) that is not safe for agents and explicit-only, a grant filed under another org
+// that names acme, a deprecated capability with public output whose grant takes its
+// environments from its profile and names a group with false, and an explicit-only one.
+func searchData(t testing.TB) map[string]any {
+	data := testData(t)
+	caps := data["capabilities"].(map[string]any)
+	grants := data["grants"].(map[string]any)
+	pinned := maps.Clone(caps["kb:page.write@1"].(map[string]any))
+	pinned["safeForAgents"], pinned["humanBaseline"] = false, map[string]any{"kind": "explicit-only"}
+	data["versions"] = map[string]any{"kb:page.write@1": map[string]any{"1.0.0": pinned}}
+	grants["kb:page.read@1"].(map[string]any)["demo"].(map[string]any)["globex"] = map[string]any{
+		"org": "acme", "grantId": "g_9", "biomeVersion": "1.0.0", "environments": map[string]any{"project": true}, "subjects": nil,
+	}
+	demo := map[string]any{"id": "demo", "version": "1.0.0"}
+	caps["kb:page.list@1"] = map[string]any{"biome": demo, "lifecycle": "deprecated", "outputClassification": "public",
+		"safeForAgents": true, "instanceGrade": nil, "requiredBindings": []any{}}
+	grants["kb:page.list@1"] = map[string]any{"demo": map[string]any{"acme": map[string]any{
+		"org": "acme", "grantId": "g_10", "biomeVersion": "1.0.0", "profile": "read-only-assistant",
+		"subjects":  map[string]any{"agent:support-bot": true, "group:support": false, "role:reader": true},
+		"resources": []any{"kb/*"}, "audience": map[string]any{"public": true},
+	}}}
+	caps["kb:page.private@1"] = map[string]any{"biome": demo, "lifecycle": "published", "humanBaseline": map[string]any{"kind": "explicit-only"}}
+	grants["kb:page.private@1"] = map[string]any{"demo": map[string]any{"acme": map[string]any{
+		"org": "acme", "grantId": "g_11", "biomeVersion": "1.0.0", "environments": map[string]any{"project": true, "org": true},
+		"subjects": map[string]any{"group:editors": true, "user:bob": false},
+	}}}
+	return data
 }
 
 // withIndex adds grant.Index of data's grants and descriptors, as grant.Build does.
@@ -98,8 +141,8 @@ func BenchmarkSearchable(b *testing.B) {
 			defer done()
 			for b.Loop() {
 				s, err := e.Searchable(ctx, in)
-				if err != nil || len(s) != max(n/4, 1) {
-					b.Fatalf("searchable: %d refs, %v; want %d", len(s), err, max(n/4, 1))
+				if err != nil || len(s.Cut) != max(n/4, 1) {
+					b.Fatalf("searchable: %d refs, %v; want %d", len(s.Cut), err, max(n/4, 1))
 				}
 			}
 		})
@@ -113,12 +156,12 @@ func TestSearchableWithoutIndexIsAnError(t *testing.T) {
 	e := loadedEngine(t) // testdata/data.json: no grantedTo, no baselined
 	in := agentCall("")
 	if s, err := e.Searchable(ctx, in); err == nil {
-		t.Fatalf("searchable %v without the index; want an error", s)
+		t.Fatalf("searchable %v without the index; want an error", s.Cut)
 	}
 	if err := e.Load(ctx, withIndex(t, testData(t)), "r1-indexed"); err != nil {
 		t.Fatal(err)
 	}
-	if s, err := e.Searchable(ctx, in); err != nil || !s["kb:page.read@1"] {
-		t.Fatalf("searchable %v, %v with the index; want kb:page.read@1 in it", s, err)
+	if s, err := e.Searchable(ctx, in); err != nil || !s.Cut["kb:page.read@1"] {
+		t.Fatalf("searchable %v, %v with the index; want kb:page.read@1 in it", s.Cut, err)
 	}
 }
