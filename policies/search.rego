@@ -40,9 +40,10 @@ search_sets := {"cut": searchable, "clean": search_clean} if is_object(data.xema
 
 # search_clean is clean written per ref for a caller as search asks (no resource, no biome):
 # evaluating clean itself once per ref (`with input.ref as ref`) re-evaluates its helper
-# rules and costs about what a decision does (~0.5 ms a ref). Each condition is at least as
-# strict as clean's: internal/policy's TestSearchCleanIsSound checks that every ref in it is
-# allowed, over the decision corpus.
+# rules and costs about what a decision does (~0.5 ms a ref). Like clean, each condition is at
+# least as strict as the deny rule it stands for (a new deny rule must be mirrored here too):
+# internal/policy's TestSearchableIsSound checks that every ref in it is allowed, over the
+# decision corpus.
 search_clean contains ref if {
 	search_caller_clean
 	some ref in searchable

@@ -20,7 +20,7 @@ const searchSetsQuery = "data.xema.authz.search_sets"
 type SearchSets struct {
 	// Cut holds every ref Decide may allow the caller (TestSearchableIsSound), and others.
 	Cut map[string]bool
-	// Clean holds only refs Decide allows the caller (TestSearchCleanIsSound), a subset of
+	// Clean holds only refs Decide allows the caller (TestSearchableIsSound), a subset of
 	// Cut; nil when the bundle's Rego is not the embedded policy's, for which search.rego's
 	// mirror of clean proves nothing.
 	Clean map[string]bool
