@@ -32,10 +32,11 @@ caller_keys contains concat(":", ["group", g]) if some g in input.groups
 
 caller_keys contains concat(":", ["role", r]) if some r in input.roles
 
-# search_sets is, with the first cut, the refs of it whose call by this caller is clean
-# (fast.rego), so allowed: search shows those without a decision and decides the rest of the
-# cut one by one. The engine asks for it only while the bundle's Rego is the embedded
-# policy's (plus platform Rego), whose decision is clean_decision whenever clean holds.
+# search_sets is, with the first cut, the refs of it whose call by this caller meets clean's
+# conditions (fast.rego), so allowed: search shows those without a decision and decides the
+# rest of the cut one by one. The engine asks for it only while the bundle's Rego is the
+# embedded policy's (plus platform Rego, whose deny set it evaluates per ref): search_clean
+# stands for the deny rules of that policy.
 search_sets := {"cut": searchable, "clean": search_clean} if is_object(data.xema.grantedTo)
 
 # search_clean is clean written per ref for a caller as search asks (no resource, no biome):
