@@ -51,13 +51,6 @@ search_clean contains ref if {
 	search_ref_clean(ref)
 }
 
-# search_admitted: input's call meets search_clean's conditions, so it is allowed; describe
-# and plan decide only the refs it does not admit.
-search_admitted if {
-	search_caller_clean
-	search_ref_clean(input.ref)
-}
-
 # The conditions of clean that read only the caller.
 search_caller_clean if {
 	is_string(input.environment)

@@ -76,14 +76,9 @@ test_searchable_pinned_baseline if {
 	"kb:page.read@1" in searchable_with(authz.user("bob", "org_member"), nogrant)
 }
 
-# search_with is what search reads of the policy for inp over d: the clean set, and whether
-# inp's own call is admitted.
-search_with(inp, d) := out if {
+clean_with(inp, d) := s if {
 	i := index(d)
-	out := {
-		"clean": data.xema.authz.search_sets.clean,
-		"admitted": {x | data.xema.authz.search_admitted; x := true} == {true},
-	} with input as inp
+	s := data.xema.authz.search_sets.clean with input as inp
 		with data.xema.environments as d.environments
 		with data.xema.audience as d.audience
 		with data.xema.profiles as d.profiles
@@ -93,8 +88,6 @@ search_with(inp, d) := out if {
 		with data.xema.grantedTo as i.grantedTo
 		with data.xema.baselined as i.baselined
 }
-
-clean_with(inp, d) := search_with(inp, d).clean
 
 clean(inp) := clean_with(inp, authz.fixture)
 
@@ -190,11 +183,4 @@ test_search_clean_caller_conditions if {
 test_search_clean_platform_deny if {
 	s := clean(caller) with data.xema.custom.deny as {{"code": "PLATFORM_BLOCKED"}}
 	count(s) == 0
-}
-
-test_search_admitted_is_clean_for_the_call_ref if {
-	call := object.remove(authz.agent, ["resource"])
-	search_with(call, authz.fixture).admitted
-	not search_with(authz.agent, authz.fixture).admitted # names a resource
-	not search_with(object.union(call, {"ref": "kb:secret.read@1"}), authz.fixture).admitted
 }

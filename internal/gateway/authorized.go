@@ -211,16 +211,8 @@ func (a authorizer) admitted() []int {
 }
 
 // decide asks the policy; decided is false when it could not answer (then: not allowed).
-// Admits is asked first unless the caller's first cut is applied: the refs it leaves
-// undecided are those its clean set does not hold, which Admits does not admit either.
 func (a authorizer) decide(ctx context.Context, e *catalog.Entry) (allowed, decided bool) {
-	in := policyInput(a.ec, e.Ref(), "")
-	if a.set == nil || a.set.needsCut() {
-		if ok, err := a.g.d.Policy.Admits(ctx, in); err == nil && ok {
-			return true, true
-		}
-	}
-	d, err := a.g.d.Policy.Decide(ctx, in)
+	d, err := a.g.d.Policy.Decide(ctx, policyInput(a.ec, e.Ref(), ""))
 	if err != nil {
 		return false, false
 	}

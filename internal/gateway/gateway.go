@@ -95,9 +95,6 @@ type Decider interface {
 	// Searchable is a superset of the refs a caller may be admitted to (search decides only
 	// those) and, among it, refs the caller may invoke (search shows them undecided).
 	Searchable(ctx context.Context, in policy.Input) (policy.SearchSets, error)
-	// Admits is true only for a call Decide allows, at a fraction of its cost; false says
-	// nothing.
-	Admits(ctx context.Context, in policy.Input) (bool, error)
 }
 
 // Appender commits audit records (audit.Log).

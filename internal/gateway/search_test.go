@@ -17,7 +17,6 @@ type decider struct {
 	calls       int
 	allowed     []string // the refs of the decisions that allowed, in order
 	denyAll     bool
-	noAdmits    bool
 	rev         string
 	uncacheable bool
 }
@@ -43,16 +42,6 @@ func (d *decider) Searchable(ctx context.Context, in policy.Input) (policy.Searc
 		sets.Clean = nil
 	}
 	return sets, err
-}
-
-// Admits counts as asking the policy; it admits nothing while denyAll or noAdmits hold (then
-// every ref is decided).
-func (d *decider) Admits(ctx context.Context, in policy.Input) (bool, error) {
-	d.calls++
-	if d.denyAll || d.noAdmits {
-		return false, nil
-	}
-	return d.Decider.Admits(ctx, in)
 }
 
 func (d *decider) Revision() string {

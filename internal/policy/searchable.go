@@ -26,62 +26,13 @@ type SearchSets struct {
 	Clean map[string]bool
 }
 
-// admittedQuery holds when the call meets search_clean's conditions for its ref.
-const admittedQuery = "data.xema.authz.search_admitted"
-
-// searchableQuery is the search queries prepared once per bundle, on first use: own says q
-// is searchSetsQuery and admitted is prepared, else q is SearchableQuery.
+// searchableQuery is the search query prepared once per bundle, on the first search: own
+// says it is searchSetsQuery, else SearchableQuery.
 type searchableQuery struct {
-	once     sync.Once
-	q        rego.PreparedEvalQuery
-	admitted rego.PreparedEvalQuery
-	own      bool
-	err      error
-}
-
-// searchQueries prepares c's search queries on first use.
-func (c *compiled) searchQueries(ctx context.Context) (*searchableQuery, error) {
-	s := &c.searchable
-	s.once.Do(func() {
-		if s.own = ownPolicy(c.mods); !s.own {
-			s.q, s.err = prepare(ctx, SearchableQuery, c.store, c.mods)
-			return
-		}
-		if s.q, s.err = prepare(ctx, searchSetsQuery, c.store, c.mods); s.err == nil {
-			s.admitted, s.err = prepare(ctx, admittedQuery, c.store, c.mods)
-		}
-	})
-	if s.err != nil {
-		return nil, fmt.Errorf("policy: prepare the search queries (revision %s): %w", c.revision, s.err)
-	}
-	return s, nil
-}
-
-// Admits reports whether in's call meets the conditions of the clean set (SearchSets), so
-// Decide allows it: describe and plan decide only the refs it does not admit. False also
-// when the bundle's Rego is not the embedded policy's; an error means: decide.
-func (e *Engine) Admits(ctx context.Context, in Input) (bool, error) {
-	c := e.serving.Load()
-	if c == nil {
-		return false, ErrNoBundle
-	}
-	s, err := c.searchQueries(ctx)
-	if err != nil || !s.own {
-		return false, err
-	}
-	opts, stop := evalOptions(ctx, inputValue(in))
-	evalMu.RLock() // until the result, which holds shared terms, is read (fast.go)
-	defer evalMu.RUnlock()
-	rs, err := s.admitted.Eval(ctx, opts...)
-	stop()
-	if err != nil {
-		return false, fmt.Errorf("policy: evaluate %s for %s (revision %s): %w", admittedQuery, in.Ref, c.revision, err)
-	}
-	if len(rs) != 1 || len(rs[0].Expressions) != 1 {
-		return false, nil // undefined: not admitted
-	}
-	t, ok := rs[0].Expressions[0].Value.(*ast.Term)
-	return ok && ast.Boolean(true).Equal(t.Value), nil
+	once sync.Once
+	q    rego.PreparedEvalQuery
+	own  bool
+	err  error
 }
 
 // Searchable returns the caller's search sets under the serving bundle; in's ref and
@@ -91,9 +42,16 @@ func (e *Engine) Searchable(ctx context.Context, in Input) (SearchSets, error) {
 	if c == nil {
 		return SearchSets{}, ErrNoBundle
 	}
-	s, err := c.searchQueries(ctx)
-	if err != nil {
-		return SearchSets{}, err
+	s := &c.searchable
+	s.once.Do(func() {
+		query := SearchableQuery
+		if s.own = ownPolicy(c.mods); s.own {
+			query = searchSetsQuery
+		}
+		s.q, s.err = prepare(ctx, query, c.store, c.mods)
+	})
+	if s.err != nil {
+		return SearchSets{}, fmt.Errorf("policy: prepare the search query (revision %s): %w", c.revision, s.err)
 	}
 	in.Ref, in.Resource = "", ""
 	opts, stop := evalOptions(ctx, inputValue(in))

@@ -14,8 +14,7 @@ import (
 // TestSearchableIsSound: over the decision corpus, a caller's search sets are what search
 // takes them for. Every ref the policy allows is in the first cut (policies/search.rego), so
 // search loses nothing by deciding only those; every ref of the clean set is allowed, so
-// search shows nothing the policy would deny; Admits admits a call exactly when its ref is
-// in the clean set. Each decision case with every mutation is
+// search shows nothing the policy would deny. Each decision case with every mutation is
 // asked for every ref of the data, and with every pair of mutations for its own ref; the
 // decision is asked with the input search gives it (no resource).
 func TestSearchableIsSound(t *testing.T) {
@@ -55,13 +54,7 @@ func TestSearchableIsSound(t *testing.T) {
 				t.Fatalf("%s, %s: %v", label, ref, err)
 			}
 			checked++
-			admitted, err := e.Admits(ctx, in)
-			if err != nil {
-				t.Fatalf("%s, %s: admits: %v", label, ref, err)
-			}
 			switch {
-			case admitted != s.Clean[ref]:
-				t.Errorf("%s: %s admitted %v, in the clean set %v", label, ref, admitted, s.Clean[ref])
 			case d.Allow && !s.Cut[ref]:
 				t.Errorf("%s: %s is allowed but not searchable (searchable: %v)", label, ref, s.Cut)
 			case !d.Allow && s.Clean[ref]:
