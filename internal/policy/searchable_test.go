@@ -85,7 +85,8 @@ func TestSearchableIsSound(t *testing.T) {
 // searchData is testdata/data.json with what else search's sets read: a pinned descriptor
 // (versions) that is not safe for agents and explicit-only, a grant filed under another org
 // that names acme, a deprecated capability with public output whose grant takes its
-// environments from its profile and names a group with false, and an explicit-only one.
+// environments from its profile and names a group with false, explicit-only capabilities,
+// grants under a biome other than the declaring one, and audiences that refuse the output.
 func searchData(t testing.TB) map[string]any {
 	data := testData(t)
 	caps := data["capabilities"].(map[string]any)
@@ -108,6 +109,31 @@ func searchData(t testing.TB) map[string]any {
 	grants["kb:page.private@1"] = map[string]any{"demo": map[string]any{"acme": map[string]any{
 		"org": "acme", "grantId": "g_11", "biomeVersion": "1.0.0", "environments": map[string]any{"project": true, "org": true},
 		"subjects": map[string]any{"group:editors": true, "user:bob": false},
+	}}}
+	// Granted to everyone under another biome than the declaring one: in the cut, but the
+	// declaring biome's grant names no one of the corpus.
+	grants["kb:page.read@1"].(map[string]any)["other"] = map[string]any{"acme": map[string]any{
+		"org": "acme", "grantId": "g_12", "biomeVersion": "1.0.0", "environments": map[string]any{"project": true}, "subjects": nil,
+	}}
+	caps["kb:page.scoped@1"] = map[string]any{"biome": demo, "lifecycle": "published", "instanceGrade": nil, "requiredBindings": []any{}}
+	grants["kb:page.scoped@1"] = map[string]any{
+		"demo":  map[string]any{"acme": map[string]any{"org": "acme", "grantId": "g_13", "biomeVersion": "1.0.0", "environments": map[string]any{"project": true}, "subjects": map[string]any{"agent:nobody": true}}},
+		"other": map[string]any{"acme": map[string]any{"org": "acme", "grantId": "g_14", "biomeVersion": "1.0.0", "environments": map[string]any{"project": true}, "subjects": nil}},
+	}
+	// Internal output under a grant admitting public output only, and in a public
+	// environment whose kind admits public output only.
+	caps["kb:page.audience@1"] = map[string]any{"biome": demo, "lifecycle": "published", "outputClassification": "internal", "instanceGrade": nil, "requiredBindings": []any{}}
+	grants["kb:page.audience@1"] = map[string]any{"demo": map[string]any{"acme": map[string]any{
+		"org": "acme", "grantId": "g_15", "biomeVersion": "1.0.0", "environments": map[string]any{"project": true}, "subjects": nil, "audience": map[string]any{"public": true},
+	}}}
+	caps["kb:page.public@1"] = map[string]any{"biome": demo, "lifecycle": "published", "instanceGrade": nil, "requiredBindings": []any{}}
+	grants["kb:page.public@1"] = map[string]any{"demo": map[string]any{"acme": map[string]any{
+		"org": "acme", "grantId": "g_16", "biomeVersion": "1.0.0", "environments": map[string]any{"public-session": true, "project": true}, "subjects": nil,
+	}}}
+	// Explicit-only under a grant whose subjects are null: held by no human.
+	caps["kb:page.explicit@1"] = map[string]any{"biome": demo, "lifecycle": "published", "humanBaseline": map[string]any{"kind": "explicit-only"}, "instanceGrade": nil, "requiredBindings": []any{}}
+	grants["kb:page.explicit@1"] = map[string]any{"demo": map[string]any{"acme": map[string]any{
+		"org": "acme", "grantId": "g_17", "biomeVersion": "1.0.0", "environments": map[string]any{"project": true, "org": true}, "subjects": nil,
 	}}}
 	return data
 }
