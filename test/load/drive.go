@@ -30,6 +30,8 @@ type result struct {
 	// Of the gateway's process over the window (targets it serves).
 	cpu     time.Duration
 	metrics counters
+	// breakdown is the markdown of where the gateway's CPU went, from the window's profile.
+	breakdown []string
 }
 
 func (r result) rps() float64 { return float64(r.n) / r.elapsed.Seconds() }
