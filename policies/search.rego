@@ -140,7 +140,7 @@ search_caller_constraint_unmet(c) if {
 
 search_missing_binding(c) if {
 	some b in c.requiredBindings
-	not input.bindings[binding_key(b.roleKey)]
+	not bound(b)
 }
 
 search_classification(c) := c.outputClassification if {

@@ -86,7 +86,8 @@ func TestSearchableIsSound(t *testing.T) {
 // (versions) that is not safe for agents and explicit-only, a grant filed under another org
 // that names acme, a deprecated capability with public output whose grant takes its
 // environments from its profile and names a group with false, explicit-only capabilities,
-// grants under a biome other than the declaring one, and audiences that refuse the output.
+// grants under a biome other than the declaring one, audiences that refuse the output and a
+// required binding named badly.
 func searchData(t testing.TB) map[string]any {
 	data := testData(t)
 	caps := data["capabilities"].(map[string]any)
@@ -134,6 +135,11 @@ func searchData(t testing.TB) map[string]any {
 	caps["kb:page.explicit@1"] = map[string]any{"biome": demo, "lifecycle": "published", "humanBaseline": map[string]any{"kind": "explicit-only"}, "instanceGrade": nil, "requiredBindings": []any{}}
 	grants["kb:page.explicit@1"] = map[string]any{"demo": map[string]any{"acme": map[string]any{
 		"org": "acme", "grantId": "g_17", "biomeVersion": "1.0.0", "environments": map[string]any{"project": true, "org": true}, "subjects": nil,
+	}}}
+	// A required binding the data names badly (no roleKey fields, no ownerKind).
+	caps["kb:page.badbinding@1"] = map[string]any{"biome": demo, "lifecycle": "published", "instanceGrade": nil, "requiredBindings": []any{map[string]any{"roleKey": map[string]any{}}}}
+	grants["kb:page.badbinding@1"] = map[string]any{"demo": map[string]any{"acme": map[string]any{
+		"org": "acme", "grantId": "g_18", "biomeVersion": "1.0.0", "environments": map[string]any{"project": true}, "subjects": nil,
 	}}}
 	return data
 }
