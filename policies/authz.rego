@@ -16,8 +16,8 @@ decision := clean_decision if {
 full_decision := {
 	"allow": allow,
 	"reasons": reasons,
-	"suggestions": [s | some s in suggestion],
-	"obligations": [o | some o in obligation],
+	"suggestions": sort(suggestion),
+	"obligations": sort(obligation),
 	"revision": revision,
 }
 
@@ -25,13 +25,13 @@ full_decision := {
 clean_decision := {
 	"allow": true,
 	"reasons": [],
-	"suggestions": [s | some s in standing_suggestion],
-	"obligations": [o | some o in obligation],
+	"suggestions": sort(standing_suggestion),
+	"obligations": sort(obligation),
 	"revision": revision,
 }
 
 # A clean call (fast.rego) has none; its decision evaluates no deny rule at all.
-reasons := [r | some r in deny]
+reasons := sort(deny)
 
 # A rule whose body is undefined denies nothing, so allow also needs the call to be
 # well-formed and to name a known capability in a known environment: fail closed.
