@@ -374,18 +374,26 @@ func keepTerm(t *ast.Term, _ *rego.EvalContext) (any, error) { return t, nil }
 // noMetrics: Decide reads no evaluation metrics, so none are kept.
 var noMetrics = metrics.NoOp()
 
-// evalOptions are the per-call options of the one prepared query: the input as an AST value,
-// the result as an AST term, no metrics and no instrumentation, rule indexing and early exit
-// on. Cancellation follows ctx through context.AfterFunc when ctx can be cancelled (rather
-// than the goroutine per evaluation OPA starts otherwise).
+// fixedOptions are the options every evaluation shares, built once (each is a closure:
+// built per call they were seven allocations): the result as an AST term, no metrics and
+// no instrumentation, rule indexing and early exit on.
+var fixedOptions = []rego.EvalOption{
+	rego.EvalGenerateJSON(keepTerm), rego.EvalMetrics(noMetrics),
+	rego.EvalInstrument(false), rego.EvalRuleIndexing(true), rego.EvalEarlyExit(true),
+}
+
+// noCancel is the cancel option of an evaluation whose context can never be cancelled.
+var noCancel = rego.EvalExternalCancel(neverCancel{})
+
+// evalOptions are the options of one evaluation: fixedOptions and the input as an AST
+// value. Cancellation follows ctx through context.AfterFunc when ctx can be cancelled
+// (rather than the goroutine per evaluation OPA starts otherwise).
 // stop releases the AfterFunc once the evaluation has returned.
 func evalOptions(ctx context.Context, input ast.Value) (opts []rego.EvalOption, stop func() bool) {
-	opts = []rego.EvalOption{
-		rego.EvalParsedInput(input), rego.EvalGenerateJSON(keepTerm), rego.EvalMetrics(noMetrics),
-		rego.EvalInstrument(false), rego.EvalRuleIndexing(true), rego.EvalEarlyExit(true),
-	}
+	opts = append(make([]rego.EvalOption, 0, len(fixedOptions)+2), fixedOptions...)
+	opts = append(opts, rego.EvalParsedInput(input))
 	if ctx.Done() == nil {
-		return append(opts, rego.EvalExternalCancel(neverCancel{})), noStop
+		return append(opts, noCancel), noStop
 	}
 	c := topdown.NewCancel()
 	return append(opts, rego.EvalExternalCancel(c)), context.AfterFunc(ctx, c.Cancel)
