@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -16,9 +17,10 @@ import (
 	"github.com/xemahq/xema/internal/bounded"
 )
 
-// fastPathSize bounds the entries kept per bundle, one per (ref, org, biome): each holds
-// two compiled residuals, ~350 KB at the benchmark's data (~80 KB clean's, ~270 KB
-// full_decision's), and costs ~35-45 ms of partial evaluation to make.
+// fastPathSize bounds the entries kept per bundle, one per (ref, org, biome): each holds a
+// compiled residual of clean, ~80 KB at the benchmark's data, made in ~10-20 ms of
+// partial evaluation, and once the key has a call that is not clean one of
+// full_decision, ~270 KB, made in ~25 ms.
 const fastPathSize = 1024
 
 // prepareEvery spaces the preparations of a bundle: each holds evalMu alone, so traffic
@@ -108,10 +110,15 @@ type fastEntry struct {
 	residual   *rego.PreparedEvalQuery
 	neverClean bool
 	decision   Decision
-	// full evaluates full_decision over the full input; nil when its residual still refers
-	// to the policy's rules (compiling them into every entry would cost megabytes).
-	full *rego.PreparedEvalQuery
+	// full is the residual of full_decision, made on the key's first call that is not clean
+	// (a key whose calls are all allowed never pays for it); nil until then.
+	full atomic.Pointer[fullResidual]
 }
+
+// fullResidual evaluates full_decision over the full input; q is nil when the residual
+// still refers to the policy's rules (compiling them into every entry would cost
+// megabytes) or could not be made: full_decision then decides.
+type fullResidual struct{ q *rego.PreparedEvalQuery }
 
 func newFastPath(mods []*ast.Module, store storage.Store) *fastPath {
 	f := &fastPath{
@@ -170,37 +177,48 @@ func (f *fastPath) decide(ctx context.Context, in Input, input ast.Value) (Decis
 			f.seen.Put(key, struct{}{})
 			return Decision{}, undecided, nil
 		}
-		if !f.preparing.TryLock() {
+		var err error
+		ran := f.exclusive(func() {
+			if ent, err = f.prepare(ctx, key); err != nil && ctx.Err() == nil {
+				// The fast path is an optimisation: a key it cannot prepare is decided in
+				// full, never denied for it, and not prepared again for this bundle.
+				slog.Warn("policy fast path: key left to the full evaluation", "ref", key.ref, "org", key.org, "err", err)
+				ent, err = &fastEntry{}, nil
+			}
+			if err == nil {
+				f.entries.Put(key, ent) // under preparing: no second preparation of the key
+				f.seen.Delete(key)
+			}
+		})
+		switch {
+		case !ran:
 			return Decision{}, undecided, nil
-		}
-		if time.Since(f.last) < f.every {
-			f.preparing.Unlock()
-			return Decision{}, undecided, nil
-		}
-		evalMu.Lock()
-		ent, err := f.prepare(ctx, key)
-		evalMu.Unlock()
-		if err != nil && ctx.Err() == nil {
-			// The fast path is an optimisation: a key it cannot prepare is decided in full,
-			// never denied for it, and not prepared again for this bundle.
-			slog.Warn("policy fast path: key left to the full evaluation", "ref", key.ref, "org", key.org, "err", err)
-			ent, err = &fastEntry{}, nil
-		}
-		if err == nil {
-			f.entries.Put(key, ent) // before the unlock: no second preparation of the key
-			f.seen.Delete(key)
-		}
-		f.last = time.Now()
-		f.preparing.Unlock()
-		if err != nil {
+		case err != nil:
 			return Decision{}, undecided, err // the call's own context ended
 		}
-		return f.decideBy(ctx, ent, input)
 	}
-	return f.decideBy(ctx, ent, input)
+	return f.decideBy(ctx, key, ent, input)
 }
 
-func (f *fastPath) decideBy(ctx context.Context, ent *fastEntry, input ast.Value) (Decision, outcome, error) {
+// exclusive runs prepare holding evalMu alone, one preparation at a time and one per
+// f.every; it reports false when it did not run (another was running or one ran too
+// recently).
+func (f *fastPath) exclusive(prepare func()) bool {
+	if !f.preparing.TryLock() {
+		return false
+	}
+	defer f.preparing.Unlock()
+	if time.Since(f.last) < f.every {
+		return false
+	}
+	evalMu.Lock()
+	prepare()
+	evalMu.Unlock()
+	f.last = time.Now()
+	return true
+}
+
+func (f *fastPath) decideBy(ctx context.Context, key fastKey, ent *fastEntry, input ast.Value) (Decision, outcome, error) {
 	if ent.residual == nil && !ent.neverClean {
 		return Decision{}, undecided, nil
 	}
@@ -213,10 +231,27 @@ func (f *fastPath) decideBy(ctx context.Context, ent *fastEntry, input ast.Value
 			return ent.decision.clone(), decidedClean, nil
 		}
 	}
-	if ent.full == nil {
+	full := ent.full.Load()
+	if full == nil {
+		f.exclusive(func() {
+			if ent.full.Load() != nil { // made while this call waited
+				return
+			}
+			q, err := f.prepareFull(ctx, key)
+			if err != nil && ctx.Err() != nil {
+				return // the call's own context ended: a later call makes it
+			}
+			if err != nil {
+				slog.Warn("policy fast path: full_decision left to the full evaluation", "ref", key.ref, "org", key.org, "err", err)
+			}
+			ent.full.Store(&fullResidual{q: q})
+		})
+		full = ent.full.Load()
+	}
+	if full == nil || full.q == nil {
 		return Decision{}, notClean, nil
 	}
-	d, err := evaluateDecision(ctx, *ent.full, input)
+	d, err := evaluateDecision(ctx, *full.q, input)
 	if err != nil {
 		return Decision{}, undecided, fmt.Errorf("fast path: residual of full_decision: %w", err)
 	}
@@ -245,8 +280,8 @@ func (ent *fastEntry) holds(ctx context.Context, input ast.Value) (bool, error) 
 	return true, nil
 }
 
-// prepare partially evaluates clean, clean_decision and full_decision for key.
-func (f *fastPath) prepare(ctx context.Context, key fastKey) (*fastEntry, error) {
+// knownInput is the part of the input that key fixes.
+func knownInput(key fastKey) ast.Object {
 	known := ast.NewObject([2]*ast.Term{kRef, ast.StringTerm(key.ref)})
 	if key.org != "" { // as inputValue: an empty field is absent
 		known.Insert(ast.StringTerm("org"), ast.StringTerm(key.org))
@@ -254,6 +289,12 @@ func (f *fastPath) prepare(ctx context.Context, key fastKey) (*fastEntry, error)
 	if key.biome != "" {
 		known.Insert(ast.StringTerm("biome"), ast.StringTerm(key.biome))
 	}
+	return known
+}
+
+// prepare partially evaluates clean and clean_decision for key.
+func (f *fastPath) prepare(ctx context.Context, key fastKey) (*fastEntry, error) {
+	known := knownInput(key)
 	q, err := f.queries()
 	if err != nil {
 		return nil, err
@@ -266,16 +307,7 @@ func (f *fastPath) prepare(ctx context.Context, key fastKey) (*fastEntry, error)
 	if err != nil || !constant {
 		return &fastEntry{}, err
 	}
-	full, err := q.full.Partial(ctx, rego.EvalParsedInput(known))
-	if err != nil {
-		return nil, fmt.Errorf("fast path: partially evaluate full_decision for %s: %w", key.ref, err)
-	}
 	ent := &fastEntry{decision: d}
-	if mods := residualModules(full, "full_residual", ast.VarTerm("decision")); len(full.Queries) > 0 && !f.refersToRules(mods) {
-		if ent.full, err = f.compileResidual(ctx, "full_residual", mods, false); err != nil {
-			return nil, fmt.Errorf("fast path: compile the residual of full_decision for %s: %w", key.ref, err)
-		}
-	}
 	pq, err := q.clean.Partial(ctx, rego.EvalParsedInput(known))
 	if err != nil {
 		return nil, fmt.Errorf("fast path: partially evaluate clean for %s: %w", key.ref, err)
@@ -289,6 +321,28 @@ func (f *fastPath) prepare(ctx context.Context, key fastKey) (*fastEntry, error)
 		return nil, fmt.Errorf("fast path: compile the residual of clean for %s: %w", key.ref, err)
 	}
 	return ent, nil
+}
+
+// prepareFull partially evaluates full_decision for key: nil when the residual still
+// refers to the policy's rules.
+func (f *fastPath) prepareFull(ctx context.Context, key fastKey) (*rego.PreparedEvalQuery, error) {
+	q, err := f.queries()
+	if err != nil {
+		return nil, err
+	}
+	pq, err := q.full.Partial(ctx, rego.EvalParsedInput(knownInput(key)))
+	if err != nil {
+		return nil, fmt.Errorf("fast path: partially evaluate full_decision for %s: %w", key.ref, err)
+	}
+	mods := residualModules(pq, "full_residual", ast.VarTerm("decision"))
+	if len(pq.Queries) == 0 || f.refersToRules(mods) {
+		return nil, nil
+	}
+	full, err := f.compileResidual(ctx, "full_residual", mods, false)
+	if err != nil {
+		return nil, fmt.Errorf("fast path: compile the residual of full_decision for %s: %w", key.ref, err)
+	}
+	return full, nil
 }
 
 // constantDecision reads clean_decision's partial result: constant only when it is one

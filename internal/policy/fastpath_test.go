@@ -163,11 +163,7 @@ func TestFastPathEquivalenceCanFail(t *testing.T) {
 		}},
 		{"full_decision without reasons", "data.t.d", `package t
 d := {"allow": false, "reasons": [], "suggestions": [], "obligations": [], "revision": "r1"}
-`, func(ent *fastEntry, q *rego.PreparedEvalQuery) {
-			if ent.full != nil {
-				ent.full = q
-			}
-		}},
+`, func(ent *fastEntry, q *rego.PreparedEvalQuery) { ent.full.Store(&fullResidual{q: q}) }},
 	} {
 		t.Run(broken.name, func(t *testing.T) {
 			e := uncachedEngine(t)
@@ -212,7 +208,7 @@ func TestFastPathFailsClosed(t *testing.T) {
 	}{
 		{"clean", read, true, func(ent *fastEntry, q *rego.PreparedEvalQuery) { ent.residual = q }},
 		{"full_decision", with(read, func(in *Input) { in.Environment = "org" }), false,
-			func(ent *fastEntry, q *rego.PreparedEvalQuery) { ent.full = q }},
+			func(ent *fastEntry, q *rego.PreparedEvalQuery) { ent.full.Store(&fullResidual{q: q}) }},
 	} {
 		t.Run(run.name, func(t *testing.T) {
 			e := uncachedEngine(t)
@@ -230,8 +226,8 @@ p := 2 if input.org
 			}
 			key := fastKey{ref: run.in.Ref, org: run.in.Org, biome: run.in.Biome}
 			ent, err := c.fast.prepare(ctx, key)
-			if err != nil || ent.residual == nil || ent.full == nil {
-				t.Fatalf("entry %+v, %v: want both residuals", ent, err)
+			if err != nil || ent.residual == nil {
+				t.Fatalf("entry %+v, %v: want a residual", ent, err)
 			}
 			run.set(ent, &conflict)
 			c.fast.entries.Put(key, ent)
@@ -413,6 +409,37 @@ func TestFastPathSpacesPreparations(t *testing.T) {
 	}
 	if _, ok := f.entries.Get(fastKey{ref: second.Ref, org: second.Org}, nil); !ok {
 		t.Fatal("the second key was not prepared once prepareEvery had passed")
+	}
+}
+
+// TestFastPathFullResidualOnFirstDenial: a key whose calls are all clean has no residual
+// of full_decision; its first call that is not clean makes it, and is decided by it as by
+// the full evaluation.
+func TestFastPathFullResidualOnFirstDenial(t *testing.T) {
+	ctx := context.Background()
+	e := eager(uncachedEngine(t))
+	c := e.serving.Load()
+	allowed := agentCall("kb:page.read@1")
+	for range 3 {
+		if d, err := e.Decide(ctx, allowed); err != nil || !d.Allow {
+			t.Fatalf("decision %+v, %v: want allowed", d, err)
+		}
+	}
+	ent, ok := c.fast.entries.Get(fastKey{ref: allowed.Ref, org: allowed.Org}, nil)
+	if !ok || ent.full.Load() != nil {
+		t.Fatalf("entry %v (%v): want one without a residual of full_decision", ent, ok)
+	}
+	denied := with(allowed, func(in *Input) { in.Environment = "org" })
+	want, err := c.evaluate(ctx, c.full, denied.Ref, inputValue(denied))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, out, err := c.fast.decide(ctx, denied, inputValue(denied))
+	if err != nil || out != decidedFull || !reflect.DeepEqual(d, want) {
+		t.Fatalf("decision %+v (outcome %d), %v; want %+v by the residual of full_decision", d, out, err, want)
+	}
+	if full := ent.full.Load(); full == nil || full.q == nil {
+		t.Fatal("no residual of full_decision after a denied call")
 	}
 }
 
