@@ -46,7 +46,7 @@ BENCH_PKGS := ./internal/policy ./internal/ratelimit ./internal/audit ./internal
 bench: build $(OPA)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime 200x -benchmem $(BENCH_PKGS)
 	$(GO) test -run '^$$' -bench 'BenchmarkSearch$$|BenchmarkDescribe|BenchmarkSearchable' -benchtime 5x ./internal/gateway ./internal/policy
-	$(GO) run ./test/load -xema $(BIN) -opa $(OPA) -engines sqlite,postgres -workers 16 -duration 5s -warmup 1s
+	$(GO) run ./test/load -xema $(BIN) -opa $(OPA) -engines sqlite,postgres -workers 16 -duration 5s -warmup 1s -cpuprofile bin/bench-profiles
 
 # Stock OPA (a tool dependency in go.mod) runs the Rego tests; coverage must stay at 90% or more.
 policy-test:

@@ -11,18 +11,45 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/xemahq/xema/internal/store"
 )
 
 // NewID returns a fresh audit id: prefix "inv_" for allowed calls and "deny_" for denials,
-// as in the spec's examples, followed by 80 random bits.
+// as in the spec's examples, followed by the time in milliseconds (48 bits) and 80 random
+// bits, in base32hex, whose digits sort as their values do. Ids of one prefix thus sort by
+// time, so the store appends each to the right edge of its id index instead of to a random
+// page of it: with 400,000 records stored, a record cost ~20 % less CPU to append
+// (BENCHMARKS.md), and the gap grows with the log.
 func NewID(prefix string) string {
+	return newID(prefix, time.Now())
+}
+
+var idEncoding = base32.HexEncoding.WithPadding(base32.NoPadding)
+
+// RandomID is prefix and 80 random bits in lowercase base32, the format approval ids are
+// published in (the schemas of approval:approve@1 and approval:reject@1).
+func RandomID(prefix string) string {
 	var b [10]byte
-	if _, err := rand.Read(b[:]); err != nil {
+	randomBytes(b[:])
+	return prefix + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
+}
+
+func randomBytes(b []byte) {
+	if _, err := rand.Read(b); err != nil {
 		panic(fmt.Sprintf("audit: crypto/rand failed: %v", err)) // the OS RNG never fails on Linux
 	}
-	return prefix + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
+}
+
+func newID(prefix string, now time.Time) string {
+	var b [16]byte
+	ms := uint64(now.UnixMilli())
+	for i := range 6 {
+		b[i] = byte(ms >> (8 * (5 - i)))
+	}
+	randomBytes(b[6:])
+	return prefix + strings.ToLower(idEncoding.EncodeToString(b[:]))
 }
 
 // OutcomeID is the id of the record that closes the allowed call auditID: the decision is

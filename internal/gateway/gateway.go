@@ -434,7 +434,7 @@ func (g *Gateway) hold(ctx context.Context, c *call) (*Result, error) {
 			Code: CodeApprovalUnavailable, Message: "this call requires a human approval and no approval queue is configured"})
 	}
 	held := &Held{Code: CodePendingApproval, Status: StatePendingApproval, AuditID: c.rec.ID,
-		ApprovalID: audit.NewID("apr_"), Message: "this call requires a human approval before it runs"}
+		ApprovalID: audit.RandomID("apr_"), Message: "this call requires a human approval before it runs"}
 	if err := g.record(ctx, c, audit.DecisionPendingApproval, held.Code); err != nil {
 		return nil, err
 	}

@@ -30,6 +30,8 @@ type result struct {
 	// Of the gateway's process over the window (targets it serves).
 	cpu     time.Duration
 	metrics counters
+	// breakdown is the markdown of where the gateway's CPU went, from the window's profile.
+	breakdown []string
 }
 
 func (r result) rps() float64 { return float64(r.n) / r.elapsed.Seconds() }
@@ -62,6 +64,16 @@ func (r result) perBatch() string {
 		return "—"
 	}
 	return fmt.Sprintf("%.1f (%.2f a call)", m.batchRecords/m.batches, m.batches/float64(r.n))
+}
+
+// writerBusy is the share of the window the audit writer spent committing batches, and a
+// batch's mean time: a writer near 100 % is the funnel's serial bottleneck.
+func (r result) writerBusy() string {
+	m := r.metrics
+	if m.batches == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.0f %% (%.2f ms a batch)", 100*m.batchSeconds/r.elapsed.Seconds(), 1000*m.batchSeconds/m.batches)
 }
 
 // calls numbers the requests of the whole run, so a cache-defeating body is never repeated.

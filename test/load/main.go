@@ -60,6 +60,11 @@ func run(cfg config) error {
 	if cfg.opa == "" {
 		return errors.New("-opa is required")
 	}
+	if cfg.profileDir != "" {
+		if err := os.MkdirAll(cfg.profileDir, 0o755); err != nil {
+			return fmt.Errorf("-cpuprofile: %w", err)
+		}
+	}
 	noop, err := startNoop()
 	if err != nil {
 		return err
@@ -136,8 +141,8 @@ func runEngine(cfg config, engine, dsn, noopURL string) error {
 		opaTarget(opa.url),
 	}
 	fmt.Printf("\n### %s\n\n", engine)
-	fmt.Println("| target | requests | RPS | p50 | p99 | RPS ÷ direct | gateway CPU per call | decision cache hits | audit records per batch (batches a call) |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| target | requests | RPS | p50 | p99 | RPS ÷ direct | gateway CPU per call | decision cache hits | audit records per batch (batches a call) | audit writer busy |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
 	results := map[string]result{}
 	for _, tg := range targets {
 		if _, err := drive(tg, cfg.workers, 1<<30, cfg.warmup); err != nil {
@@ -155,8 +160,14 @@ func runEngine(cfg config, engine, dsn, noopURL string) error {
 			return fmt.Errorf("%s: %w", tg.name, err)
 		}
 		results[tg.kind] = r
-		fmt.Printf("| %s | %d | %.0f | %s | %s | %.2f× | %s | %s | %s |\n", tg.name, r.n, r.rps(), r.pct(50), r.pct(99),
-			r.rps()/results["direct"].rps(), r.cpuPerCall(), r.hitRate(), r.perBatch())
+		fmt.Printf("| %s | %d | %.0f | %s | %s | %.2f× | %s | %s | %s | %s |\n", tg.name, r.n, r.rps(), r.pct(50), r.pct(99),
+			r.rps()/results["direct"].rps(), r.cpuPerCall(), r.hitRate(), r.perBatch(), r.writerBusy())
+	}
+	// After the results table, so it stays one table.
+	for _, tg := range targets {
+		for _, line := range results[tg.kind].breakdown {
+			fmt.Println(line)
+		}
 	}
 	hwm, rss, err := memoryOf(gw.pid())
 	if err != nil {
@@ -175,7 +186,7 @@ func (g *gateway) startMeasure(tg target, dir, engine string, d time.Duration) (
 	if !tg.gateway {
 		return &measure{}, nil
 	}
-	m := &measure{g: g}
+	m := &measure{g: g, name: tg.name}
 	var err error
 	if m.cpu0, err = cpuOf(g.pid()); err != nil {
 		return nil, err
@@ -184,8 +195,8 @@ func (g *gateway) startMeasure(tg target, dir, engine string, d time.Duration) (
 		return nil, err
 	}
 	if dir != "" {
-		path := filepath.Join(dir, fmt.Sprintf("%s-%s.prof", engine, tg.kind))
-		m.profile = g.profile(path, d)
+		m.path = filepath.Join(dir, fmt.Sprintf("%s-%s.prof", engine, tg.kind))
+		m.profile = g.profile(m.path, d)
 	}
 	return m, nil
 }
@@ -196,6 +207,8 @@ type measure struct {
 	cpu0     time.Duration
 	metrics0 counters
 	profile  <-chan error
+	name     string // the target's
+	path     string // of the profile, if one is taken
 }
 
 func (m *measure) finish(r *result) error {
@@ -215,6 +228,12 @@ func (m *measure) finish(r *result) error {
 		if err := <-m.profile; err != nil {
 			return fmt.Errorf("cpu profile: %w", err)
 		}
+		perCall := float64(r.cpu.Microseconds()) / float64(max(r.n, 1))
+		if r.breakdown, err = breakdown(m.path, perCall); err != nil {
+			return err
+		}
+		r.breakdown = append([]string{fmt.Sprintf("\nwhere the gateway's CPU goes, %s (%s):\n", m.name, m.path),
+			"| part | share of the profile's samples | per call |", "|---|---|---|"}, r.breakdown...)
 	}
 	return nil
 }

@@ -102,10 +102,12 @@ func (g *gateway) token(args ...string) (string, error) {
 type counters struct {
 	hits, misses          float64 // decision cache lookups
 	batches, batchRecords float64 // audit write batches and the records they carried
+	batchSeconds          float64 // the time the audit writer spent in those batches
 }
 
 func (c counters) minus(o counters) counters {
-	return counters{c.hits - o.hits, c.misses - o.misses, c.batches - o.batches, c.batchRecords - o.batchRecords}
+	return counters{c.hits - o.hits, c.misses - o.misses, c.batches - o.batches, c.batchRecords - o.batchRecords,
+		c.batchSeconds - o.batchSeconds}
 }
 
 // scrape reads the counters from /metrics.
@@ -129,6 +131,7 @@ func (g *gateway) scrape() (counters, error) {
 		`xema_cache_requests_total{cache="decision",result="miss"}`: &c.misses,
 		`xema_audit_batch_size_count`:                               &c.batches,
 		`xema_audit_batch_size_sum`:                                 &c.batchRecords,
+		`xema_audit_batch_duration_seconds_sum{result="ok"}`:        &c.batchSeconds,
 	}
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {

@@ -6,7 +6,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/xemahq/xema/internal/store"
 	"github.com/xemahq/xema/internal/store/sqlstore"
 	"github.com/xemahq/xema/internal/store/storetest"
@@ -145,5 +147,63 @@ func TestOpenFailsClosed(t *testing.T) {
 				t.Fatalf("the error repeats the password: %v", err)
 			}
 		})
+	}
+}
+
+// TestCountersCommitAsynchronously: the counters run on sessions of their own that commit
+// without waiting for the WAL flush (the test server itself runs without fsync, so the
+// other pool's setting says nothing here); an increment is seen at once through the other
+// pool (exact across connections and replicas).
+func TestCountersCommitAsynchronously(t *testing.T) {
+	s := open(t).(rawStore)
+	ctx := context.Background()
+	var setting string
+	if err := s.counterPool.QueryRow(ctx, "SHOW synchronous_commit").Scan(&setting); err != nil || setting != "off" {
+		t.Errorf("counter sessions: synchronous_commit = %q, %v; want off", setting, err)
+	}
+	// A row lock held on the main pool makes AddUsage wait inside its statement: the
+	// waiting session, seen in pg_stat_activity, is the counter pool's.
+	add := store.UsageAdd{Key: "k", Window: 1, N: 1, Limit: 5, Expires: time.Now().Add(time.Hour)}
+	if _, refused, err := s.AddUsage(ctx, []store.UsageAdd{add}); err != nil || refused >= 0 {
+		t.Fatalf("AddUsage: refused %d, %v", refused, err)
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM rate_counters WHERE key = 'k' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := s.AddUsage(ctx, []store.UsageAdd{add})
+		done <- err
+	}()
+	var waiting string
+	for waiting == "" {
+		err := s.pool.QueryRow(ctx, `SELECT application_name FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO rate_counters%'`).Scan(&waiting)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("AddUsage ended (%v) while the row was locked", err)
+		default:
+		}
+	}
+	if waiting != counterSessions {
+		t.Errorf("AddUsage ran on a session named %q, want %q", waiting, counterSessions)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("AddUsage: %v", err)
+	}
+	counts, err := s.LoadUsage(ctx, time.Now())
+	if err != nil || len(counts) != 1 || counts[0].Count != 2 {
+		t.Fatalf("LoadUsage through the main pool = %+v, %v; want the count 2", counts, err)
 	}
 }

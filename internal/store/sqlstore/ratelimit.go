@@ -40,7 +40,7 @@ func (s *Store) AddUsage(ctx context.Context, adds []store.UsageAdd) ([]int64, i
 		}
 	}
 	if len(adds) == 1 {
-		count, ok, err := s.addUsage(ctx, s.db, adds[0])
+		count, ok, err := s.addUsage(ctx, s.counters, adds[0])
 		switch {
 		case err != nil:
 			return nil, -1, s.fail(op, err)
@@ -57,7 +57,7 @@ func (s *Store) AddUsage(ctx context.Context, adds []store.UsageAdd) ([]int64, i
 		return cmp.Or(cmp.Compare(adds[i].Key, adds[j].Key), cmp.Compare(adds[i].Window, adds[j].Window))
 	})
 	counts, refused := make([]int64, len(adds)), -1
-	err := s.inTx(ctx, op, func(tx *sql.Tx) error {
+	err := s.inTxOn(ctx, s.counters, op, func(tx *sql.Tx) error {
 		for _, i := range order {
 			count, ok, err := s.addUsage(ctx, tx, adds[i])
 			if err != nil {

@@ -16,7 +16,9 @@ import (
 // Store is store.Store over one *sql.DB.
 type Store struct {
 	db *sql.DB
-	d  Dialect
+	// counters runs AddUsage: db, or a handle of its own (WithCounters).
+	counters *sql.DB
+	d        Dialect
 	// stmts are the statements of the audit batch, prepared once (see prepared).
 	stmts sync.Map // query text → *sql.Stmt
 }
@@ -24,7 +26,15 @@ type Store struct {
 var _ store.Store = (*Store)(nil)
 
 // New wraps db, whose schema must be migrated (see Migrate). The Store owns db: Close closes it.
-func New(db *sql.DB, d Dialect) *Store { return &Store{db: db, d: d} }
+func New(db *sql.DB, d Dialect) *Store { return &Store{db: db, counters: db, d: d} }
+
+// WithCounters has AddUsage run on counters, a handle on the same database that the Store
+// then owns too (Close closes it). PostgreSQL's counters commit asynchronously on it (see
+// postgres.Open).
+func (s *Store) WithCounters(counters *sql.DB) *Store {
+	s.counters = counters
+	return s
+}
 
 // fail wraps an engine error of operation op with the store's typed error it stands for.
 func (s *Store) fail(op string, err error) error {
@@ -82,7 +92,12 @@ func (s *Store) exec(ctx context.Context, c conn, q string, args ...any) (int64,
 
 // inTx runs fn in one transaction; fn returns errors already wrapped for op.
 func (s *Store) inTx(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+	return s.inTxOn(ctx, s.db, op, fn)
+}
+
+// inTxOn is inTx on the handle db.
+func (s *Store) inTxOn(ctx context.Context, db *sql.DB, op string, fn func(tx *sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return s.fail(op, err)
 	}
@@ -533,5 +548,8 @@ func (s *Store) Close() error {
 		_ = st.(*sql.Stmt).Close() // closing the database releases them anyway
 		return true
 	})
+	if s.counters != s.db {
+		_ = s.counters.Close() // one handle's error is enough to report
+	}
 	return s.db.Close()
 }
