@@ -279,6 +279,22 @@ test_missing_binding if {
 	decide(object.union(inp, {"bindings": {"repository/writer": true}})).allow == true
 }
 
+# Requirements named badly still deny (an undefined detail would drop the reason).
+test_missing_binding_malformed_requirement if {
+	inp := object.union(agent, {"ref": "connector:scm.create-pull-request@1", "bindings": {"repository/writer": true, "channel/poster/main": true}})
+	decide(inp).allow == true
+	every bad in [
+		{"roleKey": {"resourceKind": "repository", "role": "admin"}},
+		{"roleKey": {"role": "admin"}, "ownerKind": "org"},
+		{"ownerKind": "org"},
+	] {
+		caps := json.patch(fixture.capabilities, [{"op": "add", "path": "/connector:scm.create-pull-request@1/requiredBindings/-", "value": bad}])
+		dec := decide_with(inp, object.union(fixture, {"capabilities": caps}))
+		codes(dec) == {"MISSING_BINDING"}
+		dec.allow == false
+	}
+}
+
 test_missing_binding_qualified_without_remedy if {
 	inp := object.union(agent, {"ref": "connector:scm.create-pull-request@1", "bindings": {"repository/writer": true}})
 	dec := decide(inp)

@@ -47,11 +47,19 @@ deny contains {"code": "CALLER_CONSTRAINT", "detail": sprintf("%s may only be ca
 	input.subject.kind != "workflow"
 }
 
-deny contains {"code": "MISSING_BINDING", "detail": sprintf("%s needs a %s binding owned by a %s", [input.ref, key, b.ownerKind])} if {
+# A requirement the data names badly (no ownerKind, a roleKey without its fields: the
+# manifest schema refuses both) still denies: an undefined detail would drop the reason and
+# let the call through without its binding.
+deny contains {"code": "MISSING_BINDING", "detail": sprintf("%s needs a %s binding owned by a %s", [input.ref, binding_name(b), object.get(b, "ownerKind", "(owner not named)")])} if {
 	some b in cap.requiredBindings
-	key := binding_key(b.roleKey)
-	not input.bindings[key]
+	not bound(b)
 }
+
+bound(b) if input.bindings[binding_key(b.roleKey)]
+
+binding_name(b) := name if {
+	name := binding_key(b.roleKey)
+} else := "(malformed)"
 
 binding_key(k) := sprintf("%s/%s/%s", [k.resourceKind, k.role, k.qualifier]) if {
 	is_string(k.qualifier)

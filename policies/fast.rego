@@ -116,9 +116,11 @@ caller_constraint_unmet if {
 	input.subject.kind != "workflow"
 }
 
+# Through bound (checks.rego): `not input.bindings[binding_key(b.roleKey)]` is not true,
+# but undefined, when b has no roleKey, and a malformed requirement would then be clean.
 missing_binding if {
 	some b in cap.requiredBindings
-	not input.bindings[binding_key(b.roleKey)]
+	not bound(b)
 }
 
 resource_outside_grant if {
