@@ -5,19 +5,22 @@ package xema.authz
 
 # The one query the gateway prepares. A clean call (fast.rego) is decided by
 # clean_decision, which follows from the capability, its grant and the data alone: the
-# engine partially evaluates both per (ref, org, biome) and only evaluates clean's residual
-# per call (internal/policy/fast.go).
+# engine partially evaluates both, and full_decision, per (ref, org, biome) and per call
+# evaluates clean's residual, then full_decision's when it does not hold
+# (internal/policy/fast.go).
 decision := clean_decision if {
 	clean
 } else := full_decision
 
-# The decision of a call that is not clean (the engine evaluates it directly when clean's
-# residual does not hold, so clean is not evaluated twice).
+# The decision of a call that is not clean (the engine evaluates it, or its residual for the
+# key, directly when clean's residual does not hold, so clean is not evaluated twice). Sets
+# are sorted rather than collected by comprehensions, which partial evaluation would keep
+# whole, with every rule they read.
 full_decision := {
 	"allow": allow,
 	"reasons": reasons,
-	"suggestions": [s | some s in suggestion],
-	"obligations": [o | some o in obligation],
+	"suggestions": sort(suggestion),
+	"obligations": sort(obligation),
 	"revision": revision,
 }
 
@@ -25,13 +28,13 @@ full_decision := {
 clean_decision := {
 	"allow": true,
 	"reasons": [],
-	"suggestions": [s | some s in standing_suggestion],
-	"obligations": [o | some o in obligation],
+	"suggestions": sort(standing_suggestion),
+	"obligations": sort(obligation),
 	"revision": revision,
 }
 
 # A clean call (fast.rego) has none; its decision evaluates no deny rule at all.
-reasons := [r | some r in deny]
+reasons := sort(deny)
 
 # A rule whose body is undefined denies nothing, so allow also needs the call to be
 # well-formed and to name a known capability in a known environment: fail closed.

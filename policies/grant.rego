@@ -20,9 +20,11 @@ deny contains {"code": "GRANT_ORG_MISMATCH", "detail": sprintf("the grant of %s 
 	object.get(grant, "org", "") != input.org
 }
 
-grant_environments := grant.environments if {
-	is_object(grant.environments)
-} else := profile.environments
+# Two exclusive rules rather than an else: partial evaluation (internal/policy/fast.go)
+# folds them for a key, where an else is kept as a reference to the policy.
+grant_environments := grant.environments if is_object(grant.environments)
+
+grant_environments := profile.environments if not is_object(grant.environments)
 
 deny contains {"code": "ENVIRONMENT_NOT_ALLOWED", "detail": sprintf("%s is not granted in %s", [input.ref, input.environment])} if {
 	grant_required

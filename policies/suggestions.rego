@@ -49,9 +49,11 @@ suggestion contains {"kind": "establish-binding", "capability": b.remedyCapabili
 
 # The current environment if a grant here would do; otherwise the first (by name) whose
 # kind may receive the capability's output. Environments are few: this is not a grant scan.
-grantable_environment := input.environment if {
-	audience_admits(env_kind)
-} else := min(names) if {
+# Exclusive rules, not an else, for partial evaluation (as grant_environments).
+grantable_environment := input.environment if audience_admits(env_kind)
+
+grantable_environment := min(names) if {
+	not audience_admits(env_kind)
 	names := [name |
 		some name, e in data.xema.environments
 		audience_admits(e.kind)

@@ -335,7 +335,7 @@ func (c *compiled) decide(ctx context.Context, in Input) (Decision, error) {
 	switch {
 	case err != nil:
 		return Decision{}, fmt.Errorf("policy: decide %s (revision %s): %w", in.Ref, c.revision, err)
-	case out == decidedClean:
+	case out == decidedClean || out == decidedFull:
 		return d, nil
 	case out == notClean: // decision is full_decision: clean need not be evaluated again
 		return c.evaluate(ctx, c.full, in.Ref, input)
@@ -345,24 +345,33 @@ func (c *compiled) decide(ctx context.Context, in Input) (Decision, error) {
 
 // evaluate evaluates a prepared decision query in full for the call of ref.
 func (c *compiled) evaluate(ctx context.Context, q rego.PreparedEvalQuery, ref string, input ast.Value) (Decision, error) {
+	d, err := evaluateDecision(ctx, q, input)
+	if err != nil {
+		return Decision{}, fmt.Errorf("policy: decision for %s (revision %s): %w", ref, c.revision, err)
+	}
+	return d, nil
+}
+
+// evaluateDecision evaluates a query whose one result is a decision and decodes it.
+func evaluateDecision(ctx context.Context, q rego.PreparedEvalQuery, input ast.Value) (Decision, error) {
 	opts, stop := evalOptions(ctx, input)
 	evalMu.RLock() // until the result, which holds shared terms, is decoded
 	defer evalMu.RUnlock()
 	rs, err := q.Eval(ctx, opts...)
 	stop()
 	if err != nil {
-		return Decision{}, fmt.Errorf("policy: evaluate %s (revision %s): %w", ref, c.revision, err)
+		return Decision{}, fmt.Errorf("evaluate: %w", err)
 	}
 	if len(rs) != 1 || len(rs[0].Expressions) != 1 {
-		return Decision{}, fmt.Errorf("policy: evaluate %s (revision %s): decision undefined", ref, c.revision)
+		return Decision{}, errors.New("decision undefined")
 	}
 	t, ok := rs[0].Expressions[0].Value.(*ast.Term)
 	if !ok {
-		return Decision{}, fmt.Errorf("policy: decision for %s is %T, not an AST term", ref, rs[0].Expressions[0].Value)
+		return Decision{}, fmt.Errorf("decision is %T, not an AST term", rs[0].Expressions[0].Value)
 	}
 	d, err := decodeDecision(t.Value)
 	if err != nil {
-		return Decision{}, fmt.Errorf("policy: decode decision for %s: %w", ref, err)
+		return Decision{}, fmt.Errorf("decode decision: %w", err)
 	}
 	return d, nil
 }
@@ -374,18 +383,26 @@ func keepTerm(t *ast.Term, _ *rego.EvalContext) (any, error) { return t, nil }
 // noMetrics: Decide reads no evaluation metrics, so none are kept.
 var noMetrics = metrics.NoOp()
 
-// evalOptions are the per-call options of the one prepared query: the input as an AST value,
-// the result as an AST term, no metrics and no instrumentation, rule indexing and early exit
-// on. Cancellation follows ctx through context.AfterFunc when ctx can be cancelled (rather
-// than the goroutine per evaluation OPA starts otherwise).
+// fixedOptions are the options every evaluation shares, built once (each is a closure:
+// built per call they were seven allocations): the result as an AST term, no metrics and
+// no instrumentation, rule indexing and early exit on.
+var fixedOptions = []rego.EvalOption{
+	rego.EvalGenerateJSON(keepTerm), rego.EvalMetrics(noMetrics),
+	rego.EvalInstrument(false), rego.EvalRuleIndexing(true), rego.EvalEarlyExit(true),
+}
+
+// noCancel is the cancel option of an evaluation whose context can never be cancelled.
+var noCancel = rego.EvalExternalCancel(neverCancel{})
+
+// evalOptions are the options of one evaluation: fixedOptions and the input as an AST
+// value. Cancellation follows ctx through context.AfterFunc when ctx can be cancelled
+// (rather than the goroutine per evaluation OPA starts otherwise).
 // stop releases the AfterFunc once the evaluation has returned.
 func evalOptions(ctx context.Context, input ast.Value) (opts []rego.EvalOption, stop func() bool) {
-	opts = []rego.EvalOption{
-		rego.EvalParsedInput(input), rego.EvalGenerateJSON(keepTerm), rego.EvalMetrics(noMetrics),
-		rego.EvalInstrument(false), rego.EvalRuleIndexing(true), rego.EvalEarlyExit(true),
-	}
+	opts = append(make([]rego.EvalOption, 0, len(fixedOptions)+2), fixedOptions...)
+	opts = append(opts, rego.EvalParsedInput(input))
 	if ctx.Done() == nil {
-		return append(opts, rego.EvalExternalCancel(neverCancel{})), noStop
+		return append(opts, noCancel), noStop
 	}
 	c := topdown.NewCancel()
 	return append(opts, rego.EvalExternalCancel(c)), context.AfterFunc(ctx, c.Cancel)

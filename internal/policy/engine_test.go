@@ -2,11 +2,14 @@ package policy
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/open-policy-agent/opa/v1/ast"
 )
 
 func TestDecide(t *testing.T) {
@@ -176,5 +179,43 @@ func TestPolicyTestReportsFailures(t *testing.T) {
 	}
 	if rep.Failed != 1 || rep.Coverage != nil {
 		t.Fatalf("failed = %d coverage %v, want 1 failure and no coverage", rep.Failed, rep.Coverage)
+	}
+}
+
+// TestInputValueIsTheJSONInput: the input document built directly is the one OPA would
+// build from Input's JSON (as stock OPA receives it), for every input of the corpus and
+// for inputs with every optional field set, so a call reads the same fields either way. A
+// nil list is built as [] where its JSON is null.
+func TestInputValueIsTheJSONInput(t *testing.T) {
+	full := with(agentCall("kb:page.read@1"), func(in *Input) {
+		in.Biome, in.Project, in.Session, in.ResourceOwner = "b1", "p1", "s1", "agent:x"
+		in.Usage = &Usage{RateExceeded: true, RetryAfterSeconds: 3}
+		in.Bindings = map[string]bool{"repository/writer": true, "repository/reader": false}
+		in.InstanceRelations = map[string]bool{"doc_page#editor": true}
+		in.Approval = &Approval{Requester: "user:bob", ApprovalID: "apr_1"}
+		in.Armed = []string{"kb:*", "doc:*"}
+	})
+	for _, tc := range append(corpus(), decisionCase{name: "every field", in: full}) {
+		asJSON := tc.in
+		for _, l := range []*[]string{&asJSON.Groups, &asJSON.Roles, &asJSON.Armed} {
+			if *l == nil {
+				*l = []string{}
+			}
+		}
+		raw, err := json.Marshal(asJSON)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc any
+		if err := json.Unmarshal(raw, &doc); err != nil {
+			t.Fatal(err)
+		}
+		want, err := ast.InterfaceToValue(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := inputValue(tc.in); got.Compare(want) != 0 {
+			t.Fatalf("%s:\n built %v\n JSON  %v", tc.name, got, want)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -16,8 +17,10 @@ import (
 	"github.com/xemahq/xema/internal/bounded"
 )
 
-// fastPathSize bounds the residuals kept per bundle, one per (ref, org, biome): each is a
-// small compiled query of ~50-70 KB, and costs ~10-20 ms of partial evaluation to make.
+// fastPathSize bounds the entries kept per bundle, one per (ref, org, biome): each holds a
+// compiled residual of clean, ~80 KB at the benchmark's data, made in ~10-20 ms of
+// partial evaluation, and once the key has a call that is not clean one of
+// full_decision, ~270 KB, made in ~25 ms.
 const fastPathSize = 1024
 
 // prepareEvery spaces the preparations of a bundle: each holds evalMu alone, so traffic
@@ -25,20 +28,24 @@ const fastPathSize = 1024
 // 100 ms they hold it at most ~10-20 % of the time.
 const prepareEvery = 100 * time.Millisecond
 
-// The fast path's queries. The residual of clean lives in its own namespace, beside the
-// support rules partial evaluation writes there.
+// The fast path's queries. The residuals of clean and full_decision live in their own
+// namespace, beside the support rules partial evaluation writes there.
 const (
 	cleanQuery         = "data.xema.authz.clean"
 	cleanDecisionQuery = "decision = data.xema.authz.clean_decision"
+	fullDecisionQuery  = "decision = data.xema.authz.full_decision"
 	fastNamespace      = "xemafast"
-	residualQuery      = "data." + fastNamespace + ".clean_residual"
 )
 
 var (
 	keyInputs     = map[string]bool{"ref": true, "org": true, "biome": true}
 	unknownInputs = nonKeyInputs()
 	residualPath  = ast.MustParseRef("data." + fastNamespace)
-	keptWhole     = []string{"data.xema.authz.clean_subject_covered"}
+	// One support rule instead of a copy of clean per way a subject is covered, and one deny
+	// set that reasons, allow and the suggestions' reason codes share (inlined, each
+	// evaluated every deny rule again). (env_kind kept whole decided calls of an undefined
+	// environment differently: TestFastPathEquivalent.)
+	keptWhole = []string{"data.xema.authz.clean_subject_covered", "data.xema.authz.deny"}
 	// allCapabilities are built once: CapabilitiesForThisVersion builds them on every call.
 	allCapabilities = ast.CapabilitiesForThisVersion()
 )
@@ -65,17 +72,19 @@ func nonKeyInputs() []string {
 	return out
 }
 
-// fastPath decides clean calls without evaluating the policy in full. For each
-// (ref, org, biome) it partially evaluates data.xema.authz.clean with those input fields
-// known and the others unknown, and data.xema.authz.clean_decision, which must then be a
-// constant (authz.rego: decision is clean_decision whenever clean holds). A call whose
-// residual holds gets that constant, one whose residual does not gets full_decision, and a
-// key without a residual evaluates decision. One fastPath belongs to one compiled bundle,
-// so a new revision starts empty.
+// fastPath decides calls without evaluating the policy in full. For each (ref, org, biome)
+// it partially evaluates data.xema.authz.clean with those input fields known and the
+// others unknown, data.xema.authz.clean_decision, which must then be a constant
+// (authz.rego: decision is clean_decision whenever clean holds), and
+// data.xema.authz.full_decision. A call whose residual of clean holds gets that constant,
+// one whose residual does not gets the residual of full_decision (full_decision itself
+// when that residual still needs the policy's rules), and a key without a residual
+// evaluates decision. One fastPath belongs to one compiled bundle, so a new revision
+// starts empty.
 type fastPath struct {
 	modules []*ast.Module
 	store   storage.Store
-	// queries compiles the two partial queries once, on the first call of the bundle.
+	// queries compiles the partial queries once, on the first call of the bundle.
 	queries func() (fastQueries, error)
 	entries *bounded.Map[fastKey, *fastEntry]
 	// A key gets its residual on its second call (seen holds keys called once), one at a
@@ -90,7 +99,7 @@ type fastPath struct {
 	last  time.Time
 }
 
-type fastQueries struct{ clean, decision rego.PreparedPartialQuery }
+type fastQueries struct{ clean, decision, full rego.PreparedPartialQuery }
 
 type fastKey struct{ ref, org, biome string }
 
@@ -101,7 +110,15 @@ type fastEntry struct {
 	residual   *rego.PreparedEvalQuery
 	neverClean bool
 	decision   Decision
+	// full is the residual of full_decision, made on the key's first call that is not clean
+	// (a key whose calls are all allowed never pays for it); nil until then.
+	full atomic.Pointer[fullResidual]
 }
+
+// fullResidual evaluates full_decision over the full input; q is nil when the residual
+// still refers to the policy's rules (compiling them into every entry would cost
+// megabytes) or could not be made: full_decision then decides.
+type fullResidual struct{ q *rego.PreparedEvalQuery }
 
 func newFastPath(mods []*ast.Module, store storage.Store) *fastPath {
 	f := &fastPath{
@@ -115,7 +132,10 @@ func newFastPath(mods []*ast.Module, store storage.Store) *fastPath {
 		if q.clean, err = f.preparePartial(ctx, cleanQuery); err != nil {
 			return q, err
 		}
-		q.decision, err = f.preparePartial(ctx, cleanDecisionQuery)
+		if q.decision, err = f.preparePartial(ctx, cleanDecisionQuery); err != nil {
+			return q, err
+		}
+		q.full, err = f.preparePartial(ctx, fullDecisionQuery)
 		return q, err
 	})
 	return f
@@ -124,9 +144,7 @@ func newFastPath(mods []*ast.Module, store storage.Store) *fastPath {
 func (f *fastPath) preparePartial(ctx context.Context, query string) (rego.PreparedPartialQuery, error) {
 	opts := []func(*rego.Rego){
 		rego.Query(query), rego.Store(f.store), rego.Unknowns(unknownInputs),
-		rego.PartialNamespace(fastNamespace),
-		// One support rule instead of a copy of clean per way a subject is covered.
-		rego.DisableInlining(keptWhole),
+		rego.PartialNamespace(fastNamespace), rego.DisableInlining(keptWhole),
 	}
 	for _, m := range f.modules {
 		opts = append(opts, rego.ParsedModule(m))
@@ -144,11 +162,13 @@ type outcome int
 const (
 	undecided    outcome = iota // no residual (yet) for its key: evaluate decision
 	decidedClean                // clean holds: the decision is the key's clean_decision
+	decidedFull                 // clean does not hold: decided by the key's full_decision
 	notClean                    // clean does not hold: the decision is full_decision
 )
 
 // decide tells whether the call (in, and input, its input document) is clean, with its
-// decision when it is. An error is an error of the decision: the caller denies.
+// decision when it is or when the key's residual of full_decision decided it. An error is
+// an error of the decision: the caller denies.
 func (f *fastPath) decide(ctx context.Context, in Input, input ast.Value) (Decision, outcome, error) {
 	key := fastKey{ref: in.Ref, org: in.Org, biome: in.Biome}
 	ent, hit := f.entries.Get(key, nil)
@@ -157,65 +177,111 @@ func (f *fastPath) decide(ctx context.Context, in Input, input ast.Value) (Decis
 			f.seen.Put(key, struct{}{})
 			return Decision{}, undecided, nil
 		}
-		if !f.preparing.TryLock() {
+		var err error
+		ran := f.exclusive(func() {
+			if ent, err = f.prepare(ctx, key); err != nil && ctx.Err() == nil {
+				// The fast path is an optimisation: a key it cannot prepare is decided in
+				// full, never denied for it, and not prepared again for this bundle.
+				slog.Warn("policy fast path: key left to the full evaluation", "ref", key.ref, "org", key.org, "err", err)
+				ent, err = &fastEntry{}, nil
+			}
+			if err == nil {
+				f.entries.Put(key, ent) // under preparing: no second preparation of the key
+				f.seen.Delete(key)
+			}
+		})
+		switch {
+		case !ran:
 			return Decision{}, undecided, nil
-		}
-		if time.Since(f.last) < f.every {
-			f.preparing.Unlock()
-			return Decision{}, undecided, nil
-		}
-		evalMu.Lock()
-		ent, err := f.prepare(ctx, key)
-		evalMu.Unlock()
-		if err != nil && ctx.Err() == nil {
-			// The fast path is an optimisation: a key it cannot prepare is decided in full,
-			// never denied for it, and not prepared again for this bundle.
-			slog.Warn("policy fast path: key left to the full evaluation", "ref", key.ref, "org", key.org, "err", err)
-			ent, err = &fastEntry{}, nil
-		}
-		if err == nil {
-			f.entries.Put(key, ent) // before the unlock: no second preparation of the key
-			f.seen.Delete(key)
-		}
-		f.last = time.Now()
-		f.preparing.Unlock()
-		if err != nil {
+		case err != nil:
 			return Decision{}, undecided, err // the call's own context ended
 		}
-		return f.decideBy(ctx, ent, input)
 	}
-	return f.decideBy(ctx, ent, input)
+	return f.decideBy(ctx, key, ent, input)
 }
 
-func (f *fastPath) decideBy(ctx context.Context, ent *fastEntry, input ast.Value) (Decision, outcome, error) {
-	switch {
-	case ent.neverClean:
-		return Decision{}, notClean, nil
-	case ent.residual == nil:
+// exclusive runs prepare holding evalMu alone, one preparation at a time and one per
+// f.every; it reports false when it did not run (another was running or one ran too
+// recently).
+func (f *fastPath) exclusive(prepare func()) bool {
+	if !f.preparing.TryLock() {
+		return false
+	}
+	defer f.preparing.Unlock()
+	if time.Since(f.last) < f.every {
+		return false
+	}
+	evalMu.Lock()
+	prepare()
+	evalMu.Unlock()
+	f.last = time.Now()
+	return true
+}
+
+func (f *fastPath) decideBy(ctx context.Context, key fastKey, ent *fastEntry, input ast.Value) (Decision, outcome, error) {
+	if ent.residual == nil && !ent.neverClean {
 		return Decision{}, undecided, nil
 	}
+	if !ent.neverClean {
+		clean, err := ent.holds(ctx, input)
+		switch {
+		case err != nil:
+			return Decision{}, undecided, err
+		case clean:
+			return ent.decision.clone(), decidedClean, nil
+		}
+	}
+	full := ent.full.Load()
+	if full == nil {
+		f.exclusive(func() {
+			if ent.full.Load() != nil { // made while this call waited
+				return
+			}
+			q, err := f.prepareFull(ctx, key)
+			if err != nil && ctx.Err() != nil {
+				return // the call's own context ended: a later call makes it
+			}
+			if err != nil {
+				slog.Warn("policy fast path: full_decision left to the full evaluation", "ref", key.ref, "org", key.org, "err", err)
+			}
+			ent.full.Store(&fullResidual{q: q})
+		})
+		full = ent.full.Load()
+	}
+	if full == nil || full.q == nil {
+		return Decision{}, notClean, nil
+	}
+	d, err := evaluateDecision(ctx, *full.q, input)
+	if err != nil {
+		return Decision{}, undecided, fmt.Errorf("fast path: residual of full_decision: %w", err)
+	}
+	return d, decidedFull, nil
+}
+
+// holds evaluates the residual of clean.
+func (ent *fastEntry) holds(ctx context.Context, input ast.Value) (bool, error) {
 	opts, stop := evalOptions(ctx, input)
 	evalMu.RLock() // until the result is read
 	defer evalMu.RUnlock()
 	rs, err := ent.residual.Eval(ctx, opts...)
 	stop()
 	if err != nil {
-		return Decision{}, undecided, fmt.Errorf("fast path: evaluate the residual of clean: %w", err)
+		return false, fmt.Errorf("fast path: evaluate the residual of clean: %w", err)
 	}
 	if len(rs) == 0 {
-		return Decision{}, notClean, nil
+		return false, nil
 	}
 	if len(rs) != 1 || len(rs[0].Expressions) != 1 {
-		return Decision{}, undecided, fmt.Errorf("fast path: residual of clean: %d results", len(rs))
+		return false, fmt.Errorf("fast path: residual of clean: %d results", len(rs))
 	}
 	if t, isTerm := rs[0].Expressions[0].Value.(*ast.Term); !isTerm || !ast.Boolean(true).Equal(t.Value) {
-		return Decision{}, undecided, fmt.Errorf("fast path: residual of clean is %v, not true", rs[0].Expressions[0].Value)
+		return false, fmt.Errorf("fast path: residual of clean is %v, not true", rs[0].Expressions[0].Value)
 	}
-	return ent.decision.clone(), decidedClean, nil
+	return true, nil
 }
 
-// prepare partially evaluates clean and clean_decision for key.
-func (f *fastPath) prepare(ctx context.Context, key fastKey) (*fastEntry, error) {
+// knownInput is the part of the input that key fixes.
+func knownInput(key fastKey) ast.Object {
 	known := ast.NewObject([2]*ast.Term{kRef, ast.StringTerm(key.ref)})
 	if key.org != "" { // as inputValue: an empty field is absent
 		known.Insert(ast.StringTerm("org"), ast.StringTerm(key.org))
@@ -223,6 +289,12 @@ func (f *fastPath) prepare(ctx context.Context, key fastKey) (*fastEntry, error)
 	if key.biome != "" {
 		known.Insert(ast.StringTerm("biome"), ast.StringTerm(key.biome))
 	}
+	return known
+}
+
+// prepare partially evaluates clean and clean_decision for key.
+func (f *fastPath) prepare(ctx context.Context, key fastKey) (*fastEntry, error) {
+	known := knownInput(key)
 	q, err := f.queries()
 	if err != nil {
 		return nil, err
@@ -235,18 +307,42 @@ func (f *fastPath) prepare(ctx context.Context, key fastKey) (*fastEntry, error)
 	if err != nil || !constant {
 		return &fastEntry{}, err
 	}
+	ent := &fastEntry{decision: d}
 	pq, err := q.clean.Partial(ctx, rego.EvalParsedInput(known))
 	if err != nil {
 		return nil, fmt.Errorf("fast path: partially evaluate clean for %s: %w", key.ref, err)
 	}
 	if len(pq.Queries) == 0 {
-		return &fastEntry{neverClean: true}, nil
+		ent.neverClean = true
+		return ent, nil
 	}
-	residual, err := f.compileResidual(ctx, pq)
-	if err != nil {
+	mods := residualModules(pq, "clean_residual", ast.BooleanTerm(true))
+	if ent.residual, err = f.compileResidual(ctx, "clean_residual", mods, f.refersToRules(mods)); err != nil {
 		return nil, fmt.Errorf("fast path: compile the residual of clean for %s: %w", key.ref, err)
 	}
-	return &fastEntry{residual: residual, decision: d}, nil
+	return ent, nil
+}
+
+// prepareFull partially evaluates full_decision for key: nil when the residual still
+// refers to the policy's rules.
+func (f *fastPath) prepareFull(ctx context.Context, key fastKey) (*rego.PreparedEvalQuery, error) {
+	q, err := f.queries()
+	if err != nil {
+		return nil, err
+	}
+	pq, err := q.full.Partial(ctx, rego.EvalParsedInput(knownInput(key)))
+	if err != nil {
+		return nil, fmt.Errorf("fast path: partially evaluate full_decision for %s: %w", key.ref, err)
+	}
+	mods := residualModules(pq, "full_residual", ast.VarTerm("decision"))
+	if len(pq.Queries) == 0 || f.refersToRules(mods) {
+		return nil, nil
+	}
+	full, err := f.compileResidual(ctx, "full_residual", mods, false)
+	if err != nil {
+		return nil, fmt.Errorf("fast path: compile the residual of full_decision for %s: %w", key.ref, err)
+	}
+	return full, nil
 }
 
 // constantDecision reads clean_decision's partial result: constant only when it is one
@@ -269,27 +365,32 @@ func constantDecision(pq *rego.PartialQueries) (d Decision, constant bool, err e
 	return d, true, nil
 }
 
-// compileResidual makes the residual queries the bodies of one rule (an evaluation then
-// gets rule indexing over them). The policy's modules are compiled in only when the
-// residual still refers to one of their rules, to keep each entry small.
-func (f *fastPath) compileResidual(ctx context.Context, pq *rego.PartialQueries) (*rego.PreparedEvalQuery, error) {
+// residualModules make the residual queries the bodies of one rule, name = value (an
+// evaluation then gets rule indexing over them), beside the support modules.
+func residualModules(pq *rego.PartialQueries, name string, value *ast.Term) []*ast.Module {
 	mod := &ast.Module{Package: &ast.Package{Path: residualPath}}
-	head := ast.NewHead(ast.Var("clean_residual"), nil, ast.BooleanTerm(true))
+	head := ast.NewHead(ast.Var(name), nil, value)
 	for _, body := range pq.Queries {
-		if len(body) == 0 { // clean holds for every call of the key
+		if len(body) == 0 { // the query holds for every call of the key
 			body = ast.NewBody(ast.NewExpr(ast.BooleanTerm(true)))
 		}
 		mod.Rules = append(mod.Rules, &ast.Rule{Head: head.Copy(), Body: body, Module: mod})
 	}
-	mods := append([]*ast.Module{mod}, pq.Support...)
-	opts := []func(*rego.Rego){rego.Query(residualQuery), rego.Store(f.store)}
+	return append([]*ast.Module{mod}, pq.Support...)
+}
+
+// compileResidual prepares the rule name of mods (residualModules). The policy's modules
+// are compiled in only withPolicy (the residual still refers to one of their rules), to
+// keep each entry small.
+func (f *fastPath) compileResidual(ctx context.Context, name string, mods []*ast.Module, withPolicy bool) (*rego.PreparedEvalQuery, error) {
+	opts := []func(*rego.Rego){rego.Query(residualPath.String() + "." + name), rego.Store(f.store)}
 	for _, m := range mods {
 		// Keyed by their package's file, which support modules may share with the policy's
 		// own: without a location each is its own.
 		m.Package = &ast.Package{Path: m.Package.Path}
 		opts = append(opts, rego.ParsedModule(m))
 	}
-	if f.refersToRules(mods) {
+	if withPolicy {
 		for _, m := range f.modules {
 			opts = append(opts, rego.ParsedModule(m))
 		}

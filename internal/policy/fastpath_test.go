@@ -43,11 +43,12 @@ func mutated(cases []decisionCase) []decisionCase {
 }
 
 // fastMismatches decides every input of cases as Decide does through the fast path (the
-// residual of clean, then clean_decision or full_decision; decision for a key without a
-// residual yet) and compares every field with full_decision evaluated in full: the
-// policy's decision without any shortcut (no clean). So it fails when the engine's fast
-// path or fast.rego's clean is wrong. fast counts the inputs the residual decided.
-func fastMismatches(t *testing.T, e *Engine, cases []decisionCase) (mismatches []string, fast, allowed, denied int) {
+// residual of clean, then clean_decision, the residual of full_decision or full_decision;
+// decision for a key without a residual yet) and compares every field with full_decision
+// evaluated in full: the policy's decision without any shortcut (no clean). So it fails
+// when the engine's fast path or fast.rego's clean is wrong. fast counts the inputs the
+// residuals decided, byFull those the residual of full_decision decided.
+func fastMismatches(t *testing.T, e *Engine, cases []decisionCase) (mismatches []string, fast, byFull, allowed, denied int) {
 	t.Helper()
 	ctx := context.Background()
 	c := e.serving.Load()
@@ -73,6 +74,9 @@ func fastMismatches(t *testing.T, e *Engine, cases []decisionCase) (mismatches [
 			if got, err = c.evaluate(ctx, c.query, tc.in.Ref, inputValue(tc.in)); err != nil {
 				t.Fatalf("%s: decision: %v", tc.name, err)
 			}
+		case decidedFull:
+			byFull++
+			fast++
 		default:
 			fast++
 		}
@@ -83,7 +87,7 @@ func fastMismatches(t *testing.T, e *Engine, cases []decisionCase) (mismatches [
 			}
 		}
 	}
-	return mismatches, fast, allowed, denied
+	return mismatches, fast, byFull, allowed, denied
 }
 
 // eager lets e's fast path prepare a key on every second call, unspaced (prepareEvery), so
@@ -107,8 +111,9 @@ func uncachedEngine(t *testing.T) *Engine {
 }
 
 // TestFastPathEquivalent: the fast path decides every input of the corpus exactly as the
-// full evaluation does (every field), allowed and denied; and so for the benchmark's
-// calls, with their mutations, over the benchmark's data.
+// full evaluation does (every field), allowed and denied, by the residuals of clean and of
+// full_decision; and so for the benchmark's calls, with their mutations, over the
+// benchmark's data.
 func TestFastPathEquivalent(t *testing.T) {
 	ctx := context.Background()
 	bench, err := New(ctx, Options{DecisionCacheSize: -1})
@@ -128,76 +133,111 @@ func TestFastPathEquivalent(t *testing.T) {
 		{"synthetic", eager(bench), mutated([]decisionCase{{name: "allow", in: allow}, {name: "deny", in: deny}})},
 	} {
 		t.Run(run.name, func(t *testing.T) {
-			mismatches, fast, allowed, denied := fastMismatches(t, run.e, run.cases)
+			mismatches, fast, byFull, allowed, denied := fastMismatches(t, run.e, run.cases)
 			if len(mismatches) > 0 {
 				t.Errorf("%d inputs decided differently by the fast path", len(mismatches))
 			}
-			if fast == 0 || allowed == 0 || denied == 0 {
-				t.Fatalf("corpus does not exercise both paths: fast %d, allowed %d, denied %d", fast, allowed, denied)
+			if fast == 0 || byFull == 0 || allowed == 0 || denied == 0 {
+				t.Fatalf("corpus does not exercise every path: fast %d (residual of full_decision %d), allowed %d, denied %d",
+					fast, byFull, allowed, denied)
 			}
-			t.Logf("%d inputs (%d allowed, %d denied), %d decided by the fast path", allowed+denied, allowed, denied, fast)
+			t.Logf("%d inputs (%d allowed, %d denied), %d decided by the fast path, %d of them by the residual of full_decision",
+				allowed+denied, allowed, denied, fast, byFull)
 		})
 	}
 }
 
-// TestFastPathEquivalenceCanFail: a residual that always holds (clean's conditions
-// dropped) is caught by the comparison of TestFastPathEquivalent.
+// TestFastPathEquivalenceCanFail: a residual of clean that always holds (clean's
+// conditions dropped), or a residual of full_decision that denies with no reason, is
+// caught by the comparison of TestFastPathEquivalent.
 func TestFastPathEquivalenceCanFail(t *testing.T) {
 	ctx := context.Background()
-	e := uncachedEngine(t)
-	c := e.serving.Load()
-	always, err := rego.New(rego.Query("true"), rego.Store(c.store)).PrepareForEval(ctx)
-	if err != nil {
-		t.Fatal(err)
+	for _, broken := range []struct {
+		name, query, module string
+		set                 func(ent *fastEntry, q *rego.PreparedEvalQuery)
+	}{
+		{"clean always holds", "true", "", func(ent *fastEntry, q *rego.PreparedEvalQuery) {
+			if ent.residual != nil {
+				ent.residual = q
+			}
+		}},
+		{"full_decision without reasons", "data.t.d", `package t
+d := {"allow": false, "reasons": [], "suggestions": [], "obligations": [], "revision": "r1"}
+`, func(ent *fastEntry, q *rego.PreparedEvalQuery) { ent.full.Store(&fullResidual{q: q}) }},
+	} {
+		t.Run(broken.name, func(t *testing.T) {
+			e := uncachedEngine(t)
+			c := e.serving.Load()
+			opts := []func(*rego.Rego){rego.Query(broken.query), rego.Store(c.store)}
+			if broken.module != "" {
+				opts = append(opts, rego.Module("t.rego", broken.module))
+			}
+			q, err := rego.New(opts...).PrepareForEval(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, tc := range decisionCases() {
+				key := fastKey{ref: tc.in.Ref, org: tc.in.Org, biome: tc.in.Biome}
+				ent, err := c.fast.prepare(ctx, key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				broken.set(ent, &q)
+				c.fast.entries.Put(key, ent)
+			}
+			mismatches, _, _, _, _ := fastMismatches(t, e, corpus())
+			if len(mismatches) == 0 {
+				t.Fatal("a broken fast path went unnoticed")
+			}
+			t.Logf("broken fast path: %d inputs decided differently", len(mismatches))
+		})
 	}
-	for _, tc := range decisionCases() {
-		key := fastKey{ref: tc.in.Ref, org: tc.in.Org, biome: tc.in.Biome}
-		ent, err := c.fast.prepare(ctx, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ent.residual != nil {
-			ent.residual = &always
-		}
-		c.fast.entries.Put(key, ent)
-	}
-	mismatches, _, _, _ := fastMismatches(t, e, corpus())
-	if len(mismatches) == 0 {
-		t.Fatal("a fast path that ignores clean went unnoticed")
-	}
-	t.Logf("broken fast path: %d inputs decided differently", len(mismatches))
 }
 
-// TestFastPathFailsClosed: an error of the residual's evaluation is the decision's error,
-// never an allow, and never a fall back to another answer.
+// TestFastPathFailsClosed: an error of a residual's evaluation (clean's for an allowed
+// call, full_decision's for a denied one) is the decision's error, never an allow, and
+// never a fall back to another answer.
 func TestFastPathFailsClosed(t *testing.T) {
 	ctx := context.Background()
-	e := uncachedEngine(t)
-	c := e.serving.Load()
-	in := agentCall("kb:page.read@1")
-	if d, err := e.Decide(ctx, in); err != nil || !d.Allow {
-		t.Fatalf("decision %+v, %v: want the fixture call allowed", d, err)
-	}
-	// Two values for one complete rule: an evaluation error (conflict) on every call.
-	conflict, err := rego.New(rego.Query("data.t.p"), rego.Store(c.store), rego.Module("t.rego", `package t
+	read := agentCall("kb:page.read@1")
+	for _, run := range []struct {
+		name  string
+		in    Input
+		allow bool
+		set   func(ent *fastEntry, q *rego.PreparedEvalQuery)
+	}{
+		{"clean", read, true, func(ent *fastEntry, q *rego.PreparedEvalQuery) { ent.residual = q }},
+		{"full_decision", with(read, func(in *Input) { in.Environment = "org" }), false,
+			func(ent *fastEntry, q *rego.PreparedEvalQuery) { ent.full.Store(&fullResidual{q: q}) }},
+	} {
+		t.Run(run.name, func(t *testing.T) {
+			e := uncachedEngine(t)
+			c := e.serving.Load()
+			if d, err := e.Decide(ctx, run.in); err != nil || d.Allow != run.allow {
+				t.Fatalf("decision %+v, %v: want allow %v", d, err, run.allow)
+			}
+			// Two values for one complete rule: an evaluation error (conflict) on every call.
+			conflict, err := rego.New(rego.Query("data.t.p"), rego.Store(c.store), rego.Module("t.rego", `package t
 p := 1 if input.ref
 p := 2 if input.org
 `)).PrepareForEval(ctx)
-	if err != nil {
-		t.Fatal(err)
+			if err != nil {
+				t.Fatal(err)
+			}
+			key := fastKey{ref: run.in.Ref, org: run.in.Org, biome: run.in.Biome}
+			ent, err := c.fast.prepare(ctx, key)
+			if err != nil || ent.residual == nil {
+				t.Fatalf("entry %+v, %v: want a residual", ent, err)
+			}
+			run.set(ent, &conflict)
+			c.fast.entries.Put(key, ent)
+			d, err := e.Decide(ctx, run.in)
+			if err == nil || d.Allow {
+				t.Fatalf("decision %+v, %v: want an error and no allow", d, err)
+			}
+			t.Log(err)
+		})
 	}
-	key := fastKey{ref: in.Ref, org: in.Org, biome: in.Biome}
-	ent, err := c.fast.prepare(ctx, key)
-	if err != nil || ent.residual == nil {
-		t.Fatalf("entry %+v, %v: want a residual", ent, err)
-	}
-	ent.residual = &conflict
-	c.fast.entries.Put(key, ent)
-	d, err := e.Decide(ctx, in)
-	if err == nil || d.Allow {
-		t.Fatalf("decision %+v, %v: want an error and no allow", d, err)
-	}
-	t.Log(err)
 }
 
 // TestFastPathFollowsRevision: a new revision brings a new fast path, so a residual of the
@@ -369,6 +409,37 @@ func TestFastPathSpacesPreparations(t *testing.T) {
 	}
 	if _, ok := f.entries.Get(fastKey{ref: second.Ref, org: second.Org}, nil); !ok {
 		t.Fatal("the second key was not prepared once prepareEvery had passed")
+	}
+}
+
+// TestFastPathFullResidualOnFirstDenial: a key whose calls are all clean has no residual
+// of full_decision; its first call that is not clean makes it, and is decided by it as by
+// the full evaluation.
+func TestFastPathFullResidualOnFirstDenial(t *testing.T) {
+	ctx := context.Background()
+	e := eager(uncachedEngine(t))
+	c := e.serving.Load()
+	allowed := agentCall("kb:page.read@1")
+	for range 3 {
+		if d, err := e.Decide(ctx, allowed); err != nil || !d.Allow {
+			t.Fatalf("decision %+v, %v: want allowed", d, err)
+		}
+	}
+	ent, ok := c.fast.entries.Get(fastKey{ref: allowed.Ref, org: allowed.Org}, nil)
+	if !ok || ent.full.Load() != nil {
+		t.Fatalf("entry %v (%v): want one without a residual of full_decision", ent, ok)
+	}
+	denied := with(allowed, func(in *Input) { in.Environment = "org" })
+	want, err := c.evaluate(ctx, c.full, denied.Ref, inputValue(denied))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, out, err := c.fast.decide(ctx, denied, inputValue(denied))
+	if err != nil || out != decidedFull || !reflect.DeepEqual(d, want) {
+		t.Fatalf("decision %+v (outcome %d), %v; want %+v by the residual of full_decision", d, out, err, want)
+	}
+	if full := ent.full.Load(); full == nil || full.q == nil {
+		t.Fatal("no residual of full_decision after a denied call")
 	}
 }
 

@@ -16,58 +16,77 @@ var (
 )
 
 // inputValue builds the input document directly as an AST value: it skips the JSON round
-// trip rego.EvalInput would do on every call. Field names follow Input's JSON tags.
+// trip rego.EvalInput would do on every call. Field names follow Input's JSON tags. Its
+// terms come from one slab and each object is built from all its pairs at once (NewObject
+// allocates their elements in one block): 33 allocations for a typical call, not 55.
 func inputValue(in Input) ast.Value {
-	obj := ast.NewObjectWithCapacity(16)
-	obj.Insert(kRef, ast.StringTerm(in.Ref))
-	obj.Insert(kSubject, ast.NewTerm(ast.NewObject(
-		[2]*ast.Term{kKind, ast.StringTerm(in.Subject.Kind)},
-		[2]*ast.Term{kRef, ast.StringTerm(in.Subject.Ref)},
-	)))
-	obj.Insert(kGroups, stringArray(in.Groups))
-	obj.Insert(kRoles, stringArray(in.Roles))
-	obj.Insert(kEnvironment, ast.StringTerm(in.Environment))
-	obj.Insert(kArmed, stringArray(in.Armed))
+	b := termSlab{terms: make([]ast.Term, 0, 16+len(in.Groups)+len(in.Roles)+len(in.Armed))}
+	var buf [16][2]*ast.Term
+	pairs := append(buf[:0],
+		[2]*ast.Term{kRef, b.str(in.Ref)},
+		[2]*ast.Term{kSubject, b.term(ast.NewObject(
+			[2]*ast.Term{kKind, b.str(in.Subject.Kind)},
+			[2]*ast.Term{kRef, b.str(in.Subject.Ref)},
+		))},
+		[2]*ast.Term{kGroups, b.strings(in.Groups)},
+		[2]*ast.Term{kRoles, b.strings(in.Roles)},
+		[2]*ast.Term{kEnvironment, b.str(in.Environment)},
+		[2]*ast.Term{kArmed, b.strings(in.Armed)},
+	)
 	optional := [...]string{in.Biome, in.OrgRole, in.Org, in.Project, in.Session, in.Resource, in.ResourceOwner}
 	for i, v := range optional {
 		if v != "" {
-			obj.Insert(optionalKeys[i], ast.StringTerm(v))
+			pairs = append(pairs, [2]*ast.Term{optionalKeys[i], b.str(v)})
 		}
 	}
 	if in.Usage != nil {
-		obj.Insert(kUsage, ast.NewTerm(ast.NewObject(
+		pairs = append(pairs, [2]*ast.Term{kUsage, b.term(ast.NewObject(
 			[2]*ast.Term{kRateExceeded, ast.InternedTerm(in.Usage.RateExceeded)},
 			[2]*ast.Term{kQuotaExceeded, ast.InternedTerm(in.Usage.QuotaExceeded)},
 			[2]*ast.Term{kRetryAfter, ast.InternedTerm(in.Usage.RetryAfterSeconds)},
-		)))
+		))})
 	}
 	if in.Bindings != nil {
-		obj.Insert(kBindings, ast.NewTerm(flagObject(in.Bindings)))
+		pairs = append(pairs, [2]*ast.Term{kBindings, b.term(b.flags(in.Bindings))})
 	}
 	if in.InstanceRelations != nil {
-		obj.Insert(kInstanceRelations, ast.NewTerm(flagObject(in.InstanceRelations)))
+		pairs = append(pairs, [2]*ast.Term{kInstanceRelations, b.term(b.flags(in.InstanceRelations))})
 	}
 	if in.Approval != nil {
-		obj.Insert(kApproval, ast.NewTerm(ast.NewObject(
-			[2]*ast.Term{kRequester, ast.StringTerm(in.Approval.Requester)},
-			[2]*ast.Term{kApprovalID, ast.StringTerm(in.Approval.ApprovalID)},
-		)))
+		pairs = append(pairs, [2]*ast.Term{kApproval, b.term(ast.NewObject(
+			[2]*ast.Term{kRequester, b.str(in.Approval.Requester)},
+			[2]*ast.Term{kApprovalID, b.str(in.Approval.ApprovalID)},
+		))})
 	}
-	return obj
+	return ast.NewObject(pairs...)
 }
 
-func stringArray(ss []string) *ast.Term {
+// termSlab hands out terms from shared blocks: a full block is left to the terms already
+// taken from it (they never move) and a new one started.
+type termSlab struct{ terms []ast.Term }
+
+func (b *termSlab) term(v ast.Value) *ast.Term {
+	if len(b.terms) == cap(b.terms) {
+		b.terms = make([]ast.Term, 0, 16)
+	}
+	b.terms = append(b.terms, ast.Term{Value: v})
+	return &b.terms[len(b.terms)-1]
+}
+
+func (b *termSlab) str(s string) *ast.Term { return b.term(ast.String(s)) }
+
+func (b *termSlab) strings(ss []string) *ast.Term {
 	terms := make([]*ast.Term, len(ss))
 	for i, s := range ss {
-		terms[i] = ast.StringTerm(s)
+		terms[i] = b.str(s)
 	}
-	return ast.NewTerm(ast.NewArray(terms...))
+	return b.term(ast.NewArray(terms...))
 }
 
-func flagObject(m map[string]bool) ast.Value {
-	obj := ast.NewObjectWithCapacity(len(m))
+func (b *termSlab) flags(m map[string]bool) ast.Value {
+	pairs := make([][2]*ast.Term, 0, len(m))
 	for k, v := range m {
-		obj.Insert(ast.StringTerm(k), ast.InternedTerm(v))
+		pairs = append(pairs, [2]*ast.Term{b.str(k), ast.InternedTerm(v)})
 	}
-	return obj
+	return ast.NewObject(pairs...)
 }
