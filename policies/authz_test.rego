@@ -497,3 +497,15 @@ test_other_org_keeps_its_approved_version if {
 	dec.allow == true
 	not "approval" in {o.kind | some o in dec.obligations}
 }
+
+# A grant that names no environments (null or no key at all) takes its profile's.
+test_grant_without_environments_takes_the_profiles if {
+	every g in [
+		json.remove(grant({}), ["environments"]),
+		object.union(grant({}), {"environments": null}),
+	] {
+		d := object.union(fixture, {"grants": object.union(fixture.grants, {"kb:page.read@1": {"demo": {"acme": g}}})})
+		decide_with(agent, d).allow == true
+		codes(decide_with(object.union(agent, {"environment": "org"}), d)) == {"ENVIRONMENT_NOT_ALLOWED"}
+	}
+}

@@ -21,10 +21,16 @@ deny contains {"code": "GRANT_ORG_MISMATCH", "detail": sprintf("the grant of %s 
 }
 
 # Two exclusive rules rather than an else: partial evaluation (internal/policy/fast.go)
-# folds them for a key, where an else is kept as a reference to the policy.
-grant_environments := grant.environments if is_object(grant.environments)
+# folds them for a key, where an else is kept as a reference to the policy. The negation
+# goes through a rule: for a grant without the key, the fast path's residual of
+# `not is_object(grant.environments)` did not hold (a denial, ENVIRONMENT_NOT_ALLOWED) where
+# plain evaluation held it; such a grant takes its profile's environments, as the else did
+# (TestSearchableIsSound's corpus has one).
+grant_environments := grant.environments if grant_names_environments
 
-grant_environments := profile.environments if not is_object(grant.environments)
+grant_environments := profile.environments if not grant_names_environments
+
+grant_names_environments if is_object(grant.environments)
 
 deny contains {"code": "ENVIRONMENT_NOT_ALLOWED", "detail": sprintf("%s is not granted in %s", [input.ref, input.environment])} if {
 	grant_required

@@ -49,17 +49,20 @@ suggestion contains {"kind": "establish-binding", "capability": b.remedyCapabili
 
 # The current environment if a grant here would do; otherwise the first (by name) whose
 # kind may receive the capability's output. Environments are few: this is not a grant scan.
-# Exclusive rules, not an else, for partial evaluation (as grant_environments).
-grantable_environment := input.environment if audience_admits(env_kind)
+# Exclusive rules, not an else, for partial evaluation (as grant_environments), negated
+# through a rule so an undefined environment kind takes the second, as the else did.
+grantable_environment := input.environment if here_admits_output
 
 grantable_environment := min(names) if {
-	not audience_admits(env_kind)
+	not here_admits_output
 	names := [name |
 		some name, e in data.xema.environments
 		audience_admits(e.kind)
 	]
 	count(names) > 0
 }
+
+here_admits_output if audience_admits(env_kind)
 
 audience_admits(kind) if not data.xema.audience[kind]
 
