@@ -23,6 +23,11 @@ import (
 // full_decision, ~270 KB, made in ~25 ms.
 const fastPathSize = 1024
 
+// fullResidualsKept bounds the residuals of full_decision one bundle makes (~90 MB at the
+// benchmark's data; all 1,024 keys would hold ~280 MB more): a key's first call that is not
+// clean after that many is decided by the full evaluation, as before the residual existed.
+const fullResidualsKept = 320
+
 // prepareEvery spaces the preparations of a bundle: each holds evalMu alone, so traffic
 // over more keys than fastPathSize would otherwise stall decisions back to back; at one per
 // 100 ms they hold it at most ~10-20 % of the time.
@@ -97,6 +102,9 @@ type fastPath struct {
 	// under preparing.
 	every time.Duration
 	last  time.Time
+	// fullMade counts the residuals of full_decision made, at most fullLimit
+	// (fullResidualsKept; smaller in tests), under the exclusive preparation.
+	fullMade, fullLimit int
 }
 
 type fastQueries struct{ clean, decision, full rego.PreparedPartialQuery }
@@ -125,7 +133,7 @@ func newFastPath(mods []*ast.Module, store storage.Store) *fastPath {
 		modules: mods, store: store,
 		entries: bounded.New[fastKey, *fastEntry](fastPathSize),
 		seen:    bounded.New[fastKey, struct{}](4 * fastPathSize),
-		every:   prepareEvery,
+		every:   prepareEvery, fullLimit: fullResidualsKept,
 	}
 	f.queries = sync.OnceValues(func() (q fastQueries, err error) {
 		ctx := context.Background() // compiling depends on no request
@@ -237,6 +245,11 @@ func (f *fastPath) decideBy(ctx context.Context, key fastKey, ent *fastEntry, in
 			if ent.full.Load() != nil { // made while this call waited
 				return
 			}
+			if f.fullMade >= f.fullLimit {
+				ent.full.Store(&fullResidual{}) // the full evaluation decides
+				return
+			}
+			f.fullMade++
 			q, err := f.prepareFull(ctx, key)
 			if err != nil && ctx.Err() != nil {
 				return // the call's own context ended: a later call makes it

@@ -443,6 +443,40 @@ func TestFastPathFullResidualOnFirstDenial(t *testing.T) {
 	}
 }
 
+// TestFastPathFullResidualsBounded: past fullLimit residuals of full_decision, a key's
+// first call that is not clean is decided by the full evaluation (the same decision), and
+// the key makes none.
+func TestFastPathFullResidualsBounded(t *testing.T) {
+	ctx := context.Background()
+	e := eager(uncachedEngine(t))
+	c := e.serving.Load()
+	c.fast.fullLimit = 1
+	for i, ref := range []string{"kb:page.read@1", "kb:draft.read@1"} {
+		allowed := agentCall(ref)
+		denied := with(allowed, func(in *Input) { in.Environment = "org" })
+		for range 2 { // the second call prepares the key's residual of clean
+			if _, err := e.Decide(ctx, allowed); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want, err := c.evaluate(ctx, c.full, denied.Ref, inputValue(denied))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantOutcome := []outcome{decidedFull, notClean}[i]
+		d, out, err := c.fast.decide(ctx, denied, inputValue(denied))
+		if err != nil || out != wantOutcome || (out == decidedFull && !reflect.DeepEqual(d, want)) {
+			t.Fatalf("%s: decision %+v (outcome %d), %v; want outcome %d deciding %+v", ref, d, out, err, wantOutcome, want)
+		}
+		if got, err := e.Decide(ctx, denied); err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: Decide = %+v, %v; want %+v", ref, got, err, want)
+		}
+	}
+	if c.fast.fullMade != 1 {
+		t.Fatalf("%d residuals of full_decision made, want the limit, 1", c.fast.fullMade)
+	}
+}
+
 // TestFastPathPreparationFailureDecidesInFull: a key the fast path cannot prepare is decided
 // by the full evaluation, the same as without a fast path, never denied for it, and not
 // prepared again.
