@@ -13,6 +13,7 @@ import (
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/manifest"
+	"github.com/xemahq/xema/internal/policy/policyfixture"
 	"github.com/xemahq/xema/internal/store"
 )
 
@@ -81,7 +82,7 @@ func exactCorpus(t *testing.T) (map[string]any, []*catalog.Entry) {
 		})
 	}
 	pinned := descriptor("kb", map[string]any{"safeForAgents": false})
-	data := policyData(t)
+	data := policyfixture.Data(t)
 	data["capabilities"], data["grants"] = caps, grants
 	data["versions"] = map[string]any{"kb:page.pinned@1": map[string]any{"0.9.0": pinned}}
 	return data, entries

@@ -2,11 +2,8 @@ package gateway_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"testing"
@@ -19,6 +16,7 @@ import (
 	"github.com/xemahq/xema/internal/kernel"
 	"github.com/xemahq/xema/internal/manifest"
 	"github.com/xemahq/xema/internal/policy"
+	"github.com/xemahq/xema/internal/policy/policyfixture"
 	"github.com/xemahq/xema/internal/store"
 )
 
@@ -37,7 +35,7 @@ const searchBiomes = 20
 // the catalog. The policy is the real one over data in the contract's layout.
 func searchGateway(b *testing.B, n int) *gateway.Gateway {
 	b.Helper()
-	data := policyData(b)
+	data := policyfixture.Data(b)
 	caps, grants := make(map[string]any, n), make(map[string]any, n)
 	entries := make([]*catalog.Entry, 0, n)
 	for i := range n {
@@ -65,21 +63,6 @@ func searchGateway(b *testing.B, n int) *gateway.Gateway {
 	}
 	data["capabilities"], data["grants"] = caps, grants
 	return gatewayOver(b, data, entries, 4*n)
-}
-
-// policyData is internal/policy's testdata/data.json: environments, audience, profiles and
-// org roles in the contract's layout.
-func policyData(tb testing.TB) map[string]any {
-	tb.Helper()
-	raw, err := os.ReadFile(filepath.Join("..", "policy", "testdata", "data.json"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var data map[string]any
-	if err := json.Unmarshal(raw, &data); err != nil {
-		tb.Fatal(err)
-	}
-	return data
 }
 
 // gatewayOver is a funnel over entries and the real policy with data (indexed as grant.Build

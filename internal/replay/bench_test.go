@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/xemahq/xema/internal/policy"
+	"github.com/xemahq/xema/internal/policy/policyfixture"
 	"github.com/xemahq/xema/internal/store"
 	"github.com/xemahq/xema/internal/store/sqlite"
 )
@@ -44,14 +44,7 @@ func recordedStore(tb testing.TB, n int) store.Store {
 
 func engine(tb testing.TB) *policy.Engine {
 	tb.Helper()
-	raw, err := os.ReadFile(filepath.Join("..", "policy", "testdata", "data.json"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var data map[string]any
-	if err := json.Unmarshal(raw, &data); err != nil {
-		tb.Fatal(err)
-	}
+	data := policyfixture.Data(tb)
 	e, err := policy.New(context.Background(), policy.Options{})
 	if err != nil {
 		tb.Fatal(err)
