@@ -105,6 +105,8 @@ type fastPath struct {
 	// fullMade counts the residuals of full_decision made, at most fullLimit
 	// (fullResidualsKept; smaller in tests), under the exclusive preparation.
 	fullMade, fullLimit int
+	// waiting, in tests, is called while a preparation waits for evalMu.
+	waiting func()
 }
 
 type fastQueries struct{ clean, decision, full rego.PreparedPartialQuery }
@@ -208,9 +210,17 @@ func (f *fastPath) decide(ctx context.Context, in Input, input ast.Value) (Decis
 	return f.decideBy(ctx, key, ent, input)
 }
 
+// lockWait bounds how long a preparation waits to hold evalMu alone.
+const lockWait = 50 * time.Millisecond
+
 // exclusive runs prepare holding evalMu alone, one preparation at a time and one per
-// f.every; it reports false when it did not run (another was running or one ran too
-// recently).
+// f.every; it reports false when it did not run (another was running, one ran too
+// recently, or evalMu stayed shared for lockWait).
+//
+// It never waits in evalMu.Lock: a writer blocked there makes every new RLock wait too, so
+// one long evaluation (a search over a large first cut holds RLock for up to seconds)
+// would stall every decision behind the preparation. It retries TryLock instead, and gives
+// up after lockWait; a later call prepares the key.
 func (f *fastPath) exclusive(prepare func()) bool {
 	if !f.preparing.TryLock() {
 		return false
@@ -219,10 +229,18 @@ func (f *fastPath) exclusive(prepare func()) bool {
 	if time.Since(f.last) < f.every {
 		return false
 	}
-	evalMu.Lock()
+	defer func() { f.last = time.Now() }()
+	for deadline := time.Now().Add(lockWait); !evalMu.TryLock(); {
+		if f.waiting != nil {
+			f.waiting()
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
 	prepare()
 	evalMu.Unlock()
-	f.last = time.Now()
 	return true
 }
 

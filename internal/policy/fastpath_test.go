@@ -499,3 +499,50 @@ func TestFastPathPreparationFailureDecidesInFull(t *testing.T) {
 		t.Fatalf("prepared %d times, want once", prepared)
 	}
 }
+
+// TestPreparationNeverStallsDecisions: while a long evaluation holds evalMu shared (a
+// search over a large first cut), a preparation waiting to hold it alone must not make the
+// other decisions wait: a writer blocked in Lock would.
+func TestPreparationNeverStallsDecisions(t *testing.T) {
+	ctx := context.Background()
+	e := eager(uncachedEngine(t))
+	c := e.serving.Load()
+	ready, fresh := agentCall("kb:page.read@1"), agentCall("kb:draft.read@1")
+	for _, in := range []Input{ready, ready, fresh} { // ready is prepared, fresh seen once
+		if _, err := e.Decide(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waiting := make(chan struct{})
+	var once sync.Once
+	c.fast.waiting = func() { once.Do(func() { close(waiting) }) }
+	evalMu.RLock()
+	prepared := make(chan error, 1)
+	go func() { // fresh's second call prepares it
+		_, err := e.Decide(ctx, fresh)
+		prepared <- err
+	}()
+	select {
+	case <-waiting:
+	case <-time.After(10 * time.Second):
+		evalMu.RUnlock()
+		t.Fatal("the preparation never waited for evalMu")
+	}
+	decided := make(chan error, 1)
+	go func() {
+		_, err := e.Decide(ctx, ready)
+		decided <- err
+	}()
+	select {
+	case err := <-decided:
+		if err != nil {
+			t.Errorf("decision beside a waiting preparation: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("a decision waited behind a preparation")
+	}
+	evalMu.RUnlock()
+	if err := <-prepared; err != nil {
+		t.Fatal(err)
+	}
+}
