@@ -42,6 +42,20 @@ func syntheticData(n int) map[string]any {
 	return data
 }
 
+// syntheticEngine is an engine with syntheticData(n) loaded and its decision cache off.
+func syntheticEngine(tb testing.TB, n int) *Engine {
+	tb.Helper()
+	ctx := context.Background()
+	e, err := New(ctx, Options{DecisionCacheSize: -1})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := e.Load(ctx, syntheticData(n), "bench"); err != nil {
+		tb.Fatal(err)
+	}
+	return e
+}
+
 func syntheticRef(i int) string { return fmt.Sprintf("d%d:res%d.read@1", i%50, i) }
 
 // benchCalls are an allowed and a denied call of a ref in the middle of the key space of
@@ -63,13 +77,7 @@ func BenchmarkDecision(b *testing.B) {
 	ctx := context.Background()
 	for _, n := range []int{100, 10_000, 100_000} {
 		b.Run(fmt.Sprintf("grants=%d", n), func(b *testing.B) {
-			e, err := New(ctx, Options{DecisionCacheSize: -1})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := e.Load(ctx, syntheticData(n), "bench"); err != nil {
-				b.Fatal(err)
-			}
+			e := syntheticEngine(b, n)
 			allow, deny := benchCalls(n)
 			// Preparations unspaced (prepareEvery): the deny call's residual of full_decision
 			// is made in its warm-up, not in the loop, a few ms after the allow call's entry.
@@ -109,13 +117,7 @@ func BenchmarkDecision(b *testing.B) {
 func BenchmarkDecisionNewKey(b *testing.B) {
 	ctx := context.Background()
 	const n = 10_000
-	e, err := New(ctx, Options{DecisionCacheSize: -1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := e.Load(ctx, syntheticData(n), "bench"); err != nil {
-		b.Fatal(err)
-	}
+	e := syntheticEngine(b, n)
 	e.serving.Load().fast.every = 0
 	b.ReportAllocs()
 	done := cpubench.PerOp(b)

@@ -115,14 +115,7 @@ func uncachedEngine(t *testing.T) *Engine {
 // full_decision; and so for the benchmark's calls, with their mutations, over the
 // benchmark's data.
 func TestFastPathEquivalent(t *testing.T) {
-	ctx := context.Background()
-	bench, err := New(ctx, Options{DecisionCacheSize: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := bench.Load(ctx, syntheticData(100), "bench"); err != nil {
-		t.Fatal(err)
-	}
+	bench := syntheticEngine(t, 100)
 	allow, deny := benchCalls(100)
 	for _, run := range []struct {
 		name  string
@@ -301,13 +294,7 @@ func TestFastPathOnlyForOwnPolicy(t *testing.T) {
 // call must cost well under a full evaluation of decision.
 func TestFastPathAllocs(t *testing.T) {
 	ctx := context.Background()
-	e, err := New(ctx, Options{DecisionCacheSize: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Load(ctx, syntheticData(100), "bench"); err != nil {
-		t.Fatal(err)
-	}
+	e := syntheticEngine(t, 100)
 	c := e.serving.Load()
 	allow, deny := benchCalls(100)
 	decide := func(in Input) func() {
