@@ -93,12 +93,14 @@ type compiled struct {
 	// mods are the bundle's modules; searchable is prepared over them on first use.
 	mods       []module
 	searchable searchableQuery
+	// own: mods are the embedded policies plus platform Rego (ownPolicy).
+	own bool
 }
 
 // newCompiled stamps a prepared query over store with a decision cache and a fast path of
 // its own when allowed.
 func (e *Engine) newCompiled(ctx context.Context, pq rego.PreparedEvalQuery, store storage.Store, revision string, mods []module) (*compiled, error) {
-	c := &compiled{query: pq, store: store, revision: revision, mods: mods}
+	c := &compiled{query: pq, store: store, revision: revision, mods: mods, own: ownPolicy(mods)}
 	parsed := make([]*ast.Module, len(mods))
 	for i, m := range mods {
 		parsed[i] = m.parsed
@@ -112,7 +114,7 @@ func (e *Engine) newCompiled(ctx context.Context, pq rego.PreparedEvalQuery, sto
 	default:
 		c.cache = newDecisionCache(cmp.Or(e.cacheSize, DefaultDecisionCacheSize))
 	}
-	if len(nd) > 0 || !ownPolicy(mods) {
+	if len(nd) > 0 || !c.own {
 		return c, nil
 	}
 	full, err := prepare(ctx, fullQuery, store, mods)

@@ -26,12 +26,11 @@ type SearchSets struct {
 	Clean map[string]bool
 }
 
-// searchableQuery is the search query prepared once per bundle, on the first search: own
-// says it is searchSetsQuery, else SearchableQuery.
+// searchableQuery is the search query prepared once per bundle, on the first search:
+// searchSetsQuery for the embedded policy (compiled.own), else SearchableQuery.
 type searchableQuery struct {
 	once sync.Once
 	q    rego.PreparedEvalQuery
-	own  bool
 	err  error
 }
 
@@ -45,7 +44,7 @@ func (e *Engine) Searchable(ctx context.Context, in Input) (SearchSets, error) {
 	s := &c.searchable
 	s.once.Do(func() {
 		query := SearchableQuery
-		if s.own = ownPolicy(c.mods); s.own {
+		if c.own {
 			query = searchSetsQuery
 		}
 		s.q, s.err = prepare(ctx, query, c.store, c.mods)
@@ -69,7 +68,7 @@ func (e *Engine) Searchable(ctx context.Context, in Input) (SearchSets, error) {
 	if !ok {
 		return SearchSets{}, fmt.Errorf("policy: the search query's result is %T, not an AST term", rs[0].Expressions[0].Value)
 	}
-	if !s.own {
+	if !c.own {
 		cut, err := refSet(SearchableQuery, t)
 		return SearchSets{Cut: cut}, err
 	}
