@@ -168,6 +168,16 @@ func (s *Server) CreateDatabase(name string) (string, error) {
 // Stop stops the server and removes its directory.
 func (s *Server) Stop() error { return s.s.stop() }
 
+// Crash stops the server as a power cut would to its processes: pg_ctl stop -m immediate,
+// no checkpoint and no WAL flush beyond what commits already forced. Restart brings it back
+// on its data.
+func (s *Server) Crash() error {
+	return s.s.run("pg_ctl", "-D", s.s.dataDir(), "-m", "immediate", "-w", "stop")
+}
+
+// Restart starts a crashed server again on the same port (it recovers from its WAL).
+func (s *Server) Restart() error { return s.s.start() }
+
 func startServer() (*server, error) {
 	if u := os.Getenv(EnvURL); u != "" {
 		return &server{url: u}, nil

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -205,5 +206,56 @@ func TestCountersCommitAsynchronously(t *testing.T) {
 	counts, err := s.LoadUsage(ctx, time.Now())
 	if err != nil || len(counts) != 1 || counts[0].Count != 2 {
 		t.Fatalf("LoadUsage through the main pool = %+v, %v; want the count 2", counts, err)
+	}
+}
+
+// TestCountersSurviveServerCrash: a counter's increment commits asynchronously, and the
+// decision record committed after it flushes the WAL past it, so a crash of the server
+// (no WAL flush) right after the record keeps the count. Durable server: fsync and
+// synchronous commit on.
+func TestCountersSurviveServerCrash(t *testing.T) {
+	srv, err := testpg.StartServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := srv.Stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	dsn, err := srv.CreateDatabase("crash")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	s, err := Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expires := time.Now().Add(time.Hour)
+	for i := range 20 { // the call's count, then its decision record, as the funnel does
+		add := store.UsageAdd{Key: fmt.Sprintf("k%d", i), Window: 1, N: 1, Limit: 5, Expires: expires}
+		if _, refused, err := s.AddUsage(ctx, []store.UsageAdd{add}); err != nil || refused >= 0 {
+			t.Fatalf("AddUsage: refused %d, %v", refused, err)
+		}
+		if err := s.AppendAudit(ctx, store.AuditRecord{ID: fmt.Sprintf("inv_%d", i), Decision: "allowed"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := srv.Crash(); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	counts, err := s.LoadUsage(ctx, time.Now())
+	if err != nil || len(counts) != 20 {
+		t.Fatalf("after the crash: %d counters, %v; want the 20 counted before a committed record", len(counts), err)
 	}
 }
