@@ -29,7 +29,10 @@ import (
 // into input or naming a rule of the residual, with constant keys or variables as path
 // elements. Variables are bound in body order (the first occurrence binds: a ref's path
 // element, a unification's variable side, a call's output) and may occur once unbound in
-// an expression; a variable read before it is bound is refused.
+// an expression; a variable read before it is bound, or not bound before a negation, is
+// refused. A negated expression fails, rather than holds, when a call nested in it or a
+// ref among a call's operands is undefined, as OPA's compiler hoists those out of it
+// (negationGuards).
 type residualProgram struct {
 	main   *progRule // data.xemafast.<name>
 	rules  int       // rules compiled, each with its slot in an evaluation's memo
@@ -299,26 +302,104 @@ func (pc *programCompiler) expr(s *bodyScope, x *ast.Expr) (progExpr, error) {
 	if !x.Negated {
 		return pc.positive(s, x)
 	}
-	// A negated expression binds nothing outside itself: its variables are its own.
-	inner := &bodyScope{slots: s.slots, bound: make(map[ast.Var]bool, len(s.bound))}
-	for v := range s.bound {
-		inner.bound[v] = true
+	// Rego binds no variable in a negated expression: the compiler moves it after the
+	// expressions binding its variables (`not input.a[x]; input.b[x]` is evaluated as
+	// `input.b[x]; not input.a[x]`), or refuses it as unsafe. Taken as local to the negation
+	// such a variable would make `not` hold where topdown's does not.
+	if len(count) > 0 {
+		return progExpr{}, unsupported("negated %v has a variable not yet bound", x)
 	}
-	e, err := pc.positive(inner, x)
+	e, err := pc.positive(s, x)
 	if err != nil {
 		return progExpr{}, err
 	}
-	switch {
-	case e.test != nil:
-		return progExpr{negated: true, test: e.test}, nil
-	case e.bind != nil:
-		return progExpr{negated: true, test: e.bind}, nil
+	guards, err := pc.terms(s, negationGuards(x))
+	if err != nil {
+		return progExpr{}, err
 	}
-	return progExpr{negated: true, test: func(ev *progEval, fr []*ast.Term) bool {
-		found := false
-		e.solve(ev, fr, func() bool { found = true; return false })
-		return found
+	if e.test == nil || !allVals(guards) { // with its variables all bound, nothing binds
+		return progExpr{}, unsupported("negated %v binds a variable", x)
+	}
+	test := e.test
+	if len(guards) == 0 {
+		return progExpr{negated: true, test: test}, nil
+	}
+	return progExpr{test: func(ev *progEval, fr []*ast.Term) bool {
+		for _, g := range guards {
+			if _, ok := g.val(ev, fr); !ok {
+				return false // the body fails, as topdown's on the hoisted term
+			}
+		}
+		return !test(ev, fr)
 	}}, nil
+}
+
+// negationGuards are the terms of the negated x that OPA's compiler hoists out of the
+// negation, as expressions before it: when one is undefined (a missing input field, a
+// built-in's error) topdown's body fails where `not` alone would hold. They are the calls
+// nested in x's operands (ast's expandExpr), then the refs among a call's operands, or in an
+// equality's (or term's) composites and path elements (ast's rewriteDynamics, after
+// rewriteEquals made `a == b` an equality). Only the outermost of nested ones are kept: an
+// inner one undefined leaves its outer one undefined.
+func negationGuards(x *ast.Expr) []*ast.Term {
+	var guards []*ast.Term
+	var calls, refs func(t *ast.Term)
+	calls = func(t *ast.Term) {
+		switch v := t.Value.(type) {
+		case ast.Call:
+			guards = append(guards, t)
+		case ast.Ref:
+			for _, p := range v {
+				calls(p)
+			}
+		case *ast.Array:
+			v.Foreach(calls)
+		case ast.Set:
+			v.Foreach(calls)
+		case ast.Object:
+			v.Foreach(func(k, e *ast.Term) { calls(k); calls(e) })
+		}
+	}
+	refs = func(t *ast.Term) { // calls are guarded already
+		switch v := t.Value.(type) {
+		case ast.Ref:
+			guards = append(guards, t)
+		case *ast.Array:
+			v.Foreach(refs)
+		case ast.Set:
+			v.Foreach(refs)
+		case ast.Object:
+			v.Foreach(func(k, e *ast.Term) { refs(k); refs(e) })
+		}
+	}
+	inTerm := func(t *ast.Term) {
+		if r, ok := t.Value.(ast.Ref); ok {
+			for _, p := range r[1:] {
+				refs(p)
+			}
+			return
+		}
+		refs(t)
+	}
+	switch ts := x.Terms.(type) {
+	case *ast.Term:
+		calls(ts)
+		inTerm(ts)
+	case []*ast.Term:
+		for _, t := range ts[1:] {
+			calls(t)
+		}
+		op := x.Operator().String()
+		if len(ts) == 3 && (op == ast.Equality.Name || op == ast.Assign.Name || op == ast.Equal.Name) {
+			inTerm(ts[1])
+			inTerm(ts[2])
+			break
+		}
+		for _, t := range ts[1:] {
+			refs(t)
+		}
+	}
+	return guards
 }
 
 // positive compiles x without its negation.

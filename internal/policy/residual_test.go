@@ -225,7 +225,7 @@ func TestResidualProgramAgrees(t *testing.T) {
 // way, so their residuals of clean hold for some calls and show each condition's shape: the
 // agent check, the caller constraint, a required binding, an owner's reach, the
 // explicit-only baseline, a grant naming no subjects.
-func widenedData(t *testing.T) map[string]any {
+func widenedData(t testing.TB) map[string]any {
 	data := testData(t)
 	caps := data["capabilities"].(map[string]any)
 	full := caps["kb:page.read@1"].(map[string]any)
