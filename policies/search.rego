@@ -39,16 +39,34 @@ caller_keys contains concat(":", ["role", r]) if some r in input.roles
 # stands for the deny rules of that policy.
 search_sets := {"cut": searchable, "clean": search_clean} if is_object(data.xema.grantedTo)
 
-# search_clean is clean written per ref for a caller as search asks (no resource, no biome):
-# evaluating clean itself once per ref (`with input.ref as ref`) re-evaluates its helper
-# rules and costs about what a decision does (~0.5 ms a ref). Like clean, each condition is at
-# least as strict as the deny rule it stands for (a new deny rule must be mirrored here too):
+# search_clean is clean written for a caller as search asks (no resource, no biome), per
+# group of refs (data.xema.searchGroups, grant.Index): the conditions on the descriptor and
+# the grant are evaluated once per group, on the group's copy of the fields they read, and
+# only the armed globs and the platform's deny rules per ref. (Evaluating clean itself per
+# ref, `with input.ref as ref`, costs about what a decision does, ~0.5 ms a ref; reading
+# each ref's descriptor and grant, ~90 µs.) Like clean, each condition is at least as strict
+# as the deny rule it stands for (a new deny rule must be mirrored here too):
 # internal/policy's TestSearchableIsSound checks that every ref in it is allowed, over the
 # decision corpus.
-search_clean contains ref if {
+search_clean := search_armed_clean if not search_platform
+
+search_clean := {ref | some ref in search_armed_clean; not search_platform_denies(ref)} if search_platform
+
+search_armed_clean contains ref if {
 	search_caller_clean
-	some ref in searchable
-	search_ref_clean(ref)
+	some id in search_clean_groups
+	some ref in data.xema.searchGroups[input.org][id].refs
+	ref != ""
+	some pattern in input.armed
+	glob.match(pattern, null, ref)
+}
+
+# The groups filed under a subject key of the caller whose values meet clean's conditions.
+search_clean_groups contains id if {
+	some key in caller_keys
+	some id in data.xema.groupedTo[input.org][key]
+	group := data.xema.searchGroups[input.org][id]
+	search_admits(search_group_cap(group), group.grant)
 }
 
 # The conditions of clean that read only the caller.
@@ -78,36 +96,19 @@ search_names_biome if {
 	input.biome != ""
 }
 
-search_ref_clean(ref) if {
-	is_string(ref)
-	ref != ""
-	catalog := data.xema.capabilities[ref]
-	g := data.xema.grants[ref][catalog.biome.id][input.org]
-	search_armed(ref)
-	c := search_cap(ref, g.biomeVersion, catalog)
-
-	# Only the fields read: OPA remembers a function's result per arguments, so refs
-	# sharing a descriptor and a grant (an install's refs) are checked once.
-	search_admits(object.filter(c, search_cap_fields), object.filter(g, search_grant_fields))
-	not search_custom_denies(ref)
-}
-
-search_cap_fields := {"lifecycle", "safeForAgents", "callerConstraint", "requiredBindings", "instanceGrade", "outputClassification", "humanBaseline"}
-
-search_grant_fields := {"org", "subjects", "audience", "environments", "profile"}
-
 # cap of authz.rego: the version the grant pins, else the catalog's.
-search_cap(ref, version, catalog) := c if {
-	c := data.xema.versions[ref][version]
-} else := catalog
+search_group_cap(group) := c if {
+	c := group.versions[group.grant.biomeVersion]
+} else := group.catalog
 
-search_armed(ref) if {
-	some pattern in input.armed
-	glob.match(pattern, null, ref)
+# Platform Rego (package xema.custom) is asked per ref; without it (and without data under
+# data.xema.custom) data.xema.custom is undefined, and data.xema.custom.deny is for every ref.
+search_platform_denies(ref) if {
+	some _ in data.xema.custom.deny with input.ref as ref
 }
 
-search_custom_denies(ref) if {
-	some _ in data.xema.custom.deny with input.ref as ref
+search_platform if {
+	_ = data.xema.custom
 }
 
 # The conditions of clean that read the capability c and the grant g.

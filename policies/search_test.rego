@@ -2,7 +2,9 @@ package xematest.search
 
 import data.xematest.authz
 
-# index is grant.Index of a fixture: the subjects keys of its grants, and its baselined refs.
+# index is grant.Index of a fixture: the subjects keys of its grants, its baselined refs and
+# its search groups, one a ref (grant.Index groups refs of equal values; tests of groups of
+# several refs build them by hand).
 index(d) := {
 	"grantedTo": {org: {key: refs |
 		some key in subject_keys(d, org)
@@ -15,7 +17,36 @@ index(d) := {
 		some c in by_version
 		c.humanBaseline != null
 	}),
+	"groupedTo": {org: {key: {ref | some ref, g in declared_grants(d, org); key in keys_of(g)} |
+		some key in {key | some g in declared_grants(d, org); some key in keys_of(g)}
+	} |
+		some org in {org | some by_biome in d.grants; some by_org in by_biome; some org, _ in by_org}
+	},
+	"searchGroups": {org: {ref: group(d, ref, g) | some ref, g in declared_grants(d, org)} |
+		some org in {org | some by_biome in d.grants; some by_org in by_biome; some org, _ in by_org}
+	},
 }
+
+# The grants of org filed under their ref's catalog biome, by ref.
+declared_grants(d, org) := {ref: g |
+	some ref, c in d.capabilities
+	g := d.grants[ref][c.biome.id][org]
+}
+
+cap_fields := {"callerConstraint", "humanBaseline", "instanceGrade", "lifecycle", "outputClassification", "requiredBindings", "safeForAgents"}
+
+grant_fields := {"audience", "biomeVersion", "environments", "org", "profile", "subjects"}
+
+group(d, ref, g) := {
+	"catalog": object.filter(d.capabilities[ref], cap_fields),
+	"grant": object.filter(g, grant_fields),
+	"refs": [ref],
+	"versions": {v: cut_descriptor(c) | v := g.biomeVersion; c := object.get(d, "versions", {})[ref][v]},
+}
+
+cut_descriptor(c) := object.filter(c, cap_fields) if is_object(c)
+
+cut_descriptor(c) := c if not is_object(c)
 
 subject_keys(d, org) := {key | some by_biome in d.grants; some by_org in by_biome; some key in keys_of(by_org[org])}
 
@@ -87,6 +118,8 @@ clean_with(inp, d) := s if {
 		with data.xema.versions as object.get(d, "versions", {})
 		with data.xema.grantedTo as i.grantedTo
 		with data.xema.baselined as i.baselined
+		with data.xema.groupedTo as i.groupedTo
+		with data.xema.searchGroups as i.searchGroups
 }
 
 clean(inp) := clean_with(inp, authz.fixture)

@@ -30,22 +30,35 @@ type Data struct {
 	// key, "*" for subjects null (Index): search's first cut (policies/search.rego).
 	GrantedTo map[string]map[string][]string `json:"grantedTo"`
 	// Grants[ref][biomeId][org] is the effective grant of the ref in each org.
-	Grants      map[string]map[string]map[string]GrantData `json:"grants"`
-	OrgRoleRank map[string]int                             `json:"orgRoleRank"`
-	Profiles    map[string]ProfileData                     `json:"profiles"`
-	Revision    string                                     `json:"revision"`
+	Grants map[string]map[string]map[string]GrantData `json:"grants"`
+	// GroupedTo[org][subject] are the ids of the SearchGroups of org whose grant names that
+	// subject key, SubjectsNull for subjects null (searchIndex).
+	GroupedTo   map[string]map[string][]string `json:"groupedTo"`
+	OrgRoleRank map[string]int                 `json:"orgRoleRank"`
+	Profiles    map[string]ProfileData         `json:"profiles"`
+	Revision    string                         `json:"revision"`
+	// SearchGroups[org][id] groups the refs whose search conditions read the same values
+	// (searchIndex): search's clean set decides a group once (policies/search.rego).
+	SearchGroups map[string]map[string]SearchGroup `json:"searchGroups"`
 	// Versions[ref][biomeVersion] is the descriptor of a version an effective grant pins,
 	// where it differs from the catalog's.
 	Versions map[string]map[string]CapabilityData `json:"versions"`
 }
 
 // WithIndex returns data (an untyped data.xema document, e.g. hand-written for a test or a
-// benchmark) with its GrantedTo and Baselined indexes built by Index, as Build builds them.
+// benchmark) with its indexes built by Index and searchIndex, as Build builds them. The
+// search groups are built from the document as written: a field it omits stays absent
+// (the typed document would make it a zero value the Rego reads differently).
 func WithIndex(data map[string]any) (map[string]any, error) {
 	var typed struct {
 		Grants       map[string]map[string]map[string]GrantData `json:"grants"`
 		Capabilities map[string]CapabilityData                  `json:"capabilities"`
 		Versions     map[string]map[string]CapabilityData       `json:"versions"`
+	}
+	var untyped struct {
+		Grants       map[string]map[string]map[string]map[string]any `json:"grants"`
+		Capabilities map[string]map[string]any                       `json:"capabilities"`
+		Versions     map[string]map[string]any                       `json:"versions"`
 	}
 	raw, err := json.Marshal(data)
 	if err != nil {
@@ -54,9 +67,14 @@ func WithIndex(data map[string]any) (map[string]any, error) {
 	if err := json.Unmarshal(raw, &typed); err != nil {
 		return nil, fmt.Errorf("index data.xema: %w", err)
 	}
+	if err := json.Unmarshal(raw, &untyped); err != nil {
+		return nil, fmt.Errorf("index data.xema: %w", err)
+	}
 	grantedTo, baselined := Index(typed.Grants, typed.Capabilities, typed.Versions)
+	groupedTo, groups := searchIndex(untyped.Grants, untyped.Capabilities, untyped.Versions)
 	out := maps.Clone(data)
 	out["grantedTo"], out["baselined"] = grantedTo, baselined
+	out["groupedTo"], out["searchGroups"] = groupedTo, groups
 	return out, nil
 }
 
@@ -218,6 +236,18 @@ func (d Data) Map() map[string]any {
 		}
 		grantedTo[org] = km
 	}
+	groupedTo := make(map[string]any, len(d.GroupedTo))
+	for org, byKey := range d.GroupedTo {
+		km := make(map[string]any, len(byKey))
+		for key, ids := range byKey {
+			km[key] = anyList(ids)
+		}
+		groupedTo[org] = km
+	}
+	groups := make(map[string]any, len(d.SearchGroups))
+	for org, byID := range d.SearchGroups {
+		groups[org] = anyMap(byID)
+	}
 	ranks := make(map[string]any, len(d.OrgRoleRank))
 	for role, rank := range d.OrgRoleRank {
 		ranks[role] = rank
@@ -229,9 +259,11 @@ func (d Data) Map() map[string]any {
 		"environments": anyMap(d.Environments),
 		"grantedTo":    grantedTo,
 		"grants":       grants,
+		"groupedTo":    groupedTo,
 		"orgRoleRank":  ranks,
 		"profiles":     anyMap(d.Profiles),
 		"revision":     d.Revision,
+		"searchGroups": groups,
 		"versions":     versions,
 	}
 }
