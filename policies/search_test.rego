@@ -107,8 +107,10 @@ test_searchable_pinned_baseline if {
 	"kb:page.read@1" in searchable_with(authz.user("bob", "org_member"), nogrant)
 }
 
-clean_with(inp, d) := s if {
-	i := index(d)
+clean_with(inp, d) := clean_indexed(inp, d, index(d))
+
+# clean_indexed is the clean set over d with the index i (a hand-built grouping, say).
+clean_indexed(inp, d, i) := s if {
 	s := data.xema.authz.search_sets.clean with input as inp
 		with data.xema.environments as d.environments
 		with data.xema.audience as d.audience
@@ -216,4 +218,55 @@ test_search_clean_caller_conditions if {
 test_search_clean_platform_deny if {
 	s := clean(caller) with data.xema.custom.deny as {{"code": "PLATFORM_BLOCKED"}}
 	count(s) == 0
+}
+
+# A group's values are decided once for all its refs; the armed globs per ref.
+test_search_clean_group_of_refs if {
+	i := index(authz.fixture)
+	read := i.searchGroups.acme["kb:page.read@1"]
+	grouped := json.patch(i, [
+		{"op": "add", "path": "/searchGroups/acme/kb:page.read@1/refs", "value": ["kb:page.read@1", "kb:page.find@1", "doc:page.find@1"]},
+		{"op": "remove", "path": "/searchGroups/acme/kb:legacy.read@1"},
+	])
+	s := clean_indexed(caller, authz.fixture, grouped)
+	{"kb:page.read@1", "kb:page.find@1", "doc:page.find@1"} - s == set()
+	not "kb:legacy.read@1" in s # its group is gone: decided one by one
+	kb := clean_indexed(object.union(caller, {"armed": ["kb:page.*", "nothing"]}), authz.fixture, grouped)
+	{"kb:page.read@1", "kb:page.find@1"} - kb == set()
+	not "doc:page.find@1" in kb
+	read.refs == ["kb:page.read@1"]
+}
+
+test_search_clean_empty_ref if {
+	i := index(authz.fixture)
+	with_empty := json.patch(i, [{"op": "add", "path": "/searchGroups/acme/kb:page.read@1/refs/-", "value": ""}])
+	s := clean_indexed(caller, authz.fixture, with_empty)
+	"kb:page.read@1" in s
+	not "" in s
+}
+
+# Without the search groups (data built before them; null stands for absent, which `with`
+# cannot say), nothing is clean: every ref of the cut is decided.
+test_search_clean_without_groups if {
+	i := object.union(index(authz.fixture), {"groupedTo": null, "searchGroups": null})
+	count(clean_indexed(caller, authz.fixture, i)) == 0
+}
+
+test_search_group_cap if {
+	c := {"lifecycle": "published"}
+	p := {"lifecycle": "retired"}
+	data.xema.authz.search_group_cap({"catalog": c, "grant": {"biomeVersion": "0.9.0"}, "versions": {"0.9.0": p}}) == p
+	data.xema.authz.search_group_cap({"catalog": c, "grant": {"biomeVersion": "1.0.0"}, "versions": {"0.9.0": p}}) == c
+	data.xema.authz.search_group_cap({"catalog": c, "grant": {}, "versions": {}}) == c
+}
+
+# Platform Rego is asked per ref only where it exists: data.xema.custom is undefined without
+# it, and defined (if empty) with it, whatever its rules answer.
+test_search_platform if {
+	not data.xema.authz.search_platform
+	data.xema.authz.search_platform with data.xema.custom as {}
+	s := clean(caller)
+	count(s) > 0
+	clean(caller) with data.xema.custom as {} == s
+	clean(caller) with data.xema.custom.deny as set() == s
 }
