@@ -40,14 +40,15 @@ caller_keys contains concat(":", ["role", r]) if some r in input.roles
 search_sets := {"cut": searchable, "clean": search_clean} if is_object(data.xema.grantedTo)
 
 # search_clean is clean written for a caller as search asks (no resource, no biome), per
-# group of refs (data.xema.searchGroups, grant.Index): the conditions on the descriptor and
-# the grant are evaluated once per group, on the group's copy of the fields they read, and
-# only the armed globs and the platform's deny rules per ref. (Evaluating clean itself per
-# ref, `with input.ref as ref`, costs about what a decision does, ~0.5 ms a ref; reading
-# each ref's descriptor and grant, ~90 µs.) Like clean, each condition is at least as strict
-# as the deny rule it stands for (a new deny rule must be mirrored here too):
-# internal/policy's TestSearchableIsSound checks that every ref in it is allowed, over the
-# decision corpus.
+# group of refs (data.xema.searchGroups, built with the other indexes by internal/grant):
+# the conditions on the descriptor and the grant are evaluated once per group, on the
+# group's copy of the fields they read, and only the armed globs and the platform's deny
+# rules per ref. (Evaluating clean itself per ref, `with input.ref as ref`, costs about what
+# a decision does, ~0.5 ms a ref; reading each ref's own descriptor and grant ~90 µs.) Like
+# clean, each condition is at least as strict as the deny rule it stands for (a new deny
+# rule must be mirrored here too): internal/policy's TestSearchableIsSound checks that every
+# ref in it is allowed, over the decision corpus, and TestSearchGroupsSplitOnEveryField that
+# the groups split on every field read here.
 search_clean := search_armed_clean if not search_platform
 
 search_clean := {ref | some ref in search_armed_clean; not search_platform_denies(ref)} if search_platform
@@ -101,12 +102,14 @@ search_group_cap(group) := c if {
 	c := group.versions[group.grant.biomeVersion]
 } else := group.catalog
 
-# Platform Rego (package xema.custom) is asked per ref; without it (and without data under
-# data.xema.custom) data.xema.custom is undefined, and data.xema.custom.deny is for every ref.
+# The platform's deny set for one ref (custom_denies of fast.rego).
 search_platform_denies(ref) if {
 	some _ in data.xema.custom.deny with input.ref as ref
 }
 
+# Whether there is platform Rego (or data) to ask per ref: a module of package xema.custom
+# makes data.xema.custom an object, if an empty one, whatever the input; without one it is
+# undefined, and so is data.xema.custom.deny for every ref.
 search_platform if {
 	_ = data.xema.custom
 }

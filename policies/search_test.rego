@@ -2,9 +2,9 @@ package xematest.search
 
 import data.xematest.authz
 
-# index is grant.Index of a fixture: the subjects keys of its grants, its baselined refs and
-# its search groups, one a ref (grant.Index groups refs of equal values; tests of groups of
-# several refs build them by hand).
+# index is internal/grant's index of a fixture: the subjects keys of its grants, its
+# baselined refs and its search groups, one a ref (internal/grant groups refs of equal
+# values; the tests of groups of several refs build them by hand).
 index(d) := {
 	"grantedTo": {org: {key: refs |
 		some key in subject_keys(d, org)
@@ -220,7 +220,8 @@ test_search_clean_platform_deny if {
 	count(s) == 0
 }
 
-# A group's values are decided once for all its refs; the armed globs per ref.
+# A group's values are decided once for all its refs, the armed globs per ref (the refs' own
+# data is not read: kb:page.find@1 is not even in the catalog).
 test_search_clean_group_of_refs if {
 	i := index(authz.fixture)
 	read := i.searchGroups.acme["kb:page.read@1"]

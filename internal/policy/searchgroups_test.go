@@ -10,7 +10,7 @@ import (
 )
 
 // TestSearchGroupsSplitOnEveryField: search decides a group of refs once, on the values
-// grant.Index copied into it, so two refs must share a group only when every field that
+// internal/grant copied into it, so two refs must share a group only when every field that
 // search's clean set reads is equal. For each such field, two refs whose descriptor, pinned
 // descriptor or grant differ in that field alone, one allowed and one denied for the caller:
 // they land in different groups, the allowed one is clean and the denied one is not. A field
@@ -61,7 +61,7 @@ func TestSearchGroupsSplitOnEveryField(t *testing.T) {
 	slices.Sort(want)
 	slices.Sort(got)
 	if !slices.Equal(got, want) {
-		t.Errorf("rows for fields %v; grant.Index groups by %v: a row for each", got, want)
+		t.Errorf("rows for fields %v; internal/grant groups by %v: a row for each", got, want)
 	}
 	ctx := context.Background()
 	e, err := New(ctx, Options{})
