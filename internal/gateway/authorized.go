@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"math/bits"
 	"strings"
 	"sync"
 
@@ -61,21 +62,37 @@ func newAuthorizedSet(n int) *authorizedSet {
 }
 
 // applyCut decides, the first time it is called, each entry the policy's first cut
-// answers for (known): the entries outside the cut are denied, those its clean set holds
-// allowed.
-func (s *authorizedSet) applyCut(answer func(i int) (allowed, known bool)) {
+// answers for: the entries outside the cut (cut holds positions) are denied, those of clean
+// in the cut allowed. It touches the positions given and a bit per entry, not the entries:
+// at 100,000 entries a pass over them cost ~25 ms of cache misses.
+func (s *authorizedSet) applyCut(cut, clean []int) {
 	s.mu.Lock()
-	done := s.cut
-	s.cut = true
-	s.mu.Unlock()
-	if done {
+	defer s.mu.Unlock()
+	if s.cut {
 		return
 	}
-	for i := range s.n {
-		if allowed, known := answer(i); known {
-			s.set(i, allowed)
+	s.cut = true
+	inCut := make([]uint64, len(s.known))
+	for _, i := range cut {
+		inCut[i/64] |= uint64(1) << (i % 64)
+	}
+	for _, i := range clean {
+		w, bit := i/64, uint64(1)<<(i%64)
+		if inCut[w]&bit != 0 && s.known[w]&bit == 0 {
+			s.known[w] |= bit
+			s.allowed[w] |= bit
+			s.decided++
 		}
 	}
+	for w := range s.known {
+		outside := ^inCut[w] &^ s.known[w]
+		if last := s.n - w*64; last < 64 {
+			outside &= uint64(1)<<last - 1
+		}
+		s.known[w] |= outside
+		s.decided += bits.OnesCount64(outside)
+	}
+	s.listIfDecided()
 }
 
 // needsCut reports whether the first cut is still to be applied.
@@ -103,12 +120,19 @@ func (s *authorizedSet) set(i int, allowed bool) {
 	if allowed {
 		s.allowed[w] |= bit
 	}
-	if s.decided++; s.decided == s.n {
-		s.list = []int{}
-		for j := range s.n {
-			if s.allowed[j/64]&(uint64(1)<<(j%64)) != 0 {
-				s.list = append(s.list, j)
-			}
+	s.decided++
+	s.listIfDecided()
+}
+
+// listIfDecided lists the admitted positions once every entry is decided; s.mu is held.
+func (s *authorizedSet) listIfDecided() {
+	if s.decided != s.n || s.list != nil {
+		return
+	}
+	s.list = []int{}
+	for j := range s.n {
+		if s.allowed[j/64]&(uint64(1)<<(j%64)) != 0 {
+			s.list = append(s.list, j)
 		}
 	}
 }
@@ -189,16 +213,18 @@ func (a authorizer) cut(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	a.set.applyCut(func(i int) (allowed, known bool) {
-		ref := a.view.entries[i].Ref()
-		switch {
-		case !sets.Cut[ref]:
-			return false, true
-		case sets.Clean[ref]:
-			return true, true
+	a.set.applyCut(a.view.positions(sets.Cut), a.view.positions(sets.Clean))
+}
+
+// positions are the view's positions of refs (those it has).
+func (v *orgView) positions(refs map[string]bool) []int {
+	out := make([]int, 0, len(refs))
+	for ref := range refs {
+		if i, ok := v.index[ref]; ok {
+			out = append(out, i)
 		}
-		return false, false
-	})
+	}
+	return out
 }
 
 // admitted lists the view's positions the caller may invoke, once all are decided; nil
