@@ -53,13 +53,25 @@ search_clean := search_armed_clean if not search_platform
 
 search_clean := {ref | some ref in search_armed_clean; not search_platform_denies(ref)} if search_platform
 
-search_armed_clean contains ref if {
+# The refs of the clean groups the caller is armed for. A caller armed with "*" is armed for
+# every ref (glob.match("*", null, ref) holds for any string): the groups' sets of refs are
+# then taken whole, in built-in calls, rather than a ref at a time.
+default search_armed_clean := set()
+
+search_armed_clean := union({object.keys(data.xema.searchGroups[input.org][id].refs) | some id in search_clean_groups}) - {""} if {
 	search_caller_clean
+	"*" in input.armed
+}
+
+search_armed_clean := {ref |
 	some id in search_clean_groups
-	some ref in data.xema.searchGroups[input.org][id].refs
+	some ref, _ in data.xema.searchGroups[input.org][id].refs
 	ref != ""
 	some pattern in input.armed
 	glob.match(pattern, null, ref)
+} if {
+	search_caller_clean
+	not "*" in input.armed
 }
 
 # The groups filed under a subject key of the caller whose values meet clean's conditions.

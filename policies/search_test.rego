@@ -40,7 +40,7 @@ grant_fields := {"audience", "biomeVersion", "environments", "org", "profile", "
 group(d, ref, g) := {
 	"catalog": object.filter(d.capabilities[ref], cap_fields),
 	"grant": object.filter(g, grant_fields),
-	"refs": [ref],
+	"refs": {ref: true},
 	"versions": {v: cut_descriptor(c) | v := g.biomeVersion; c := object.get(d, "versions", {})[ref][v]},
 }
 
@@ -226,7 +226,7 @@ test_search_clean_group_of_refs if {
 	i := index(authz.fixture)
 	read := i.searchGroups.acme["kb:page.read@1"]
 	grouped := json.patch(i, [
-		{"op": "add", "path": "/searchGroups/acme/kb:page.read@1/refs", "value": ["kb:page.read@1", "kb:page.find@1", "doc:page.find@1"]},
+		{"op": "add", "path": "/searchGroups/acme/kb:page.read@1/refs", "value": {"kb:page.read@1": true, "kb:page.find@1": true, "doc:page.find@1": true}},
 		{"op": "remove", "path": "/searchGroups/acme/kb:legacy.read@1"},
 	])
 	s := clean_indexed(caller, authz.fixture, grouped)
@@ -235,15 +235,24 @@ test_search_clean_group_of_refs if {
 	kb := clean_indexed(object.union(caller, {"armed": ["kb:page.*", "nothing"]}), authz.fixture, grouped)
 	{"kb:page.read@1", "kb:page.find@1"} - kb == set()
 	not "doc:page.find@1" in kb
-	read.refs == ["kb:page.read@1"]
+	read.refs == {"kb:page.read@1": true}
 }
 
 test_search_clean_empty_ref if {
 	i := index(authz.fixture)
-	with_empty := json.patch(i, [{"op": "add", "path": "/searchGroups/acme/kb:page.read@1/refs/-", "value": ""}])
+	with_empty := json.patch(i, [{"op": "add", "path": "/searchGroups/acme/kb:page.read@1/refs/", "value": true}])
+	with_empty.searchGroups.acme["kb:page.read@1"].refs[""]
 	s := clean_indexed(caller, authz.fixture, with_empty)
 	"kb:page.read@1" in s
 	not "" in s
+	globbed := clean_indexed(object.union(caller, {"armed": ["*", "kb:*"]}), authz.fixture, with_empty)
+	"kb:page.read@1" in globbed
+	not "" in globbed
+	by_pattern := clean_indexed(object.union(caller, {"armed": ["kb:*", "*"]}), authz.fixture, with_empty)
+	by_pattern == globbed
+	other := clean_indexed(object.union(caller, {"armed": ["k*"]}), authz.fixture, with_empty)
+	"kb:page.read@1" in other
+	not "" in other
 }
 
 # Without the search groups (data built before them; null stands for absent, which `with`

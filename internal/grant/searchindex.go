@@ -16,8 +16,10 @@ type SearchGroup struct {
 	Catalog map[string]any `json:"catalog"`
 	// Grant is grants[ref][catalog biome][org] cut to SearchGrantFields.
 	Grant map[string]any `json:"grant"`
-	// Refs are the group's refs, sorted; the first is the group's id.
-	Refs []string `json:"refs"`
+	// Refs are the group's refs, a set (the Rego takes an object's keys as a set in one
+	// built-in call, where iterating an array costs an expression a ref); the least is the
+	// group's id.
+	Refs Set `json:"refs"`
 	// Versions holds versions[ref][grant.biomeVersion] cut to SearchCapFields, when there is
 	// one: the Rego picks it or the catalog's, as authz.rego's cap does.
 	Versions map[string]any `json:"versions"`
@@ -40,6 +42,7 @@ func searchIndex(grants map[string]map[string]map[string]map[string]any, caps ma
 	type member struct {
 		group SearchGroup
 		keys  []string
+		id    string
 	}
 	byKey := map[string]map[string]*member{} // org → the group's values encoded → the group
 	for ref, catalog := range caps {
@@ -67,21 +70,21 @@ func searchIndex(grants map[string]map[string]map[string]map[string]any, caps ma
 			}
 			m := byKey[org][string(enc)]
 			if m == nil {
-				m = &member{group: grp, keys: subjectKeys(g)}
+				grp.Refs = Set{}
+				m = &member{group: grp, keys: subjectKeys(g), id: ref}
 				byKey[org][string(enc)] = m
 			}
-			m.group.Refs = append(m.group.Refs, ref)
+			m.group.Refs[ref] = true
+			m.id = min(m.id, ref)
 		}
 	}
 	groupedTo, groups = map[string]map[string][]string{}, map[string]map[string]SearchGroup{}
 	for org, members := range byKey {
 		groupedTo[org], groups[org] = map[string][]string{}, make(map[string]SearchGroup, len(members))
 		for _, m := range members {
-			slices.Sort(m.group.Refs)
-			id := m.group.Refs[0]
-			groups[org][id] = m.group
+			groups[org][m.id] = m.group
 			for _, key := range m.keys {
-				groupedTo[org][key] = append(groupedTo[org][key], id)
+				groupedTo[org][key] = append(groupedTo[org][key], m.id)
 			}
 		}
 		for _, ids := range groupedTo[org] {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"maps"
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -55,7 +56,7 @@ func TestSearchIndex(t *testing.T) {
 	}
 	got := map[string][]string{}
 	for id, g := range groups["acme"] {
-		got[id] = g.Refs
+		got[id] = slices.Sorted(maps.Keys(g.Refs))
 	}
 	if !reflect.DeepEqual(got, wantRefs) {
 		t.Errorf("acme's groups %v, want %v", got, wantRefs)
