@@ -10,17 +10,22 @@ package xema.authz
 # (grant.Index), so it costs what it returns, not the number of grants.
 # search_cut is searchable when data.xema carries the index, else undefined: a search then
 # decides every ref instead of showing nothing.
-search_cut := searchable if is_object(data.xema.grantedTo)
+# The indexes are sets of refs (objects): data indexed as lists (before they were sets) has
+# no first cut either.
+search_cut := searchable if search_indexed
 
-searchable contains ref if {
-	some key in caller_keys
-	some ref in data.xema.grantedTo[input.org][key]
+search_indexed if {
+	is_object(data.xema.grantedTo)
+	is_object(data.xema.baselined)
 }
 
-searchable contains ref if {
-	input.subject.kind == "user"
-	some ref in data.xema.baselined
-}
+# Each index entry is taken whole (object.keys, union), in built-in calls: iterating it
+# costs an expression a ref.
+searchable := union({object.keys(data.xema.grantedTo[input.org][key]) | some key in caller_keys} | search_baselined)
+
+default search_baselined := set()
+
+search_baselined := {object.keys(data.xema.baselined)} if input.subject.kind == "user"
 
 # The subjects keys a grant covering the caller names (subject_covered of grant.rego);
 # "*" stands for subjects null.
@@ -37,7 +42,7 @@ caller_keys contains concat(":", ["role", r]) if some r in input.roles
 # rest of the cut one by one. The engine asks for it only while the bundle's Rego is the
 # embedded policy's (plus platform Rego, whose deny set it evaluates per ref): search_clean
 # stands for the deny rules of that policy.
-search_sets := {"cut": searchable, "clean": search_clean} if is_object(data.xema.grantedTo)
+search_sets := {"cut": searchable, "clean": search_clean} if search_indexed
 
 # search_clean is clean written for a caller as search asks (no resource, no biome), per
 # group of refs (data.xema.searchGroups, built with the other indexes by internal/grant):

@@ -8,15 +8,11 @@ import data.xematest.authz
 index(d) := {
 	"grantedTo": {org: {key: refs |
 		some key in subject_keys(d, org)
-		refs := {ref | some ref, by_biome in d.grants; some by_org in by_biome; names(by_org[org], key)}
+		refs := {ref: true | some ref, by_biome in d.grants; some by_org in by_biome; names(by_org[org], key)}
 	} |
 		some org in {org | some by_biome in d.grants; some by_org in by_biome; some org, _ in by_org}
 	},
-	"baselined": ({ref | some ref, c in d.capabilities; c.humanBaseline != null} | {ref |
-		some ref, by_version in object.get(d, "versions", {})
-		some c in by_version
-		c.humanBaseline != null
-	}),
+	"baselined": {ref: true | some ref in baselined(d)},
 	"groupedTo": {org: {key: {ref | some ref, g in declared_grants(d, org); key in keys_of(g)} |
 		some key in {key | some g in declared_grants(d, org); some key in keys_of(g)}
 	} |
@@ -25,6 +21,12 @@ index(d) := {
 	"searchGroups": {org: {ref: group(d, ref, g) | some ref, g in declared_grants(d, org)} |
 		some org in {org | some by_biome in d.grants; some by_org in by_biome; some org, _ in by_org}
 	},
+}
+
+baselined(d) := {ref | some ref, c in d.capabilities; c.humanBaseline != null} | {ref |
+	some ref, by_version in object.get(d, "versions", {})
+	some c in by_version
+	c.humanBaseline != null
 }
 
 # The grants of org filed under their ref's catalog biome, by ref.
@@ -279,4 +281,20 @@ test_search_platform if {
 	count(s) > 0
 	clean(caller) with data.xema.custom as {} == s
 	clean(caller) with data.xema.custom.deny as set() == s
+}
+
+# The indexes are sets (objects): data indexed as lists, as before they were, has no first
+# cut, so search decides every ref rather than reading lists as empty sets.
+test_search_cut_needs_set_indexes if {
+	not data.xema.authz.search_cut with input as caller
+		with data.xema.grantedTo as {"acme": {"*": ["kb:page.read@1"]}}
+		with data.xema.baselined as []
+	cut := data.xema.authz.search_cut with input as caller
+		with data.xema.grantedTo as {"acme": {"*": {"kb:page.read@1": true}}}
+		with data.xema.baselined as {"biome:install@1": true}
+	cut == {"kb:page.read@1"}
+	user := data.xema.authz.search_cut with input as object.remove(authz.user("bob", "org_member"), ["ref", "resource"])
+		with data.xema.grantedTo as {"acme": {"*": {"kb:page.read@1": true}}}
+		with data.xema.baselined as {"biome:install@1": true}
+	user == {"kb:page.read@1", "biome:install@1"}
 }
