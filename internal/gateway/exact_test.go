@@ -97,7 +97,8 @@ func exactCorpus(t *testing.T) (map[string]any, []*catalog.Entry) {
 // TestSearchShowsExactlyWhatDecideAllows: for every caller of the corpus, a new caller's
 // search (its first cut and clean set, then decisions for the rest of the cut) shows exactly
 // the refs that a decision per ref allows (Describe of a funnel whose engine caches nothing,
-// so each ref is decided), and a describe after the search answers the same.
+// so each ref is decided), and a describe after the search, or by a new caller before any
+// search, answers the same.
 func TestSearchShowsExactlyWhatDecideAllows(t *testing.T) {
 	ctx := context.Background()
 	data, entries := exactCorpus(t)
@@ -150,6 +151,19 @@ func TestSearchShowsExactlyWhatDecideAllows(t *testing.T) {
 			}
 		}
 		slices.Sort(want)
+		// A new caller's describe (which applies the first cut too) admits the same refs.
+		first := ec
+		first.Session = "describe first"
+		var described []string
+		for _, e := range entries {
+			if _, err := gw.Describe(ctx, first, gateway.DescribeRequest{Refs: []string{e.Ref()}}); err == nil {
+				described = append(described, e.Ref())
+			}
+		}
+		slices.Sort(described)
+		if !slices.Equal(described, want) {
+			t.Errorf("%s: describe first admits %v; a decision per ref allows %v", name, described, want)
+		}
 		decided := len(dec.allowed)
 		res, err := gw.Search(ctx, ec, gateway.SearchRequest{Limit: gateway.MaxSearchLimit})
 		if err != nil {
