@@ -115,8 +115,11 @@ type fastKey struct{ ref, org, biome string }
 
 // fastEntry is what partial evaluation left for one key.
 type fastEntry struct {
-	// residual evaluates clean over the full input; nil when clean_decision is not a
-	// constant (every call of the key evaluates decision) or clean never holds.
+	// program, or else residual, evaluates clean over the full input; both nil when
+	// clean_decision is not a constant (every call of the key evaluates decision) or clean
+	// never holds. residual is topdown's evaluation, for a residual outside the program's
+	// subset (residual.go).
+	program    *residualProgram
 	residual   *rego.PreparedEvalQuery
 	neverClean bool
 	decision   Decision
@@ -245,7 +248,7 @@ func (f *fastPath) exclusive(prepare func()) bool {
 }
 
 func (f *fastPath) decideBy(ctx context.Context, key fastKey, ent *fastEntry, input ast.Value) (Decision, outcome, error) {
-	if ent.residual == nil && !ent.neverClean {
+	if ent.program == nil && ent.residual == nil && !ent.neverClean {
 		return Decision{}, undecided, nil
 	}
 	if !ent.neverClean {
@@ -291,9 +294,16 @@ func (f *fastPath) decideBy(ctx context.Context, key fastKey, ent *fastEntry, in
 
 // holds evaluates the residual of clean.
 func (ent *fastEntry) holds(ctx context.Context, input ast.Value) (bool, error) {
-	opts, stop := evalOptions(ctx, input)
-	evalMu.RLock() // until the result is read
+	evalMu.RLock() // until the result is read; a program reads terms partial evaluation writes
 	defer evalMu.RUnlock()
+	if ent.program != nil {
+		clean, err := ent.program.holds(ctx, input)
+		if err != nil {
+			return false, fmt.Errorf("fast path: evaluate the residual of clean: %w", err)
+		}
+		return clean, nil
+	}
+	opts, stop := evalOptions(ctx, input)
 	rs, err := ent.residual.Eval(ctx, opts...)
 	stop()
 	if err != nil {
@@ -348,6 +358,10 @@ func (f *fastPath) prepare(ctx context.Context, key fastKey) (*fastEntry, error)
 		return ent, nil
 	}
 	mods := residualModules(pq, "clean_residual", ast.BooleanTerm(true))
+	if ent.program, err = compileResidualProgram(mods, "clean_residual"); err == nil {
+		return ent, nil
+	}
+	// Outside the program's subset: topdown evaluates the residual.
 	if ent.residual, err = f.compileResidual(ctx, "clean_residual", mods, f.refersToRules(mods)); err != nil {
 		return nil, fmt.Errorf("fast path: compile the residual of clean for %s: %w", key.ref, err)
 	}

@@ -150,8 +150,8 @@ func TestFastPathEquivalenceCanFail(t *testing.T) {
 		set                 func(ent *fastEntry, q *rego.PreparedEvalQuery)
 	}{
 		{"clean always holds", "true", "", func(ent *fastEntry, q *rego.PreparedEvalQuery) {
-			if ent.residual != nil {
-				ent.residual = q
+			if ent.program != nil || ent.residual != nil {
+				ent.program, ent.residual = nil, q
 			}
 		}},
 		{"full_decision without reasons", "data.t.d", `package t
@@ -199,7 +199,7 @@ func TestFastPathFailsClosed(t *testing.T) {
 		allow bool
 		set   func(ent *fastEntry, q *rego.PreparedEvalQuery)
 	}{
-		{"clean", read, true, func(ent *fastEntry, q *rego.PreparedEvalQuery) { ent.residual = q }},
+		{"clean", read, true, func(ent *fastEntry, q *rego.PreparedEvalQuery) { ent.program, ent.residual = nil, q }},
 		{"full_decision", with(read, func(in *Input) { in.Environment = "org" }), false,
 			func(ent *fastEntry, q *rego.PreparedEvalQuery) { ent.full.Store(&fullResidual{q: q}) }},
 	} {
@@ -219,7 +219,7 @@ p := 2 if input.org
 			}
 			key := fastKey{ref: run.in.Ref, org: run.in.Org, biome: run.in.Biome}
 			ent, err := c.fast.prepare(ctx, key)
-			if err != nil || ent.residual == nil {
+			if err != nil || (ent.program == nil && ent.residual == nil) {
 				t.Fatalf("entry %+v, %v: want a residual", ent, err)
 			}
 			run.set(ent, &conflict)
@@ -315,20 +315,18 @@ func TestFastPathAllocs(t *testing.T) {
 	decide(allow)()
 	decide(allow)() // the second call prepares the residual
 	ent, ok := c.fast.entries.Get(fastKey{ref: allow.Ref, org: allow.Org, biome: allow.Biome}, nil)
-	if !ok || ent.residual == nil {
-		t.Fatal("no residual for the allowed call")
+	if !ok || ent.program == nil {
+		t.Fatal("no residual program for the allowed call")
 	}
 	input := inputValue(allow)
 	fastAllow := testing.AllocsPerRun(100, decide(allow))
 	full := testing.AllocsPerRun(100, evaluate(c.query, allow))
-	t.Logf("allow: Decide %.0f (input %.0f, residual %.0f); full evaluation %.0f",
+	t.Logf("allow: Decide %.0f (input %.0f, residual program %.0f); full evaluation %.0f",
 		fastAllow, testing.AllocsPerRun(100, func() { inputValue(allow) }),
 		testing.AllocsPerRun(100, func() {
-			opts, stop := evalOptions(ctx, input)
-			if _, err := ent.residual.Eval(ctx, opts...); err != nil {
+			if _, err := ent.holds(ctx, input); err != nil {
 				t.Fatal(err)
 			}
-			stop()
 		}), full)
 	t.Logf("deny: Decide %.0f (full_decision %.0f); full evaluation %.0f",
 		testing.AllocsPerRun(100, decide(deny)), testing.AllocsPerRun(100, evaluate(c.full, deny)),

@@ -67,9 +67,11 @@ func Migrate(ctx context.Context, path string) ([]string, error) {
 
 // DSN is the driver's connection string for the file at path. Transactions begin
 // IMMEDIATE so that concurrent writers queue on busy_timeout instead of failing to upgrade
-// a read lock.
+// a read lock. Temporary files stay in memory: a multi-row audit INSERT, whose triggers may
+// abort it, keeps a statement journal, and a spilled one cost a temporary file's writes in
+// every batch (~10 % of an append's CPU, BENCHMARKS.md, issue 15, fourth step).
 func DSN(path string) string {
-	return "file:" + path + fmt.Sprintf("?_txlock=immediate&_busy_timeout=%d&_foreign_keys=1&_journal_mode=WAL",
+	return "file:" + path + fmt.Sprintf("?_txlock=immediate&_busy_timeout=%d&_foreign_keys=1&_journal_mode=WAL&_pragma=temp_store(memory)",
 		busyTimeout.Milliseconds())
 }
 

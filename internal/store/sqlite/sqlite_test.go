@@ -104,3 +104,16 @@ func TestOpenRefusesBadPath(t *testing.T) {
 		}
 	}
 }
+
+// TestConnectionsKeepTemporaryFilesInMemory: a statement journal that spills to a temporary
+// file costs the audit writer a file's writes per batch.
+func TestConnectionsKeepTemporaryFilesInMemory(t *testing.T) {
+	s := open(t).(rawStore)
+	var mode int
+	if err := s.raw.QueryRow(`PRAGMA temp_store`).Scan(&mode); err != nil {
+		t.Fatal(err)
+	}
+	if mode != 2 { // MEMORY
+		t.Fatalf("PRAGMA temp_store = %d, want 2 (MEMORY)", mode)
+	}
+}

@@ -1,0 +1,158 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/xemahq/xema/internal/store"
+	"github.com/xemahq/xema/internal/store/sqlstore"
+)
+
+// TestAuditRebuildKeepsRecordsAndGuards: migration 0010 rebuilds audit_log (to drop its
+// json_valid CHECKs); a log written before it keeps every row, column for column, the
+// table keeps its indexes and append-only triggers, and the store still refuses a record
+// whose JSON is invalid.
+func TestAuditRebuildKeepsRecordsAndGuards(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "xema.db")
+	const rebuild = "0010_audit_unchecked_json"
+
+	db, err := sql.Open("sqlite", DSN(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if _, err := db.ExecContext(ctx, q, args...); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	ms, err := sqlstore.Migrations("sqlite")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec(`CREATE TABLE schema_migrations (version TEXT PRIMARY KEY, applied_at TEXT NOT NULL)`)
+	for _, m := range ms {
+		if m.Version >= rebuild {
+			break
+		}
+		exec(m.SQL)
+		exec(`INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`, m.Version, time.Now().UTC().Format(time.RFC3339Nano))
+	}
+	const insert = `INSERT INTO audit_log (id, time, ref, subject_kind, subject_ref, environment, decision, reasons,
+		suggestions, obligations, bundle_revision, input_hash, runner, outcome, latency_micros, parent_id, detail, org,
+		policy_input, chain_id, chain_seq, chain_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	exec(insert, "inv_1", 1_700_000_000_000_001, "kb:page.read@1", "agent", "agent:bot", "project", "allowed",
+		`[]`, `[]`, `[{"kind":"quota"}]`, "r4", "hmac-sha256:aa", "http", "admitted", 0, "", nil, "acme",
+		`{"ref":"kb:page.read@1"}`, "c1", 1, "h1")
+	exec(insert, "inv_2", 1_700_000_000_000_002, "kb:page.read@1", "agent", "agent:bot", "project", "allowed",
+		nil, nil, nil, "r4", "hmac-sha256:aa", "http", "ok", 812, "inv_1", `{"status":200}`, "acme", nil, "c1", 2, "h2")
+	exec(insert, "inv_3", 1_700_000_000_000_003, "scm:pr.create@1", "user", "user:ann", "prod", "denied",
+		`[{"code":"no-grant"}]`, `[]`, nil, "r5", "hmac-sha256:bb", "", "not-run", 0, "", nil, "", nil, "", 0, "")
+	rowsBefore, guardsBefore := auditRows(t, db), auditGuards(t, db)
+
+	applied, err := Migrate(ctx, path)
+	if err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	if !slices.Equal(applied, []string{rebuild}) {
+		t.Fatalf("Migrate applied %v, want only %s", applied, rebuild)
+	}
+	if got := auditRows(t, db); !reflect.DeepEqual(got, rowsBefore) {
+		t.Fatalf("rows after the rebuild:\n%v\nbefore:\n%v", got, rowsBefore)
+	}
+	if got := auditGuards(t, db); !slices.Equal(got, guardsBefore) {
+		t.Fatalf("indexes and triggers after the rebuild %v, before %v", got, guardsBefore)
+	}
+	for _, q := range []string{
+		`UPDATE audit_log SET decision = 'allowed' WHERE id = 'inv_3'`,
+		`DELETE FROM audit_log WHERE id = 'inv_1'`,
+		`INSERT OR REPLACE INTO audit_log (id, time, ref, subject_kind, subject_ref, environment, decision, bundle_revision,
+			input_hash, runner, outcome, latency_micros, parent_id) VALUES ('inv_3', 1, 'x', '', '', '', 'allowed', '', 'forged', '', 'ok', 0, '')`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err == nil {
+			t.Errorf("after the rebuild, %s succeeded on the append-only log", q)
+		}
+	}
+	if got := auditRows(t, db); !reflect.DeepEqual(got, rowsBefore) {
+		t.Fatalf("rows changed by refused statements:\n%v", got)
+	}
+
+	s, err := Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	bad := store.AuditRecord{ID: "inv_4", Ref: "kb:page.read@1", Decision: "allowed", Reasons: []byte(`[{"code":`)}
+	if err := s.AppendAudit(ctx, bad); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("AppendAudit of invalid JSON = %v, want ErrInvalid", err)
+	}
+	if err := s.AppendAudits(ctx, []store.AuditRecord{bad}); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("AppendAudits of invalid JSON = %v, want ErrInvalid", err)
+	}
+	if _, err := s.GetAudit(ctx, "inv_4"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("GetAudit of the refused record = %v, want ErrNotFound", err)
+	}
+}
+
+// auditRows is every column of every audit row, in id order.
+func auditRows(t *testing.T, db *sql.DB) [][]any {
+	t.Helper()
+	rows, err := db.Query(`SELECT * FROM audit_log ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out [][]any
+	for rows.Next() {
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, append([]any{cols}, vals...))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// auditGuards is each of audit_log's indexes and triggers, with its SQL.
+func auditGuards(t *testing.T, db *sql.DB) []string {
+	t.Helper()
+	rows, err := db.Query(`SELECT type || ' ' || name || ': ' || coalesce(sql, '') FROM sqlite_schema WHERE tbl_name = 'audit_log' AND type IN ('index', 'trigger') ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(out) < 9 { // 6 indexes, the primary key's, 3 triggers
+		t.Fatalf("audit_log has only %v", out)
+	}
+	return out
+}
