@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"reflect"
@@ -18,14 +19,16 @@ import (
 )
 
 // fastPathSize bounds the entries kept per bundle, one per (ref, org, biome): each holds a
-// compiled residual of clean, ~80 KB at the benchmark's data, made in ~10-20 ms of
-// partial evaluation, and once the key has a call that is not clean one of
-// full_decision, ~270 KB, made in ~25 ms.
+// residual of clean, made in ~10-20 ms of partial evaluation, and once the key has a call
+// that is not clean one of full_decision, made in ~25 ms. As residual programs
+// (residual.go) the two hold ~110 KB a key at the benchmark's data; compiled for topdown
+// (a residual outside the programs' subset) ~80 and ~270 KB.
 const fastPathSize = 1024
 
 // fullResidualsKept bounds the residuals of full_decision one bundle makes (~90 MB at the
-// benchmark's data; all 1,024 keys would hold ~280 MB more): a key's first call that is not
-// clean after that many is decided by the full evaluation, as before the residual existed.
+// benchmark's data if topdown evaluated them all, a third of it as programs): a key's first
+// call that is not clean after that many is decided by the full evaluation, as before the
+// residual existed.
 const fullResidualsKept = 320
 
 // prepareEvery spaces the preparations of a bundle: each holds evalMu alone, so traffic
@@ -128,10 +131,14 @@ type fastEntry struct {
 	full atomic.Pointer[fullResidual]
 }
 
-// fullResidual evaluates full_decision over the full input; q is nil when the residual
+// fullResidual evaluates full_decision over the full input, by program or else by q
+// (topdown, for a residual outside the program's subset); both are nil when the residual
 // still refers to the policy's rules (compiling them into every entry would cost
 // megabytes) or could not be made: full_decision then decides.
-type fullResidual struct{ q *rego.PreparedEvalQuery }
+type fullResidual struct {
+	program *residualProgram
+	q       *rego.PreparedEvalQuery
+}
 
 func newFastPath(mods []*ast.Module, store storage.Store) *fastPath {
 	f := &fastPath{
@@ -271,25 +278,47 @@ func (f *fastPath) decideBy(ctx context.Context, key fastKey, ent *fastEntry, in
 				return
 			}
 			f.fullMade++
-			q, err := f.prepareFull(ctx, key)
+			fr, err := f.prepareFull(ctx, key)
 			if err != nil && ctx.Err() != nil {
 				return // the call's own context ended: a later call makes it
 			}
 			if err != nil {
 				slog.Warn("policy fast path: full_decision left to the full evaluation", "ref", key.ref, "org", key.org, "err", err)
+				fr = &fullResidual{}
 			}
-			ent.full.Store(&fullResidual{q: q})
+			ent.full.Store(fr)
 		})
 		full = ent.full.Load()
 	}
-	if full == nil || full.q == nil {
+	if full == nil || (full.program == nil && full.q == nil) {
 		return Decision{}, notClean, nil
 	}
-	d, err := evaluateDecision(ctx, *full.q, input)
+	d, err := full.decide(ctx, input)
 	if err != nil {
 		return Decision{}, undecided, fmt.Errorf("fast path: residual of full_decision: %w", err)
 	}
 	return d, decidedFull, nil
+}
+
+// decide evaluates the residual of full_decision.
+func (fr *fullResidual) decide(ctx context.Context, input ast.Value) (Decision, error) {
+	if fr.program == nil {
+		return evaluateDecision(ctx, *fr.q, input)
+	}
+	evalMu.RLock() // until the result, which holds the residual's terms, is decoded
+	defer evalMu.RUnlock()
+	v, err := fr.program.eval(ctx, input)
+	switch {
+	case err != nil:
+		return Decision{}, fmt.Errorf("evaluate: %w", err)
+	case v == nil:
+		return Decision{}, errors.New("decision undefined")
+	}
+	d, err := decodeDecision(v.Value)
+	if err != nil {
+		return Decision{}, fmt.Errorf("decode decision: %w", err)
+	}
+	return d, nil
 }
 
 // holds evaluates the residual of clean.
@@ -368,9 +397,9 @@ func (f *fastPath) prepare(ctx context.Context, key fastKey) (*fastEntry, error)
 	return ent, nil
 }
 
-// prepareFull partially evaluates full_decision for key: nil when the residual still
+// prepareFull partially evaluates full_decision for key: empty when the residual still
 // refers to the policy's rules.
-func (f *fastPath) prepareFull(ctx context.Context, key fastKey) (*rego.PreparedEvalQuery, error) {
+func (f *fastPath) prepareFull(ctx context.Context, key fastKey) (*fullResidual, error) {
 	q, err := f.queries()
 	if err != nil {
 		return nil, err
@@ -381,13 +410,17 @@ func (f *fastPath) prepareFull(ctx context.Context, key fastKey) (*rego.Prepared
 	}
 	mods := residualModules(pq, "full_residual", ast.VarTerm("decision"))
 	if len(pq.Queries) == 0 || f.refersToRules(mods) {
-		return nil, nil
+		return &fullResidual{}, nil
 	}
+	if p, err := compileResidualProgram(mods, "full_residual"); err == nil {
+		return &fullResidual{program: p}, nil
+	}
+	// Outside the program's subset: topdown evaluates the residual.
 	full, err := f.compileResidual(ctx, "full_residual", mods, false)
 	if err != nil {
 		return nil, fmt.Errorf("fast path: compile the residual of full_decision for %s: %w", key.ref, err)
 	}
-	return full, nil
+	return &fullResidual{q: full}, nil
 }
 
 // constantDecision reads clean_decision's partial result: constant only when it is one

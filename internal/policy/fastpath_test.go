@@ -423,7 +423,7 @@ func TestFastPathFullResidualOnFirstDenial(t *testing.T) {
 	if err != nil || out != decidedFull || !reflect.DeepEqual(d, want) {
 		t.Fatalf("decision %+v (outcome %d), %v; want %+v by the residual of full_decision", d, out, err, want)
 	}
-	if full := ent.full.Load(); full == nil || full.q == nil {
+	if full := ent.full.Load(); full == nil || (full.program == nil && full.q == nil) {
 		t.Fatal("no residual of full_decision after a denied call")
 	}
 }

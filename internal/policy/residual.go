@@ -10,71 +10,97 @@ import (
 	"github.com/open-policy-agent/opa/v1/topdown"
 )
 
-// A residualProgram evaluates a residual of clean (residualModules) directly, without
-// topdown: an allowed call's residual is ~20 expressions, and topdown spent ~70 µs and
-// ~170 allocations on them (its per-expression machinery, not the built-ins), most of an
-// uncached allowed decision (BENCHMARKS.md, issue 15, fourth step). The policy is still the
-// Rego: the program is the residual partial evaluation wrote, evaluated with OPA's own
-// built-in implementations (topdown.GetBuiltin) and OPA's value comparisons, for the subset
-// of Rego residuals of clean use. compileResidualProgram refuses anything outside it, and
-// the entry then keeps topdown's evaluation of the residual (TestResidualProgramAgrees
-// checks both give the same answer over the decision corpus).
+// A residualProgram evaluates a residual (residualModules) directly, without topdown: an
+// allowed call's residual of clean is ~20 expressions, a denied call's of full_decision
+// ~40 small rules, and topdown spent 70-90 µs and ~170 allocations on the first, ~200 µs on
+// the second, in its per-expression machinery rather than in the built-ins (BENCHMARKS.md,
+// issue 15, fourth step). The policy is still the Rego: a program is the residual partial
+// evaluation wrote, evaluated with OPA's own built-in implementations (topdown.GetBuiltin)
+// and OPA's value comparisons, for the subset of Rego those residuals use.
+// compileResidualProgram refuses anything outside it, and the entry then keeps topdown's
+// evaluation (TestResidualProgramAgrees checks both answer the same over the decision
+// corpus).
 //
-// The subset: complete rules whose value is true, without arguments, else or default,
-// whose bodies are conjunctions of (possibly negated) expressions without `with`; an
-// expression is a term, a call of an allowed built-in with its declared arity, or `a = b`;
-// terms are scalars, constant composites, arrays of terms, calls, refs into input (with
-// constant keys or variables as path elements) and refs naming a rule of the residual.
-// Each variable occurs once in its body, so an expression holds when some assignment of its
-// own variables makes it hold, independently of the others'.
+// The subset: complete rules (with a default or not) and partial sets, without arguments or
+// else, whose bodies are conjunctions of (possibly negated) expressions without `with`. An
+// expression is a term, a call of an allowed built-in (its output captured or compared, or
+// its value tested), or a unification `a = b` where one side is a variable not yet bound, or
+// neither side binds a variable. Terms are scalars, composites (constant keys), calls, refs
+// into input or naming a rule of the residual, with constant keys or variables as path
+// elements. Variables are bound in body order (the first occurrence binds: a ref's path
+// element, a unification's variable side, a call's output) and may occur once unbound in
+// an expression; a variable read before it is bound is refused.
 type residualProgram struct {
-	main  *residualRule // data.xemafast.clean_residual
-	rules int           // rules compiled, each with its slot in an evaluation's memo
-	ops   int           // operand slots of the calls without variables
-	evals sync.Pool     // *residualEval sized for this program
+	main   *progRule // data.xemafast.<name>
+	rules  int       // rules compiled, each with its slot in an evaluation's memo
+	frames int       // the variables of every body: an evaluation's stack of frames
+	ops    int       // the operand slots of the calls
+	evals  sync.Pool // *progEval sized for this program
 }
 
-type residualRule struct {
-	slot   int
-	bodies [][]residualExpr // the rule holds when one body holds
+type progRule struct {
+	path    string
+	slot    int
+	partial bool      // a partial set (contains), else a complete rule
+	def     *ast.Term // a complete rule's default value, nil when it has none
+	bodies  []progBody
 }
 
-type residualExpr struct {
+type progBody struct {
+	vars     int  // its frame's size
+	straight bool // no expression has more than one solution: the body has at most one
+	exprs    []progExpr
+	value    progTerm // the head's value, or the partial set's element, once the body holds
+}
+
+// progExpr is an expression: test when it binds no variable (whether it holds), bind when
+// it binds variables to one value each (whether it holds, the values set in the frame), else
+// solve (yield once per solution, its variables set in the frame; false when stopped).
+type progExpr struct {
 	negated bool
-	holds   func(ev *residualEval) bool
+	test    func(ev *progEval, fr []*ast.Term) bool
+	bind    func(ev *progEval, fr []*ast.Term) bool
+	solve   func(ev *progEval, fr []*ast.Term, yield func() bool) bool
 }
 
-// A term is compiled to val when it has no variable (its one value, or none: undefined),
-// else to gen.
-type term struct {
-	val func(ev *residualEval) (*ast.Term, bool)
-	gen gen
+// progTerm is a term: val when it binds no variable (its one value, or none: undefined),
+// else gen (each value, the variables it binds set in the frame, until yield returns false;
+// false when stopped).
+type progTerm struct {
+	val func(ev *progEval, fr []*ast.Term) (*ast.Term, bool)
+	gen func(ev *progEval, fr []*ast.Term, yield func(*ast.Term) bool) bool
 }
 
-// gen yields each value a term takes under some assignment of its variables, until yield
-// returns false; it returns false when it was stopped.
-type gen func(ev *residualEval, yield func(*ast.Term) bool) bool
-
-func (t term) each(ev *residualEval, yield func(*ast.Term) bool) bool {
-	if t.val == nil {
-		return t.gen(ev, yield)
+func (t progTerm) each(ev *progEval, fr []*ast.Term, yield func(*ast.Term) bool) bool {
+	if t.gen != nil {
+		return t.gen(ev, fr, yield)
 	}
-	if v, ok := t.val(ev); ok {
+	if v, ok := t.val(ev, fr); ok {
 		return yield(v)
 	}
 	return true
 }
 
-// residualEval is one evaluation's state, pooled per program.
-type residualEval struct {
+// progEval is one evaluation's state, pooled per program.
+type progEval struct {
 	bctx  topdown.BuiltinContext
 	input *ast.Term
-	memo  []int8      // per rule: 0 not evaluated, 1 holds, -1 does not
-	ops   []*ast.Term // the calls' operands, each call its own slots
+	memo  []*ast.Term // per rule: its value once evaluated (undefinedTerm when undefined)
+	stack []*ast.Term // the frames of the bodies being evaluated
+	top   int
+	ops   []*ast.Term // the operands of the calls without variables to bind, each call its own
 	out   *ast.Term   // the output of the built-in just called
 	iter  func(*ast.Term) error
-	err   error // a built-in's Halt: the evaluation's error
+	err   error // a conflict of a complete rule or a built-in's Halt: the evaluation's error
 }
+
+// emptySet is every partial set's value when it has no element: values are never changed
+// once made.
+var emptySet = ast.SetTerm()
+
+// undefinedTerm marks a rule evaluated to no value in a memo (by its address: no rule's
+// value is this term).
+var undefinedTerm = &ast.Term{Value: ast.Null{}}
 
 // residualBuiltins are the built-ins a program may call: pure, deterministic functions of
 // their operands with one output. A residual calling another one keeps topdown's
@@ -83,7 +109,8 @@ var residualBuiltins = map[string]bool{
 	"is_string": true, "is_array": true, "is_object": true, "is_set": true, "is_number": true,
 	"is_boolean": true, "is_null": true, "neq": true, "equal": true, "lt": true, "lte": true,
 	"gt": true, "gte": true, "internal.member_2": true, "glob.match": true, "concat": true,
-	"startswith": true, "endswith": true, "count": true, "object.get": true,
+	"startswith": true, "endswith": true, "count": true, "object.get": true, "object.keys": true,
+	"sort": true, "sprintf": true,
 }
 
 // errUnsupported marks a residual outside the program's subset.
@@ -95,16 +122,33 @@ func unsupported(format string, args ...any) error {
 
 // programCompiler compiles the rules of one residual.
 type programCompiler struct {
-	defs  map[string][]*ast.Rule // rules by path, as mods define them
-	rules map[string]*residualRule
-	busy  map[string]bool // rules being compiled: a recursion is refused
-	ops   int             // operand slots handed out
+	defs   map[string][]*ast.Rule // rules by path, as mods define them
+	rules  map[string]*progRule
+	busy   map[string]bool // rules being compiled: a recursion is refused
+	frames int
+	ops    int
+}
+
+// bodyScope is what is known of a body's variables while its expressions are compiled in
+// order.
+type bodyScope struct {
+	slots map[ast.Var]int
+	bound map[ast.Var]bool
+}
+
+func (s *bodyScope) slot(v ast.Var) int {
+	i, ok := s.slots[v]
+	if !ok {
+		i = len(s.slots)
+		s.slots[v] = i
+	}
+	return i
 }
 
 // compileResidualProgram compiles the rule name of mods (residualModules); an error wrapping
 // errUnsupported means the residual is outside the subset.
 func compileResidualProgram(mods []*ast.Module, name string) (*residualProgram, error) {
-	pc := &programCompiler{defs: map[string][]*ast.Rule{}, rules: map[string]*residualRule{}, busy: map[string]bool{}}
+	pc := &programCompiler{defs: map[string][]*ast.Rule{}, rules: map[string]*progRule{}, busy: map[string]bool{}}
 	for _, m := range mods {
 		for _, r := range m.Rules {
 			path := m.Package.Path.Extend(r.Head.Ref()).String()
@@ -115,9 +159,9 @@ func compileResidualProgram(mods []*ast.Module, name string) (*residualProgram, 
 	if err != nil {
 		return nil, err
 	}
-	p := &residualProgram{main: main, rules: len(pc.rules), ops: pc.ops}
+	p := &residualProgram{main: main, rules: len(pc.rules), frames: pc.frames, ops: pc.ops}
 	p.evals.New = func() any {
-		ev := &residualEval{memo: make([]int8, p.rules), ops: make([]*ast.Term, p.ops)}
+		ev := &progEval{memo: make([]*ast.Term, p.rules), stack: make([]*ast.Term, p.frames), ops: make([]*ast.Term, p.ops)}
 		ev.iter = func(out *ast.Term) error {
 			if ev.out == nil { // one output: the allowed built-ins are functions
 				ev.out = out
@@ -129,7 +173,7 @@ func compileResidualProgram(mods []*ast.Module, name string) (*residualProgram, 
 	return p, nil
 }
 
-func (pc *programCompiler) rule(path string) (*residualRule, error) {
+func (pc *programCompiler) rule(path string) (*progRule, error) {
 	if r, ok := pc.rules[path]; ok {
 		return r, nil
 	}
@@ -142,13 +186,32 @@ func (pc *programCompiler) rule(path string) (*residualRule, error) {
 	}
 	pc.busy[path] = true
 	defer delete(pc.busy, path)
-	rule := &residualRule{}
-	for _, r := range defs {
-		if r.Default || r.Else != nil || len(r.Head.Args) > 0 || r.Head.Key != nil ||
-			len(r.Head.Ref()) != 1 || r.Head.Value == nil || !ast.BooleanTerm(true).Equal(r.Head.Value) {
-			return nil, unsupported("rule %s is not a complete rule of value true", path)
+	rule := &progRule{path: path}
+	for i, r := range defs {
+		h := r.Head
+		if r.Else != nil || len(h.Args) > 0 || len(h.Ref()) != 1 {
+			return nil, unsupported("rule %s has arguments, else or a ref head", path)
 		}
-		body, err := pc.body(r.Body)
+		partial := h.Value == nil && h.Key != nil
+		if !partial && (h.Value == nil || h.Key != nil) {
+			return nil, unsupported("rule %s is neither a complete rule nor a partial set", path)
+		}
+		if i > 0 && partial != rule.partial {
+			return nil, unsupported("rule %s is defined both ways", path)
+		}
+		rule.partial = partial
+		if r.Default {
+			if !ast.IsConstant(h.Value.Value) || rule.def != nil {
+				return nil, unsupported("default of %s", path)
+			}
+			rule.def = h.Value
+			continue
+		}
+		value := h.Value
+		if partial {
+			value = h.Key
+		}
+		body, err := pc.body(r.Body, value)
 		if err != nil {
 			return nil, fmt.Errorf("rule %s: %w", path, err)
 		}
@@ -159,199 +222,260 @@ func (pc *programCompiler) rule(path string) (*residualRule, error) {
 	return rule, nil
 }
 
-func (pc *programCompiler) body(b ast.Body) ([]residualExpr, error) {
-	count := map[ast.Var]int{}
+func (pc *programCompiler) body(b ast.Body, value *ast.Term) (progBody, error) {
+	s := &bodyScope{slots: map[ast.Var]int{}, bound: map[ast.Var]bool{}}
+	out := progBody{exprs: make([]progExpr, 0, len(b)), straight: true}
 	for _, x := range b {
-		switch t := x.Terms.(type) {
-		case *ast.Term:
-			countVars(t, count)
-		case []*ast.Term:
-			for _, a := range t[1:] {
-				countVars(a, count)
-			}
-		}
-	}
-	for v, n := range count {
-		if n > 1 {
-			return nil, unsupported("variable %v occurs %d times in %v", v, n, b)
-		}
-	}
-	out := make([]residualExpr, 0, len(b))
-	for _, x := range b {
-		e, err := pc.expr(x)
+		e, err := pc.expr(s, x)
 		if err != nil {
-			return nil, err
+			return progBody{}, err
 		}
-		out = append(out, e)
+		out.exprs = append(out.exprs, e)
+		out.straight = out.straight && e.solve == nil
 	}
+	v, err := pc.term(s, value)
+	if err != nil {
+		return progBody{}, err
+	}
+	if v.val == nil {
+		return progBody{}, unsupported("head value %v binds a variable", value)
+	}
+	out.value, out.vars = v, len(s.slots)
+	pc.frames += out.vars
 	return out, nil
 }
 
-// countVars counts the variables of t, but a ref's head (input or data; other heads are
-// refused by term) and a call's operator.
-func countVars(t *ast.Term, count map[ast.Var]int) {
+// unbound counts the occurrences of t's variables s has not bound, but a ref's head (input
+// or data) and a call's operator.
+func unbound(s *bodyScope, t *ast.Term, count map[ast.Var]int) {
 	switch v := t.Value.(type) {
 	case ast.Var:
-		count[v]++
+		if !s.bound[v] {
+			count[v]++
+		}
 	case ast.Ref:
-		if head, isVar := v[0].Value.(ast.Var); isVar && !ast.RootDocumentNames.Contains(v[0]) {
+		if head, isVar := v[0].Value.(ast.Var); isVar && !ast.RootDocumentNames.Contains(v[0]) && !s.bound[head] {
 			count[head]++
 		}
 		for _, p := range v[1:] {
-			countVars(p, count)
+			unbound(s, p, count)
 		}
 	case ast.Call:
 		for _, a := range v[1:] {
-			countVars(a, count)
+			unbound(s, a, count)
 		}
 	case *ast.Array:
-		v.Foreach(func(e *ast.Term) { countVars(e, count) })
+		v.Foreach(func(e *ast.Term) { unbound(s, e, count) })
 	case ast.Set:
-		v.Foreach(func(e *ast.Term) { countVars(e, count) })
+		v.Foreach(func(e *ast.Term) { unbound(s, e, count) })
 	case ast.Object:
-		v.Foreach(func(k, e *ast.Term) { countVars(k, count); countVars(e, count) })
+		v.Foreach(func(k, e *ast.Term) { unbound(s, k, count); unbound(s, e, count) })
 	}
 }
 
 // truthy holds for a defined value other than false: when an expression holds.
 func truthy(v *ast.Term) bool { return !ast.Boolean(false).Equal(v.Value) }
 
-func (pc *programCompiler) expr(x *ast.Expr) (residualExpr, error) {
+func (pc *programCompiler) expr(s *bodyScope, x *ast.Expr) (progExpr, error) {
 	if len(x.With) > 0 {
-		return residualExpr{}, unsupported("with in %v", x)
+		return progExpr{}, unsupported("with in %v", x)
 	}
-	var t term
+	count := map[ast.Var]int{}
 	switch ts := x.Terms.(type) {
 	case *ast.Term:
-		var err error
-		if t, err = pc.term(ts); err != nil {
-			return residualExpr{}, err
-		}
+		unbound(s, ts, count)
 	case []*ast.Term:
-		op := x.Operator().String()
-		if op == ast.Equality.Name && len(ts) == 3 {
-			return pc.unify(x.Negated, ts[1], ts[2])
-		}
-		var err error
-		if t, err = pc.call(op, ts[1:]); err != nil {
-			return residualExpr{}, err
+		for _, a := range ts[1:] {
+			unbound(s, a, count)
 		}
 	default:
-		return residualExpr{}, unsupported("expression %v", x)
+		return progExpr{}, unsupported("expression %v", x)
+	}
+	for v, n := range count {
+		if n > 1 {
+			return progExpr{}, unsupported("unbound variable %v occurs %d times in %v", v, n, x)
+		}
+	}
+	if !x.Negated {
+		return pc.positive(s, x)
+	}
+	// A negated expression binds nothing outside itself: its variables are its own.
+	inner := &bodyScope{slots: s.slots, bound: make(map[ast.Var]bool, len(s.bound))}
+	for v := range s.bound {
+		inner.bound[v] = true
+	}
+	e, err := pc.positive(inner, x)
+	if err != nil {
+		return progExpr{}, err
+	}
+	switch {
+	case e.test != nil:
+		return progExpr{negated: true, test: e.test}, nil
+	case e.bind != nil:
+		return progExpr{negated: true, test: e.bind}, nil
+	}
+	return progExpr{negated: true, test: func(ev *progEval, fr []*ast.Term) bool {
+		found := false
+		e.solve(ev, fr, func() bool { found = true; return false })
+		return found
+	}}, nil
+}
+
+// positive compiles x without its negation.
+func (pc *programCompiler) positive(s *bodyScope, x *ast.Expr) (progExpr, error) {
+	var t progTerm
+	var err error
+	switch ts := x.Terms.(type) {
+	case *ast.Term:
+		t, err = pc.term(s, ts)
+	case []*ast.Term:
+		op := x.Operator().String()
+		args := ts[1:]
+		if (op == ast.Equality.Name || op == ast.Assign.Name) && len(args) == 2 {
+			return pc.unify(s, args[0], args[1])
+		}
+		bi, ok := ast.BuiltinMap[op]
+		if !ok || len(args) != bi.Decl.Arity()+1 {
+			t, err = pc.call(s, op, args)
+			break
+		}
+		// The output captured: bound to a variable, or compared with a value.
+		if t, err = pc.call(s, op, args[:len(args)-1]); err != nil {
+			return progExpr{}, err
+		}
+		return pc.match(s, t, args[len(args)-1])
+	}
+	if err != nil {
+		return progExpr{}, err
 	}
 	if t.val != nil {
-		return residualExpr{negated: x.Negated, holds: func(ev *residualEval) bool {
-			v, ok := t.val(ev)
+		return progExpr{test: func(ev *progEval, fr []*ast.Term) bool {
+			v, ok := t.val(ev, fr)
 			return ok && truthy(v)
 		}}, nil
 	}
-	return residualExpr{negated: x.Negated, holds: func(ev *residualEval) bool { return some(ev, t, truthy) }}, nil
+	return progExpr{solve: func(ev *progEval, fr []*ast.Term, yield func() bool) bool {
+		return t.gen(ev, fr, func(v *ast.Term) bool { return !truthy(v) || yield() })
+	}}, nil
 }
 
-// unify compiles a = b: with a variable on one side (it occurs nowhere else), it holds
-// when the other side is defined; else when some values of the two are equal, as
-// topdown's unification of ground terms.
-func (pc *programCompiler) unify(negated bool, a, b *ast.Term) (residualExpr, error) {
-	if _, ok := b.Value.(ast.Var); ok {
+// unify compiles a = b: a variable not yet bound on one side is bound to each value of the
+// other; else some values of the two must be equal, as topdown's unification of ground
+// terms.
+func (pc *programCompiler) unify(s *bodyScope, a, b *ast.Term) (progExpr, error) {
+	if v, ok := b.Value.(ast.Var); ok && !s.bound[v] {
 		a, b = b, a
 	}
 	if _, ok := a.Value.(ast.Var); ok {
-		t, err := pc.term(b)
+		tb, err := pc.term(s, b)
 		if err != nil {
-			return residualExpr{}, err
+			return progExpr{}, err
 		}
-		return residualExpr{negated: negated, holds: func(ev *residualEval) bool {
-			return some(ev, t, func(*ast.Term) bool { return true })
+		return pc.match(s, tb, a)
+	}
+	ta, err := pc.term(s, a)
+	if err != nil {
+		return progExpr{}, err
+	}
+	return pc.match(s, ta, b)
+}
+
+// match compiles "t's value equals other": other is a variable not yet bound (bound to it
+// then) or a term of its own.
+func (pc *programCompiler) match(s *bodyScope, t progTerm, other *ast.Term) (progExpr, error) {
+	if v, ok := other.Value.(ast.Var); ok && !s.bound[v] {
+		i := s.slot(v)
+		s.bound[v] = true
+		if t.val != nil {
+			return progExpr{bind: func(ev *progEval, fr []*ast.Term) bool {
+				val, ok := t.val(ev, fr)
+				fr[i] = val
+				return ok
+			}}, nil
+		}
+		return progExpr{solve: func(ev *progEval, fr []*ast.Term, yield func() bool) bool {
+			return t.each(ev, fr, func(val *ast.Term) bool {
+				fr[i] = val
+				return yield()
+			})
 		}}, nil
 	}
-	ta, err := pc.term(a)
+	o, err := pc.term(s, other)
 	if err != nil {
-		return residualExpr{}, err
+		return progExpr{}, err
 	}
-	tb, err := pc.term(b)
-	if err != nil {
-		return residualExpr{}, err
-	}
-	if ta.val != nil && tb.val != nil {
-		return residualExpr{negated: negated, holds: func(ev *residualEval) bool {
-			va, ok := ta.val(ev)
+	if t.val != nil && o.val != nil {
+		return progExpr{test: func(ev *progEval, fr []*ast.Term) bool {
+			a, ok := t.val(ev, fr)
 			if !ok {
 				return false
 			}
-			vb, ok := tb.val(ev)
-			return ok && va.Equal(vb)
+			b, ok := o.val(ev, fr)
+			return ok && a.Equal(b)
 		}}, nil
 	}
-	return residualExpr{negated: negated, holds: func(ev *residualEval) bool {
-		return some(ev, ta, func(va *ast.Term) bool {
-			return some(ev, tb, func(vb *ast.Term) bool { return va.Equal(vb) })
+	return progExpr{solve: func(ev *progEval, fr []*ast.Term, yield func() bool) bool {
+		return t.each(ev, fr, func(a *ast.Term) bool {
+			return o.each(ev, fr, func(b *ast.Term) bool { return !a.Equal(b) || yield() })
 		})
 	}}, nil
 }
 
-// some reports whether t takes a value meeting ok.
-func some(ev *residualEval, t term, ok func(*ast.Term) bool) bool {
-	found := false
-	t.each(ev, func(v *ast.Term) bool {
-		found = ok(v)
-		return !found && ev.err == nil
-	})
-	return found
-}
-
-// call compiles a call of a built-in with its declared arity (no output argument). A
-// built-in's error leaves the call undefined, as topdown does when built-in errors are not
-// strict; a Halt is the evaluation's error.
-func (pc *programCompiler) call(op string, args []*ast.Term) (term, error) {
+// call compiles a call of a built-in with its declared arity. A built-in's error leaves the
+// call undefined, as topdown does when built-in errors are not strict; a Halt is the
+// evaluation's error.
+func (pc *programCompiler) call(s *bodyScope, op string, args []*ast.Term) (progTerm, error) {
 	bi, ok := ast.BuiltinMap[op]
 	f := topdown.GetBuiltin(op)
 	if !ok || f == nil || !residualBuiltins[op] {
-		return term{}, unsupported("built-in %s", op)
+		return progTerm{}, unsupported("built-in %s", op)
 	}
 	if bi.Decl.Arity() != len(args) {
-		return term{}, unsupported("%s called with %d arguments", op, len(args))
+		return progTerm{}, unsupported("%s called with %d arguments", op, len(args))
 	}
-	ts, err := pc.terms(args)
+	ts, err := pc.terms(s, args)
 	if err != nil {
-		return term{}, err
+		return progTerm{}, err
 	}
-	if !allVals(ts) {
-		return term{gen: func(ev *residualEval, yield func(*ast.Term) bool) bool {
-			return product(ev, ts, make([]*ast.Term, len(ts)), 0, func(operands []*ast.Term) bool {
-				v, ok := ev.call(op, f, operands)
-				return !ok || yield(v)
-			})
+	n := len(ts)
+	if allVals(ts) {
+		off := pc.ops
+		pc.ops += n
+		return progTerm{val: func(ev *progEval, fr []*ast.Term) (*ast.Term, bool) {
+			operands := ev.ops[off : off+n : off+n]
+			for i, t := range ts {
+				v, ok := t.val(ev, fr)
+				if !ok {
+					return nil, false
+				}
+				operands[i] = v
+			}
+			return ev.call(op, f, operands)
 		}}, nil
 	}
-	off := pc.ops
-	pc.ops += len(ts)
-	return term{val: func(ev *residualEval) (*ast.Term, bool) {
-		operands := ev.ops[off : off+len(ts) : off+len(ts)]
-		for i, t := range ts {
-			v, ok := t.val(ev)
-			if !ok {
-				return nil, false
-			}
-			operands[i] = v
-		}
-		return ev.call(op, f, operands)
+	return progTerm{gen: func(ev *progEval, fr []*ast.Term, yield func(*ast.Term) bool) bool {
+		return product(ev, fr, ts, make([]*ast.Term, n), 0, func(operands []*ast.Term) bool {
+			v, ok := ev.call(op, f, operands)
+			return !ok || yield(v)
+		})
 	}}, nil
 }
 
 // call calls a built-in, which must not keep operands.
-func (ev *residualEval) call(op string, f topdown.BuiltinFunc, operands []*ast.Term) (*ast.Term, bool) {
+func (ev *progEval) call(op string, f topdown.BuiltinFunc, operands []*ast.Term) (*ast.Term, bool) {
 	ev.out = nil
-	err := f(ev.bctx, operands, ev.iter)
-	var halt topdown.Halt
-	if errors.As(err, &halt) && ev.err == nil {
-		ev.err = fmt.Errorf("%s: %w", op, halt.Err)
+	if err := f(ev.bctx, operands, ev.iter); err != nil {
+		var halt topdown.Halt
+		if errors.As(err, &halt) && ev.err == nil {
+			ev.err = fmt.Errorf("%s: %w", op, halt.Err)
+		}
 	}
 	out := ev.out
 	ev.out = nil
 	return out, out != nil && ev.err == nil
 }
 
-func allVals(ts []term) bool {
+func allVals(ts []progTerm) bool {
 	for _, t := range ts {
 		if t.val == nil {
 			return false
@@ -360,11 +484,12 @@ func allVals(ts []term) bool {
 	return true
 }
 
-func (pc *programCompiler) terms(ts []*ast.Term) ([]term, error) {
-	out := make([]term, len(ts))
+// terms compiles ts left to right: a variable one binds is bound for the next.
+func (pc *programCompiler) terms(s *bodyScope, ts []*ast.Term) ([]progTerm, error) {
+	out := make([]progTerm, len(ts))
 	for i, t := range ts {
 		var err error
-		if out[i], err = pc.term(t); err != nil {
+		if out[i], err = pc.term(s, t); err != nil {
 			return nil, err
 		}
 	}
@@ -372,95 +497,223 @@ func (pc *programCompiler) terms(ts []*ast.Term) ([]term, error) {
 }
 
 // product calls f with each combination of the values of ts (vals as its buffer).
-func product(ev *residualEval, ts []term, vals []*ast.Term, i int, f func([]*ast.Term) bool) bool {
+func product(ev *progEval, fr []*ast.Term, ts []progTerm, vals []*ast.Term, i int, f func([]*ast.Term) bool) bool {
 	if i == len(ts) {
 		return f(vals)
 	}
-	return ts[i].each(ev, func(v *ast.Term) bool {
+	return ts[i].each(ev, fr, func(v *ast.Term) bool {
 		vals[i] = v
-		return product(ev, ts, vals, i+1, f)
+		return product(ev, fr, ts, vals, i+1, f)
 	})
 }
 
-func (pc *programCompiler) term(t *ast.Term) (term, error) {
+func (pc *programCompiler) term(s *bodyScope, t *ast.Term) (progTerm, error) {
 	switch v := t.Value.(type) {
 	case ast.Null, ast.Boolean, ast.Number, ast.String:
 		return constant(t), nil
+	case ast.Var:
+		if !s.bound[v] {
+			return progTerm{}, unsupported("variable %v read before it is bound", v)
+		}
+		i := s.slot(v)
+		return progTerm{val: func(_ *progEval, fr []*ast.Term) (*ast.Term, bool) { return fr[i], true }}, nil
 	case ast.Ref:
-		return pc.ref(v)
+		return pc.ref(s, v)
 	case ast.Call:
-		return pc.call(v[0].String(), v[1:])
+		return pc.call(s, v[0].String(), v[1:])
+	}
+	if ast.IsConstant(t.Value) {
+		return constant(t), nil
+	}
+	return pc.composite(s, t)
+}
+
+// composite compiles an array, set or object with variables, refs or calls in it (an
+// object's keys constant).
+func (pc *programCompiler) composite(s *bodyScope, t *ast.Term) (progTerm, error) {
+	var elems []*ast.Term
+	var build func(vals []*ast.Term) *ast.Term
+	switch v := t.Value.(type) {
 	case *ast.Array:
-		if ast.IsConstant(v) {
-			return constant(t), nil
+		v.Foreach(func(e *ast.Term) { elems = append(elems, e) })
+		build = func(vals []*ast.Term) *ast.Term { return ast.ArrayTerm(append([]*ast.Term(nil), vals...)...) }
+	case ast.Set:
+		v.Foreach(func(e *ast.Term) { elems = append(elems, e) })
+		build = func(vals []*ast.Term) *ast.Term { return ast.SetTerm(vals...) }
+	case ast.Object:
+		var keys []*ast.Term
+		constKeys := true
+		v.Foreach(func(k, e *ast.Term) {
+			constKeys = constKeys && ast.IsConstant(k.Value)
+			keys, elems = append(keys, k), append(elems, e)
+		})
+		if !constKeys {
+			return progTerm{}, unsupported("object %v with a key that is not constant", t)
 		}
-		elems := make([]*ast.Term, v.Len())
-		for i := range elems {
-			elems[i] = v.Elem(i)
-		}
-		ts, err := pc.terms(elems)
-		if err != nil {
-			return term{}, err
-		}
-		return term{gen: func(ev *residualEval, yield func(*ast.Term) bool) bool {
-			return product(ev, ts, make([]*ast.Term, len(ts)), 0, func(vals []*ast.Term) bool {
-				return yield(ast.ArrayTerm(append([]*ast.Term(nil), vals...)...))
-			})
-		}}, nil
-	case ast.Object, ast.Set:
-		if ast.IsConstant(v) {
-			return constant(t), nil
-		}
-	}
-	return term{}, unsupported("term %v", t)
-}
-
-func constant(t *ast.Term) term {
-	return term{val: func(*residualEval) (*ast.Term, bool) { return t, true }}
-}
-
-// ref compiles a ref into input, or one naming a rule of the residual (true when it holds).
-func (pc *programCompiler) ref(r ast.Ref) (term, error) {
-	if r.HasPrefix(ast.DefaultRootRef) {
-		rule, err := pc.rule(r.String())
-		if err != nil {
-			return term{}, err
-		}
-		return term{val: func(ev *residualEval) (*ast.Term, bool) {
-			if ev.rule(rule) {
-				return ast.InternedTerm(true), true
+		build = func(vals []*ast.Term) *ast.Term {
+			obj := ast.NewObject()
+			for i, k := range keys {
+				obj.Insert(k, vals[i])
 			}
-			return nil, false
+			return ast.NewTerm(obj)
+		}
+	default:
+		return progTerm{}, unsupported("term %v", t)
+	}
+	ts, err := pc.terms(s, elems)
+	if err != nil {
+		return progTerm{}, err
+	}
+	n := len(ts)
+	if allVals(ts) {
+		return progTerm{val: func(ev *progEval, fr []*ast.Term) (*ast.Term, bool) {
+			vals := make([]*ast.Term, n)
+			for i, t := range ts {
+				v, ok := t.val(ev, fr)
+				if !ok {
+					return nil, false
+				}
+				vals[i] = v
+			}
+			return build(vals), true
 		}}, nil
 	}
-	if !r.HasPrefix(ast.InputRootRef) {
-		return term{}, unsupported("ref %v", r)
-	}
-	path := r[1:]
-	vars := false
-	for _, p := range path {
-		switch p.Value.(type) {
-		case ast.Var:
-			vars = true
-		case ast.String, ast.Number, ast.Boolean, ast.Null:
-		default:
-			return term{}, unsupported("path element %v of %v", p, r)
-		}
-	}
-	if !vars {
-		return term{val: func(ev *residualEval) (*ast.Term, bool) { return lookup(ev.input, path) }}, nil
-	}
-	return term{gen: func(ev *residualEval, yield func(*ast.Term) bool) bool { return walk(ev.input, path, yield) }}, nil
+	return progTerm{gen: func(ev *progEval, fr []*ast.Term, yield func(*ast.Term) bool) bool {
+		return product(ev, fr, ts, make([]*ast.Term, n), 0, func(vals []*ast.Term) bool { return yield(build(vals)) })
+	}}, nil
 }
 
-// lookup is the value at path (no variable) below t.
-func lookup(t *ast.Term, path ast.Ref) (*ast.Term, bool) {
-	for _, key := range path {
-		if t = child(t, key); t == nil {
-			return nil, false
+func constant(t *ast.Term) progTerm {
+	return progTerm{val: func(*progEval, []*ast.Term) (*ast.Term, bool) { return t, true }}
+}
+
+// ref compiles a ref into input, or into the value of a rule of the residual (the rule
+// named by a prefix of the ref).
+func (pc *programCompiler) ref(s *bodyScope, r ast.Ref) (progTerm, error) {
+	var root func(ev *progEval) (*ast.Term, bool)
+	var path ast.Ref
+	switch {
+	case r.HasPrefix(ast.InputRootRef):
+		root = func(ev *progEval) (*ast.Term, bool) { return ev.input, true }
+		path = r[1:]
+	case r.HasPrefix(ast.DefaultRootRef):
+		for n := len(r); n > 1 && root == nil; n-- {
+			if !r[:n].IsGround() {
+				continue
+			}
+			if _, ok := pc.defs[r[:n].String()]; !ok {
+				continue
+			}
+			rule, err := pc.rule(r[:n].String())
+			if err != nil {
+				return progTerm{}, err
+			}
+			root = func(ev *progEval) (*ast.Term, bool) { return ev.rule(rule) }
+			path = r[n:]
+		}
+		if root == nil {
+			return progTerm{}, unsupported("ref %v names no rule of the residual", r)
+		}
+	default:
+		return progTerm{}, unsupported("ref %v", r)
+	}
+	// A path element is a constant key, a variable (bound here, or read) or a term without
+	// variables to bind, whose value is the key.
+	type step struct {
+		key  *ast.Term
+		slot int
+		bind bool
+		term func(ev *progEval, fr []*ast.Term) (*ast.Term, bool)
+	}
+	steps := make([]step, len(path))
+	binds := false
+	for i, p := range path {
+		switch v := p.Value.(type) {
+		case ast.String, ast.Number, ast.Boolean, ast.Null:
+			steps[i] = step{key: p}
+		case ast.Var:
+			steps[i] = step{slot: s.slot(v), bind: !s.bound[v]}
+			binds = binds || steps[i].bind
+			s.bound[v] = true
+		default:
+			t, err := pc.term(s, p)
+			if err != nil {
+				return progTerm{}, err
+			}
+			if t.val == nil {
+				return progTerm{}, unsupported("path element %v of %v binds a variable", p, r)
+			}
+			steps[i] = step{term: t.val}
 		}
 	}
-	return t, true
+	// key is the key of a step that binds nothing, false when undefined.
+	key := func(st step, ev *progEval, fr []*ast.Term) (*ast.Term, bool) {
+		switch {
+		case st.key != nil:
+			return st.key, true
+		case st.term != nil:
+			return st.term(ev, fr)
+		}
+		return fr[st.slot], true
+	}
+	if !binds {
+		return progTerm{val: func(ev *progEval, fr []*ast.Term) (*ast.Term, bool) {
+			t, ok := root(ev)
+			for _, st := range steps {
+				if !ok {
+					return nil, false
+				}
+				k, defined := key(st, ev, fr)
+				if !defined {
+					return nil, false
+				}
+				t = child(t, k)
+				ok = t != nil
+			}
+			return t, ok
+		}}, nil
+	}
+	var walk func(ev *progEval, t *ast.Term, i int, fr []*ast.Term, yield func(*ast.Term) bool) bool
+	walk = func(ev *progEval, t *ast.Term, i int, fr []*ast.Term, yield func(*ast.Term) bool) bool {
+		if i == len(steps) {
+			return yield(t)
+		}
+		st := steps[i]
+		if !st.bind {
+			k, defined := key(st, ev, fr)
+			if !defined {
+				return true
+			}
+			if next := child(t, k); next != nil {
+				return walk(ev, next, i+1, fr, yield)
+			}
+			return true
+		}
+		each := func(k, v *ast.Term) bool {
+			fr[st.slot] = k
+			return !walk(ev, v, i+1, fr, yield)
+		}
+		switch c := t.Value.(type) {
+		case ast.Object:
+			return !c.Until(each)
+		case *ast.Array:
+			for j := range c.Len() {
+				if each(ast.InternedTerm(j), c.Elem(j)) {
+					return false
+				}
+			}
+		case ast.Set:
+			return !c.Until(func(e *ast.Term) bool { return each(e, e) })
+		}
+		return true
+	}
+	return progTerm{gen: func(ev *progEval, fr []*ast.Term, yield func(*ast.Term) bool) bool {
+		t, ok := root(ev)
+		if !ok {
+			return true
+		}
+		return walk(ev, t, 0, fr, yield)
+	}}, nil
 }
 
 // child is t's value at key, nil when undefined.
@@ -482,74 +735,132 @@ func child(t, key *ast.Term) *ast.Term {
 	return nil
 }
 
-// walk yields the values at path below t, a variable standing for every key.
-func walk(t *ast.Term, path ast.Ref, yield func(*ast.Term) bool) bool {
-	if len(path) == 0 {
-		return yield(t)
-	}
-	key, rest := path[0], path[1:]
-	if _, isVar := key.Value.(ast.Var); !isVar {
-		if next := child(t, key); next != nil {
-			return walk(next, rest, yield)
-		}
-		return true
-	}
-	switch c := t.Value.(type) {
-	case ast.Object:
-		return !c.Until(func(_, v *ast.Term) bool { return !walk(v, rest, yield) })
-	case *ast.Array:
-		return !c.Until(func(v *ast.Term) bool { return !walk(v, rest, yield) })
-	case ast.Set:
-		return !c.Until(func(v *ast.Term) bool { return !walk(v, rest, yield) })
-	}
-	return true
-}
-
-// holds evaluates the program over input. Only an error of the evaluation itself (a Halt
-// of a built-in, the context's end) is returned; the caller denies on it.
-func (p *residualProgram) holds(ctx context.Context, input ast.Value) (bool, error) {
+// eval evaluates the program over input: the main rule's value, nil when undefined. Only an
+// error of the evaluation itself (a complete rule's conflict, a Halt of a built-in, the
+// context's end) is returned; the caller denies on it.
+func (p *residualProgram) eval(ctx context.Context, input ast.Value) (*ast.Term, error) {
 	if err := ctx.Err(); err != nil {
-		return false, err
+		return nil, err
 	}
-	ev := p.evals.Get().(*residualEval)
+	ev := p.evals.Get().(*progEval)
 	ev.bctx.Context, ev.input = ctx, ast.NewTerm(input)
-	ok := ev.rule(p.main)
+	v, ok := ev.rule(p.main)
 	err := ev.err
 	clear(ev.memo)
+	clear(ev.stack)
 	clear(ev.ops)
-	ev.bctx.Context, ev.input, ev.err = nil, nil, nil
+	ev.bctx.Context, ev.input, ev.err, ev.top = nil, nil, nil, 0
 	p.evals.Put(ev)
-	if err != nil {
-		return false, err
+	if err != nil || !ok {
+		return nil, err
 	}
-	return ok, nil
+	return v, nil
 }
 
-func (ev *residualEval) rule(r *residualRule) bool {
-	switch ev.memo[r.slot] {
-	case 1:
-		return true
-	case -1:
-		return false
-	}
-	holds := false
-	for _, body := range r.bodies {
-		if holds = ev.body(body); holds || ev.err != nil {
-			break
-		}
-	}
-	ev.memo[r.slot] = -1
-	if holds {
-		ev.memo[r.slot] = 1
-	}
-	return holds
+// holds evaluates a program of a rule of value true: whether it holds.
+func (p *residualProgram) holds(ctx context.Context, input ast.Value) (bool, error) {
+	v, err := p.eval(ctx, input)
+	return v != nil && truthy(v), err
 }
 
-func (ev *residualEval) body(b []residualExpr) bool {
-	for _, x := range b {
-		if x.holds(ev) == x.negated || ev.err != nil {
-			return false
+// rule is r's value, evaluated once per evaluation.
+func (ev *progEval) rule(r *progRule) (*ast.Term, bool) {
+	if v := ev.memo[r.slot]; v != nil {
+		return v, v != undefinedTerm
+	}
+	var value *ast.Term
+	var set ast.Set
+	if r.partial {
+		set = ast.NewSet()
+	}
+	add := func(v *ast.Term) bool {
+		switch {
+		case r.partial:
+			set.Add(v)
+		case value == nil:
+			value = v
+		case !value.Equal(v):
+			ev.err = fmt.Errorf("%s: complete rules must not produce multiple outputs", r.path)
+		}
+		return ev.err == nil
+	}
+	for i := range r.bodies {
+		b := &r.bodies[i]
+		if b.straight {
+			if v, ok := ev.straight(b); ok {
+				add(v)
+			}
+		} else {
+			ev.body(b, 0, func(fr []*ast.Term) bool {
+				v, ok := b.value.val(ev, fr)
+				return !ok || add(v)
+			})
+		}
+		if ev.err != nil {
+			return nil, false
 		}
 	}
-	return true
+	switch {
+	case r.partial && set.Len() == 0:
+		value = emptySet
+	case r.partial:
+		value = ast.NewTerm(set)
+	case value == nil:
+		value = r.def
+	}
+	if value == nil {
+		ev.memo[r.slot] = undefinedTerm
+		return nil, false
+	}
+	ev.memo[r.slot] = value
+	return value, true
+}
+
+// body calls k with the frame of each solution of b, from its expression i on.
+func (ev *progEval) body(b *progBody, i int, k func(fr []*ast.Term) bool) bool {
+	base := ev.top
+	fr := ev.stack[base : base+b.vars : base+b.vars]
+	clear(fr)
+	ev.top += b.vars
+	goOn := ev.solve(b, fr, i, k)
+	ev.top = base
+	return goOn
+}
+
+func (ev *progEval) solve(b *progBody, fr []*ast.Term, i int, k func(fr []*ast.Term) bool) bool {
+	for ; i < len(b.exprs); i++ {
+		x := &b.exprs[i]
+		if x.solve != nil {
+			next := i + 1
+			return x.solve(ev, fr, func() bool { return ev.err == nil && ev.solve(b, fr, next, k) })
+		}
+		if !x.holds(ev, fr) || ev.err != nil {
+			return ev.err == nil
+		}
+	}
+	return k(fr)
+}
+
+// holds evaluates an expression without several solutions.
+func (x *progExpr) holds(ev *progEval, fr []*ast.Term) bool {
+	if x.bind != nil {
+		return x.bind(ev, fr)
+	}
+	return x.test(ev, fr) != x.negated
+}
+
+// straight evaluates a body of at most one solution: its head's value, false when it does
+// not hold.
+func (ev *progEval) straight(b *progBody) (*ast.Term, bool) {
+	base := ev.top
+	fr := ev.stack[base : base+b.vars : base+b.vars]
+	clear(fr)
+	ev.top += b.vars
+	defer func() { ev.top = base }()
+	for i := range b.exprs {
+		if !b.exprs[i].holds(ev, fr) || ev.err != nil {
+			return nil, false
+		}
+	}
+	return b.value.val(ev, fr)
 }

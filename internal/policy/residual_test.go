@@ -3,15 +3,16 @@ package policy
 import (
 	"context"
 	"errors"
+	"reflect"
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
 )
 
-// topdownHolds evaluates data.xemafast.clean_residual of mods with topdown, as the entry
-// without a program does.
-func topdownHolds(t *testing.T, mods []*ast.Module, input ast.Value) bool {
+// topdownValue evaluates data.xemafast.clean_residual of mods with topdown: its value, nil
+// when undefined.
+func topdownValue(t *testing.T, mods []*ast.Module, input ast.Value) (*ast.Term, error) {
 	t.Helper()
 	opts := []func(*rego.Rego){rego.Query("data.xemafast.clean_residual")}
 	for _, m := range mods {
@@ -21,12 +22,13 @@ func topdownHolds(t *testing.T, mods []*ast.Module, input ast.Value) bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ent := &fastEntry{residual: &q}
-	ok, err := ent.holds(context.Background(), input)
-	if err != nil {
-		t.Fatal(err)
+	evalOpts, stop := evalOptions(context.Background(), input)
+	defer stop()
+	rs, err := q.Eval(context.Background(), evalOpts...)
+	if err != nil || len(rs) == 0 {
+		return nil, err
 	}
-	return ok
+	return rs[0].Expressions[0].Value.(*ast.Term), nil
 }
 
 func parseModules(t *testing.T, srcs ...string) []*ast.Module {
@@ -91,6 +93,30 @@ clean_residual if { input.obj.k.v }
 clean_residual if { input.tags[1] == "b" }`}},
 		{"array index and set lookup", []string{`package xemafast
 clean_residual if { input.armed[0] == "*"; not input.armed[1] }`}},
+		{"a variable joining two expressions", []string{`package xemafast
+clean_residual if { x = input.groups[_]; x == "support" }`}},
+		{"an output compared", []string{`package xemafast
+clean_residual if { count(input.armed, 1) }`}},
+		{"a value other than true, and a default", []string{`package xemafast
+clean_residual := v if { v := data.xemafast.kind }
+default kind := "none"
+kind := input.subject.kind if { is_string(input.subject.kind) }`}},
+		{"a ref with a ref inside", []string{`package xemafast
+clean_residual if { data.xemafast.rank[input.subject.kind] > 1 }
+rank := {"agent": 1, "user": 2}`}},
+		{"a conflict is an error", []string{`package xemafast
+clean_residual := 1 if { input.environment }
+clean_residual := 2 if { input.armed }`}},
+		{"partial sets, sort and count (the residual of full_decision)", []string{`package xemafast
+clean_residual := d if { d = {"allow": data.xemafast.allow, "reasons": sort(data.xemafast.deny), "codes": data.xemafast.codes} }
+default allow := false
+allow if { count(sort(data.xemafast.deny), 0); "project" = input.environment }
+deny contains {"code": "ENV", "detail": msg} if { not input.environment = "project"; sprintf("environment %v is not granted", [input.environment], msg) }
+deny contains {"code": "NOT_ARMED", "detail": "not armed"} if { not data.xemafast.armed }
+deny contains {"code": "KIND", "detail": k} if { k = input.subject.kind; k != "agent" }
+deny contains {"code": "APPROVAL", "detail": "approval"} if { internal.member_2("approval", object.keys(input)) }
+codes contains c if { c = data.xemafast.deny[_].code }
+armed if { glob.match(input.armed[_], null, "kb:page.read@1") }`}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -99,23 +125,28 @@ clean_residual if { input.armed[0] == "*"; not input.armed[1] }`}},
 			if err != nil {
 				t.Fatalf("compile: %v", err)
 			}
-			held := 0
+			outcomes := map[string]bool{}
 			for _, in := range inputs {
 				input := ast.MustParseTerm(in).Value
-				want := topdownHolds(t, mods, input)
-				got, err := p.holds(context.Background(), input)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if got != want {
+				want, wantErr := topdownValue(t, mods, input)
+				got, err := p.eval(context.Background(), input)
+				switch {
+				case (err != nil) != (wantErr != nil):
+					t.Errorf("input %s: program error %v, topdown error %v", in, err, wantErr)
+				case (got == nil) != (want == nil) || (got != nil && !got.Equal(want)):
 					t.Errorf("input %s: program %v, topdown %v", in, got, want)
 				}
-				if want {
-					held++
+				switch {
+				case wantErr != nil:
+					outcomes["error"] = true
+				case want == nil:
+					outcomes["undefined"] = true
+				default:
+					outcomes[want.String()] = true
 				}
 			}
-			if held == 0 || held == len(inputs) {
-				t.Fatalf("held for %d of %d inputs: the case decides nothing", held, len(inputs))
+			if len(outcomes) < 2 {
+				t.Fatalf("one outcome for every input, %v: the case decides nothing", outcomes)
 			}
 		})
 	}
@@ -125,34 +156,26 @@ clean_residual if { input.armed[0] == "*"; not input.armed[1] }`}},
 // does is refused at compile time, and the entry keeps topdown's evaluation.
 func TestResidualProgramRefusesOutsideSubset(t *testing.T) {
 	for _, tc := range []struct{ name, src string }{
-		{"a variable joining two expressions", `package xemafast
-clean_residual if { x = input.groups[_]; x == "a" }`},
 		{"a variable twice in one expression", `package xemafast
 clean_residual if { input.a[i] == input.b[i] }`},
 		{"with", `package xemafast
 clean_residual if { input.a with input.a as true }`},
 		{"a built-in outside the list", `package xemafast
 clean_residual if { time.now_ns() > 0 }`},
-		{"an output argument", `package xemafast
-clean_residual if { concat(":", ["a", "b"], "a:b") }`},
 		{"a ref into data", `package xemafast
 clean_residual if { data.grants[input.ref] }`},
 		{"a function", `package xemafast
 clean_residual if { f(input.a) }
 f(x) if { x == 1 }`},
-		{"a value other than true", `package xemafast
-clean_residual if { data.xemafast.v }
-v := 2 if { input.a }`},
-		{"a default", `package xemafast
-clean_residual if { data.xemafast.d }
-default d := true`},
 		{"a comprehension", `package xemafast
 clean_residual if { count([x | some x in input.a]) > 0 }`},
-		{"a partial set", `package xemafast
+		{"some in", `package xemafast
 clean_residual if { data.xemafast.s[_] }
 s contains x if { some x in input.a }`},
-		{"a ref with a ref inside", `package xemafast
-clean_residual if { input.a[input.b] }`},
+		{"a variable read before it is bound", `package xemafast
+clean_residual if { x == "a"; x = input.a }`},
+		{"an object with a key that is not constant", `package xemafast
+clean_residual if { {input.k: 1} == {"a": 1} }`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := compileResidualProgram(parseModules(t, tc.src), "clean_residual")
@@ -234,7 +257,10 @@ func programsAgree(t *testing.T, e *Engine, corpus []decisionCase) {
 		byKey[key] = append(byKey[key], tc)
 	}
 	programs, held, notHeld := 0, 0, 0
+	fullPrograms, allowed, denied := 0, 0, 0
 	for key, cases := range byKey {
+		fp, fa, fd := fullProgramsAgree(t, c, q, key, cases)
+		fullPrograms, allowed, denied = fullPrograms+fp, allowed+fa, denied+fd
 		pq, err := q.clean.Partial(ctx, rego.EvalParsedInput(knownInput(key)))
 		if err != nil {
 			t.Fatal(err)
@@ -279,6 +305,51 @@ func programsAgree(t *testing.T, e *Engine, corpus []decisionCase) {
 	}
 	t.Logf("%d of %d keys' residuals are programs, which agree with topdown over %d inputs (%d clean)",
 		programs, len(byKey), held+notHeld, held)
+	if fullPrograms == 0 || allowed == 0 || denied == 0 {
+		t.Fatalf("%d programs of full_decision, allowed %d, denied %d: the corpus exercises nothing", fullPrograms, allowed, denied)
+	}
+	t.Logf("%d keys' residuals of full_decision are programs, which decide %d inputs as topdown (%d allowed)",
+		fullPrograms, allowed+denied, allowed)
+}
+
+// fullProgramsAgree: key's residual of full_decision, unless it refers to the policy's
+// rules, is a program that decides every case as topdown's evaluation of it does.
+func fullProgramsAgree(t *testing.T, c *compiled, q fastQueries, key fastKey, cases []decisionCase) (programs, allowed, denied int) {
+	ctx := context.Background()
+	pq, err := q.full.Partial(ctx, rego.EvalParsedInput(knownInput(key)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mods := residualModules(pq, "full_residual", ast.VarTerm("decision"))
+	if len(pq.Queries) == 0 || c.fast.refersToRules(mods) {
+		return 0, 0, 0
+	}
+	p, err := compileResidualProgram(mods, "full_residual")
+	if err != nil {
+		t.Errorf("%v: full_decision: %v", key, err)
+		return 0, 0, 0
+	}
+	oq, err := c.fast.compileResidual(ctx, "full_residual", mods, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range cases {
+		if len(cases) > 1000 && i%4 != 0 {
+			continue // a quarter of a large corpus: topdown's side costs ~250 µs an input
+		}
+		input := inputValue(tc.in)
+		want, wantErr := (&fullResidual{q: oq}).decide(ctx, input)
+		got, err := (&fullResidual{program: p}).decide(ctx, input)
+		if (err != nil) != (wantErr != nil) || !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: full_decision by program %+v (%v), by topdown %+v (%v)", tc.name, got, err, want, wantErr)
+		}
+		if want.Allow {
+			allowed++
+		} else {
+			denied++
+		}
+	}
+	return 1, allowed, denied
 }
 
 // TestResidualProgramFailsClosed: an evaluation whose context has ended is an error, not a
@@ -295,4 +366,35 @@ clean_residual if { input.a }`), "clean_residual")
 	if ok, err := ent.holds(ctx, ast.MustParseTerm(`{"a": true}`).Value); err == nil || ok {
 		t.Fatalf("holds = %v, %v: want an error", ok, err)
 	}
+}
+
+// TestFullResidualProgramFailsClosed: a residual program of full_decision whose evaluation
+// fails (a complete rule's conflict) makes the decision an error, never an allow.
+func TestFullResidualProgramFailsClosed(t *testing.T) {
+	ctx := context.Background()
+	e := eager(uncachedEngine(t))
+	c := e.serving.Load()
+	allowed := agentCall("kb:page.read@1")
+	denied := with(allowed, func(in *Input) { in.Environment = "org" })
+	for _, in := range []Input{allowed, allowed, denied} { // the key's residuals made
+		if _, err := e.Decide(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ent, ok := c.fast.entries.Get(fastKey{ref: allowed.Ref, org: allowed.Org}, nil)
+	if !ok || ent.full.Load() == nil || ent.full.Load().program == nil {
+		t.Fatal("no residual program of full_decision")
+	}
+	conflict, err := compileResidualProgram(parseModules(t, `package xemafast
+full_residual := {"allow": true} if { input.ref }
+full_residual := {"allow": false} if { input.org }`), "full_residual")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ent.full.Store(&fullResidual{program: conflict})
+	d, err := e.Decide(ctx, denied)
+	if err == nil || d.Allow {
+		t.Fatalf("decision %+v, %v: want an error and no allow", d, err)
+	}
+	t.Log(err)
 }
