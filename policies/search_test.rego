@@ -2,20 +2,53 @@ package xematest.search
 
 import data.xematest.authz
 
-# index is grant.Index of a fixture: the subjects keys of its grants, and its baselined refs.
+# index is internal/grant's index of a fixture: the subjects keys of its grants, its
+# baselined refs and its search groups, one a ref (internal/grant groups refs of equal
+# values; the tests of groups of several refs build them by hand).
 index(d) := {
 	"grantedTo": {org: {key: refs |
 		some key in subject_keys(d, org)
-		refs := {ref | some ref, by_biome in d.grants; some by_org in by_biome; names(by_org[org], key)}
+		refs := {ref: true | some ref, by_biome in d.grants; some by_org in by_biome; names(by_org[org], key)}
 	} |
 		some org in {org | some by_biome in d.grants; some by_org in by_biome; some org, _ in by_org}
 	},
-	"baselined": ({ref | some ref, c in d.capabilities; c.humanBaseline != null} | {ref |
-		some ref, by_version in object.get(d, "versions", {})
-		some c in by_version
-		c.humanBaseline != null
-	}),
+	"baselined": {ref: true | some ref in baselined(d)},
+	"groupedTo": {org: {key: {ref | some ref, g in declared_grants(d, org); key in keys_of(g)} |
+		some key in {key | some g in declared_grants(d, org); some key in keys_of(g)}
+	} |
+		some org in {org | some by_biome in d.grants; some by_org in by_biome; some org, _ in by_org}
+	},
+	"searchGroups": {org: {ref: group(d, ref, g) | some ref, g in declared_grants(d, org)} |
+		some org in {org | some by_biome in d.grants; some by_org in by_biome; some org, _ in by_org}
+	},
 }
+
+baselined(d) := {ref | some ref, c in d.capabilities; c.humanBaseline != null} | {ref |
+	some ref, by_version in object.get(d, "versions", {})
+	some c in by_version
+	c.humanBaseline != null
+}
+
+# The grants of org filed under their ref's catalog biome, by ref.
+declared_grants(d, org) := {ref: g |
+	some ref, c in d.capabilities
+	g := d.grants[ref][c.biome.id][org]
+}
+
+cap_fields := {"callerConstraint", "humanBaseline", "instanceGrade", "lifecycle", "outputClassification", "requiredBindings", "safeForAgents"}
+
+grant_fields := {"audience", "biomeVersion", "environments", "org", "profile", "subjects"}
+
+group(d, ref, g) := {
+	"catalog": object.filter(d.capabilities[ref], cap_fields),
+	"grant": object.filter(g, grant_fields),
+	"refs": {ref: true},
+	"versions": {v: cut_descriptor(c) | v := g.biomeVersion; c := object.get(d, "versions", {})[ref][v]},
+}
+
+cut_descriptor(c) := object.filter(c, cap_fields) if is_object(c)
+
+cut_descriptor(c) := c if not is_object(c)
 
 subject_keys(d, org) := {key | some by_biome in d.grants; some by_org in by_biome; some key in keys_of(by_org[org])}
 
@@ -76,8 +109,10 @@ test_searchable_pinned_baseline if {
 	"kb:page.read@1" in searchable_with(authz.user("bob", "org_member"), nogrant)
 }
 
-clean_with(inp, d) := s if {
-	i := index(d)
+clean_with(inp, d) := clean_indexed(inp, d, index(d))
+
+# clean_indexed is the clean set over d with the index i (a hand-built grouping, say).
+clean_indexed(inp, d, i) := s if {
 	s := data.xema.authz.search_sets.clean with input as inp
 		with data.xema.environments as d.environments
 		with data.xema.audience as d.audience
@@ -87,6 +122,8 @@ clean_with(inp, d) := s if {
 		with data.xema.versions as object.get(d, "versions", {})
 		with data.xema.grantedTo as i.grantedTo
 		with data.xema.baselined as i.baselined
+		with data.xema.groupedTo as i.groupedTo
+		with data.xema.searchGroups as i.searchGroups
 }
 
 clean(inp) := clean_with(inp, authz.fixture)
@@ -183,4 +220,81 @@ test_search_clean_caller_conditions if {
 test_search_clean_platform_deny if {
 	s := clean(caller) with data.xema.custom.deny as {{"code": "PLATFORM_BLOCKED"}}
 	count(s) == 0
+}
+
+# A group's values are decided once for all its refs, the armed globs per ref (the refs' own
+# data is not read: kb:page.find@1 is not even in the catalog).
+test_search_clean_group_of_refs if {
+	i := index(authz.fixture)
+	read := i.searchGroups.acme["kb:page.read@1"]
+	grouped := json.patch(i, [
+		{"op": "add", "path": "/searchGroups/acme/kb:page.read@1/refs", "value": {"kb:page.read@1": true, "kb:page.find@1": true, "doc:page.find@1": true}},
+		{"op": "remove", "path": "/searchGroups/acme/kb:legacy.read@1"},
+	])
+	s := clean_indexed(caller, authz.fixture, grouped)
+	{"kb:page.read@1", "kb:page.find@1", "doc:page.find@1"} - s == set()
+	not "kb:legacy.read@1" in s # its group is gone: decided one by one
+	kb := clean_indexed(object.union(caller, {"armed": ["kb:page.*", "nothing"]}), authz.fixture, grouped)
+	{"kb:page.read@1", "kb:page.find@1"} - kb == set()
+	not "doc:page.find@1" in kb
+	read.refs == {"kb:page.read@1": true}
+}
+
+test_search_clean_empty_ref if {
+	i := index(authz.fixture)
+	with_empty := json.patch(i, [{"op": "add", "path": "/searchGroups/acme/kb:page.read@1/refs/", "value": true}])
+	with_empty.searchGroups.acme["kb:page.read@1"].refs[""]
+	s := clean_indexed(caller, authz.fixture, with_empty)
+	"kb:page.read@1" in s
+	not "" in s
+	globbed := clean_indexed(object.union(caller, {"armed": ["*", "kb:*"]}), authz.fixture, with_empty)
+	"kb:page.read@1" in globbed
+	not "" in globbed
+	by_pattern := clean_indexed(object.union(caller, {"armed": ["kb:*", "*"]}), authz.fixture, with_empty)
+	by_pattern == globbed
+	other := clean_indexed(object.union(caller, {"armed": ["k*"]}), authz.fixture, with_empty)
+	"kb:page.read@1" in other
+	not "" in other
+}
+
+# Without the search groups (data built before them; null stands for absent, which `with`
+# cannot say), nothing is clean: every ref of the cut is decided.
+test_search_clean_without_groups if {
+	i := object.union(index(authz.fixture), {"groupedTo": null, "searchGroups": null})
+	count(clean_indexed(caller, authz.fixture, i)) == 0
+}
+
+test_search_group_cap if {
+	c := {"lifecycle": "published"}
+	p := {"lifecycle": "retired"}
+	data.xema.authz.search_group_cap({"catalog": c, "grant": {"biomeVersion": "0.9.0"}, "versions": {"0.9.0": p}}) == p
+	data.xema.authz.search_group_cap({"catalog": c, "grant": {"biomeVersion": "1.0.0"}, "versions": {"0.9.0": p}}) == c
+	data.xema.authz.search_group_cap({"catalog": c, "grant": {}, "versions": {}}) == c
+}
+
+# Platform Rego is asked per ref only where it exists: data.xema.custom is undefined without
+# it, and defined (if empty) with it, whatever its rules answer.
+test_search_platform if {
+	not data.xema.authz.search_platform
+	data.xema.authz.search_platform with data.xema.custom as {}
+	s := clean(caller)
+	count(s) > 0
+	clean(caller) with data.xema.custom as {} == s
+	clean(caller) with data.xema.custom.deny as set() == s
+}
+
+# The indexes are sets (objects): data indexed as lists, as before they were, has no first
+# cut, so search decides every ref rather than reading lists as empty sets.
+test_search_cut_needs_set_indexes if {
+	not data.xema.authz.search_cut with input as caller
+		with data.xema.grantedTo as {"acme": {"*": ["kb:page.read@1"]}}
+		with data.xema.baselined as []
+	cut := data.xema.authz.search_cut with input as caller
+		with data.xema.grantedTo as {"acme": {"*": {"kb:page.read@1": true}}}
+		with data.xema.baselined as {"biome:install@1": true}
+	cut == {"kb:page.read@1"}
+	user := data.xema.authz.search_cut with input as object.remove(authz.user("bob", "org_member"), ["ref", "resource"])
+		with data.xema.grantedTo as {"acme": {"*": {"kb:page.read@1": true}}}
+		with data.xema.baselined as {"biome:install@1": true}
+	user == {"kb:page.read@1", "biome:install@1"}
 }

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"math/bits"
 	"strings"
 	"sync"
 
@@ -61,21 +62,37 @@ func newAuthorizedSet(n int) *authorizedSet {
 }
 
 // applyCut decides, the first time it is called, each entry the policy's first cut
-// answers for (known): the entries outside the cut are denied, those its clean set holds
-// allowed.
-func (s *authorizedSet) applyCut(answer func(i int) (allowed, known bool)) {
+// answers for: the entries outside the cut (cut holds positions) are denied, those of clean
+// in the cut allowed. It touches the positions given and a bit per entry, not the entries:
+// at 100,000 entries a pass over them cost ~25 ms of cache misses.
+func (s *authorizedSet) applyCut(cut, clean []int) {
 	s.mu.Lock()
-	done := s.cut
-	s.cut = true
-	s.mu.Unlock()
-	if done {
+	defer s.mu.Unlock()
+	if s.cut {
 		return
 	}
-	for i := range s.n {
-		if allowed, known := answer(i); known {
-			s.set(i, allowed)
+	s.cut = true
+	inCut := make([]uint64, len(s.known))
+	for _, i := range cut {
+		inCut[i/64] |= uint64(1) << (i % 64)
+	}
+	for _, i := range clean {
+		w, bit := i/64, uint64(1)<<(i%64)
+		if inCut[w]&bit != 0 && s.known[w]&bit == 0 {
+			s.known[w] |= bit
+			s.allowed[w] |= bit
+			s.decided++
 		}
 	}
+	for w := range s.known {
+		outside := ^inCut[w] &^ s.known[w]
+		if last := s.n - w*64; last < 64 {
+			outside &= uint64(1)<<last - 1
+		}
+		s.known[w] |= outside
+		s.decided += bits.OnesCount64(outside)
+	}
+	s.listIfDecided()
 }
 
 // needsCut reports whether the first cut is still to be applied.
@@ -103,12 +120,19 @@ func (s *authorizedSet) set(i int, allowed bool) {
 	if allowed {
 		s.allowed[w] |= bit
 	}
-	if s.decided++; s.decided == s.n {
-		s.list = []int{}
-		for j := range s.n {
-			if s.allowed[j/64]&(uint64(1)<<(j%64)) != 0 {
-				s.list = append(s.list, j)
-			}
+	s.decided++
+	s.listIfDecided()
+}
+
+// listIfDecided lists the admitted positions once every entry is decided; s.mu is held.
+func (s *authorizedSet) listIfDecided() {
+	if s.decided != s.n || s.list != nil {
+		return
+	}
+	s.list = []int{}
+	for j := range s.n {
+		if s.allowed[j/64]&(uint64(1)<<(j%64)) != 0 {
+			s.list = append(s.list, j)
 		}
 	}
 }
@@ -178,9 +202,10 @@ func (a authorizer) allowsAt(ctx context.Context, i int) bool {
 
 // cut applies the policy's first cut (Decider.Searchable) once to the caller's set: the
 // refs outside it are denied and the refs of its clean set allowed, without a decision; the
-// others are decided one by one. A search, which may consider every entry, asks for it;
-// describe and plan decide their few refs directly. Without a first cut (its evaluation
-// failed) every ref is decided.
+// others are decided one by one. A search, which may consider every entry, asks for it, and
+// so does describe: the cut costs about what the caller's authorized set holds (~0.6 ms for
+// 500 refs, ~4 ms for 5,000), a decision ~0.35 ms a ref. Plan decides its few refs directly.
+// Without a first cut (its evaluation failed) every ref is decided.
 func (a authorizer) cut(ctx context.Context) {
 	if a.set == nil || !a.set.needsCut() {
 		return
@@ -189,16 +214,18 @@ func (a authorizer) cut(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	a.set.applyCut(func(i int) (allowed, known bool) {
-		ref := a.view.entries[i].Ref()
-		switch {
-		case !sets.Cut[ref]:
-			return false, true
-		case sets.Clean[ref]:
-			return true, true
+	// One look-up in the view's index a ref of the cut (a clean ref outside the cut is
+	// denied anyway): at 100,000 entries each costs ~0.25 µs of cache misses.
+	cut, clean := make([]int, 0, len(sets.Cut)), make([]int, 0, len(sets.Clean))
+	for ref := range sets.Cut {
+		if i, ok := a.view.index[ref]; ok {
+			cut = append(cut, i)
+			if sets.Clean[ref] {
+				clean = append(clean, i)
+			}
 		}
-		return false, false
-	})
+	}
+	a.set.applyCut(cut, clean)
 }
 
 // admitted lists the view's positions the caller may invoke, once all are decided; nil

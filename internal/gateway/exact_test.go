@@ -18,7 +18,7 @@ import (
 )
 
 // exactCorpus is a catalog in org acme (and grants of org globex) whose refs each meet one
-// rule of the policy: lifecycles the catalog shows but the policy does not invoke, a pinned
+// rule of the policy (some sharing a search group, some differing from it in one field): lifecycles the catalog shows but the policy does not invoke, a pinned
 // descriptor, subjects by agent, group, role and none, a grant filed under acme naming
 // globex, environments from the grant or its profile, audiences, bindings, instance grades,
 // a workflow-only capability and human baselines (org role, explicit-only).
@@ -51,6 +51,12 @@ func exactCorpus(t *testing.T) (map[string]any, []*catalog.Entry) {
 	}
 	corpus := []capability{
 		{"kb:page.read@1", "kb", nil, map[string]map[string]any{"acme": {"subjects": bot}}},
+		// One search group with kb:page.read@1 (equal values, in another biome too), and
+		// refs differing from it in one field the groups copy.
+		{"kb:page.find@1", "kb", nil, map[string]map[string]any{"acme": {"subjects": bot}}},
+		{"hr:page.find@1", "hr", nil, map[string]map[string]any{"acme": {"subjects": bot}}},
+		{"kb:page.graded@1", "kb", map[string]any{"instanceGrade": map[string]any{"resourceType": "doc_page", "relation": "editor", "environments": []any{"project"}}}, map[string]map[string]any{"acme": {"subjects": bot}}},
+		{"kb:page.public@1", "kb", nil, map[string]map[string]any{"acme": {"subjects": bot, "audience": map[string]any{"public": true}}}},
 		{"kb:page.list@1", "kb", map[string]any{"lifecycle": "deprecated"}, map[string]map[string]any{"acme": {}}},
 		{"kb:page.old@1", "kb", map[string]any{"lifecycle": "retired"}, map[string]map[string]any{"acme": {}}},
 		{"kb:page.write@1", "kb", map[string]any{"safeForAgents": false}, map[string]map[string]any{"acme": {"subjects": map[string]any{"group:editors": true}}}},
@@ -91,7 +97,8 @@ func exactCorpus(t *testing.T) (map[string]any, []*catalog.Entry) {
 // TestSearchShowsExactlyWhatDecideAllows: for every caller of the corpus, a new caller's
 // search (its first cut and clean set, then decisions for the rest of the cut) shows exactly
 // the refs that a decision per ref allows (Describe of a funnel whose engine caches nothing,
-// so each ref is decided), and a describe after the search answers the same.
+// so each ref is decided), and a describe after the search, or by a new caller before any
+// search, answers the same.
 func TestSearchShowsExactlyWhatDecideAllows(t *testing.T) {
 	ctx := context.Background()
 	data, entries := exactCorpus(t)
@@ -144,6 +151,19 @@ func TestSearchShowsExactlyWhatDecideAllows(t *testing.T) {
 			}
 		}
 		slices.Sort(want)
+		// A new caller's describe (which applies the first cut too) admits the same refs.
+		first := ec
+		first.Session = "describe first"
+		var described []string
+		for _, e := range entries {
+			if _, err := gw.Describe(ctx, first, gateway.DescribeRequest{Refs: []string{e.Ref()}}); err == nil {
+				described = append(described, e.Ref())
+			}
+		}
+		slices.Sort(described)
+		if !slices.Equal(described, want) {
+			t.Errorf("%s: describe first admits %v; a decision per ref allows %v", name, described, want)
+		}
 		decided := len(dec.allowed)
 		res, err := gw.Search(ctx, ec, gateway.SearchRequest{Limit: gateway.MaxSearchLimit})
 		if err != nil {

@@ -237,6 +237,7 @@ func (g *Gateway) Describe(ctx context.Context, ec identity.ExecContext, req Des
 	}
 	snap := g.d.Catalog.Snapshot()
 	authz := g.authorizer(snap, ec)
+	authz.cut(ctx)
 	out := make([]Description, 0, len(req.Refs))
 	var unknown []string
 	for _, ref := range req.Refs {

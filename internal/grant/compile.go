@@ -129,9 +129,12 @@ func Build(in Input) (Data, error) {
 		rev = inputRevision(in)
 	}
 	grantedTo, baselined := Index(grants, caps, versions)
+	groupedTo, groups := typedSearchIndex(grants, caps, versions)
 	return Data{
 		GrantedTo:    grantedTo,
 		Baselined:    baselined,
+		GroupedTo:    groupedTo,
+		SearchGroups: groups,
 		Audience:     audience,
 		Capabilities: caps,
 		Environments: envs,

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
-	"slices"
 	"strings"
 )
 
@@ -21,31 +20,44 @@ type Data struct {
 	Audience map[string]Set `json:"audience"`
 	// Baselined are the refs whose catalog or pinned descriptor carries a humanBaseline
 	// (Index): search's first cut for users (policies/search.rego).
-	Baselined []string `json:"baselined"`
+	Baselined Set `json:"baselined"`
 	// Capabilities[ref] is the catalog's descriptor of each published ref.
 	Capabilities map[string]CapabilityData `json:"capabilities"`
 	// Environments[name] is each named environment's kind.
 	Environments map[string]EnvironmentData `json:"environments"`
 	// GrantedTo[org][subject] are the refs with a grant filed under org naming that subject
 	// key, "*" for subjects null (Index): search's first cut (policies/search.rego).
-	GrantedTo map[string]map[string][]string `json:"grantedTo"`
+	GrantedTo map[string]map[string]Set `json:"grantedTo"`
 	// Grants[ref][biomeId][org] is the effective grant of the ref in each org.
-	Grants      map[string]map[string]map[string]GrantData `json:"grants"`
-	OrgRoleRank map[string]int                             `json:"orgRoleRank"`
-	Profiles    map[string]ProfileData                     `json:"profiles"`
-	Revision    string                                     `json:"revision"`
+	Grants map[string]map[string]map[string]GrantData `json:"grants"`
+	// GroupedTo[org][subject] are the ids of the SearchGroups of org whose grant names that
+	// subject key, SubjectsNull for subjects null (searchIndex).
+	GroupedTo   map[string]map[string][]string `json:"groupedTo"`
+	OrgRoleRank map[string]int                 `json:"orgRoleRank"`
+	Profiles    map[string]ProfileData         `json:"profiles"`
+	Revision    string                         `json:"revision"`
+	// SearchGroups[org][id] groups the refs whose search conditions read the same values
+	// (searchIndex): search's clean set decides a group once (policies/search.rego).
+	SearchGroups map[string]map[string]SearchGroup `json:"searchGroups"`
 	// Versions[ref][biomeVersion] is the descriptor of a version an effective grant pins,
 	// where it differs from the catalog's.
 	Versions map[string]map[string]CapabilityData `json:"versions"`
 }
 
 // WithIndex returns data (an untyped data.xema document, e.g. hand-written for a test or a
-// benchmark) with its GrantedTo and Baselined indexes built by Index, as Build builds them.
+// benchmark) with its indexes built by Index and searchIndex, as Build builds them. The
+// search groups are built from the document as written: a field it omits stays absent
+// (the typed document would make it a zero value the Rego reads differently).
 func WithIndex(data map[string]any) (map[string]any, error) {
 	var typed struct {
 		Grants       map[string]map[string]map[string]GrantData `json:"grants"`
 		Capabilities map[string]CapabilityData                  `json:"capabilities"`
 		Versions     map[string]map[string]CapabilityData       `json:"versions"`
+	}
+	var untyped struct {
+		Grants       map[string]map[string]map[string]map[string]any `json:"grants"`
+		Capabilities map[string]map[string]any                       `json:"capabilities"`
+		Versions     map[string]map[string]any                       `json:"versions"`
 	}
 	raw, err := json.Marshal(data)
 	if err != nil {
@@ -54,9 +66,14 @@ func WithIndex(data map[string]any) (map[string]any, error) {
 	if err := json.Unmarshal(raw, &typed); err != nil {
 		return nil, fmt.Errorf("index data.xema: %w", err)
 	}
+	if err := json.Unmarshal(raw, &untyped); err != nil {
+		return nil, fmt.Errorf("index data.xema: %w", err)
+	}
 	grantedTo, baselined := Index(typed.Grants, typed.Capabilities, typed.Versions)
+	groupedTo, groups := searchIndex(untyped.Grants, untyped.Capabilities, untyped.Versions)
 	out := maps.Clone(data)
 	out["grantedTo"], out["baselined"] = grantedTo, baselined
+	out["groupedTo"], out["searchGroups"] = groupedTo, groups
 	return out, nil
 }
 
@@ -64,17 +81,21 @@ func WithIndex(data map[string]any) (map[string]any, error) {
 const SubjectsNull = "*"
 
 // Index builds GrantedTo[org][subject] — the refs with a grant filed under org naming that
-// subject key (SubjectsNull for subjects null), each sorted — and Baselined, the sorted refs
-// whose catalog or pinned descriptor carries a humanBaseline. It is an index of what the
-// data says, not a decision: search.rego decides what it means.
+// subject key (SubjectsNull for subjects null) — and Baselined, the refs whose catalog or
+// pinned descriptor carries a humanBaseline. Each is a set: the Rego takes an object's keys
+// as a set in one built-in call, where iterating an array costs an expression a ref. It is
+// an index of what the data says, not a decision: search.rego decides what it means.
 func Index(grants map[string]map[string]map[string]GrantData, caps map[string]CapabilityData,
-	versions map[string]map[string]CapabilityData) (grantedTo map[string]map[string][]string, baselined []string) {
-	grantedTo = map[string]map[string][]string{}
+	versions map[string]map[string]CapabilityData) (grantedTo map[string]map[string]Set, baselined Set) {
+	grantedTo = map[string]map[string]Set{}
 	add := func(org, key, ref string) {
 		if grantedTo[org] == nil {
-			grantedTo[org] = map[string][]string{}
+			grantedTo[org] = map[string]Set{}
 		}
-		grantedTo[org][key] = append(grantedTo[org][key], ref)
+		if grantedTo[org][key] == nil {
+			grantedTo[org][key] = Set{}
+		}
+		grantedTo[org][key][ref] = true
 	}
 	for ref, byBiome := range grants {
 		for _, byOrg := range byBiome {
@@ -88,30 +109,19 @@ func Index(grants map[string]map[string]map[string]GrantData, caps map[string]Ca
 			}
 		}
 	}
-	for _, byKey := range grantedTo {
-		for key, refs := range byKey {
-			slices.Sort(refs)
-			byKey[key] = slices.Compact(refs)
-		}
-	}
-	seen := map[string]bool{}
+	baselined = Set{}
 	for ref, c := range caps {
 		if c.HumanBaseline != nil {
-			seen[ref] = true
+			baselined[ref] = true
 		}
 	}
 	for ref, byVersion := range versions {
 		for _, c := range byVersion {
 			if c.HumanBaseline != nil {
-				seen[ref] = true
+				baselined[ref] = true
 			}
 		}
 	}
-	baselined = make([]string, 0, len(seen))
-	for ref := range seen {
-		baselined = append(baselined, ref)
-	}
-	slices.Sort(baselined)
 	return grantedTo, baselined
 }
 
@@ -212,11 +222,19 @@ func (d Data) Map() map[string]any {
 	}
 	grantedTo := make(map[string]any, len(d.GrantedTo))
 	for org, byKey := range d.GrantedTo {
+		grantedTo[org] = anyMap(byKey)
+	}
+	groupedTo := make(map[string]any, len(d.GroupedTo))
+	for org, byKey := range d.GroupedTo {
 		km := make(map[string]any, len(byKey))
-		for key, refs := range byKey {
-			km[key] = anyList(refs)
+		for key, ids := range byKey {
+			km[key] = anyList(ids)
 		}
-		grantedTo[org] = km
+		groupedTo[org] = km
+	}
+	groups := make(map[string]any, len(d.SearchGroups))
+	for org, byID := range d.SearchGroups {
+		groups[org] = anyMap(byID)
 	}
 	ranks := make(map[string]any, len(d.OrgRoleRank))
 	for role, rank := range d.OrgRoleRank {
@@ -224,14 +242,16 @@ func (d Data) Map() map[string]any {
 	}
 	return map[string]any{
 		"audience":     anyMap(d.Audience),
-		"baselined":    anyList(d.Baselined),
+		"baselined":    d.Baselined,
 		"capabilities": anyMap(d.Capabilities),
 		"environments": anyMap(d.Environments),
 		"grantedTo":    grantedTo,
 		"grants":       grants,
+		"groupedTo":    groupedTo,
 		"orgRoleRank":  ranks,
 		"profiles":     anyMap(d.Profiles),
 		"revision":     d.Revision,
+		"searchGroups": groups,
 		"versions":     versions,
 	}
 }

@@ -19,14 +19,16 @@ import (
 )
 
 // fastPathSize bounds the entries kept per bundle, one per (ref, org, biome): each holds a
-// compiled residual of clean, ~80 KB at the benchmark's data, made in ~10-20 ms of
-// partial evaluation, and once the key has a call that is not clean one of
-// full_decision, ~270 KB, made in ~25 ms.
+// residual of clean, made in ~10-20 ms of partial evaluation, and once the key has a call
+// that is not clean one of full_decision, made in ~25 ms. As residual programs
+// (residual.go) the two hold ~110 KB a key at the benchmark's data; compiled for topdown
+// (a residual outside the programs' subset) ~80 and ~270 KB.
 const fastPathSize = 1024
 
 // fullResidualsKept bounds the residuals of full_decision one bundle makes (~90 MB at the
-// benchmark's data; all 1,024 keys would hold ~280 MB more): a key's first call that is not
-// clean after that many is decided by the full evaluation, as before the residual existed.
+// benchmark's data if topdown evaluated them all, a third of it as programs): a key's first
+// call that is not clean after that many is decided by the full evaluation, as before the
+// residual existed.
 const fullResidualsKept = 320
 
 // prepareEvery spaces the preparations of a bundle: each holds evalMu alone, so traffic

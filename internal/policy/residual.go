@@ -38,6 +38,7 @@ type residualProgram struct {
 	rules  int       // rules compiled, each with its slot in an evaluation's memo
 	frames int       // the variables of every body: an evaluation's stack of frames
 	ops    int       // the operand slots of the calls
+	calls  int       // the memo slots of the calls without variables
 	evals  sync.Pool // *progEval sized for this program
 }
 
@@ -92,6 +93,7 @@ type progEval struct {
 	stack []*ast.Term // the frames of the bodies being evaluated
 	top   int
 	ops   []*ast.Term // the operands of the calls without variables to bind, each call its own
+	calls []*ast.Term // per call without variables: its output once made (undefinedTerm when none)
 	out   *ast.Term   // the output of the built-in just called
 	iter  func(*ast.Term) error
 	err   error // a conflict of a complete rule or a built-in's Halt: the evaluation's error
@@ -130,6 +132,7 @@ type programCompiler struct {
 	busy   map[string]bool // rules being compiled: a recursion is refused
 	frames int
 	ops    int
+	calls  map[string]int // the memo slot of each call without variables, by its text
 }
 
 // bodyScope is what is known of a body's variables while its expressions are compiled in
@@ -151,7 +154,8 @@ func (s *bodyScope) slot(v ast.Var) int {
 // compileResidualProgram compiles the rule name of mods (residualModules); an error wrapping
 // errUnsupported means the residual is outside the subset.
 func compileResidualProgram(mods []*ast.Module, name string) (*residualProgram, error) {
-	pc := &programCompiler{defs: map[string][]*ast.Rule{}, rules: map[string]*progRule{}, busy: map[string]bool{}}
+	pc := &programCompiler{defs: map[string][]*ast.Rule{}, rules: map[string]*progRule{}, busy: map[string]bool{},
+		calls: map[string]int{}}
 	for _, m := range mods {
 		for _, r := range m.Rules {
 			path := m.Package.Path.Extend(r.Head.Ref()).String()
@@ -162,9 +166,10 @@ func compileResidualProgram(mods []*ast.Module, name string) (*residualProgram, 
 	if err != nil {
 		return nil, err
 	}
-	p := &residualProgram{main: main, rules: len(pc.rules), frames: pc.frames, ops: pc.ops}
+	p := &residualProgram{main: main, rules: len(pc.rules), frames: pc.frames, ops: pc.ops, calls: len(pc.calls)}
 	p.evals.New = func() any {
-		ev := &progEval{memo: make([]*ast.Term, p.rules), stack: make([]*ast.Term, p.frames), ops: make([]*ast.Term, p.ops)}
+		ev := &progEval{memo: make([]*ast.Term, p.rules), stack: make([]*ast.Term, p.frames),
+			ops: make([]*ast.Term, p.ops), calls: make([]*ast.Term, p.calls)}
 		ev.iter = func(out *ast.Term) error {
 			if ev.out == nil { // one output: the allowed built-ins are functions
 				ev.out = out
@@ -522,7 +527,7 @@ func (pc *programCompiler) call(s *bodyScope, op string, args []*ast.Term) (prog
 	if allVals(ts) {
 		off := pc.ops
 		pc.ops += n
-		return progTerm{val: func(ev *progEval, fr []*ast.Term) (*ast.Term, bool) {
+		call := func(ev *progEval, fr []*ast.Term) (*ast.Term, bool) {
 			operands := ev.ops[off : off+n : off+n]
 			for i, t := range ts {
 				v, ok := t.val(ev, fr)
@@ -532,6 +537,27 @@ func (pc *programCompiler) call(s *bodyScope, op string, args []*ast.Term) (prog
 				operands[i] = v
 			}
 			return ev.call(op, f, operands)
+		}
+		if hasVars(args) {
+			return progTerm{val: call}, nil
+		}
+		// Without variables the call has one output per evaluation, whichever rule makes it
+		// (object.keys(input) appears in four of full_decision's): made once.
+		text := ast.CallTerm(append([]*ast.Term{ast.NewTerm(bi.Ref())}, args...)...).String()
+		slot, ok := pc.calls[text]
+		if !ok {
+			slot = len(pc.calls)
+			pc.calls[text] = slot
+		}
+		return progTerm{val: func(ev *progEval, fr []*ast.Term) (*ast.Term, bool) {
+			if v := ev.calls[slot]; v != nil {
+				return v, v != undefinedTerm
+			}
+			v, ok := call(ev, fr)
+			if ev.calls[slot] = undefinedTerm; ok {
+				ev.calls[slot] = v
+			}
+			return v, ok
 		}}, nil
 	}
 	return progTerm{gen: func(ev *progEval, fr []*ast.Term, yield func(*ast.Term) bool) bool {
@@ -554,6 +580,16 @@ func (ev *progEval) call(op string, f topdown.BuiltinFunc, operands []*ast.Term)
 	out := ev.out
 	ev.out = nil
 	return out, out != nil && ev.err == nil
+}
+
+// hasVars reports whether a variable occurs in ts (input and data, refs' heads, are none).
+func hasVars(ts []*ast.Term) bool {
+	count := map[ast.Var]int{}
+	none := &bodyScope{}
+	for _, t := range ts {
+		unbound(none, t, count)
+	}
+	return len(count) > 0
 }
 
 func allVals(ts []progTerm) bool {
@@ -830,6 +866,7 @@ func (p *residualProgram) eval(ctx context.Context, input ast.Value) (*ast.Term,
 	clear(ev.memo)
 	clear(ev.stack)
 	clear(ev.ops)
+	clear(ev.calls)
 	ev.bctx.Context, ev.input, ev.err, ev.top = nil, nil, nil, 0
 	p.evals.Put(ev)
 	if err != nil || !ok {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -17,9 +19,30 @@ import (
 // search shows nothing the policy would deny. Each decision case with every mutation is
 // asked for every ref of the data, and with every pair of mutations for its own ref; the
 // decision is asked with the input search gives it (no resource).
+//
+// It runs with each kind of platform Rego search.rego tells apart: none (the platform's deny
+// set is not asked per ref), testdata/custom, and a rule denying one ref by name.
 func TestSearchableIsSound(t *testing.T) {
+	byRef := t.TempDir()
+	rule := "package xema.custom\n\ndeny contains {\"code\": \"REF_BLOCKED\"} if input.ref == \"kb:page.read@1\"\n"
+	if err := os.WriteFile(filepath.Join(byRef, "byref.rego"), []byte(rule), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, extraDir string }{
+		{"no platform Rego", ""},
+		{"testdata/custom", filepath.Join("testdata", "custom")},
+		{"a rule on input.ref", byRef},
+	} {
+		t.Run(tc.name, func(t *testing.T) { checkSearchableIsSound(t, tc.extraDir) })
+	}
+}
+
+func checkSearchableIsSound(t *testing.T, extraDir string) {
 	ctx := context.Background()
-	e := loadedEngine(t)
+	e, err := New(ctx, Options{ExtraDir: extraDir})
+	if err != nil {
+		t.Fatal(err)
+	}
 	data := searchData(t)
 	if err := e.Load(ctx, withIndex(t, data), "r1-indexed"); err != nil {
 		t.Fatal(err)

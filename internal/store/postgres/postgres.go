@@ -36,6 +36,7 @@ var Dialect = sqlstore.Dialect{
 	TimeArg:        func(t time.Time) any { return t },
 	Classify:       classify,
 	MigrationLock:  `SELECT pg_advisory_xact_lock(7305916246)`,
+	ModifyingCTE:   true,
 	ReasonCodeMatch: `EXISTS (SELECT 1 FROM json_array_elements(CASE WHEN json_typeof(reasons) = 'array' THEN reasons ELSE '[]'::json END) e
 		WHERE e->>'code' = ?)`,
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -257,5 +259,92 @@ func TestCountersSurviveServerCrash(t *testing.T) {
 	counts, err := s.LoadUsage(ctx, time.Now())
 	if err != nil || len(counts) != 20 {
 		t.Fatalf("after the crash: %d counters, %v; want the 20 counted before a committed record", len(counts), err)
+	}
+}
+
+// TestUsageAddsInOneStatement: a call's rate limit and quota are added by one statement
+// (seen waiting on a locked counter in pg_stat_activity), every counter or none: a refusal
+// names the counter and adds nothing, and concurrent adders pass no limit, the counters
+// moving together.
+func TestUsageAddsInOneStatement(t *testing.T) {
+	s := open(t).(rawStore)
+	ctx := context.Background()
+	exp := time.Now().Add(time.Hour)
+	rate := store.UsageAdd{Key: "rate", Window: 7, N: 1, Limit: 50, Expires: exp}
+	quota := store.UsageAdd{Key: "quota", Window: 1, N: 1, Limit: 1000, Expires: exp}
+	if counts, refused, err := s.AddUsage(ctx, []store.UsageAdd{rate, quota}); err != nil || refused >= 0 || !slices.Equal(counts, []int64{1, 1}) {
+		t.Fatalf("AddUsage = %v, refused %d, %v; want [1 1]", counts, refused, err)
+	}
+
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM rate_counters WHERE key = 'rate' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := s.AddUsage(ctx, []store.UsageAdd{rate, quota})
+		done <- err
+	}()
+	var query string
+	for query == "" {
+		err := s.pool.QueryRow(ctx, `SELECT query FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND application_name = $1`, counterSessions).Scan(&query)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("AddUsage ended (%v) while the counter was locked", err)
+		default:
+		}
+	}
+	if !strings.HasPrefix(query, "WITH adds") {
+		t.Errorf("AddUsage of two counters waits in %q, want the one statement", query)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	var wg sync.WaitGroup
+	var ok atomic.Int64
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 10 {
+				_, refused, err := s.AddUsage(ctx, []store.UsageAdd{rate, quota})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if refused < 0 {
+					ok.Add(1)
+				} else if refused != 0 {
+					t.Errorf("refused %d, want the rate limit (0)", refused)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if ok.Load() != 48 { // 2 counted before, limit 50
+		t.Errorf("%d concurrent adds passed, want 48", ok.Load())
+	}
+	counts, err := s.LoadUsage(ctx, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, c := range counts {
+		got[c.Key] = c.Count
+	}
+	if got["rate"] != 50 || got["quota"] != 50 {
+		t.Fatalf("counters %v, want rate 50 and quota 50: a refused call added nothing", got)
 	}
 }

@@ -32,6 +32,9 @@ type Dialect struct {
 	// ReasonCodeMatch is a boolean SQL expression with one '?' (a reason code), true when
 	// one element of the audit_log row's reasons array has that code.
 	ReasonCodeMatch string
+	// ModifyingCTE: the engine runs an INSERT inside WITH, so AddUsage adds several counters
+	// in one statement (usageAddsAtOnce) instead of a transaction of one per counter.
+	ModifyingCTE bool
 }
 
 // bind adapts a shared query to the dialect's placeholders. The shared queries hold no '?'

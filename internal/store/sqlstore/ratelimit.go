@@ -49,6 +49,17 @@ func (s *Store) AddUsage(ctx context.Context, adds []store.UsageAdd) ([]int64, i
 		}
 		return []int64{count}, -1, nil
 	}
+	if s.d.ModifyingCTE && distinctCounters(adds) {
+		counts, err := s.addUsageAtOnce(ctx, adds)
+		if !errors.Is(err, errRefused) {
+			if err != nil {
+				return nil, -1, s.fail(op, err)
+			}
+			return counts, -1, nil
+		}
+		// A counter refused and the statement added nothing: the transaction below tells
+		// which (or, counts having moved meanwhile, adds them all).
+	}
 	order := make([]int, len(adds))
 	for i := range order {
 		order[i] = i
@@ -80,6 +91,84 @@ func (s *Store) AddUsage(ctx context.Context, adds []store.UsageAdd) ([]int64, i
 		return nil, -1, err
 	}
 	return counts, -1, nil
+}
+
+// distinctCounters reports whether no two adds name the same counter (one statement may
+// update a row once).
+func distinctCounters(adds []store.UsageAdd) bool {
+	for i, a := range adds {
+		for _, b := range adds[:i] {
+			if a.Key == b.Key && a.Window == b.Window {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// usageRefusal marks the error usageAddsAtOnce raises when a counter refuses: a cast that
+// fails at run time, only in that row, so the whole statement (autocommitted) adds nothing.
+const usageRefusal = "xema usage refused"
+
+// usageAddsAtOnce is upsertUsage for n counters in one statement, every one or none: the
+// counters locked in (key, window) order as AddUsage's transaction does, and a refusal an
+// error that aborts the statement. One round trip instead of four (BEGIN, two UPSERTs,
+// COMMIT) for a call with a rate limit and a quota.
+func usageAddsAtOnce(n int) string {
+	var b strings.Builder
+	b.WriteString("WITH adds (i, key, window_no, n, expires_at, lim) AS (VALUES ")
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?::int, ?::text, ?::bigint, ?::bigint, ?::timestamptz, ?::bigint)")
+	}
+	b.WriteString(`), up AS (
+	INSERT INTO rate_counters AS c (key, window_no, count, expires_at)
+	SELECT key, window_no, n, expires_at FROM adds ORDER BY key, window_no
+	ON CONFLICT (key, window_no) DO UPDATE SET count = c.count + excluded.count
+	WHERE c.count + excluded.count <= (SELECT lim FROM adds a WHERE a.key = excluded.key AND a.window_no = excluded.window_no)
+	RETURNING c.key, c.window_no, c.count)
+SELECT CASE WHEN up.count IS NULL THEN ('` + usageRefusal + ` ' || a.i)::bigint ELSE up.count END
+FROM adds a LEFT JOIN up ON up.key = a.key AND up.window_no = a.window_no ORDER BY a.i`)
+	return b.String()
+}
+
+// addUsageAtOnce runs usageAddsAtOnce; errRefused when a counter refused (nothing added).
+func (s *Store) addUsageAtOnce(ctx context.Context, adds []store.UsageAdd) ([]int64, error) {
+	args := make([]any, 0, 6*len(adds))
+	for i, a := range adds {
+		args = append(args, i, a.Key, a.Window, a.N, s.d.TimeArg(a.Expires.UTC()), a.Limit)
+	}
+	rows, err := s.counters.QueryContext(ctx, s.d.bind(usageAddsAtOnce(len(adds))), args...)
+	if err != nil {
+		return nil, refusalOr(err)
+	}
+	defer rows.Close()
+	counts := make([]int64, 0, len(adds))
+	for rows.Next() {
+		var c int64
+		if err := rows.Scan(&c); err != nil {
+			return nil, err
+		}
+		counts = append(counts, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, refusalOr(err)
+	}
+	if len(counts) != len(adds) {
+		return nil, fmt.Errorf("%d counts back for %d counters", len(counts), len(adds))
+	}
+	return counts, nil
+}
+
+// refusalOr is errRefused for the error of usageAddsAtOnce's refusal, else err.
+func refusalOr(err error) error {
+	var coded interface{ SQLState() string }
+	if errors.As(err, &coded) && coded.SQLState() == "22P02" && strings.Contains(err.Error(), usageRefusal) {
+		return errRefused
+	}
+	return err
 }
 
 // addUsage is one UPSERT; ok is false when the counter refused it.
