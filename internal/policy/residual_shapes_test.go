@@ -184,26 +184,7 @@ clean_residual := 3 if { input.o[input.a[input.n]] }`}},
 			if err != nil {
 				return
 			}
-			outcomes := map[string]bool{}
-			for _, in := range inputs {
-				input := ast.MustParseTerm(in).Value
-				want, wantErr := topdownValue(t, mods, input)
-				got, err := p.eval(context.Background(), input)
-				switch {
-				case (err != nil) != (wantErr != nil):
-					t.Errorf("input %s: program error %v, topdown error %v", in, err, wantErr)
-				case (got == nil) != (want == nil) || (got != nil && !got.Equal(want)):
-					t.Errorf("input %s: program %v, topdown %v", in, got, want)
-				}
-				switch {
-				case wantErr != nil:
-					outcomes["error"] = true
-				case want == nil:
-					outcomes["undefined"] = true
-				default:
-					outcomes[want.String()] = true
-				}
-			}
+			outcomes := agreeOnInputs(t, p, mods, inputs)
 			if !tc.refused && len(outcomes) < 2 {
 				t.Fatalf("one outcome for every input, %v: the case decides nothing", outcomes)
 			}

@@ -31,6 +31,33 @@ func topdownValue(t *testing.T, mods []*ast.Module, input ast.Value) (*ast.Term,
 	return rs[0].Expressions[0].Value.(*ast.Term), nil
 }
 
+// agreeOnInputs evaluates p and topdown (mods) over inputs (JSON documents), failing the
+// test on any difference of value or error, and returns the outcomes seen.
+func agreeOnInputs(t *testing.T, p *residualProgram, mods []*ast.Module, inputs []string) map[string]bool {
+	t.Helper()
+	outcomes := map[string]bool{}
+	for _, in := range inputs {
+		input := ast.MustParseTerm(in).Value
+		want, wantErr := topdownValue(t, mods, input)
+		got, err := p.eval(context.Background(), input)
+		switch {
+		case (err != nil) != (wantErr != nil):
+			t.Errorf("input %s: program error %v, topdown error %v", in, err, wantErr)
+		case (got == nil) != (want == nil) || (got != nil && !got.Equal(want)):
+			t.Errorf("input %s: program %v, topdown %v", in, got, want)
+		}
+		switch {
+		case wantErr != nil:
+			outcomes["error"] = true
+		case want == nil:
+			outcomes["undefined"] = true
+		default:
+			outcomes[want.String()] = true
+		}
+	}
+	return outcomes
+}
+
 func parseModules(t *testing.T, srcs ...string) []*ast.Module {
 	t.Helper()
 	var mods []*ast.Module
@@ -125,26 +152,7 @@ armed if { glob.match(input.armed[_], null, "kb:page.read@1") }`}},
 			if err != nil {
 				t.Fatalf("compile: %v", err)
 			}
-			outcomes := map[string]bool{}
-			for _, in := range inputs {
-				input := ast.MustParseTerm(in).Value
-				want, wantErr := topdownValue(t, mods, input)
-				got, err := p.eval(context.Background(), input)
-				switch {
-				case (err != nil) != (wantErr != nil):
-					t.Errorf("input %s: program error %v, topdown error %v", in, err, wantErr)
-				case (got == nil) != (want == nil) || (got != nil && !got.Equal(want)):
-					t.Errorf("input %s: program %v, topdown %v", in, got, want)
-				}
-				switch {
-				case wantErr != nil:
-					outcomes["error"] = true
-				case want == nil:
-					outcomes["undefined"] = true
-				default:
-					outcomes[want.String()] = true
-				}
-			}
+			outcomes := agreeOnInputs(t, p, mods, inputs)
 			if len(outcomes) < 2 {
 				t.Fatalf("one outcome for every input, %v: the case decides nothing", outcomes)
 			}

@@ -137,6 +137,16 @@ func (s *Store) auditArgs(args []any, r store.AuditRecord) []any {
 		jsonArg(r.PolicyInput), r.Chain.ChainID, r.Chain.Seq, r.Chain.Hash)
 }
 
+// writeRows writes n copies of a VALUES row, comma-separated.
+func writeRows(b *strings.Builder, n int, row string) {
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(row)
+	}
+}
+
 // auditInserts caches the INSERT of n rows per placeholder style, built on first use.
 var auditInserts sync.Map // auditInsertKey → string
 
@@ -154,12 +164,7 @@ func (s *Store) auditInsert(rows int) string {
 	row := "(" + strings.Repeat("?, ", auditColumnCount-1) + "?)"
 	var b strings.Builder
 	b.WriteString("INSERT INTO audit_log (" + auditColumns + ") VALUES ")
-	for i := range rows {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(row)
-	}
+	writeRows(&b, rows, row)
 	q, _ := auditInserts.LoadOrStore(key, s.d.bind(b.String()))
 	return q.(string)
 }

@@ -117,12 +117,7 @@ const usageRefusal = "xema usage refused"
 func usageAddsAtOnce(n int) string {
 	var b strings.Builder
 	b.WriteString("WITH adds (i, key, window_no, n, expires_at, lim) AS (VALUES ")
-	for i := range n {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString("(?::int, ?::text, ?::bigint, ?::bigint, ?::timestamptz, ?::bigint)")
-	}
+	writeRows(&b, n, "(?::int, ?::text, ?::bigint, ?::bigint, ?::timestamptz, ?::bigint)")
 	b.WriteString(`), up AS (
 	INSERT INTO rate_counters AS c (key, window_no, count, expires_at)
 	SELECT key, window_no, n, expires_at FROM adds ORDER BY key, window_no
@@ -264,12 +259,7 @@ func (s *Store) usageUpsert(rows int) string {
 	}
 	var b strings.Builder
 	b.WriteString("INSERT INTO rate_counters (key, window_no, count, expires_at) VALUES ")
-	for i := range rows {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString("(?, ?, ?, ?)")
-	}
+	writeRows(&b, rows, "(?, ?, ?, ?)")
 	b.WriteString(` ON CONFLICT (key, window_no) DO UPDATE SET count = excluded.count WHERE excluded.count > rate_counters.count`)
 	q, _ := usageUpserts.LoadOrStore(key, s.d.bind(b.String()))
 	return q.(string)
