@@ -147,24 +147,35 @@ func writeRows(b *strings.Builder, n int, row string) {
 	}
 }
 
-// auditInserts caches the INSERT of n rows per placeholder style, built on first use.
-var auditInserts sync.Map // auditInsertKey → string
+// statements caches the bound text of the statements made per number of rows (the batches'
+// INSERT and UPSERT, the counters' adds), per placeholder style: each is built on first use,
+// not on every call.
+var statements sync.Map // statementKey → string
 
-type auditInsertKey struct {
+type statementKey struct {
+	kind     string
 	numbered bool
 	rows     int
 }
 
-// auditInsert is the dialect's INSERT of rows audit records.
-func (s *Store) auditInsert(rows int) string {
-	key := auditInsertKey{s.d.NumberedParams, rows}
-	if q, ok := auditInserts.Load(key); ok {
+// statement is build(rows) bound to the dialect's placeholders, made once per kind and rows.
+func (s *Store) statement(kind string, rows int, build func(rows int) string) string {
+	key := statementKey{kind, s.d.NumberedParams, rows}
+	if q, ok := statements.Load(key); ok {
 		return q.(string)
 	}
-	row := "(" + strings.Repeat("?, ", auditColumnCount-1) + "?)"
+	q, _ := statements.LoadOrStore(key, s.d.bind(build(rows)))
+	return q.(string)
+}
+
+// auditInsert is the dialect's INSERT of rows audit records.
+func (s *Store) auditInsert(rows int) string {
+	return s.statement("audit insert", rows, auditInsertText)
+}
+
+func auditInsertText(rows int) string {
 	var b strings.Builder
 	b.WriteString("INSERT INTO audit_log (" + auditColumns + ") VALUES ")
-	writeRows(&b, rows, row)
-	q, _ := auditInserts.LoadOrStore(key, s.d.bind(b.String()))
-	return q.(string)
+	writeRows(&b, rows, "("+strings.Repeat("?, ", auditColumnCount-1)+"?)")
+	return b.String()
 }

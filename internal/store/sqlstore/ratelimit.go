@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/xemahq/xema/internal/store"
@@ -135,7 +134,7 @@ func (s *Store) addUsageAtOnce(ctx context.Context, adds []store.UsageAdd) ([]in
 	for i, a := range adds {
 		args = append(args, i, a.Key, a.Window, a.N, s.d.TimeArg(a.Expires.UTC()), a.Limit)
 	}
-	rows, err := s.counters.QueryContext(ctx, s.d.bind(usageAddsAtOnce(len(adds))), args...)
+	rows, err := s.counters.QueryContext(ctx, s.statement("usage adds", len(adds), usageAddsAtOnce), args...)
 	if err != nil {
 		return nil, refusalOr(err)
 	}
@@ -249,18 +248,15 @@ func (s *Store) usageSteps(steps []step, counts []store.UsageCount) []step {
 	return steps
 }
 
-// usageUpserts caches the UPSERT of n counters per placeholder style, as auditInserts.
-var usageUpserts sync.Map // auditInsertKey → string
-
+// usageUpsert is the dialect's UPSERT of rows saved counters.
 func (s *Store) usageUpsert(rows int) string {
-	key := auditInsertKey{s.d.NumberedParams, rows}
-	if q, ok := usageUpserts.Load(key); ok {
-		return q.(string)
-	}
+	return s.statement("usage upsert", rows, usageUpsertText)
+}
+
+func usageUpsertText(rows int) string {
 	var b strings.Builder
 	b.WriteString("INSERT INTO rate_counters (key, window_no, count, expires_at) VALUES ")
 	writeRows(&b, rows, "(?, ?, ?, ?)")
 	b.WriteString(` ON CONFLICT (key, window_no) DO UPDATE SET count = excluded.count WHERE excluded.count > rate_counters.count`)
-	q, _ := usageUpserts.LoadOrStore(key, s.d.bind(b.String()))
-	return q.(string)
+	return b.String()
 }
