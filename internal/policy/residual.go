@@ -554,7 +554,8 @@ func (pc *programCompiler) call(s *bodyScope, op string, args []*ast.Term) (prog
 				return v, v != undefinedTerm
 			}
 			v, ok := call(ev, fr)
-			if ev.calls[slot] = undefinedTerm; ok {
+			ev.calls[slot] = undefinedTerm
+			if ok {
 				ev.calls[slot] = v
 			}
 			return v, ok
@@ -582,14 +583,14 @@ func (ev *progEval) call(op string, f topdown.BuiltinFunc, operands []*ast.Term)
 	return out, out != nil && ev.err == nil
 }
 
-// hasVars reports whether a variable occurs in ts (input and data, refs' heads, are none).
+// hasVars reports whether a variable occurs in ts (input and data, refs' heads, and calls'
+// operators are none).
 func hasVars(ts []*ast.Term) bool {
-	count := map[ast.Var]int{}
-	none := &bodyScope{}
+	vis := ast.NewVarVisitor().WithParams(ast.VarVisitorParams{SkipRefHead: true, SkipRefCallHead: true})
 	for _, t := range ts {
-		unbound(none, t, count)
+		vis.Walk(t)
 	}
-	return len(count) > 0
+	return len(vis.Vars()) > 0
 }
 
 func allVals(ts []progTerm) bool {
@@ -909,7 +910,7 @@ func (ev *progEval) rule(r *progRule) (*ast.Term, bool) {
 				add(v)
 			}
 		} else {
-			ev.body(b, 0, func(fr []*ast.Term) bool {
+			ev.body(b, func(fr []*ast.Term) bool {
 				v, ok := b.value.val(ev, fr)
 				return !ok || add(v)
 			})
@@ -934,15 +935,20 @@ func (ev *progEval) rule(r *progRule) (*ast.Term, bool) {
 	return value, true
 }
 
-// body calls k with the frame of each solution of b, from its expression i on.
-func (ev *progEval) body(b *progBody, i int, k func(fr []*ast.Term) bool) bool {
-	base := ev.top
-	fr := ev.stack[base : base+b.vars : base+b.vars]
+// frame pushes b's frame, cleared, on the evaluation's stack; pop takes it off.
+func (ev *progEval) frame(b *progBody) (fr []*ast.Term, base int) {
+	base = ev.top
+	fr = ev.stack[base : base+b.vars : base+b.vars]
 	clear(fr)
 	ev.top += b.vars
-	goOn := ev.solve(b, fr, i, k)
-	ev.top = base
-	return goOn
+	return fr, base
+}
+
+// body calls k with the frame of each solution of b.
+func (ev *progEval) body(b *progBody, k func(fr []*ast.Term) bool) bool {
+	fr, base := ev.frame(b)
+	defer func() { ev.top = base }()
+	return ev.solve(b, fr, 0, k)
 }
 
 func (ev *progEval) solve(b *progBody, fr []*ast.Term, i int, k func(fr []*ast.Term) bool) bool {
@@ -970,10 +976,7 @@ func (x *progExpr) holds(ev *progEval, fr []*ast.Term) bool {
 // straight evaluates a body of at most one solution: its head's value, false when it does
 // not hold.
 func (ev *progEval) straight(b *progBody) (*ast.Term, bool) {
-	base := ev.top
-	fr := ev.stack[base : base+b.vars : base+b.vars]
-	clear(fr)
-	ev.top += b.vars
+	fr, base := ev.frame(b)
 	defer func() { ev.top = base }()
 	for i := range b.exprs {
 		if !b.exprs[i].holds(ev, fr) || ev.err != nil {
