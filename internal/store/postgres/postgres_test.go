@@ -211,9 +211,10 @@ func TestCountersCommitAsynchronously(t *testing.T) {
 	}
 }
 
-// TestCountersSurviveServerCrash: a counter's increment commits asynchronously, and the
-// decision record committed after it flushes the WAL past it, so a crash of the server
-// (no WAL flush) right after the record keeps the count. Durable server: fsync and
+// TestCountersSurviveServerCrash: a call's counters' increment (one statement for its rate
+// limit and quota) commits asynchronously, and the decision record committed after it
+// flushes the WAL past it, so a crash of the server (no WAL flush) right after the record
+// keeps the counts. Durable server: fsync and
 // synchronous commit on.
 func TestCountersSurviveServerCrash(t *testing.T) {
 	srv, err := testpg.StartServer()
@@ -235,9 +236,10 @@ func TestCountersSurviveServerCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	expires := time.Now().Add(time.Hour)
-	for i := range 20 { // the call's count, then its decision record, as the funnel does
-		add := store.UsageAdd{Key: fmt.Sprintf("k%d", i), Window: 1, N: 1, Limit: 5, Expires: expires}
-		if _, refused, err := s.AddUsage(ctx, []store.UsageAdd{add}); err != nil || refused >= 0 {
+	for i := range 20 { // the call's counts (its rate limit and quota, in one statement), then its decision record, as the funnel does
+		rate := store.UsageAdd{Key: fmt.Sprintf("k%d", i), Window: 1, N: 1, Limit: 5, Expires: expires}
+		quota := store.UsageAdd{Key: fmt.Sprintf("q%d", i), Window: 1, N: 1, Limit: 5, Expires: expires}
+		if _, refused, err := s.AddUsage(ctx, []store.UsageAdd{rate, quota}); err != nil || refused >= 0 {
 			t.Fatalf("AddUsage: refused %d, %v", refused, err)
 		}
 		if err := s.AppendAudit(ctx, store.AuditRecord{ID: fmt.Sprintf("inv_%d", i), Decision: "allowed"}); err != nil {
@@ -257,8 +259,8 @@ func TestCountersSurviveServerCrash(t *testing.T) {
 	}
 	defer s.Close()
 	counts, err := s.LoadUsage(ctx, time.Now())
-	if err != nil || len(counts) != 20 {
-		t.Fatalf("after the crash: %d counters, %v; want the 20 counted before a committed record", len(counts), err)
+	if err != nil || len(counts) != 40 {
+		t.Fatalf("after the crash: %d counters, %v; want the 20 calls' rate and quota counted before a committed record", len(counts), err)
 	}
 }
 
