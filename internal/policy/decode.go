@@ -29,9 +29,9 @@ func decodeDecision(v ast.Value) (Decision, error) {
 			}
 			d.Allow = bool(b)
 		case "revision":
-			s, err := str("decision.revision", val.Value)
+			s, err := str(val.Value)
 			if err != nil {
-				return err
+				return fmt.Errorf("decision.revision %w", err)
 			}
 			d.Revision = s
 		case "reasons":
@@ -47,9 +47,9 @@ func decodeDecision(v ast.Value) (Decision, error) {
 					default:
 						return fmt.Errorf("decision.reasons[%d]: unknown field %v", i, k)
 					}
-					s, err := str("decision.reasons."+string(k.Value.(ast.String)), v.Value)
+					s, err := str(v.Value)
 					*dst = s
-					return err
+					return field(err, "decision.reasons.", k)
 				})
 				if d.Reasons == nil {
 					d.Reasons = make([]Reason, 0, arrayLen(val.Value))
@@ -78,9 +78,9 @@ func decodeDecision(v ast.Value) (Decision, error) {
 					default:
 						return fmt.Errorf("decision.suggestions[%d]: unknown field %v", i, k)
 					}
-					x, err := str("decision.suggestions."+string(k.Value.(ast.String)), v.Value)
+					x, err := str(v.Value)
 					*dst = x
-					return err
+					return field(err, "decision.suggestions.", k)
 				})
 				if d.Suggestions == nil {
 					d.Suggestions = make([]Suggestion, 0, arrayLen(val.Value))
@@ -94,13 +94,13 @@ func decodeDecision(v ast.Value) (Decision, error) {
 				err := o.Iter(func(k, v *ast.Term) error {
 					switch name, _ := k.Value.(ast.String); string(name) {
 					case "kind":
-						s, err := str("decision.obligations.kind", v.Value)
+						s, err := str(v.Value)
 						ob.Kind = s
-						return err
+						return field(err, "decision.obligations.", k)
 					case "per":
-						s, err := str("decision.obligations.per", v.Value)
+						s, err := str(v.Value)
 						ob.Per = s
-						return err
+						return field(err, "decision.obligations.", k)
 					case "requests":
 						n, ok := v.Value.(ast.Number)
 						if !ok {
@@ -133,15 +133,26 @@ func decodeDecision(v ast.Value) (Decision, error) {
 	return d, nil
 }
 
-func str(name string, v ast.Value) (string, error) {
+// str is v as a string; its error names no field (field does), so a decision decoded
+// without error builds no name.
+func str(v ast.Value) (string, error) {
 	if _, ok := v.(ast.Null); ok {
 		return "", nil // as encoding/json: null leaves the field zero
 	}
 	s, ok := v.(ast.String)
 	if !ok {
-		return "", typeErr(name, "string", v)
+		return "", fmt.Errorf("is %s, not string", ast.ValueName(v))
 	}
 	return string(s), nil
+}
+
+// field names the field key of prefix in err, nil when err is.
+func field(err error, prefix string, key *ast.Term) error {
+	if err == nil {
+		return nil
+	}
+	name, _ := key.Value.(ast.String)
+	return fmt.Errorf("%s%s %w", prefix, string(name), err)
 }
 
 func arrayLen(v ast.Value) int {
