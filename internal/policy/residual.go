@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -56,6 +57,9 @@ type progRule struct {
 	partial bool      // a partial set (contains), else a complete rule
 	def     *ast.Term // a complete rule's default value, nil when it has none
 	bodies  []progBody
+	// once: a complete rule whose bodies all have one constant value, so the first body
+	// that holds decides it (topdown's early exit); its straight bodies are tried first.
+	once bool
 }
 
 type progBody struct {
@@ -308,9 +312,38 @@ func (pc *programCompiler) rule(path string) (*progRule, error) {
 		}
 		rule.bodies = append(rule.bodies, body)
 	}
+	rule.once = !rule.partial && oneConstant(defs)
+	if rule.once {
+		slices.SortStableFunc(rule.bodies, func(a, b progBody) int {
+			switch {
+			case a.straight == b.straight:
+				return 0
+			case a.straight:
+				return -1
+			}
+			return 1
+		})
+	}
 	rule.slot = len(pc.rules)
 	pc.rules[path] = rule
 	return rule, nil
+}
+
+// oneConstant reports whether the rules defs (not defaults) have one constant head value.
+func oneConstant(defs []*ast.Rule) bool {
+	var value *ast.Term
+	for _, r := range defs {
+		switch {
+		case r.Default:
+		case r.Head.Value == nil || !ast.IsConstant(r.Head.Value.Value):
+			return false
+		case value == nil:
+			value = r.Head.Value
+		case !value.Equal(r.Head.Value):
+			return false
+		}
+	}
+	return true
 }
 
 func (pc *programCompiler) body(b ast.Body, value *ast.Term) (progBody, error) {
@@ -627,6 +660,9 @@ func (pc *programCompiler) call(s *bodyScope, op string, args []*ast.Term) (prog
 	if bi.Decl.Arity() != len(args) {
 		return progTerm{}, unsupported("%s called with %d arguments", op, len(args))
 	}
+	if t, ok, err := pc.hasKey(s, op, args); ok || err != nil {
+		return t, err
+	}
 	ts, err := pc.terms(s, args)
 	if err != nil {
 		return progTerm{}, err
@@ -675,6 +711,38 @@ func (pc *programCompiler) call(s *bodyScope, op string, args []*ast.Term) (prog
 		v, ok := ev.call(op, f, operands)
 		return !ok || st.yield(v)
 	})}, nil
+}
+
+// hasKey compiles `internal.member_2(k, object.keys(x))` for a constant string k (the
+// policy's test that an input field is present, null or not) as a lookup of k in x, without
+// making x's set of keys: undefined when x is not an object, as object.keys is. ok is false
+// for any other call.
+func (pc *programCompiler) hasKey(s *bodyScope, op string, args []*ast.Term) (progTerm, bool, error) {
+	if op != "internal.member_2" || len(args) != 2 {
+		return progTerm{}, false, nil
+	}
+	key, isString := args[0].Value.(ast.String)
+	keys, isCall := args[1].Value.(ast.Call)
+	if !isString || !isCall || len(keys) != 2 || !keys[0].Equal(ast.NewTerm(ast.ObjectKeys.Ref())) ||
+		hasVars(keys[1:]) { // with a variable to bind, x is a generator: the call as it is
+		return progTerm{}, false, nil
+	}
+	x, err := pc.term(s, keys[1])
+	if err != nil {
+		return progTerm{}, false, err
+	}
+	k := ast.NewTerm(key)
+	return progTerm{val: func(ev *progEval, fr []*ast.Term) (*ast.Term, bool) {
+		v, ok := x.val(ev, fr)
+		if !ok {
+			return nil, false
+		}
+		obj, isObject := v.Value.(ast.Object)
+		if !isObject {
+			return nil, false
+		}
+		return ast.InternedTerm(obj.Get(k) != nil), true
+	}}, true, nil
 }
 
 // call calls a built-in, which must not keep operands.
@@ -804,11 +872,12 @@ func (pc *programCompiler) composite(s *bodyScope, t *ast.Term) (progTerm, error
 			return progTerm{}, unsupported("object %v with a key that is not constant", t)
 		}
 		build = func(vals []*ast.Term) *ast.Term {
-			obj := ast.NewObject()
+			var buf [8][2]*ast.Term // NewObject allocates the pairs' elements in one block
+			pairs := buf[:0]
 			for i, k := range keys {
-				obj.Insert(k, vals[i])
+				pairs = append(pairs, [2]*ast.Term{k, vals[i]})
 			}
-			return ast.NewTerm(obj)
+			return ast.NewTerm(ast.NewObject(pairs...))
 		}
 	default:
 		return progTerm{}, unsupported("term %v", t)
@@ -1061,6 +1130,9 @@ func (ev *progEval) rule(r *progRule) (*ast.Term, bool) {
 		}
 		if ev.err != nil {
 			return nil, false
+		}
+		if r.once && ev.accs[r.slot].value != nil {
+			break
 		}
 	}
 	acc := &ev.accs[r.slot]
