@@ -795,8 +795,7 @@ func (pc *programCompiler) terms(s *bodyScope, ts []*ast.Term) ([]progTerm, erro
 func (pc *programCompiler) product(ts []progTerm, off int,
 	done func(ev *progEval, st *site, vals []*ast.Term) bool) func(ev *progEval, fr []*ast.Term, yield func(*ast.Term) bool) bool {
 	at, n := pc.site(), len(ts)
-	var step func(ev *progEval, st *site, i int) bool
-	step = func(ev *progEval, st *site, i int) bool {
+	step := func(ev *progEval, st *site, i int) bool {
 		vals := ev.ops[off : off+n : off+n]
 		for ; i < n; i++ {
 			if ts[i].gen != nil {
