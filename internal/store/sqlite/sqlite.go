@@ -30,6 +30,7 @@ var Dialect = sqlstore.Dialect{
 	TimeArg:        func(t time.Time) any { return t.UnixMicro() },
 	Classify:       classify,
 	PrepareBatches: true,
+	InsertOrFail:   true,
 	ReasonCodeMatch: `EXISTS (SELECT 1 FROM json_each(CASE WHEN json_type(reasons) = 'array' THEN reasons ELSE '[]' END) e
 		WHERE json_extract(e.value, '$.code') = ?)`,
 }
