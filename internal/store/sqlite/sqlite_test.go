@@ -4,8 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/xemahq/xema/internal/store"
@@ -115,5 +117,69 @@ func TestConnectionsKeepTemporaryFilesInMemory(t *testing.T) {
 	}
 	if mode != 2 { // MEMORY
 		t.Fatalf("PRAGMA temp_store = %d, want 2 (MEMORY)", mode)
+	}
+}
+
+// TestConnectionsSyncEveryCommit: a commit returns once fsynced (synchronous FULL), whatever
+// the driver's default: an audit record is durable when its Append returns.
+func TestConnectionsSyncEveryCommit(t *testing.T) {
+	s := open(t).(rawStore)
+	var mode int
+	if err := s.raw.QueryRow(`PRAGMA synchronous`).Scan(&mode); err != nil {
+		t.Fatal(err)
+	}
+	if mode != 2 { // FULL
+		t.Fatalf("PRAGMA synchronous = %d, want 2 (FULL)", mode)
+	}
+}
+
+// TestPageSize: a new database gets the store's page size; one created with another keeps
+// it (a page size cannot change in WAL mode) and works as before.
+func TestPageSize(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name     string
+		existing int // page size of a database made before Open; 0: none
+		want     int
+	}{{"new file", 0, pageSize}, {"existing 4096", 4096, 4096}, {"existing 8192", 8192, 8192}} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "xema.db")
+			if tc.existing != 0 {
+				db, err := sql.Open("sqlite", "file:"+path+fmt.Sprintf("?_pragma=page_size(%d)&_journal_mode=WAL", tc.existing))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := db.Exec(`CREATE TABLE before_xema (x INTEGER)`); err != nil {
+					t.Fatal(err)
+				}
+				if err := db.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s, err := Open(ctx, path)
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			defer s.Close()
+			r := store.AuditRecord{ID: "a-1", Ref: "x:y@1", Decision: "allowed", PolicyInput: []byte(`{"pad":"` + strings.Repeat("x", 3*pageSize) + `"}`)}
+			if err := s.AppendAudit(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := s.GetAudit(ctx, "a-1"); err != nil || string(got.PolicyInput) != string(r.PolicyInput) {
+				t.Fatalf("GetAudit: %v, policy input of %d bytes, want %d", err, len(got.PolicyInput), len(r.PolicyInput))
+			}
+			raw, err := sql.Open("sqlite", DSN(path))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer raw.Close()
+			var got int
+			if err := raw.QueryRow(`PRAGMA page_size`).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Fatalf("page size %d, want %d", got, tc.want)
+			}
+		})
 	}
 }
