@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 )
@@ -29,98 +30,56 @@ func decodeDecision(v ast.Value) (Decision, error) {
 			}
 			d.Allow = bool(b)
 		case "revision":
-			s, err := str("decision.revision", val.Value)
+			s, err := str(val.Value)
 			if err != nil {
-				return err
+				return fmt.Errorf("decision.revision %w", err)
 			}
 			d.Revision = s
 		case "reasons":
 			return eachObject("decision.reasons", val.Value, func(i int, o ast.Object) error {
 				var r Reason
-				err := o.Iter(func(k, v *ast.Term) error {
-					var dst *string
-					switch name, _ := k.Value.(ast.String); string(name) {
-					case "code":
-						dst = &r.Code
-					case "detail":
-						dst = &r.Detail
-					default:
-						return fmt.Errorf("decision.reasons[%d]: unknown field %v", i, k)
-					}
-					s, err := str("decision.reasons."+string(k.Value.(ast.String)), v.Value)
-					*dst = s
+				if err := stringFields("decision.reasons", i, o, reasonKeys, []*string{&r.Code, &r.Detail}); err != nil {
 					return err
-				})
+				}
 				if d.Reasons == nil {
 					d.Reasons = make([]Reason, 0, arrayLen(val.Value))
 				}
 				d.Reasons = append(d.Reasons, r)
-				return err
+				return nil
 			}, func() { d.Reasons = []Reason{} })
 		case "suggestions":
 			return eachObject("decision.suggestions", val.Value, func(i int, o ast.Object) error {
 				var s Suggestion
-				err := o.Iter(func(k, v *ast.Term) error {
-					var dst *string
-					switch name, _ := k.Value.(ast.String); string(name) {
-					case "kind":
-						dst = &s.Kind
-					case "capability":
-						dst = &s.Capability
-					case "environment":
-						dst = &s.Environment
-					case "from":
-						dst = &s.From
-					case "to":
-						dst = &s.To
-					case "binding":
-						dst = &s.Binding
-					default:
-						return fmt.Errorf("decision.suggestions[%d]: unknown field %v", i, k)
-					}
-					x, err := str("decision.suggestions."+string(k.Value.(ast.String)), v.Value)
-					*dst = x
+				if err := stringFields("decision.suggestions", i, o, suggestionKeys,
+					[]*string{&s.Kind, &s.Capability, &s.Environment, &s.From, &s.To, &s.Binding}); err != nil {
 					return err
-				})
+				}
 				if d.Suggestions == nil {
 					d.Suggestions = make([]Suggestion, 0, arrayLen(val.Value))
 				}
 				d.Suggestions = append(d.Suggestions, s)
-				return err
+				return nil
 			}, func() { d.Suggestions = []Suggestion{} })
 		case "obligations":
 			return eachObject("decision.obligations", val.Value, func(i int, o ast.Object) error {
 				var ob Obligation
-				err := o.Iter(func(k, v *ast.Term) error {
-					switch name, _ := k.Value.(ast.String); string(name) {
-					case "kind":
-						s, err := str("decision.obligations.kind", v.Value)
-						ob.Kind = s
-						return err
-					case "per":
-						s, err := str("decision.obligations.per", v.Value)
-						ob.Per = s
-						return err
-					case "requests":
-						n, ok := v.Value.(ast.Number)
-						if !ok {
-							return typeErr("decision.obligations.requests", "number", v.Value)
-						}
-						i, ok := n.Int()
-						if !ok {
-							return fmt.Errorf("decision.obligations.requests: %v is not an int", n)
-						}
-						ob.Requests = i
-						return nil
-					default:
-						return fmt.Errorf("decision.obligations[%d]: unknown field %v", i, k)
+				if v := o.Get(kRequests); v != nil {
+					n, ok := v.Value.(ast.Number)
+					if !ok {
+						return typeErr("decision.obligations.requests", "number", v.Value)
 					}
-				})
+					if ob.Requests, ok = n.Int(); !ok {
+						return fmt.Errorf("decision.obligations.requests: %v is not an int", n)
+					}
+				}
+				if err := stringFields("decision.obligations", i, o, obligationKeys, []*string{&ob.Kind, &ob.Per}, kRequests); err != nil {
+					return err
+				}
 				if d.Obligations == nil {
 					d.Obligations = make([]Obligation, 0, arrayLen(val.Value))
 				}
 				d.Obligations = append(d.Obligations, ob)
-				return err
+				return nil
 			}, func() { d.Obligations = []Obligation{} })
 		default:
 			return fmt.Errorf("decision: unknown field %q", string(key))
@@ -133,15 +92,68 @@ func decodeDecision(v ast.Value) (Decision, error) {
 	return d, nil
 }
 
-func str(name string, v ast.Value) (string, error) {
+// The fields of a decision's reasons, suggestions and obligations.
+var (
+	reasonKeys     = []*ast.Term{ast.StringTerm("code"), ast.StringTerm("detail")}
+	suggestionKeys = []*ast.Term{ast.StringTerm("kind"), ast.StringTerm("capability"), ast.StringTerm("environment"),
+		ast.StringTerm("from"), ast.StringTerm("to"), ast.StringTerm("binding")}
+	obligationKeys = []*ast.Term{ast.StringTerm("kind"), ast.StringTerm("per")}
+	kRequests      = ast.StringTerm("requests")
+)
+
+// stringFields reads the string fields keys of the object o (element i of the array name)
+// into dsts, by lookup rather than a closure per field. o may also hold the fields read (the
+// caller reads them); any other is an unknown field, an error.
+func stringFields(name string, i int, o ast.Object, keys []*ast.Term, dsts []*string, read ...*ast.Term) error {
+	found := 0
+	for _, k := range read {
+		if o.Get(k) != nil {
+			found++
+		}
+	}
+	for j, k := range keys {
+		v := o.Get(k)
+		if v == nil {
+			continue
+		}
+		found++
+		s, err := str(v.Value)
+		if err != nil {
+			return field(err, name+".", k)
+		}
+		*dsts[j] = s
+	}
+	if found == o.Len() {
+		return nil
+	}
+	for _, k := range o.Keys() {
+		if !slices.ContainsFunc(keys, k.Equal) && !slices.ContainsFunc(read, k.Equal) {
+			return fmt.Errorf("%s[%d]: unknown field %v", name, i, k)
+		}
+	}
+	return fmt.Errorf("%s[%d]: unknown field", name, i)
+}
+
+// str is v as a string; its error names no field (field does), so a decision decoded
+// without error builds no name.
+func str(v ast.Value) (string, error) {
 	if _, ok := v.(ast.Null); ok {
 		return "", nil // as encoding/json: null leaves the field zero
 	}
 	s, ok := v.(ast.String)
 	if !ok {
-		return "", typeErr(name, "string", v)
+		return "", fmt.Errorf("is %s, not string", ast.ValueName(v))
 	}
 	return string(s), nil
+}
+
+// field names the field key of prefix in err, nil when err is.
+func field(err error, prefix string, key *ast.Term) error {
+	if err == nil {
+		return nil
+	}
+	name, _ := key.Value.(ast.String)
+	return fmt.Errorf("%s%s %w", prefix, string(name), err)
 }
 
 func arrayLen(v ast.Value) int {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -36,10 +37,18 @@ import (
 type residualProgram struct {
 	main   *progRule // data.xemafast.<name>
 	rules  int       // rules compiled, each with its slot in an evaluation's memo
+	bodies int       // bodies compiled, each with its frame's slot in an evaluation
 	frames int       // the variables of every body: an evaluation's stack of frames
-	ops    int       // the operand slots of the calls
+	ops    int       // the operand slots of the calls and composites
 	calls  int       // the memo slots of the calls without variables
-	evals  sync.Pool // *progEval sized for this program
+	sites  int       // the generator sites, each with its state in an evaluation
+	// An evaluation's continuations, made once per pooled evaluation rather than as
+	// closures on every call (they were most of a denied call's allocations): fns and kvs
+	// by the sites that use them, conts per generating expression of a body (its rest).
+	fns   []func(ev *progEval) func(*ast.Term) bool
+	kvs   []func(ev *progEval) func(k, v *ast.Term) bool
+	conts []func(ev *progEval) func() bool
+	evals sync.Pool // *progEval sized for this program
 }
 
 type progRule struct {
@@ -48,9 +57,14 @@ type progRule struct {
 	partial bool      // a partial set (contains), else a complete rule
 	def     *ast.Term // a complete rule's default value, nil when it has none
 	bodies  []progBody
+	// once: a complete rule whose bodies all have one constant value, so the first body
+	// that holds decides it (topdown's early exit); its straight bodies are tried first.
+	once bool
 }
 
 type progBody struct {
+	rule     *progRule
+	index    int  // its slot in an evaluation's frames
 	vars     int  // its frame's size
 	straight bool // no expression has more than one solution: the body has at most one
 	exprs    []progExpr
@@ -65,14 +79,16 @@ type progExpr struct {
 	test    func(ev *progEval, fr []*ast.Term) bool
 	bind    func(ev *progEval, fr []*ast.Term) bool
 	solve   func(ev *progEval, fr []*ast.Term, yield func() bool) bool
+	cont    int // solve's yield: the evaluation's continuation of the body after it
 }
 
 // progTerm is a term: val when it binds no variable (its one value, or none: undefined),
 // else gen (each value, the variables it binds set in the frame, until yield returns false;
 // false when stopped).
 type progTerm struct {
-	val func(ev *progEval, fr []*ast.Term) (*ast.Term, bool)
-	gen func(ev *progEval, fr []*ast.Term, yield func(*ast.Term) bool) bool
+	val  func(ev *progEval, fr []*ast.Term) (*ast.Term, bool)
+	gen  func(ev *progEval, fr []*ast.Term, yield func(*ast.Term) bool) bool
+	next int // as an operand of a product (a generator): its values' continuation in ev.fns
 }
 
 func (t progTerm) each(ev *progEval, fr []*ast.Term, yield func(*ast.Term) bool) bool {
@@ -85,18 +101,41 @@ func (t progTerm) each(ev *progEval, fr []*ast.Term, yield func(*ast.Term) bool)
 	return true
 }
 
-// progEval is one evaluation's state, pooled per program.
+// progEval is one evaluation's state, pooled per program. A rule is evaluated at most once
+// an evaluation and never within itself (recursion is refused), so each rule, body and
+// generator site has one slot of state, in use by one evaluation of it at a time.
 type progEval struct {
 	bctx  topdown.BuiltinContext
 	input *ast.Term
 	memo  []*ast.Term // per rule: its value once evaluated (undefinedTerm when undefined)
+	accs  []ruleAcc   // per rule: what its bodies produced so far
 	stack []*ast.Term // the frames of the bodies being evaluated
 	top   int
-	ops   []*ast.Term // the operands of the calls without variables to bind, each call its own
-	calls []*ast.Term // per call without variables: its output once made (undefinedTerm when none)
-	out   *ast.Term   // the output of the built-in just called
+	frs   [][]*ast.Term // per body: its frame while it is evaluated
+	sites []site        // per generator site: its frame and consumer while it yields
+	ops   []*ast.Term   // the operands of each call and composite, each its own
+	calls []*ast.Term   // per call without variables: its output once made (undefinedTerm when none)
+	fns   []func(*ast.Term) bool
+	kvs   []func(k, v *ast.Term) bool
+	conts []func() bool
+	out   *ast.Term // the output of the built-in just called
 	iter  func(*ast.Term) error
 	err   error // a conflict of a complete rule or a built-in's Halt: the evaluation's error
+}
+
+// ruleAcc is a rule's value being made: a complete rule's value, a partial set's elements.
+type ruleAcc struct {
+	value *ast.Term
+	set   ast.Set // made on the first element
+}
+
+// site is a generator's state while it yields: the frame it reads and binds, and where its
+// values go (yield for a term's values, cont for an expression's solutions).
+type site struct {
+	fr    []*ast.Term
+	yield func(*ast.Term) bool
+	cont  func() bool
+	a     *ast.Term // a value held across an inner generator (match)
 }
 
 // emptySet is every partial set's value when it has no element: values are never changed
@@ -133,6 +172,21 @@ type programCompiler struct {
 	frames int
 	ops    int
 	calls  map[string]int // the memo slot of each call without variables, by its text
+	sites  int
+	fns    []func(ev *progEval) func(*ast.Term) bool
+	kvs    []func(ev *progEval) func(k, v *ast.Term) bool
+}
+
+// site allocates a generator site's state.
+func (pc *programCompiler) site() int {
+	pc.sites++
+	return pc.sites - 1
+}
+
+// fn registers a continuation made once per evaluation; its index into ev.fns.
+func (pc *programCompiler) fn(make func(ev *progEval) func(*ast.Term) bool) int {
+	pc.fns = append(pc.fns, make)
+	return len(pc.fns) - 1
 }
 
 // bodyScope is what is known of a body's variables while its expressions are compiled in
@@ -166,19 +220,52 @@ func compileResidualProgram(mods []*ast.Module, name string) (*residualProgram, 
 	if err != nil {
 		return nil, err
 	}
-	p := &residualProgram{main: main, rules: len(pc.rules), frames: pc.frames, ops: pc.ops, calls: len(pc.calls)}
-	p.evals.New = func() any {
-		ev := &progEval{memo: make([]*ast.Term, p.rules), stack: make([]*ast.Term, p.frames),
-			ops: make([]*ast.Term, p.ops), calls: make([]*ast.Term, p.calls)}
-		ev.iter = func(out *ast.Term) error {
-			if ev.out == nil { // one output: the allowed built-ins are functions
-				ev.out = out
+	p := &residualProgram{main: main, rules: len(pc.rules), frames: pc.frames, ops: pc.ops, calls: len(pc.calls),
+		sites: pc.sites, fns: pc.fns, kvs: pc.kvs}
+	for _, r := range pc.rules { // the bodies are in place: number them, make their continuations
+		for j := range r.bodies {
+			b := &r.bodies[j]
+			b.rule, b.index = r, p.bodies
+			p.bodies++
+			for i := range b.exprs {
+				if b.exprs[i].solve == nil {
+					continue
+				}
+				b.exprs[i].cont = len(p.conts)
+				next := i + 1
+				p.conts = append(p.conts, func(ev *progEval) func() bool {
+					return func() bool { return ev.err == nil && ev.solve(b, ev.frs[b.index], next) }
+				})
 			}
-			return nil
 		}
-		return ev
 	}
+	p.evals.New = p.newEval
 	return p, nil
+}
+
+// newEval makes an evaluation's state for p, its continuations once.
+func (p *residualProgram) newEval() any {
+	ev := &progEval{memo: make([]*ast.Term, p.rules), accs: make([]ruleAcc, p.rules),
+		stack: make([]*ast.Term, p.frames), frs: make([][]*ast.Term, p.bodies), sites: make([]site, p.sites),
+		ops: make([]*ast.Term, p.ops), calls: make([]*ast.Term, p.calls),
+		fns: make([]func(*ast.Term) bool, len(p.fns)), kvs: make([]func(k, v *ast.Term) bool, len(p.kvs)),
+		conts: make([]func() bool, len(p.conts))}
+	for i, f := range p.fns {
+		ev.fns[i] = f(ev)
+	}
+	for i, f := range p.kvs {
+		ev.kvs[i] = f(ev)
+	}
+	for i, f := range p.conts {
+		ev.conts[i] = f(ev)
+	}
+	ev.iter = func(out *ast.Term) error {
+		if ev.out == nil { // one output: the allowed built-ins are functions
+			ev.out = out
+		}
+		return nil
+	}
+	return ev
 }
 
 func (pc *programCompiler) rule(path string) (*progRule, error) {
@@ -225,9 +312,38 @@ func (pc *programCompiler) rule(path string) (*progRule, error) {
 		}
 		rule.bodies = append(rule.bodies, body)
 	}
+	rule.once = !rule.partial && oneConstant(defs)
+	if rule.once {
+		slices.SortStableFunc(rule.bodies, func(a, b progBody) int {
+			switch {
+			case a.straight == b.straight:
+				return 0
+			case a.straight:
+				return -1
+			}
+			return 1
+		})
+	}
 	rule.slot = len(pc.rules)
 	pc.rules[path] = rule
 	return rule, nil
+}
+
+// oneConstant reports whether the rules defs (not defaults) have one constant head value.
+func oneConstant(defs []*ast.Rule) bool {
+	var value *ast.Term
+	for _, r := range defs {
+		switch {
+		case r.Default:
+		case r.Head.Value == nil || !ast.IsConstant(r.Head.Value.Value):
+			return false
+		case value == nil:
+			value = r.Head.Value
+		case !value.Equal(r.Head.Value):
+			return false
+		}
+	}
+	return true
 }
 
 func (pc *programCompiler) body(b ast.Body, value *ast.Term) (progBody, error) {
@@ -440,8 +556,14 @@ func (pc *programCompiler) positive(s *bodyScope, x *ast.Expr) (progExpr, error)
 			return ok && truthy(v)
 		}}, nil
 	}
+	at := pc.site()
+	each := pc.fn(func(ev *progEval) func(*ast.Term) bool {
+		st := &ev.sites[at]
+		return func(v *ast.Term) bool { return !truthy(v) || st.cont() }
+	})
 	return progExpr{solve: func(ev *progEval, fr []*ast.Term, yield func() bool) bool {
-		return t.gen(ev, fr, func(v *ast.Term) bool { return !truthy(v) || yield() })
+		ev.sites[at].cont = yield
+		return t.gen(ev, fr, ev.fns[each])
 	}}, nil
 }
 
@@ -479,11 +601,18 @@ func (pc *programCompiler) match(s *bodyScope, t progTerm, other *ast.Term) (pro
 				return ok
 			}}, nil
 		}
+		at := pc.site()
+		each := pc.fn(func(ev *progEval) func(*ast.Term) bool {
+			st := &ev.sites[at]
+			return func(val *ast.Term) bool {
+				st.fr[i] = val
+				return st.cont()
+			}
+		})
 		return progExpr{solve: func(ev *progEval, fr []*ast.Term, yield func() bool) bool {
-			return t.each(ev, fr, func(val *ast.Term) bool {
-				fr[i] = val
-				return yield()
-			})
+			st := &ev.sites[at]
+			st.fr, st.cont = fr, yield
+			return t.each(ev, fr, ev.fns[each])
 		}}, nil
 	}
 	o, err := pc.term(s, other)
@@ -500,10 +629,22 @@ func (pc *programCompiler) match(s *bodyScope, t progTerm, other *ast.Term) (pro
 			return ok && a.Equal(b)
 		}}, nil
 	}
+	at := pc.site()
+	inner := pc.fn(func(ev *progEval) func(*ast.Term) bool {
+		st := &ev.sites[at]
+		return func(b *ast.Term) bool { return !st.a.Equal(b) || st.cont() }
+	})
+	outer := pc.fn(func(ev *progEval) func(*ast.Term) bool {
+		st := &ev.sites[at]
+		return func(a *ast.Term) bool {
+			st.a = a
+			return o.each(ev, st.fr, ev.fns[inner])
+		}
+	})
 	return progExpr{solve: func(ev *progEval, fr []*ast.Term, yield func() bool) bool {
-		return t.each(ev, fr, func(a *ast.Term) bool {
-			return o.each(ev, fr, func(b *ast.Term) bool { return !a.Equal(b) || yield() })
-		})
+		st := &ev.sites[at]
+		st.fr, st.cont = fr, yield
+		return t.each(ev, fr, ev.fns[outer])
 	}}, nil
 }
 
@@ -518,6 +659,9 @@ func (pc *programCompiler) call(s *bodyScope, op string, args []*ast.Term) (prog
 	}
 	if bi.Decl.Arity() != len(args) {
 		return progTerm{}, unsupported("%s called with %d arguments", op, len(args))
+	}
+	if t, ok, err := pc.hasKey(s, op, args); ok || err != nil {
+		return t, err
 	}
 	ts, err := pc.terms(s, args)
 	if err != nil {
@@ -561,12 +705,44 @@ func (pc *programCompiler) call(s *bodyScope, op string, args []*ast.Term) (prog
 			return v, ok
 		}}, nil
 	}
-	return progTerm{gen: func(ev *progEval, fr []*ast.Term, yield func(*ast.Term) bool) bool {
-		return product(ev, fr, ts, make([]*ast.Term, n), 0, func(operands []*ast.Term) bool {
-			v, ok := ev.call(op, f, operands)
-			return !ok || yield(v)
-		})
-	}}, nil
+	off := pc.ops
+	pc.ops += n
+	return progTerm{gen: pc.product(ts, off, func(ev *progEval, st *site, operands []*ast.Term) bool {
+		v, ok := ev.call(op, f, operands)
+		return !ok || st.yield(v)
+	})}, nil
+}
+
+// hasKey compiles `internal.member_2(k, object.keys(x))` for a constant string k (the
+// policy's test that an input field is present, null or not) as a lookup of k in x, without
+// making x's set of keys: undefined when x is not an object, as object.keys is. ok is false
+// for any other call.
+func (pc *programCompiler) hasKey(s *bodyScope, op string, args []*ast.Term) (progTerm, bool, error) {
+	if op != "internal.member_2" || len(args) != 2 {
+		return progTerm{}, false, nil
+	}
+	key, isString := args[0].Value.(ast.String)
+	keys, isCall := args[1].Value.(ast.Call)
+	if !isString || !isCall || len(keys) != 2 || !keys[0].Equal(ast.NewTerm(ast.ObjectKeys.Ref())) ||
+		hasVars(keys[1:]) { // with a variable to bind, x is a generator: the call as it is
+		return progTerm{}, false, nil
+	}
+	x, err := pc.term(s, keys[1])
+	if err != nil {
+		return progTerm{}, false, err
+	}
+	k := ast.NewTerm(key)
+	return progTerm{val: func(ev *progEval, fr []*ast.Term) (*ast.Term, bool) {
+		v, ok := x.val(ev, fr)
+		if !ok {
+			return nil, false
+		}
+		obj, isObject := v.Value.(ast.Object)
+		if !isObject {
+			return nil, false
+		}
+		return ast.InternedTerm(obj.Get(k) != nil), true
+	}}, true, nil
 }
 
 // call calls a built-in, which must not keep operands.
@@ -614,15 +790,42 @@ func (pc *programCompiler) terms(s *bodyScope, ts []*ast.Term) ([]progTerm, erro
 	return out, nil
 }
 
-// product calls f with each combination of the values of ts (vals as its buffer).
-func product(ev *progEval, fr []*ast.Term, ts []progTerm, vals []*ast.Term, i int, f func([]*ast.Term) bool) bool {
-	if i == len(ts) {
-		return f(vals)
+// product compiles the generator of each combination of the values of ts, set in the
+// operand slots from off, handed to done with the site's state.
+func (pc *programCompiler) product(ts []progTerm, off int,
+	done func(ev *progEval, st *site, vals []*ast.Term) bool) func(ev *progEval, fr []*ast.Term, yield func(*ast.Term) bool) bool {
+	at, n := pc.site(), len(ts)
+	var step func(ev *progEval, st *site, i int) bool
+	step = func(ev *progEval, st *site, i int) bool {
+		vals := ev.ops[off : off+n : off+n]
+		for ; i < n; i++ {
+			if ts[i].gen != nil {
+				return ts[i].gen(ev, st.fr, ev.fns[ts[i].next])
+			}
+			v, ok := ts[i].val(ev, st.fr)
+			if !ok {
+				return true
+			}
+			vals[i] = v
+		}
+		return done(ev, st, vals)
 	}
-	return ts[i].each(ev, fr, func(v *ast.Term) bool {
-		vals[i] = v
-		return product(ev, fr, ts, vals, i+1, f)
-	})
+	for i := range ts {
+		if ts[i].gen != nil {
+			ts[i].next = pc.fn(func(ev *progEval) func(*ast.Term) bool {
+				st := &ev.sites[at]
+				return func(v *ast.Term) bool {
+					ev.ops[off+i] = v
+					return step(ev, st, i+1)
+				}
+			})
+		}
+	}
+	return func(ev *progEval, fr []*ast.Term, yield func(*ast.Term) bool) bool {
+		st := &ev.sites[at]
+		st.fr, st.yield = fr, yield
+		return step(ev, st, 0)
+	}
 }
 
 func (pc *programCompiler) term(s *bodyScope, t *ast.Term) (progTerm, error) {
@@ -669,11 +872,12 @@ func (pc *programCompiler) composite(s *bodyScope, t *ast.Term) (progTerm, error
 			return progTerm{}, unsupported("object %v with a key that is not constant", t)
 		}
 		build = func(vals []*ast.Term) *ast.Term {
-			obj := ast.NewObject()
+			var buf [8][2]*ast.Term // NewObject allocates the pairs' elements in one block
+			pairs := buf[:0]
 			for i, k := range keys {
-				obj.Insert(k, vals[i])
+				pairs = append(pairs, [2]*ast.Term{k, vals[i]})
 			}
-			return ast.NewTerm(obj)
+			return ast.NewTerm(ast.NewObject(pairs...))
 		}
 	default:
 		return progTerm{}, unsupported("term %v", t)
@@ -682,10 +886,12 @@ func (pc *programCompiler) composite(s *bodyScope, t *ast.Term) (progTerm, error
 	if err != nil {
 		return progTerm{}, err
 	}
-	n := len(ts)
+	// The values go to operand slots of their own: build copies them.
+	n, off := len(ts), pc.ops
+	pc.ops += n
 	if allVals(ts) {
 		return progTerm{val: func(ev *progEval, fr []*ast.Term) (*ast.Term, bool) {
-			vals := make([]*ast.Term, n)
+			vals := ev.ops[off : off+n : off+n]
 			for i, t := range ts {
 				v, ok := t.val(ev, fr)
 				if !ok {
@@ -696,9 +902,9 @@ func (pc *programCompiler) composite(s *bodyScope, t *ast.Term) (progTerm, error
 			return build(vals), true
 		}}, nil
 	}
-	return progTerm{gen: func(ev *progEval, fr []*ast.Term, yield func(*ast.Term) bool) bool {
-		return product(ev, fr, ts, make([]*ast.Term, n), 0, func(vals []*ast.Term) bool { return yield(build(vals)) })
-	}}, nil
+	return progTerm{gen: pc.product(ts, off, func(_ *progEval, st *site, vals []*ast.Term) bool {
+		return st.yield(build(vals))
+	})}, nil
 }
 
 func constant(t *ast.Term) progTerm {
@@ -791,46 +997,69 @@ func (pc *programCompiler) ref(s *bodyScope, r ast.Ref) (progTerm, error) {
 			return t, ok
 		}}, nil
 	}
-	var walk func(ev *progEval, t *ast.Term, i int, fr []*ast.Term, yield func(*ast.Term) bool) bool
-	walk = func(ev *progEval, t *ast.Term, i int, fr []*ast.Term, yield func(*ast.Term) bool) bool {
+	// A step binding a variable walks a collection: its continuations (stop when they
+	// return true, as Until's) are made once per evaluation, at kvs[i] and fns[i].
+	at := pc.site()
+	kvs, fns := make([]int, len(steps)), make([]int, len(steps))
+	var walk func(ev *progEval, st *site, t *ast.Term, i int) bool
+	walk = func(ev *progEval, st *site, t *ast.Term, i int) bool {
 		if i == len(steps) {
-			return yield(t)
+			return st.yield(t)
 		}
-		st := steps[i]
-		if !st.bind {
-			k, defined := key(st, ev, fr)
+		step := steps[i]
+		if !step.bind {
+			k, defined := key(step, ev, st.fr)
 			if !defined {
 				return true
 			}
 			if next := child(t, k); next != nil {
-				return walk(ev, next, i+1, fr, yield)
+				return walk(ev, st, next, i+1)
 			}
 			return true
 		}
-		each := func(k, v *ast.Term) bool {
-			fr[st.slot] = k
-			return !walk(ev, v, i+1, fr, yield)
-		}
 		switch c := t.Value.(type) {
 		case ast.Object:
-			return !c.Until(each)
+			return !c.Until(ev.kvs[kvs[i]])
 		case *ast.Array:
+			each := ev.kvs[kvs[i]]
 			for j := range c.Len() {
 				if each(ast.InternedTerm(j), c.Elem(j)) {
 					return false
 				}
 			}
 		case ast.Set:
-			return !c.Until(func(e *ast.Term) bool { return each(e, e) })
+			return !c.Until(ev.fns[fns[i]])
 		}
 		return true
+	}
+	for i, step := range steps {
+		if !step.bind {
+			continue
+		}
+		kvs[i] = len(pc.kvs)
+		pc.kvs = append(pc.kvs, func(ev *progEval) func(k, v *ast.Term) bool {
+			st := &ev.sites[at]
+			return func(k, v *ast.Term) bool {
+				st.fr[step.slot] = k
+				return !walk(ev, st, v, i+1)
+			}
+		})
+		fns[i] = pc.fn(func(ev *progEval) func(*ast.Term) bool {
+			st := &ev.sites[at]
+			return func(e *ast.Term) bool {
+				st.fr[step.slot] = e
+				return !walk(ev, st, e, i+1)
+			}
+		})
 	}
 	return progTerm{gen: func(ev *progEval, fr []*ast.Term, yield func(*ast.Term) bool) bool {
 		t, ok := root(ev)
 		if !ok {
 			return true
 		}
-		return walk(ev, t, 0, fr, yield)
+		st := &ev.sites[at]
+		st.fr, st.yield = fr, yield
+		return walk(ev, st, t, 0)
 	}}, nil
 }
 
@@ -865,7 +1094,10 @@ func (p *residualProgram) eval(ctx context.Context, input ast.Value) (*ast.Term,
 	v, ok := ev.rule(p.main)
 	err := ev.err
 	clear(ev.memo)
+	clear(ev.accs)
 	clear(ev.stack)
+	clear(ev.frs)
+	clear(ev.sites)
 	clear(ev.ops)
 	clear(ev.calls)
 	ev.bctx.Context, ev.input, ev.err, ev.top = nil, nil, nil, 0
@@ -887,46 +1119,33 @@ func (ev *progEval) rule(r *progRule) (*ast.Term, bool) {
 	if v := ev.memo[r.slot]; v != nil {
 		return v, v != undefinedTerm
 	}
-	var value *ast.Term
-	var set ast.Set
-	if r.partial {
-		set = ast.NewSet()
-	}
-	add := func(v *ast.Term) bool {
-		switch {
-		case r.partial:
-			set.Add(v)
-		case value == nil:
-			value = v
-		case !value.Equal(v):
-			ev.err = fmt.Errorf("%s: complete rules must not produce multiple outputs", r.path)
-		}
-		return ev.err == nil
-	}
 	for i := range r.bodies {
 		b := &r.bodies[i]
 		if b.straight {
 			if v, ok := ev.straight(b); ok {
-				add(v)
+				ev.add(r, v)
 			}
 		} else {
-			ev.body(b, func(fr []*ast.Term) bool {
-				v, ok := b.value.val(ev, fr)
-				return !ok || add(v)
-			})
+			ev.body(b)
 		}
 		if ev.err != nil {
 			return nil, false
 		}
+		if r.once && ev.accs[r.slot].value != nil {
+			break
+		}
 	}
+	acc := &ev.accs[r.slot]
+	value := acc.value
 	switch {
-	case r.partial && set.Len() == 0:
+	case r.partial && acc.set == nil:
 		value = emptySet
 	case r.partial:
-		value = ast.NewTerm(set)
+		value = ast.NewTerm(acc.set)
 	case value == nil:
 		value = r.def
 	}
+	*acc = ruleAcc{}
 	if value == nil {
 		ev.memo[r.slot] = undefinedTerm
 		return nil, false
@@ -944,25 +1163,45 @@ func (ev *progEval) frame(b *progBody) (fr []*ast.Term, base int) {
 	return fr, base
 }
 
-// body calls k with the frame of each solution of b.
-func (ev *progEval) body(b *progBody, k func(fr []*ast.Term) bool) bool {
-	fr, base := ev.frame(b)
-	defer func() { ev.top = base }()
-	return ev.solve(b, fr, 0, k)
+// add adds v to what r's bodies produced: an element of a partial set, or a complete
+// rule's value (another value is a conflict: the evaluation's error).
+func (ev *progEval) add(r *progRule, v *ast.Term) bool {
+	acc := &ev.accs[r.slot]
+	switch {
+	case r.partial && acc.set == nil:
+		acc.set = ast.NewSet(v)
+	case r.partial:
+		acc.set.Add(v)
+	case acc.value == nil:
+		acc.value = v
+	case !acc.value.Equal(v):
+		ev.err = fmt.Errorf("%s: complete rules must not produce multiple outputs", r.path)
+	}
+	return ev.err == nil
 }
 
-func (ev *progEval) solve(b *progBody, fr []*ast.Term, i int, k func(fr []*ast.Term) bool) bool {
+// body adds the head's value of each solution of b to its rule.
+func (ev *progEval) body(b *progBody) {
+	fr, base := ev.frame(b)
+	ev.frs[b.index] = fr
+	ev.solve(b, fr, 0)
+	ev.top = base
+}
+
+// solve evaluates b's expressions from i, each generating one's solutions continuing with
+// the rest (ev.conts), and adds the head's value of each solution; false when stopped.
+func (ev *progEval) solve(b *progBody, fr []*ast.Term, i int) bool {
 	for ; i < len(b.exprs); i++ {
 		x := &b.exprs[i]
 		if x.solve != nil {
-			next := i + 1
-			return x.solve(ev, fr, func() bool { return ev.err == nil && ev.solve(b, fr, next, k) })
+			return x.solve(ev, fr, ev.conts[x.cont])
 		}
 		if !x.holds(ev, fr) || ev.err != nil {
 			return ev.err == nil
 		}
 	}
-	return k(fr)
+	v, ok := b.value.val(ev, fr)
+	return !ok || ev.add(b.rule, v)
 }
 
 // holds evaluates an expression without several solutions.

@@ -134,6 +134,17 @@ rank := {"agent": 1, "user": 2}`}},
 		{"a conflict is an error", []string{`package xemafast
 clean_residual := 1 if { input.environment }
 clean_residual := 2 if { input.armed }`}},
+		{"a field's presence (object.keys compiled as a lookup)", []string{`package xemafast
+clean_residual if { internal.member_2("approval", object.keys(input)); not internal.member_2("kind", object.keys(input.subject)) }
+clean_residual if { internal.member_2("usage", object.keys(input)); internal.member_2("rateExceeded", object.keys(input.usage)) }`}},
+		{"the first body that holds decides a rule of one constant value", []string{`package xemafast
+clean_residual := v if { v := {"covered": data.xemafast.covered, "level": data.xemafast.level} }
+covered if { concat(":", ["group", input.groups[_]]) == "group:support" }
+covered if { input.subject.ref == "agent:a" }
+covered if { input.roles[_] == "admin" }
+default level := 0
+level := 2 if { input.armed[_] == "*" }
+level := 2 if { input.environment == "project" }`}},
 		{"partial sets, sort and count (the residual of full_decision)", []string{`package xemafast
 clean_residual := d if { d = {"allow": data.xemafast.allow, "reasons": sort(data.xemafast.deny), "codes": data.xemafast.codes} }
 default allow := false

@@ -61,6 +61,7 @@ func ExporterFromEnv(getenv func(string) string) (Exporter, error) {
 // Tracing is the process's tracer provider; the zero value (tracing off) does nothing.
 type Tracing struct {
 	provider *sdktrace.TracerProvider
+	steps    *tracerOf // the funnel steps' tracer it installed
 }
 
 // Enabled reports whether spans are exported.
@@ -95,7 +96,9 @@ func SetupTracing(ctx context.Context, version string) (*Tracing, error) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter), sdktrace.WithResource(res))
 	otel.SetTracerProvider(tp)
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
-	return &Tracing{provider: tp}, nil
+	steps := &tracerOf{tp.Tracer(instrumentation)}
+	stepTracer.Store(steps)
+	return &Tracing{provider: tp, steps: steps}, nil
 }
 
 // Shutdown flushes the spans still buffered and stops the exporter.
@@ -103,6 +106,7 @@ func (t *Tracing) Shutdown(ctx context.Context) error {
 	if !t.Enabled() {
 		return nil
 	}
+	stepTracer.CompareAndSwap(t.steps, nil)
 	return t.provider.Shutdown(ctx)
 }
 

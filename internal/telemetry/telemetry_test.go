@@ -2,10 +2,13 @@ package telemetry
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"go.opentelemetry.io/otel/trace"
 )
 
 func counter(t *testing.T, c prometheus.Counter) float64 {
@@ -52,6 +55,47 @@ func TestTracingOffWrapsNothing(t *testing.T) {
 	if tr.Transport(nil) != nil {
 		t.Error("an off Tracing wrapped a transport")
 	}
+}
+
+// TestStepSpans: without a provider a step makes no span (ctx is returned as it is); with
+// SetupTracing's, each step is a recording span under ctx's; after Shutdown, none again.
+func TestStepSpans(t *testing.T) {
+	ctx := context.Background()
+	stepCount := func() uint64 {
+		var m dto.Metric
+		if err := stepObservers[StepValidate].(prometheus.Metric).Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetHistogram().GetSampleCount()
+	}
+	before := stepCount()
+	got, step := Start(ctx, StepValidate)
+	step.End("")
+	if got != ctx || trace.SpanFromContext(got).IsRecording() {
+		t.Fatal("tracing off: Start made a span")
+	}
+	if stepCount() != before+1 {
+		t.Fatal("tracing off: the step's latency was not observed")
+	}
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	defer collector.Close()
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.URL)
+	tr, err := SetupTracing(ctx, "test")
+	if err != nil || !tr.Enabled() {
+		t.Fatalf("SetupTracing: %v", err)
+	}
+	got, step = Start(ctx, StepValidate, AttrRef.String("t:c@1"))
+	step.End("INVALID_INPUT")
+	if span := trace.SpanFromContext(got); !span.SpanContext().IsValid() {
+		t.Fatal("tracing on: Start made no span")
+	}
+	if err := tr.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	if got, step = Start(ctx, StepValidate); got != ctx {
+		t.Fatal("after Shutdown: Start still made a span")
+	}
+	step.End("")
 }
 
 func TestMetrics(t *testing.T) {
