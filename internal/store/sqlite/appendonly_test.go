@@ -70,7 +70,7 @@ func TestAuditRefusalStopsWithoutStatementRollback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tx.Rollback()
+	defer func() { _ = tx.Rollback() }() // for a Fatal before the test's own rollback
 	const insert = `INSERT OR FAIL INTO audit_log (id, time, ref, subject_kind, subject_ref, environment, decision,
 		bundle_revision, input_hash, runner, outcome, latency_micros, parent_id) VALUES
 		('a-0', 1, 'x:y@1', '', '', '', 'allowed', '', 'h', '', 'ok', 0, ''),
