@@ -107,29 +107,23 @@ func TestOpenRefusesBadPath(t *testing.T) {
 	}
 }
 
-// TestConnectionsKeepTemporaryFilesInMemory: a statement journal that spills to a temporary
-// file costs the audit writer a file's writes per batch.
-func TestConnectionsKeepTemporaryFilesInMemory(t *testing.T) {
+// TestConnectionPragmas: every connection keeps temporary files in memory (a spilled
+// statement journal cost a file's writes in every batch) and returns from a commit once it
+// is fsynced (synchronous FULL, whatever the driver's default: an audit record is durable
+// when its Append returns).
+func TestConnectionPragmas(t *testing.T) {
 	s := open(t).(rawStore)
-	var mode int
-	if err := s.raw.QueryRow(`PRAGMA temp_store`).Scan(&mode); err != nil {
-		t.Fatal(err)
-	}
-	if mode != 2 { // MEMORY
-		t.Fatalf("PRAGMA temp_store = %d, want 2 (MEMORY)", mode)
-	}
-}
-
-// TestConnectionsSyncEveryCommit: a commit returns once fsynced (synchronous FULL), whatever
-// the driver's default: an audit record is durable when its Append returns.
-func TestConnectionsSyncEveryCommit(t *testing.T) {
-	s := open(t).(rawStore)
-	var mode int
-	if err := s.raw.QueryRow(`PRAGMA synchronous`).Scan(&mode); err != nil {
-		t.Fatal(err)
-	}
-	if mode != 2 { // FULL
-		t.Fatalf("PRAGMA synchronous = %d, want 2 (FULL)", mode)
+	for _, tc := range []struct {
+		pragma string
+		want   int
+	}{{"temp_store", 2 /* MEMORY */}, {"synchronous", 2 /* FULL */}} {
+		var got int
+		if err := s.raw.QueryRow(`PRAGMA ` + tc.pragma).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != tc.want {
+			t.Errorf("PRAGMA %s = %d, want %d", tc.pragma, got, tc.want)
+		}
 	}
 }
 
