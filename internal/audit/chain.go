@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"hash"
 	"strconv"
 	"sync"
 	"time"
@@ -30,11 +31,12 @@ type Chain struct {
 	mu   sync.Mutex
 	seq  int64
 	head string
+	mac  hash.Hash // the HMAC under key, reused: New hashes the key's pads again each time
 }
 
 // NewChain starts a chain with a fresh id under key.
 func NewChain(key []byte) *Chain {
-	return &Chain{id: NewID("ch_"), key: key}
+	return &Chain{id: NewID("ch_"), key: key, mac: hmac.New(sha256.New, key)}
 }
 
 // ID is the chain's id.
@@ -50,7 +52,7 @@ func (c *Chain) seal(rs []store.AuditRecord) (undoSeq int64, undoHead string) {
 		rs[i].Time = store.Stamp(rs[i].Time)
 		c.seq++
 		rs[i].Chain = store.ChainLink{ChainID: c.id, Seq: c.seq}
-		rs[i].Chain.Hash = LinkHash(c.key, c.head, rs[i])
+		rs[i].Chain.Hash = linkHash(c.mac, c.head, rs[i])
 		c.head = rs[i].Chain.Hash
 	}
 	return undoSeq, undoHead
@@ -66,6 +68,11 @@ func (c *Chain) undo(seq int64, head string) {
 // LinkHash is the chain hash of r after prev: an HMAC-SHA256 under key of prev and every
 // stored column of r, each length-prefixed so no two records encode alike.
 func LinkHash(key []byte, prev string, r store.AuditRecord) string {
+	return linkHash(hmac.New(sha256.New, key), prev, r)
+}
+
+// linkHash is LinkHash with mac, an HMAC-SHA256 under the key, reset first.
+func linkHash(mac hash.Hash, prev string, r store.AuditRecord) string {
 	bp := linkBufs.Get().(*[]byte)
 	b := (*bp)[:0]
 	put := func(p string) {
@@ -101,7 +108,7 @@ func LinkHash(key []byte, prev string, r store.AuditRecord) string {
 	putBytes(r.PolicyInput)
 	put(r.Chain.ChainID)
 	putInt(r.Chain.Seq)
-	mac := hmac.New(sha256.New, key)
+	mac.Reset()
 	mac.Write(b)
 	*bp = b
 	linkBufs.Put(bp)
@@ -147,6 +154,7 @@ func Verify(ctx context.Context, st store.Store, key []byte, since time.Time) (V
 	if err != nil {
 		return res, err
 	}
+	mac := hmac.New(sha256.New, key)
 	known := make(map[string]store.ChainHead, len(heads))
 	var firstChained time.Time
 	for _, h := range heads {
@@ -169,7 +177,7 @@ func Verify(ctx context.Context, st store.Store, key []byte, since time.Time) (V
 			switch {
 			case r.Chain.Seq != want:
 				report(r, want, fmt.Sprintf("expected seq %d, found %d: a record was deleted or inserted out of order", want, r.Chain.Seq))
-			case LinkHash(key, prev, r) != r.Chain.Hash:
+			case linkHash(mac, prev, r) != r.Chain.Hash:
 				report(r, r.Chain.Seq, "hash mismatch: the record was altered (or its predecessor was)")
 			}
 			prev, want = r.Chain.Hash, r.Chain.Seq+1

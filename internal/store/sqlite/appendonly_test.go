@@ -52,3 +52,48 @@ func TestAuditRefusesReplace(t *testing.T) {
 		t.Fatalf("duplicate AppendAudit = %v, want ErrConflict", err)
 	}
 }
+
+// TestAuditRefusalStopsWithoutStatementRollback: migration 0011 has the append-only INSERT
+// trigger stop its statement with FAIL, so the store's INSERT OR FAIL of a batch keeps no
+// statement journal: in a transaction, the rows before a stored id stay until the
+// transaction is rolled back (as the store does on any error), and the stored row is
+// unchanged.
+func TestAuditRefusalStopsWithoutStatementRollback(t *testing.T) {
+	ctx := context.Background()
+	s := open(t).(rawStore)
+	stored := store.AuditRecord{ID: "a-1", Time: time.UnixMicro(1_700_000_000_000_000).UTC(), Ref: "x:y@1",
+		Decision: "denied", Outcome: "not-run", InputHash: "h"}
+	if err := s.AppendAudit(ctx, stored); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := s.raw.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }() // for a Fatal before the test's own rollback
+	const insert = `INSERT OR FAIL INTO audit_log (id, time, ref, subject_kind, subject_ref, environment, decision,
+		bundle_revision, input_hash, runner, outcome, latency_micros, parent_id) VALUES
+		('a-0', 1, 'x:y@1', '', '', '', 'allowed', '', 'h', '', 'ok', 0, ''),
+		('a-1', 1, 'x:y@1', '', '', '', 'allowed', '', 'forged', '', 'ok', 0, '')`
+	if _, err := tx.ExecContext(ctx, insert); err == nil {
+		t.Fatal("an insert naming a stored id succeeded")
+	} else if classify(err) != store.ErrConflict {
+		t.Fatalf("refusal %v, want the trigger's conflict", err)
+	}
+	var kept int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM audit_log WHERE id = 'a-0'`).Scan(&kept); err != nil {
+		t.Fatal(err)
+	}
+	if kept != 1 {
+		t.Fatalf("%d rows before the refused one left in the transaction, want 1: the statement was rolled back (ABORT), which needs a statement journal", kept)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetAudit(ctx, "a-0"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("GetAudit of the rolled-back row = %v, want ErrNotFound", err)
+	}
+	if got, err := s.GetAudit(ctx, "a-1"); err != nil || got.InputHash != stored.InputHash || got.Decision != stored.Decision {
+		t.Fatalf("stored record after the refusal: %+v, %v", got, err)
+	}
+}

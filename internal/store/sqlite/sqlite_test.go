@@ -4,8 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/xemahq/xema/internal/store"
@@ -105,15 +107,73 @@ func TestOpenRefusesBadPath(t *testing.T) {
 	}
 }
 
-// TestConnectionsKeepTemporaryFilesInMemory: a statement journal that spills to a temporary
-// file costs the audit writer a file's writes per batch.
-func TestConnectionsKeepTemporaryFilesInMemory(t *testing.T) {
+// TestConnectionPragmas: every connection keeps temporary files in memory (a spilled
+// statement journal cost a file's writes in every batch) and returns from a commit once it
+// is fsynced (synchronous FULL, whatever the driver's default: an audit record is durable
+// when its Append returns).
+func TestConnectionPragmas(t *testing.T) {
 	s := open(t).(rawStore)
-	var mode int
-	if err := s.raw.QueryRow(`PRAGMA temp_store`).Scan(&mode); err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		pragma string
+		want   int
+	}{{"temp_store", 2 /* MEMORY */}, {"synchronous", 2 /* FULL */}} {
+		var got int
+		if err := s.raw.QueryRow(`PRAGMA ` + tc.pragma).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != tc.want {
+			t.Errorf("PRAGMA %s = %d, want %d", tc.pragma, got, tc.want)
+		}
 	}
-	if mode != 2 { // MEMORY
-		t.Fatalf("PRAGMA temp_store = %d, want 2 (MEMORY)", mode)
+}
+
+// TestPageSize: a new database gets the store's page size; one created with another keeps
+// it (a page size cannot change in WAL mode) and works as before.
+func TestPageSize(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name     string
+		existing int // page size of a database made before Open; 0: none
+		want     int
+	}{{"new file", 0, pageSize}, {"existing 4096", 4096, 4096}, {"existing 8192", 8192, 8192}} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "xema.db")
+			if tc.existing != 0 {
+				db, err := sql.Open("sqlite", "file:"+path+fmt.Sprintf("?_pragma=page_size(%d)&_journal_mode=WAL", tc.existing))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := db.Exec(`CREATE TABLE before_xema (x INTEGER)`); err != nil {
+					t.Fatal(err)
+				}
+				if err := db.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s, err := Open(ctx, path)
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			defer s.Close()
+			r := store.AuditRecord{ID: "a-1", Ref: "x:y@1", Decision: "allowed", PolicyInput: []byte(`{"pad":"` + strings.Repeat("x", 3*pageSize) + `"}`)}
+			if err := s.AppendAudit(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := s.GetAudit(ctx, "a-1"); err != nil || string(got.PolicyInput) != string(r.PolicyInput) {
+				t.Fatalf("GetAudit: %v, policy input of %d bytes, want %d", err, len(got.PolicyInput), len(r.PolicyInput))
+			}
+			raw, err := sql.Open("sqlite", DSN(path))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer raw.Close()
+			var got int
+			if err := raw.QueryRow(`PRAGMA page_size`).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Fatalf("page size %d, want %d", got, tc.want)
+			}
+		})
 	}
 }

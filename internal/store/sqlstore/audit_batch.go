@@ -170,12 +170,15 @@ func (s *Store) statement(kind string, rows int, build func(rows int) string) st
 
 // auditInsert is the dialect's INSERT of rows audit records.
 func (s *Store) auditInsert(rows int) string {
-	return s.statement("audit insert", rows, auditInsertText)
+	if s.d.InsertOrFail {
+		return s.statement("audit insert or fail", rows, func(rows int) string { return auditInsertText("INSERT OR FAIL", rows) })
+	}
+	return s.statement("audit insert", rows, func(rows int) string { return auditInsertText("INSERT", rows) })
 }
 
-func auditInsertText(rows int) string {
+func auditInsertText(verb string, rows int) string {
 	var b strings.Builder
-	b.WriteString("INSERT INTO audit_log (" + auditColumns + ") VALUES ")
+	b.WriteString(verb + " INTO audit_log (" + auditColumns + ") VALUES ")
 	writeRows(&b, rows, "("+strings.Repeat("?, ", auditColumnCount-1)+"?)")
 	return b.String()
 }
