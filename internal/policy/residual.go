@@ -184,8 +184,8 @@ func (pc *programCompiler) site() int {
 }
 
 // fn registers a continuation made once per evaluation; its index into ev.fns.
-func (pc *programCompiler) fn(make func(ev *progEval) func(*ast.Term) bool) int {
-	pc.fns = append(pc.fns, make)
+func (pc *programCompiler) fn(build func(ev *progEval) func(*ast.Term) bool) int {
+	pc.fns = append(pc.fns, build)
 	return len(pc.fns) - 1
 }
 
