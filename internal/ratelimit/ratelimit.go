@@ -7,6 +7,7 @@ package ratelimit
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/xemahq/xema/internal/policy"
@@ -67,10 +68,7 @@ func (l *Limiter) Take(ctx context.Context, k Key, obs []policy.Obligation) (*po
 	lefts := make([]time.Duration, len(limits))
 	for i, lim := range limits {
 		window, left := windowOf(now, lim.per)
-		// The claim-supplied parts are quoted, so no org, subject or environment holding a "|"
-		// can spell another caller's key.
-		key := fmt.Sprintf("%s|%s|%s|%q|%q|%q", lim.kind, lim.per, k.Ref, k.Org, k.Subject, k.Environment)
-		adds[i], lefts[i] = store.UsageAdd{Key: key, Window: window, N: 1, Limit: lim.requests, Expires: now.Add(left)}, left
+		adds[i], lefts[i] = store.UsageAdd{Key: counterKey(lim, k), Window: window, N: 1, Limit: lim.requests, Expires: now.Add(left)}, left
 	}
 	_, refused, err := l.Counter.AddUsage(ctx, adds)
 	if err != nil {
@@ -86,6 +84,20 @@ func (l *Limiter) Take(ctx context.Context, k Key, obs []policy.Obligation) (*po
 		u.QuotaExceeded = true
 	}
 	return u, nil
+}
+
+// counterKey is the key of lim's counter for k: fmt's "%s|%s|%s|%q|%q|%q" of kind, per, ref,
+// org, subject and environment, the format stored counters carry, built without fmt (its
+// Sprintf was ~3 % of a call's CPU). The claim-supplied parts are quoted, so no org,
+// subject or environment holding a "|" can spell another caller's key.
+func counterKey(lim limit, k Key) string {
+	b := make([]byte, 0, 32+len(k.Ref)+len(k.Org)+len(k.Subject)+len(k.Environment))
+	b = append(append(b, lim.kind...), '|')
+	b = append(append(b, lim.per.String()...), '|')
+	b = append(append(b, k.Ref...), '|')
+	b = append(strconv.AppendQuote(b, k.Org), '|')
+	b = append(strconv.AppendQuote(b, k.Subject), '|')
+	return string(strconv.AppendQuote(b, k.Environment))
 }
 
 // PruneGrace is how long after its window ends a counter is kept, so a replica whose clock

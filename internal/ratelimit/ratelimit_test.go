@@ -126,6 +126,24 @@ func TestTake(t *testing.T) {
 	}
 }
 
+// TestCounterKeyFormat: a counter's key is exactly what the stored counters carry (fmt's
+// format, which counterKey no longer calls): a changed key would start every window from
+// zero after an upgrade, admitting calls beyond the limit.
+func TestCounterKeyFormat(t *testing.T) {
+	for _, k := range []Key{
+		{Ref: "kb:page.read@1", Org: "acme", Subject: "agent:a", Environment: "project"},
+		{Ref: "r", Org: `a"|b`, Subject: "user:ü\n\t", Environment: "x|y"},
+		{Ref: "r", Org: "\xff\xfe", Subject: "\u2028", Environment: ""},
+	} {
+		for _, lim := range []limit{{kind: KindRate, per: time.Minute}, {kind: KindQuota, per: 24 * time.Hour}, {kind: KindRate, per: 1500 * time.Millisecond}} {
+			want := fmt.Sprintf("%s|%s|%s|%q|%q|%q", lim.kind, lim.per, k.Ref, k.Org, k.Subject, k.Environment)
+			if got := counterKey(lim, k); got != want {
+				t.Errorf("counterKey(%v, %+v) = %s, want %s", lim, k, got, want)
+			}
+		}
+	}
+}
+
 func TestTakeNewWindow(t *testing.T) {
 	now := time.Unix(1_699_920_000, 0)
 	l := &Limiter{Counter: openSQLite(t), Now: func() time.Time { return now }}
