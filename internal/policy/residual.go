@@ -177,6 +177,12 @@ type programCompiler struct {
 	kvs    []func(ev *progEval) func(k, v *ast.Term) bool
 }
 
+// slots allocates n operand slots of an evaluation (ev.ops) and returns the first.
+func (pc *programCompiler) slots(n int) int {
+	pc.ops += n
+	return pc.ops - n
+}
+
 // site allocates a generator site's state.
 func (pc *programCompiler) site() int {
 	pc.sites++
@@ -667,18 +673,12 @@ func (pc *programCompiler) call(s *bodyScope, op string, args []*ast.Term) (prog
 	if err != nil {
 		return progTerm{}, err
 	}
-	n := len(ts)
+	off := pc.slots(len(ts))
 	if allVals(ts) {
-		off := pc.ops
-		pc.ops += n
 		call := func(ev *progEval, fr []*ast.Term) (*ast.Term, bool) {
-			operands := ev.ops[off : off+n : off+n]
-			for i, t := range ts {
-				v, ok := t.val(ev, fr)
-				if !ok {
-					return nil, false
-				}
-				operands[i] = v
+			operands, ok := ev.values(ts, off, fr)
+			if !ok {
+				return nil, false
 			}
 			return ev.call(op, f, operands)
 		}
@@ -705,8 +705,6 @@ func (pc *programCompiler) call(s *bodyScope, op string, args []*ast.Term) (prog
 			return v, ok
 		}}, nil
 	}
-	off := pc.ops
-	pc.ops += n
 	return progTerm{gen: pc.product(ts, off, func(ev *progEval, st *site, operands []*ast.Term) bool {
 		v, ok := ev.call(op, f, operands)
 		return !ok || st.yield(v)
@@ -743,6 +741,20 @@ func (pc *programCompiler) hasKey(s *bodyScope, op string, args []*ast.Term) (pr
 		}
 		return ast.InternedTerm(obj.Get(k) != nil), true
 	}}, true, nil
+}
+
+// values evaluates ts (all vals) into the operand slots from off; false when one is
+// undefined.
+func (ev *progEval) values(ts []progTerm, off int, fr []*ast.Term) ([]*ast.Term, bool) {
+	vals := ev.ops[off : off+len(ts) : off+len(ts)]
+	for i, t := range ts {
+		v, ok := t.val(ev, fr)
+		if !ok {
+			return nil, false
+		}
+		vals[i] = v
+	}
+	return vals, true
 }
 
 // call calls a built-in, which must not keep operands.
@@ -885,18 +897,12 @@ func (pc *programCompiler) composite(s *bodyScope, t *ast.Term) (progTerm, error
 	if err != nil {
 		return progTerm{}, err
 	}
-	// The values go to operand slots of their own: build copies them.
-	n, off := len(ts), pc.ops
-	pc.ops += n
+	off := pc.slots(len(ts)) // build copies the values out of the slots
 	if allVals(ts) {
 		return progTerm{val: func(ev *progEval, fr []*ast.Term) (*ast.Term, bool) {
-			vals := ev.ops[off : off+n : off+n]
-			for i, t := range ts {
-				v, ok := t.val(ev, fr)
-				if !ok {
-					return nil, false
-				}
-				vals[i] = v
+			vals, ok := ev.values(ts, off, fr)
+			if !ok {
+				return nil, false
 			}
 			return build(vals), true
 		}}, nil
