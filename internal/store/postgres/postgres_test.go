@@ -183,19 +183,8 @@ func TestCountersCommitAsynchronously(t *testing.T) {
 		_, _, err := s.AddUsage(ctx, []store.UsageAdd{add})
 		done <- err
 	}()
-	var waiting string
-	for waiting == "" {
-		err := s.pool.QueryRow(ctx, `SELECT application_name FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO rate_counters%'`).Scan(&waiting)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			t.Fatal(err)
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("AddUsage ended (%v) while the row was locked", err)
-		default:
-		}
-	}
+	waiting := waitingOnLock(t, s.Store, done, `SELECT application_name FROM pg_stat_activity
+		WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO rate_counters%'`)
 	if waiting != counterSessions {
 		t.Errorf("AddUsage ran on a session named %q, want %q", waiting, counterSessions)
 	}
@@ -291,19 +280,8 @@ func TestUsageAddsInOneStatement(t *testing.T) {
 		_, _, err := s.AddUsage(ctx, []store.UsageAdd{rate, quota})
 		done <- err
 	}()
-	var query string
-	for query == "" {
-		err := s.pool.QueryRow(ctx, `SELECT query FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND application_name = $1`, counterSessions).Scan(&query)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			t.Fatal(err)
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("AddUsage ended (%v) while the counter was locked", err)
-		default:
-		}
-	}
+	query := waitingOnLock(t, s.Store, done, `SELECT query FROM pg_stat_activity
+		WHERE wait_event_type = 'Lock' AND application_name = $1`, counterSessions)
 	if !strings.HasPrefix(query, "WITH adds") {
 		t.Errorf("AddUsage of two counters waits in %q, want the one statement", query)
 	}
@@ -348,5 +326,27 @@ func TestUsageAddsInOneStatement(t *testing.T) {
 	}
 	if got["rate"] != 50 || got["quota"] != 50 {
 		t.Fatalf("counters %v, want rate 50 and quota 50: a refused call added nothing", got)
+	}
+}
+
+// waitingOnLock polls pg_stat_activity with q (one column of the session waiting on a lock)
+// until it names one, and returns it; an AddUsage ending on done first (it was not blocked)
+// fails the test.
+func waitingOnLock(t *testing.T, s *Store, done <-chan error, q string, args ...any) string {
+	t.Helper()
+	for {
+		var found string
+		err := s.pool.QueryRow(context.Background(), q, args...).Scan(&found)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			t.Fatal(err)
+		}
+		if found != "" {
+			return found
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("AddUsage ended (%v) while the counter was locked", err)
+		default:
+		}
 	}
 }
