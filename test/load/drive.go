@@ -18,8 +18,10 @@ type target struct {
 	body func(n int64) []byte
 	// ok checks an answer, so a fast error is never counted as a fast decision.
 	ok func(status int, body []byte) bool
-	// gateway: the target is served by xema serve, whose process is measured.
+	// gateway: the target is served by xema serve, whose metrics (and profile) are read.
 	gateway bool
+	// pid, when not 0, is the process serving the target, whose CPU time is measured.
+	pid int
 }
 
 // result is one measured run.
@@ -27,8 +29,10 @@ type result struct {
 	n, errors int
 	elapsed   time.Duration
 	latencies []time.Duration // sorted
-	// Of the gateway's process over the window (targets it serves).
-	cpu     time.Duration
+	// Of the serving process over the window (targets with a pid).
+	cpu time.Duration
+	// machine is the whole machine's CPU over the window (/proc/stat).
+	machine machineCPU
 	metrics counters
 	// breakdown is the markdown of where the gateway's CPU went, from the window's profile.
 	breakdown []string

@@ -6,14 +6,18 @@
 // sending its next request when the previous one is answered), loopback only:
 //
 //   - direct: the no-op provider itself, what the funnel adds to;
+//   - bare proxy: the same call through a pass-through of its own process (this binary
+//     again), the two HTTP hops of a gateway with no funnel: the ceiling the funnel is
+//     measured against;
 //   - funnel: POST /v1/capabilities/invoke of the no-op capability, the same call again
 //     (decision cache hits), then a distinct resource per call (every decision a miss);
 //   - opa: the same decision from the stock OPA server.
 //
-// For the gateway it reports the CPU time per call (utime+stime of its process over the
-// measured window, /proc/PID/stat), the decision cache's hit rate and the audit records per
-// write batch (/metrics), and its peak and final resident memory after the run
-// (/proc/PID/status).
+// For every target it reports the machine's CPU use over the window (/proc/stat); for the
+// gateway and the bare proxy the CPU time per call (utime+stime of the process over the
+// measured window, /proc/PID/stat); for the gateway the decision cache's hit rate and the
+// audit records per write batch (/metrics), and its peak and final resident memory after
+// the run (/proc/PID/status).
 //
 //	go run ./test/load -xema bin/xema -opa OPA_BINARY -workers 16 -duration 5s [-engines sqlite,postgres] [-store postgres://...]
 package main
@@ -43,7 +47,16 @@ func main() {
 	flag.DurationVar(&cfg.duration, "duration", 5*time.Second, "at most this long per target")
 	flag.DurationVar(&cfg.warmup, "warmup", time.Second, "unmeasured warm-up per target")
 	flag.StringVar(&cfg.profileDir, "cpuprofile", "", "directory: write the gateway's CPU profile of each funnel target there (xema serve --pprof)")
+	proxy := flag.String(proxyMode, "", "internal: serve as the bare proxy, \"LISTEN_ADDR UPSTREAM_URL\" (the harness starts it)")
 	flag.Parse()
+	if *proxy != "" {
+		addr, upstream, _ := strings.Cut(*proxy, " ")
+		if err := serveProxy(addr, upstream); err != nil {
+			slog.Error("load", "err", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(cfg); err != nil {
 		slog.Error("load", "err", err)
 		os.Exit(1)
@@ -134,15 +147,22 @@ func runEngine(cfg config, engine, dsn, noopURL string) error {
 	}
 	defer opa.stop()
 
+	proxy, err := startProxy(dir, noopURL)
+	if err != nil {
+		return err
+	}
+	defer proxy.stop()
+
 	targets := []target{
 		directTarget(noopURL),
+		proxyTarget(proxy),
 		funnelTarget(gw, "funnel, cached (the same call)", false),
 		funnelTarget(gw, "funnel, cache-defeating (a distinct resource per call)", true),
 		opaTarget(opa.url),
 	}
 	fmt.Printf("\n### %s\n\n", engine)
-	fmt.Println("| target | requests | RPS | p50 | p99 | RPS ÷ direct | gateway CPU per call | decision cache hits | audit records per batch (batches a call) | audit writer busy |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| target | requests | RPS | p50 | p99 | RPS ÷ direct | server CPU per call | machine CPU busy | decision cache hits | audit records per batch (batches a call) | audit writer busy |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
 	results := map[string]result{}
 	for _, tg := range targets {
 		if _, err := drive(tg, cfg.workers, 1<<30, cfg.warmup); err != nil {
@@ -160,8 +180,8 @@ func runEngine(cfg config, engine, dsn, noopURL string) error {
 			return fmt.Errorf("%s: %w", tg.name, err)
 		}
 		results[tg.kind] = r
-		fmt.Printf("| %s | %d | %.0f | %s | %s | %.2f× | %s | %s | %s | %s |\n", tg.name, r.n, r.rps(), r.pct(50), r.pct(99),
-			r.rps()/results["direct"].rps(), r.cpuPerCall(), r.hitRate(), r.perBatch(), r.writerBusy())
+		fmt.Printf("| %s | %d | %.0f | %s | %s | %.2f× | %s | %s | %s | %s | %s |\n", tg.name, r.n, r.rps(), r.pct(50), r.pct(99),
+			r.rps()/results["direct"].rps(), r.cpuPerCall(), r.machine, r.hitRate(), r.perBatch(), r.writerBusy())
 	}
 	// After the results table, so it stays one table.
 	for _, tg := range targets {
@@ -173,24 +193,32 @@ func runEngine(cfg config, engine, dsn, noopURL string) error {
 	if err != nil {
 		return err
 	}
-	f, miss, o := results["funnel"], results["funnel-miss"], results["opa"]
+	f, miss, o, bare := results["funnel"], results["funnel-miss"], results["opa"], results["proxy"]
 	fmt.Printf("\ngateway memory after the run: VmHWM %s, VmRSS %s\n", hwm, rss)
+	fmt.Printf("funnel ÷ bare proxy (RPS): cached %.2f×, cache-defeating %.2f×\n", f.rps()/bare.rps(), miss.rps()/bare.rps())
 	fmt.Printf("funnel ÷ stock OPA (RPS): cached %.2f×, cache-defeating %.2f×; funnel p99 cached %s, cache-defeating %s\n",
 		f.rps()/o.rps(), miss.rps()/o.rps(), f.pct(99), miss.pct(99))
 	return nil
 }
 
-// startMeasure begins the gateway side of one measured window: its CPU time, its decision
-// cache counts and, with dir, a CPU profile of the window.
+// startMeasure begins one measured window: the machine's CPU time and, for a target with a
+// process of its own, that process's; for the gateway its decision cache counts and, with
+// dir, a CPU profile of the window.
 func (g *gateway) startMeasure(tg target, dir, engine string, d time.Duration) (*measure, error) {
-	if !tg.gateway {
-		return &measure{}, nil
-	}
-	m := &measure{g: g, name: tg.name}
+	m := &measure{name: tg.name, pid: tg.pid}
 	var err error
-	if m.cpu0, err = cpuOf(g.pid()); err != nil {
+	if m.machine0, err = machineNow(); err != nil {
 		return nil, err
 	}
+	if tg.pid != 0 {
+		if m.cpu0, err = cpuOf(tg.pid); err != nil {
+			return nil, err
+		}
+	}
+	if !tg.gateway {
+		return m, nil
+	}
+	m.g = g
 	if m.metrics0, err = g.scrape(); err != nil {
 		return nil, err
 	}
@@ -201,10 +229,12 @@ func (g *gateway) startMeasure(tg target, dir, engine string, d time.Duration) (
 	return m, nil
 }
 
-// measure is the gateway side of one measured window.
+// measure is one measured window.
 type measure struct {
-	g        *gateway
+	g        *gateway // the target's, if the gateway serves it
+	pid      int
 	cpu0     time.Duration
+	machine0 machineCPU
 	metrics0 counters
 	profile  <-chan error
 	name     string // the target's
@@ -212,18 +242,26 @@ type measure struct {
 }
 
 func (m *measure) finish(r *result) error {
-	if m.g == nil {
-		return nil
-	}
-	cpu, err := cpuOf(m.g.pid())
+	machine, err := machineNow()
 	if err != nil {
 		return err
+	}
+	r.machine = machine.minus(m.machine0)
+	if m.pid != 0 {
+		cpu, err := cpuOf(m.pid)
+		if err != nil {
+			return err
+		}
+		r.cpu = cpu - m.cpu0
+	}
+	if m.g == nil {
+		return nil
 	}
 	metrics, err := m.g.scrape()
 	if err != nil {
 		return err
 	}
-	r.cpu, r.metrics = cpu-m.cpu0, metrics.minus(m.metrics0)
+	r.metrics = metrics.minus(m.metrics0)
 	if m.profile != nil {
 		if err := <-m.profile; err != nil {
 			return fmt.Errorf("cpu profile: %w", err)

@@ -55,3 +55,51 @@ func memoryOf(pid int) (hwm, rss string, err error) {
 	}
 	return hwm, rss, sc.Err()
 }
+
+// machineCPU is the first line of /proc/stat: the whole machine's CPU time, in ticks.
+type machineCPU struct {
+	total, idle, steal int64 // idle includes iowait
+}
+
+// machineNow reads /proc/stat's aggregate "cpu" line.
+func machineNow() (machineCPU, error) {
+	raw, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return machineCPU{}, fmt.Errorf("machine cpu: %w", err)
+	}
+	line, _, _ := bytes.Cut(raw, []byte("\n"))
+	f := strings.Fields(string(line))
+	// cpu user nice system idle iowait irq softirq steal [guest guest_nice: inside user]
+	if len(f) < 9 || f[0] != "cpu" {
+		return machineCPU{}, fmt.Errorf("machine cpu: /proc/stat begins %q", line)
+	}
+	var m machineCPU
+	for i, v := range f[1:9] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return machineCPU{}, fmt.Errorf("machine cpu: /proc/stat field %d %q", i+2, v)
+		}
+		m.total += n
+		switch i {
+		case 3, 4:
+			m.idle += n
+		case 7:
+			m.steal += n
+		}
+	}
+	return m, nil
+}
+
+func (m machineCPU) minus(o machineCPU) machineCPU {
+	return machineCPU{m.total - o.total, m.idle - o.idle, m.steal - o.steal}
+}
+
+// String is the share of the machine's CPU time that was busy, and stolen by the hypervisor:
+// a busy machine near 100 % means the target is bound by the CPU the processes share.
+func (m machineCPU) String() string {
+	if m.total <= 0 {
+		return "—"
+	}
+	busy := m.total - m.idle - m.steal
+	return fmt.Sprintf("%.0f %% (steal %.0f %%)", 100*float64(busy)/float64(m.total), 100*float64(m.steal)/float64(m.total))
+}

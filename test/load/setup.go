@@ -231,7 +231,7 @@ func directTarget(url string) target {
 // so no decision is a cache hit.
 func funnelTarget(g *gateway, name string, distinct bool) target {
 	same := []byte(`{"ref":"` + noopRef + `","input":{"item":"a"}}`)
-	tg := target{name: name, kind: "funnel", url: g.url + "/v1/capabilities/invoke", token: g.agent, gateway: true,
+	tg := target{name: name, kind: "funnel", url: g.url + "/v1/capabilities/invoke", token: g.agent, gateway: true, pid: g.pid(),
 		body: func(int64) []byte { return same },
 		ok: func(status int, b []byte) bool {
 			return status == http.StatusOK && bytes.Contains(b, []byte(`"auditId":"inv_`))
