@@ -89,6 +89,9 @@ type progTerm struct {
 	val  func(ev *progEval, fr []*ast.Term) (*ast.Term, bool)
 	gen  func(ev *progEval, fr []*ast.Term, yield func(*ast.Term) bool) bool
 	next int // as an operand of a product (a generator): its values' continuation in ev.fns
+	// konst is the term's value when it is the same in every evaluation (a constant, or
+	// made of constants only): a composite or call of such terms is made once, compiling.
+	konst *ast.Term
 }
 
 func (t progTerm) each(ev *progEval, fr []*ast.Term, yield func(*ast.Term) bool) bool {
@@ -200,6 +203,9 @@ func (pc *programCompiler) fn(build func(ev *progEval) func(*ast.Term) bool) int
 type bodyScope struct {
 	slots map[ast.Var]int
 	bound map[ast.Var]bool
+	// known are the values that terms are known to have in the rest of the body, by the
+	// terms' text: a variable bound to a constant, a ref an equality pinned (pin).
+	known map[string]*ast.Term
 }
 
 func (s *bodyScope) slot(v ast.Var) int {
@@ -265,13 +271,16 @@ func (p *residualProgram) newEval() any {
 	for i, f := range p.conts {
 		ev.conts[i] = f(ev)
 	}
-	ev.iter = func(out *ast.Term) error {
-		if ev.out == nil { // one output: the allowed built-ins are functions
-			ev.out = out
-		}
-		return nil
-	}
+	ev.iter = ev.first
 	return ev
+}
+
+// first keeps a built-in's output (one: the allowed built-ins are functions).
+func (ev *progEval) first(out *ast.Term) error {
+	if ev.out == nil {
+		ev.out = out
+	}
+	return nil
 }
 
 func (pc *programCompiler) rule(path string) (*progRule, error) {
@@ -353,7 +362,7 @@ func oneConstant(defs []*ast.Rule) bool {
 }
 
 func (pc *programCompiler) body(b ast.Body, value *ast.Term) (progBody, error) {
-	s := &bodyScope{slots: map[ast.Var]int{}, bound: map[ast.Var]bool{}}
+	s := &bodyScope{slots: map[ast.Var]int{}, bound: map[ast.Var]bool{}, known: map[string]*ast.Term{}}
 	out := progBody{exprs: make([]progExpr, 0, len(b)), straight: true}
 	for _, x := range b {
 		e, err := pc.expr(s, x)
@@ -406,6 +415,41 @@ func unbound(s *bodyScope, t *ast.Term, count map[ast.Var]int) {
 // truthy holds for a defined value other than false: when an expression holds.
 func truthy(v *ast.Term) bool { return !ast.Boolean(false).Equal(v.Value) }
 
+// pin records what the expression x, which holds when the rest of the body is evaluated,
+// tells of a ref: `"app" = input.environment` (partial evaluation writes one per
+// alternative of a lookup in the data) makes input.environment "app" from there on, so the
+// terms built of it (a reason's detail, the reason) are constants, made once. Only a
+// string, boolean or null pins: equal to one of those is being it (1 == 1.0, but sprintf
+// tells them apart). The ref's path must be constant keys, so its text names one value.
+func (s *bodyScope) pin(x *ast.Expr) {
+	op := x.Operator()
+	if len(x.With) > 0 || op == nil || len(x.Operands()) != 2 ||
+		(!op.Equal(ast.Equality.Ref()) && !op.Equal(ast.Equal.Ref())) {
+		return
+	}
+	a, b := x.Operand(0), x.Operand(1)
+	if _, isRef := a.Value.(ast.Ref); !isRef {
+		a, b = b, a
+	}
+	r, isRef := a.Value.(ast.Ref)
+	switch b.Value.(type) {
+	case ast.String, ast.Boolean, ast.Null:
+	default:
+		return
+	}
+	if !isRef || (!r.HasPrefix(ast.InputRootRef) && !r.HasPrefix(ast.DefaultRootRef)) {
+		return
+	}
+	for _, p := range r[1:] {
+		switch p.Value.(type) {
+		case ast.String, ast.Number, ast.Boolean, ast.Null:
+		default:
+			return
+		}
+	}
+	s.known[r.String()] = b
+}
+
 func (pc *programCompiler) expr(s *bodyScope, x *ast.Expr) (progExpr, error) {
 	if len(x.With) > 0 {
 		return progExpr{}, unsupported("with in %v", x)
@@ -427,7 +471,11 @@ func (pc *programCompiler) expr(s *bodyScope, x *ast.Expr) (progExpr, error) {
 		}
 	}
 	if !x.Negated {
-		return pc.positive(s, x)
+		e, err := pc.positive(s, x)
+		if err == nil {
+			s.pin(x)
+		}
+		return e, err
 	}
 	// Rego binds no variable in a negated expression: the compiler moves it after the
 	// expressions binding its variables (`not input.a[x]; input.b[x]` is evaluated as
@@ -600,6 +648,9 @@ func (pc *programCompiler) match(s *bodyScope, t progTerm, other *ast.Term) (pro
 	if v, ok := other.Value.(ast.Var); ok && !s.bound[v] {
 		i := s.slot(v)
 		s.bound[v] = true
+		if t.konst != nil {
+			s.known[v.String()] = t.konst
+		}
 		if t.val != nil {
 			return progExpr{bind: func(ev *progEval, fr []*ast.Term) bool {
 				val, ok := t.val(ev, fr)
@@ -672,6 +723,15 @@ func (pc *programCompiler) call(s *bodyScope, op string, args []*ast.Term) (prog
 	ts, err := pc.terms(s, args)
 	if err != nil {
 		return progTerm{}, err
+	}
+	if vals, ok := konsts(ts); ok {
+		// The allowed built-ins are functions of their operands alone: with constant ones
+		// the output is made once. Without one (an error) the evaluation calls it, as before.
+		ev := &progEval{bctx: topdown.BuiltinContext{Context: context.Background()}}
+		ev.iter = ev.first
+		if out, ok := ev.call(op, f, vals); ok {
+			return constant(out), nil
+		}
 	}
 	off := pc.slots(len(ts))
 	if allVals(ts) {
@@ -847,9 +907,15 @@ func (pc *programCompiler) term(s *bodyScope, t *ast.Term) (progTerm, error) {
 		if !s.bound[v] {
 			return progTerm{}, unsupported("variable %v read before it is bound", v)
 		}
+		if k, ok := s.known[v.String()]; ok {
+			return constant(k), nil
+		}
 		i := s.slot(v)
 		return progTerm{val: func(_ *progEval, fr []*ast.Term) (*ast.Term, bool) { return fr[i], true }}, nil
 	case ast.Ref:
+		if k, ok := s.known[v.String()]; ok {
+			return constant(k), nil
+		}
 		return pc.ref(s, v)
 	case ast.Call:
 		return pc.call(s, v[0].String(), v[1:])
@@ -897,6 +963,9 @@ func (pc *programCompiler) composite(s *bodyScope, t *ast.Term) (progTerm, error
 	if err != nil {
 		return progTerm{}, err
 	}
+	if vals, ok := konsts(ts); ok {
+		return constant(build(vals)), nil
+	}
 	off := pc.slots(len(ts)) // build copies the values out of the slots
 	if allVals(ts) {
 		return progTerm{val: func(ev *progEval, fr []*ast.Term) (*ast.Term, bool) {
@@ -913,7 +982,19 @@ func (pc *programCompiler) composite(s *bodyScope, t *ast.Term) (progTerm, error
 }
 
 func constant(t *ast.Term) progTerm {
-	return progTerm{val: func(*progEval, []*ast.Term) (*ast.Term, bool) { return t, true }}
+	return progTerm{val: func(*progEval, []*ast.Term) (*ast.Term, bool) { return t, true }, konst: t}
+}
+
+// konsts are the values of ts when all are constants (konst).
+func konsts(ts []progTerm) ([]*ast.Term, bool) {
+	vals := make([]*ast.Term, len(ts))
+	for i, t := range ts {
+		if t.konst == nil {
+			return nil, false
+		}
+		vals[i] = t.konst
+	}
+	return vals, true
 }
 
 // ref compiles a ref into input, or into the value of a rule of the residual (the rule

@@ -164,6 +164,28 @@ default t3 := false
 t3 if { input.k }
 default t4 := false
 t4 if { input.o }`}},
+		// An equality pins a ref for the rest of its body (residual.go, pin), and terms of it
+		// or of variables bound to constants are made once: not a number (1 == 1.0, but sprintf
+		// tells them apart), not through a negation, not a longer ref, not into a sibling
+		// body; a constant call that errs stays undefined.
+		{"equalities pinning refs, constants folded", false, []string{`package xemafast
+clean_residual := [data.xemafast.p1, data.xemafast.p2, data.xemafast.p3, data.xemafast.p4, data.xemafast.p5, data.xemafast.p6, data.xemafast.p7, data.xemafast.p8] if { true }
+default p1 := "none"
+p1 := {"d": d, "k": input.k} if { "j" = input.k; sprintf("%v is %s", [input.k, input.k], d) }
+default p2 := "none"
+p2 := sprintf("%s", [input.n]) if { input.n == 1 }
+default p3 := "none"
+p3 := input.k if { not input.k = "j" }
+default p4 := "none"
+p4 := [x, input.k.x] if { input.k == "k"; x = concat("/", [input.k, "x"]) }
+default p5 := "none"
+p5 := [input.b, input.k, concat(":", ["a", x])] if { input.b = false; null = input.k; x = "b" }
+p6 contains input.k if { input.k = "j" }
+p6 contains input.k if { input.n = 1 }
+default p7 := "none"
+p7 := concat(":", ["a", input.b]) if { input.b = false }
+default p8 := "none"
+p8 := y if { x = "j"; input.k = x; y = concat("", [x, input.k]) }`}},
 		{"refs whose path elements are refs", false, []string{`package xemafast
 clean_residual := 1 if { input.a[input.k] }
 clean_residual := 2 if { input.a[input.b[input.k]] }
