@@ -2,7 +2,11 @@ package xema.authz
 
 # Suggestions computed from the data, so an agent can self-correct.
 
-reason_codes contains r.code if some r in deny
+# Whether a deny rule gave code: a test on deny itself, not a set of the codes made for it.
+denied(code) if {
+	some r in deny
+	r.code == code
+}
 
 suggestion contains s if some s in standing_suggestion
 
@@ -18,18 +22,18 @@ standing_suggestion contains {"kind": "request-approval", "capability": input.re
 # No grant: name the environment where a grant would make this call pass. (These follow
 # from a reason, so a clean call, decided by clean_decision, never has them.)
 suggestion contains {"kind": "request-grant", "capability": input.ref, "environment": env} if {
-	"MISSING_GRANT" in reason_codes
+	denied("MISSING_GRANT")
 	env := grantable_environment
 }
 
 # Granted, but not here: extend the grant to this environment, or move to one it admits.
 suggestion contains {"kind": "request-grant", "capability": input.ref, "environment": input.environment} if {
-	"ENVIRONMENT_NOT_ALLOWED" in reason_codes
+	denied("ENVIRONMENT_NOT_ALLOWED")
 	audience_admits(env_kind)
 }
 
 suggestion contains {"kind": "switch-environment", "from": input.environment, "to": to} if {
-	"ENVIRONMENT_NOT_ALLOWED" in reason_codes
+	denied("ENVIRONMENT_NOT_ALLOWED")
 	candidates := [name |
 		some name, on in grant_environments
 		on == true
