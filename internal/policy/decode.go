@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -16,84 +17,102 @@ func decodeDecision(v ast.Value) (Decision, error) {
 	if !ok {
 		return Decision{}, fmt.Errorf("decision is %s, not an object", ast.ValueName(v))
 	}
+	// By lookup of the fields, not a closure for obj.Iter: d would escape, an allocation a
+	// decision.
 	var d Decision
-	err := obj.Iter(func(k, val *ast.Term) error {
+	found := 0
+	for _, k := range decisionKeys {
+		if val := obj.Get(k); val != nil {
+			found++
+			if err := d.field(string(k.Value.(ast.String)), val); err != nil {
+				return Decision{}, err
+			}
+		}
+	}
+	if found == obj.Len() {
+		return d, nil
+	}
+	for _, k := range obj.Keys() {
 		key, ok := k.Value.(ast.String)
 		if !ok {
-			return fmt.Errorf("decision key %v is not a string", k)
+			return Decision{}, fmt.Errorf("decision key %v is not a string", k)
 		}
-		switch string(key) {
-		case "allow":
-			b, ok := val.Value.(ast.Boolean)
-			if !ok {
-				return typeErr("decision.allow", "boolean", val.Value)
-			}
-			d.Allow = bool(b)
-		case "revision":
-			s, err := str(val.Value)
-			if err != nil {
-				return fmt.Errorf("decision.revision %w", err)
-			}
-			d.Revision = s
-		case "reasons":
-			return eachObject("decision.reasons", val.Value, func(i int, o ast.Object) error {
-				var r Reason
-				if err := stringFields("decision.reasons", i, o, reasonKeys, []*string{&r.Code, &r.Detail}); err != nil {
-					return err
-				}
-				if d.Reasons == nil {
-					d.Reasons = make([]Reason, 0, arrayLen(val.Value))
-				}
-				d.Reasons = append(d.Reasons, r)
-				return nil
-			}, func() { d.Reasons = []Reason{} })
-		case "suggestions":
-			return eachObject("decision.suggestions", val.Value, func(i int, o ast.Object) error {
-				var s Suggestion
-				if err := stringFields("decision.suggestions", i, o, suggestionKeys,
-					[]*string{&s.Kind, &s.Capability, &s.Environment, &s.From, &s.To, &s.Binding}); err != nil {
-					return err
-				}
-				if d.Suggestions == nil {
-					d.Suggestions = make([]Suggestion, 0, arrayLen(val.Value))
-				}
-				d.Suggestions = append(d.Suggestions, s)
-				return nil
-			}, func() { d.Suggestions = []Suggestion{} })
-		case "obligations":
-			return eachObject("decision.obligations", val.Value, func(i int, o ast.Object) error {
-				var ob Obligation
-				if v := o.Get(kRequests); v != nil {
-					n, ok := v.Value.(ast.Number)
-					if !ok {
-						return typeErr("decision.obligations.requests", "number", v.Value)
-					}
-					if ob.Requests, ok = n.Int(); !ok {
-						return fmt.Errorf("decision.obligations.requests: %v is not an int", n)
-					}
-				}
-				if err := stringFields("decision.obligations", i, o, obligationKeys, []*string{&ob.Kind, &ob.Per}, kRequests); err != nil {
-					return err
-				}
-				if d.Obligations == nil {
-					d.Obligations = make([]Obligation, 0, arrayLen(val.Value))
-				}
-				d.Obligations = append(d.Obligations, ob)
-				return nil
-			}, func() { d.Obligations = []Obligation{} })
-		default:
-			return fmt.Errorf("decision: unknown field %q", string(key))
+		if !slices.ContainsFunc(decisionKeys, k.Equal) {
+			return Decision{}, fmt.Errorf("decision: unknown field %q", string(key))
 		}
-		return nil
-	})
-	if err != nil {
-		return Decision{}, err
 	}
-	return d, nil
+	return Decision{}, errors.New("decision: unknown field")
 }
 
-// The fields of a decision's reasons, suggestions and obligations.
+// field decodes the decision's field key (one of decisionKeys) of value val.
+func (d *Decision) field(key string, val *ast.Term) error {
+	switch key {
+	case "allow":
+		b, ok := val.Value.(ast.Boolean)
+		if !ok {
+			return typeErr("decision.allow", "boolean", val.Value)
+		}
+		d.Allow = bool(b)
+	case "revision":
+		s, err := str(val.Value)
+		if err != nil {
+			return fmt.Errorf("decision.revision %w", err)
+		}
+		d.Revision = s
+	case "reasons":
+		return eachObject("decision.reasons", val.Value, func(i int, o ast.Object) error {
+			var r Reason
+			if err := stringFields("decision.reasons", i, o, reasonKeys, []*string{&r.Code, &r.Detail}); err != nil {
+				return err
+			}
+			if d.Reasons == nil {
+				d.Reasons = make([]Reason, 0, arrayLen(val.Value))
+			}
+			d.Reasons = append(d.Reasons, r)
+			return nil
+		}, func() { d.Reasons = []Reason{} })
+	case "suggestions":
+		return eachObject("decision.suggestions", val.Value, func(i int, o ast.Object) error {
+			var s Suggestion
+			if err := stringFields("decision.suggestions", i, o, suggestionKeys,
+				[]*string{&s.Kind, &s.Capability, &s.Environment, &s.From, &s.To, &s.Binding}); err != nil {
+				return err
+			}
+			if d.Suggestions == nil {
+				d.Suggestions = make([]Suggestion, 0, arrayLen(val.Value))
+			}
+			d.Suggestions = append(d.Suggestions, s)
+			return nil
+		}, func() { d.Suggestions = []Suggestion{} })
+	case "obligations":
+		return eachObject("decision.obligations", val.Value, func(i int, o ast.Object) error {
+			var ob Obligation
+			if v := o.Get(kRequests); v != nil {
+				n, ok := v.Value.(ast.Number)
+				if !ok {
+					return typeErr("decision.obligations.requests", "number", v.Value)
+				}
+				if ob.Requests, ok = n.Int(); !ok {
+					return fmt.Errorf("decision.obligations.requests: %v is not an int", n)
+				}
+			}
+			if err := stringFields("decision.obligations", i, o, obligationKeys, []*string{&ob.Kind, &ob.Per}, kRequests); err != nil {
+				return err
+			}
+			if d.Obligations == nil {
+				d.Obligations = make([]Obligation, 0, arrayLen(val.Value))
+			}
+			d.Obligations = append(d.Obligations, ob)
+			return nil
+		}, func() { d.Obligations = []Obligation{} })
+	}
+	return nil
+}
+
+// The fields of a decision, and of its reasons, suggestions and obligations.
 var (
+	decisionKeys = []*ast.Term{ast.StringTerm("allow"), ast.StringTerm("reasons"), ast.StringTerm("suggestions"),
+		ast.StringTerm("obligations"), ast.StringTerm("revision")}
 	reasonKeys     = []*ast.Term{ast.StringTerm("code"), ast.StringTerm("detail")}
 	suggestionKeys = []*ast.Term{ast.StringTerm("kind"), ast.StringTerm("capability"), ast.StringTerm("environment"),
 		ast.StringTerm("from"), ast.StringTerm("to"), ast.StringTerm("binding")}

@@ -24,6 +24,11 @@ func TestDecodeDecision(t *testing.T) {
 	if got, err := decodeDecision(ast.MustParseTerm(full).Value); err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("decode = %+v, %v\nwant %+v", got, err, want)
 	}
+	// Only the decision's own slices are allocated: reasons, suggestions, obligations.
+	fullValue := ast.MustParseTerm(full).Value
+	if n := testing.AllocsPerRun(100, func() { _, _ = decodeDecision(fullValue) }); n != 3 {
+		t.Errorf("decode makes %v allocations, want 3", n)
+	}
 	empty, err := decodeDecision(ast.MustParseTerm(`{"allow": true, "reasons": [], "suggestions": [], "obligations": null}`).Value)
 	if err != nil || !empty.Allow || empty.Reasons == nil || len(empty.Reasons) != 0 || empty.Suggestions == nil || empty.Obligations != nil {
 		t.Fatalf("empty arrays: %+v, %v (want non-nil empty slices, null left nil)", empty, err)
