@@ -42,6 +42,7 @@ type residualProgram struct {
 	ops    int       // the operand slots of the calls and composites
 	calls  int       // the memo slots of the calls without variables
 	sites  int       // the generator sites, each with its state in an evaluation
+	arrays []int     // the lengths of the operand arrays (programCompiler.operands)
 	// An evaluation's continuations, made once per pooled evaluation rather than as
 	// closures on every call (they were most of a denied call's allocations): fns and kvs
 	// by the sites that use them, conts per generating expression of a body (its rest).
@@ -118,6 +119,7 @@ type progEval struct {
 	sites []site        // per generator site: its frame and consumer while it yields
 	ops   []*ast.Term   // the operands of each call and composite, each its own
 	calls []*ast.Term   // per call without variables: its output once made (undefinedTerm when none)
+	arrs  []*ast.Term   // per operand array: the array its values are set in
 	fns   []func(*ast.Term) bool
 	kvs   []func(k, v *ast.Term) bool
 	conts []func() bool
@@ -175,6 +177,7 @@ type programCompiler struct {
 	frames int
 	ops    int
 	calls  map[string]int // the memo slot of each call without variables, by its text
+	arrays []int
 	sites  int
 	fns    []func(ev *progEval) func(*ast.Term) bool
 	kvs    []func(ev *progEval) func(k, v *ast.Term) bool
@@ -233,7 +236,7 @@ func compileResidualProgram(mods []*ast.Module, name string) (*residualProgram, 
 		return nil, err
 	}
 	p := &residualProgram{main: main, rules: len(pc.rules), frames: pc.frames, ops: pc.ops, calls: len(pc.calls),
-		sites: pc.sites, fns: pc.fns, kvs: pc.kvs}
+		sites: pc.sites, arrays: pc.arrays, fns: pc.fns, kvs: pc.kvs}
 	for _, r := range pc.rules { // the bodies are in place: number them, make their continuations
 		for j := range r.bodies {
 			b := &r.bodies[j]
@@ -259,9 +262,12 @@ func compileResidualProgram(mods []*ast.Module, name string) (*residualProgram, 
 func (p *residualProgram) newEval() any {
 	ev := &progEval{memo: make([]*ast.Term, p.rules), accs: make([]ruleAcc, p.rules),
 		stack: make([]*ast.Term, p.frames), frs: make([][]*ast.Term, p.bodies), sites: make([]site, p.sites),
-		ops: make([]*ast.Term, p.ops), calls: make([]*ast.Term, p.calls),
+		ops: make([]*ast.Term, p.ops), calls: make([]*ast.Term, p.calls), arrs: make([]*ast.Term, len(p.arrays)),
 		fns: make([]func(*ast.Term) bool, len(p.fns)), kvs: make([]func(k, v *ast.Term) bool, len(p.kvs)),
 		conts: make([]func() bool, len(p.conts))}
+	for i, n := range p.arrays {
+		ev.arrs[i] = ast.ArrayTerm(slices.Repeat([]*ast.Term{ast.InternedNullTerm}, n)...)
+	}
 	for i, f := range p.fns {
 		ev.fns[i] = f(ev)
 	}
@@ -720,7 +726,7 @@ func (pc *programCompiler) call(s *bodyScope, op string, args []*ast.Term) (prog
 	if t, ok, err := pc.hasKey(s, op, args); ok || err != nil {
 		return t, err
 	}
-	ts, err := pc.terms(s, args)
+	ts, err := pc.operands(s, op, args)
 	if err != nil {
 		return progTerm{}, err
 	}
@@ -769,6 +775,33 @@ func (pc *programCompiler) call(s *bodyScope, op string, args []*ast.Term) (prog
 		v, ok := ev.call(op, f, operands)
 		return !ok || st.yield(v)
 	})}, nil
+}
+
+// operandArrays are the built-ins whose output holds no part of an array operand but its
+// elements: a string made of them (concat returns the one element of a one-element array).
+// An array built for one of them is set in an array of the evaluation (ev.arrs), made
+// once, rather than allocated on every call: sprintf's arguments, concat's parts.
+var operandArrays = map[string]bool{"sprintf": true, "concat": true}
+
+// operands compiles a call's operands, as terms does, an array built for an operandArrays
+// built-in in an array of the evaluation.
+func (pc *programCompiler) operands(s *bodyScope, op string, args []*ast.Term) ([]progTerm, error) {
+	if !operandArrays[op] {
+		return pc.terms(s, args)
+	}
+	out := make([]progTerm, len(args))
+	for i, a := range args {
+		var err error
+		if _, isArray := a.Value.(*ast.Array); isArray && !ast.IsConstant(a.Value) {
+			out[i], err = pc.composite(s, a, true)
+		} else {
+			out[i], err = pc.term(s, a)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // hasKey compiles `internal.member_2(k, object.keys(x))` for a constant string k (the
@@ -923,12 +956,13 @@ func (pc *programCompiler) term(s *bodyScope, t *ast.Term) (progTerm, error) {
 	if ast.IsConstant(t.Value) {
 		return constant(t), nil
 	}
-	return pc.composite(s, t)
+	return pc.composite(s, t, false)
 }
 
 // composite compiles an array, set or object with variables, refs or calls in it (an
-// object's keys constant).
-func (pc *programCompiler) composite(s *bodyScope, t *ast.Term) (progTerm, error) {
+// object's keys constant). An operand array (operands) is set in an array of the
+// evaluation, valid until the site makes its next value.
+func (pc *programCompiler) composite(s *bodyScope, t *ast.Term, operand bool) (progTerm, error) {
 	var elems []*ast.Term
 	var build func(vals []*ast.Term) *ast.Term
 	switch v := t.Value.(type) {
@@ -966,18 +1000,30 @@ func (pc *programCompiler) composite(s *bodyScope, t *ast.Term) (progTerm, error
 	if vals, ok := konsts(ts); ok {
 		return constant(build(vals)), nil
 	}
-	off := pc.slots(len(ts)) // build copies the values out of the slots
+	produce := func(_ *progEval, vals []*ast.Term) *ast.Term { return build(vals) }
+	if operand {
+		at := len(pc.arrays)
+		pc.arrays = append(pc.arrays, len(ts))
+		produce = func(ev *progEval, vals []*ast.Term) *ast.Term {
+			arr := ev.arrs[at].Value.(*ast.Array)
+			for i, v := range vals {
+				arr.Set(i, v)
+			}
+			return ev.arrs[at]
+		}
+	}
+	off := pc.slots(len(ts)) // produce copies the values out of the slots
 	if allVals(ts) {
 		return progTerm{val: func(ev *progEval, fr []*ast.Term) (*ast.Term, bool) {
 			vals, ok := ev.values(ts, off, fr)
 			if !ok {
 				return nil, false
 			}
-			return build(vals), true
+			return produce(ev, vals), true
 		}}, nil
 	}
-	return progTerm{gen: pc.product(ts, off, func(_ *progEval, st *site, vals []*ast.Term) bool {
-		return st.yield(build(vals))
+	return progTerm{gen: pc.product(ts, off, func(ev *progEval, st *site, vals []*ast.Term) bool {
+		return st.yield(produce(ev, vals))
 	})}, nil
 }
 
@@ -1186,6 +1232,12 @@ func (p *residualProgram) eval(ctx context.Context, input ast.Value) (*ast.Term,
 	clear(ev.sites)
 	clear(ev.ops)
 	clear(ev.calls)
+	for _, t := range ev.arrs { // holding no term of this input
+		arr := t.Value.(*ast.Array)
+		for i := range arr.Len() {
+			arr.Set(i, ast.InternedNullTerm)
+		}
+	}
 	ev.bctx.Context, ev.input, ev.err, ev.top = nil, nil, nil, 0
 	p.evals.Put(ev)
 	if err != nil || !ok {

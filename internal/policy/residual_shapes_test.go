@@ -186,6 +186,16 @@ default p7 := "none"
 p7 := concat(":", ["a", input.b]) if { input.b = false }
 default p8 := "none"
 p8 := y if { x = "j"; input.k = x; y = concat("", [x, input.k]) }`}},
+		// An array operand of sprintf or concat is set in one array of the evaluation
+		// (operandArrays): the values one site makes must outlive the next.
+		{"arrays of sprintf and concat, one site many values", false, []string{`package xemafast
+clean_residual := [data.xemafast.s, data.xemafast.c, data.xemafast.o, data.xemafast.n] if { true }
+s contains x if { v = input.a[i]; x = sprintf("%v/%v", [v, i]) }
+c contains x if { x = concat(":", [input.k, input.a[_]]) }
+default o := "none"
+o := [concat("", [input.k]), concat("-", [input.k, input.k]), sprintf("%v", [[input.k]])] if { true }
+default n := "none"
+n := sprintf("%v %v", [input.n, concat(",", [input.k, concat("", [input.k])])]) if { true }`}},
 		{"refs whose path elements are refs", false, []string{`package xemafast
 clean_residual := 1 if { input.a[input.k] }
 clean_residual := 2 if { input.a[input.b[input.k]] }

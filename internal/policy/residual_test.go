@@ -8,6 +8,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/topdown"
 )
 
 // topdownValue evaluates data.xemafast.clean_residual of mods with topdown: its value, nil
@@ -416,4 +417,42 @@ full_residual := {"allow": false} if { input.org }`), "full_residual")
 		t.Fatalf("decision %+v, %v: want an error and no allow", d, err)
 	}
 	t.Log(err)
+}
+
+// TestOperandArraysNotKept: the built-ins whose array operands are set in one array of the
+// evaluation (operandArrays) keep no part of it in their output but its elements: changing
+// the array after the call leaves the output as it was.
+func TestOperandArraysNotKept(t *testing.T) {
+	samples := map[string][][]string{
+		"sprintf": {{`"%s-%v"`, `["a", 1]`}, {`"%v"`, `[["x"]]`}, {`"%d"`, `[3]`}, {`"%v %v"`, `[{"k": "v"}, null]`}},
+		"concat":  {{`","`, `["a", "b"]`}, {`""`, `["a"]`}, {`"-"`, `[]`}, {`":"`, `["a", 1]`}},
+	}
+	for op := range operandArrays {
+		if len(samples[op]) == 0 {
+			t.Errorf("%s: no sample shows its output keeps no part of an array operand", op)
+		}
+		for _, sample := range samples[op] {
+			operands := make([]*ast.Term, len(sample))
+			for i, s := range sample {
+				operands[i] = ast.MustParseTerm(s)
+			}
+			var out *ast.Term
+			err := topdown.GetBuiltin(op)(topdown.BuiltinContext{Context: context.Background()}, operands,
+				func(t *ast.Term) error { out = t; return nil })
+			if err != nil || out == nil {
+				continue // no output: nothing kept
+			}
+			before := out.String()
+			for _, o := range operands {
+				if arr, ok := o.Value.(*ast.Array); ok {
+					for i := range arr.Len() {
+						arr.Set(i, ast.StringTerm("changed"))
+					}
+				}
+			}
+			if out.String() != before {
+				t.Errorf("%s(%v): output %s became %s when the array changed", op, sample, before, out)
+			}
+		}
+	}
 }
