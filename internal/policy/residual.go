@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -601,6 +602,10 @@ func (pc *programCompiler) positive(s *bodyScope, x *ast.Expr) (progExpr, error)
 			t, err = pc.call(s, op, args)
 			break
 		}
+		var joined bool
+		if t, joined, err = pc.joinIs(s, op, args); joined || err != nil {
+			break
+		}
 		// The output captured: bound to a variable, or compared with a value.
 		if t, err = pc.call(s, op, args[:len(args)-1]); err != nil {
 			return progExpr{}, err
@@ -625,6 +630,68 @@ func (pc *programCompiler) positive(s *bodyScope, x *ast.Expr) (progExpr, error)
 		ev.sites[at].cont = yield
 		return t.gen(ev, fr, ev.fns[each])
 	}}, nil
+}
+
+// joinIs compiles `concat(sep, [...], s)` for constant strings sep and s (partial
+// evaluation's test of a subject key, `concat(":", ["group", g]) = "group:support"`) as
+// whether the array's strings joined by sep are s, without making the string: false when
+// an element is not a string, where concat fails. ok is false for any other expression.
+func (pc *programCompiler) joinIs(s *bodyScope, op string, args []*ast.Term) (t progTerm, ok bool, err error) {
+	if op != ast.Concat.Name || len(args) != 3 {
+		return progTerm{}, false, nil
+	}
+	sep, sepOK := args[0].Value.(ast.String)
+	want, wantOK := args[2].Value.(ast.String)
+	if _, isArray := args[1].Value.(*ast.Array); !sepOK || !wantOK || !isArray || ast.IsConstant(args[1].Value) {
+		return progTerm{}, false, nil
+	}
+	parts, err := pc.composite(s, args[1], true)
+	if err != nil {
+		return progTerm{}, false, err
+	}
+	is := func(v *ast.Term) *ast.Term {
+		return ast.InternedTerm(joins(v.Value.(*ast.Array), string(sep), string(want)))
+	}
+	if parts.val != nil {
+		return progTerm{val: func(ev *progEval, fr []*ast.Term) (*ast.Term, bool) {
+			v, ok := parts.val(ev, fr)
+			if !ok {
+				return nil, false
+			}
+			return is(v), true
+		}}, true, nil
+	}
+	at := pc.site()
+	each := pc.fn(func(ev *progEval) func(*ast.Term) bool {
+		st := &ev.sites[at]
+		return func(v *ast.Term) bool { return st.yield(is(v)) }
+	})
+	return progTerm{gen: func(ev *progEval, fr []*ast.Term, yield func(*ast.Term) bool) bool {
+		ev.sites[at].yield = yield
+		return parts.gen(ev, fr, ev.fns[each])
+	}}, true, nil
+}
+
+// joins reports whether the elements of arr joined by sep are s, as concat makes it: false
+// when one is not a string.
+func joins(arr *ast.Array, sep, s string) bool {
+	for i := range arr.Len() {
+		e, ok := arr.Elem(i).Value.(ast.String)
+		if !ok {
+			return false
+		}
+		if i > 0 {
+			if !strings.HasPrefix(s, sep) {
+				return false
+			}
+			s = s[len(sep):]
+		}
+		if !strings.HasPrefix(s, string(e)) {
+			return false
+		}
+		s = s[len(e):]
+	}
+	return s == ""
 }
 
 // unify compiles a = b: a variable not yet bound on one side is bound to each value of the

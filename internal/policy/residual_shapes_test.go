@@ -196,6 +196,17 @@ default o := "none"
 o := [concat("", [input.k]), concat("-", [input.k, input.k]), sprintf("%v", [[input.k]])] if { true }
 default n := "none"
 n := sprintf("%v %v", [input.n, concat(",", [input.k, concat("", [input.k])])]) if { true }`}},
+		// concat(sep, [...], s) is compiled as whether the parts joined are s (joinIs).
+		{"concat compared with a string", false, []string{`package xemafast
+clean_residual := [data.xemafast.j1, data.xemafast.j2, data.xemafast.j3, data.xemafast.j4] if { true }
+default j1 := false
+j1 if { concat(":", ["x", input.a[_]], "x:y") }
+default j2 := false
+j2 if { concat("", [input.k, input.k], "jj") }
+default j3 := false
+j3 if { not concat(":", [input.k], "k") }
+default j4 := "none"
+j4 := x if { input.a[x]; concat("/", ["a", x, input.k], "a/j/j") }`}},
 		{"refs whose path elements are refs", false, []string{`package xemafast
 clean_residual := 1 if { input.a[input.k] }
 clean_residual := 2 if { input.a[input.b[input.k]] }

@@ -456,3 +456,41 @@ func TestOperandArraysNotKept(t *testing.T) {
 		}
 	}
 }
+
+// TestJoinsAsConcat: joins (joinIs) holds exactly when concat's output is the string, and
+// fails where concat does (an element not a string).
+func TestJoinsAsConcat(t *testing.T) {
+	for _, tc := range []struct{ sep, arr, s string }{
+		{`:`, `["group", "support"]`, "group:support"},
+		{`:`, `["group", "support"]`, "group:suppor"},
+		{`:`, `["group", "support"]`, "group:supportx"},
+		{`:`, `["group", "support"]`, "groupsupport"},
+		{`:`, `["group", "support"]`, "group;support"},
+		{`:`, `["group:", "x"]`, "group::x"},
+		{`:`, `["group:", "x"]`, "group:x"},
+		{`:`, `["a", "", "b"]`, "a::b"},
+		{`::`, `["a", "b"]`, "a::b"},
+		{``, `["a", "b"]`, "ab"},
+		{`:`, `[]`, ""},
+		{`:`, `[]`, ":"},
+		{`:`, `["a"]`, "a"},
+		{`:`, `[""]`, ""},
+		{`:`, `["a", 1]`, "a:1"},
+		{`:`, `[1]`, "1"},
+		{`:`, `["role", null]`, "role:null"},
+	} {
+		arr := ast.MustParseTerm(tc.arr)
+		var want bool
+		err := topdown.GetBuiltin(ast.Concat.Name)(topdown.BuiltinContext{Context: context.Background()},
+			[]*ast.Term{ast.StringTerm(tc.sep), arr}, func(out *ast.Term) error {
+				want = out.Equal(ast.StringTerm(tc.s))
+				return nil
+			})
+		if err != nil {
+			want = false
+		}
+		if got := joins(arr.Value.(*ast.Array), tc.sep, tc.s); got != want {
+			t.Errorf("joins(%s, %q, %q) = %v; concat's output is it: %v (error %v)", tc.arr, tc.sep, tc.s, got, want, err)
+		}
+	}
+}
