@@ -307,6 +307,22 @@ func (fr *fullResidual) decide(ctx context.Context, input ast.Value) (Decision, 
 	}
 	evalMu.RLock() // until the result, which holds the residual's terms, is decoded
 	defer evalMu.RUnlock()
+	if fr.program.fields != nil { // the decision object is not made, its fields decoded
+		var d Decision
+		defined, err := fr.program.evalFields(ctx, input, func(keys, vals []*ast.Term) (err error) {
+			d, err = decodeFields(pairs{keys, vals})
+			return err
+		})
+		switch {
+		case err != nil && !defined:
+			return Decision{}, fmt.Errorf("evaluate: %w", err)
+		case err != nil:
+			return Decision{}, fmt.Errorf("decode decision: %w", err)
+		case !defined:
+			return Decision{}, errors.New("decision undefined")
+		}
+		return d, nil
+	}
 	v, err := fr.program.eval(ctx, input)
 	switch {
 	case err != nil:

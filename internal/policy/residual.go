@@ -36,14 +36,17 @@ import (
 // ref among a call's operands is undefined, as OPA's compiler hoists those out of it
 // (negationGuards).
 type residualProgram struct {
-	main   *progRule // data.xemafast.<name>
-	rules  int       // rules compiled, each with its slot in an evaluation's memo
-	bodies int       // bodies compiled, each with its frame's slot in an evaluation
-	frames int       // the variables of every body: an evaluation's stack of frames
-	ops    int       // the operand slots of the calls and composites
-	calls  int       // the memo slots of the calls without variables
-	sites  int       // the generator sites, each with its state in an evaluation
-	arrays []int     // the lengths of the operand arrays (programCompiler.operands)
+	main *progRule // data.xemafast.<name>
+	// fields is main as the fields of the object it binds, when it is of that shape
+	// (programCompiler.fields): the object need not be made to be decoded.
+	fields *progFields
+	rules  int   // rules compiled, each with its slot in an evaluation's memo
+	bodies int   // bodies compiled, each with its frame's slot in an evaluation
+	frames int   // the variables of every body: an evaluation's stack of frames
+	ops    int   // the operand slots of the calls and composites
+	calls  int   // the memo slots of the calls without variables
+	sites  int   // the generator sites, each with its state in an evaluation
+	arrays []int // the lengths of the operand arrays (programCompiler.operands)
 	// An evaluation's continuations, made once per pooled evaluation rather than as
 	// closures on every call (they were most of a denied call's allocations): fns and kvs
 	// by the sites that use them, conts per generating expression of a body (its rest).
@@ -51,6 +54,15 @@ type residualProgram struct {
 	kvs   []func(ev *progEval) func(k, v *ast.Term) bool
 	conts []func(ev *progEval) func() bool
 	evals sync.Pool // *progEval sized for this program
+}
+
+// progFields is a rule `name = v if { ...; v = {k: t, ...} }` of one body: the body
+// without its last expression, and the object's constant keys and values (ops from off).
+type progFields struct {
+	body progBody
+	keys []*ast.Term
+	vals []progTerm
+	off  int
 }
 
 type progRule struct {
@@ -232,11 +244,16 @@ func compileResidualProgram(mods []*ast.Module, name string) (*residualProgram, 
 			pc.defs[path] = append(pc.defs[path], r)
 		}
 	}
-	main, err := pc.rule(residualPath.Append(ast.StringTerm(name)).String())
+	path := residualPath.Append(ast.StringTerm(name)).String()
+	main, err := pc.rule(path)
 	if err != nil {
 		return nil, err
 	}
-	p := &residualProgram{main: main, rules: len(pc.rules), frames: pc.frames, ops: pc.ops, calls: len(pc.calls),
+	fields, err := pc.fields(path)
+	if err != nil {
+		return nil, err
+	}
+	p := &residualProgram{main: main, fields: fields, rules: len(pc.rules), frames: pc.frames, ops: pc.ops, calls: len(pc.calls),
 		sites: pc.sites, arrays: pc.arrays, fns: pc.fns, kvs: pc.kvs}
 	for _, r := range pc.rules { // the bodies are in place: number them, make their continuations
 		for j := range r.bodies {
@@ -349,6 +366,67 @@ func (pc *programCompiler) rule(path string) (*progRule, error) {
 	rule.slot = len(pc.rules)
 	pc.rules[path] = rule
 	return rule, nil
+}
+
+// fields compiles the rule path as progFields when it is one body whose last expression
+// binds the head's variable, found nowhere else, to an object of constant keys (the residual
+// of full_decision: `decision = {"allow": ..., "reasons": ...}`) and whose other expressions
+// have one solution at most; nil for any other rule.
+func (pc *programCompiler) fields(path string) (*progFields, error) {
+	defs := pc.defs[path]
+	if len(defs) != 1 || defs[0].Default || defs[0].Head.Value == nil || len(defs[0].Body) == 0 {
+		return nil, nil
+	}
+	head, isVar := defs[0].Head.Value.Value.(ast.Var)
+	body := defs[0].Body
+	last := body[len(body)-1]
+	if !isVar || last.Negated || len(last.With) > 0 || !last.IsEquality() {
+		return nil, nil
+	}
+	v, o := last.Operand(0), last.Operand(1)
+	if !v.Equal(ast.NewTerm(head)) {
+		v, o = o, v
+	}
+	obj, isObject := o.Value.(ast.Object)
+	if !v.Equal(ast.NewTerm(head)) || !isObject || occurs(head, body[:len(body)-1]) || occurs(head, o) {
+		return nil, nil
+	}
+	s := &bodyScope{slots: map[ast.Var]int{}, bound: map[ast.Var]bool{}, known: map[string]*ast.Term{}}
+	f := &progFields{body: progBody{exprs: make([]progExpr, 0, len(body)-1), straight: true}}
+	for _, x := range body[:len(body)-1] {
+		e, err := pc.expr(s, x)
+		if err != nil {
+			return nil, err
+		}
+		if e.solve != nil {
+			return nil, nil
+		}
+		f.body.exprs = append(f.body.exprs, e)
+	}
+	var err error
+	obj.Foreach(func(k, t *ast.Term) {
+		var val progTerm
+		if err == nil && ast.IsConstant(k.Value) {
+			val, err = pc.term(s, t)
+			f.keys, f.vals = append(f.keys, k), append(f.vals, val)
+		}
+	})
+	if err != nil || len(f.keys) != obj.Len() || !allVals(f.vals) {
+		return nil, err
+	}
+	f.off, f.body.vars = pc.slots(len(f.vals)), len(s.slots)
+	pc.frames += f.body.vars
+	return f, nil
+}
+
+// occurs reports whether the variable v occurs in x.
+func occurs(v ast.Var, x any) bool {
+	found := false
+	ast.WalkVars(x, func(w ast.Var) bool {
+		found = found || w == v
+		return found
+	})
+	return found
 }
 
 // oneConstant reports whether the rules defs (not defaults) have one constant head value.
@@ -1288,10 +1366,54 @@ func (p *residualProgram) eval(ctx context.Context, input ast.Value) (*ast.Term,
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	ev := p.evals.Get().(*progEval)
-	ev.bctx.Context, ev.input = ctx, ast.NewTerm(input)
+	ev := p.begin(ctx, input)
 	v, ok := ev.rule(p.main)
 	err := ev.err
+	p.end(ev)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return v, nil
+}
+
+// evalFields evaluates a program of fields (p.fields not nil) over input: use gets the
+// object's keys and values, which are the evaluation's until it returns (its error is
+// evalFields'); false when the rule is undefined.
+func (p *residualProgram) evalFields(ctx context.Context, input ast.Value, use func(keys, vals []*ast.Term) error) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	ev := p.begin(ctx, input)
+	defer p.end(ev)
+	f := p.fields
+	vals, ok := ev.straightFields(f)
+	switch {
+	case ev.err != nil:
+		return false, ev.err
+	case !ok:
+		return false, nil
+	}
+	return true, use(f.keys, vals)
+}
+
+// straightFields evaluates f's body and then its values: false when one does not hold.
+func (ev *progEval) straightFields(f *progFields) ([]*ast.Term, bool) {
+	fr, base := ev.frame(&f.body)
+	defer func() { ev.top = base }()
+	if !ev.conjunction(&f.body, fr) {
+		return nil, false
+	}
+	return ev.values(f.vals, f.off, fr)
+}
+
+// begin takes an evaluation's state for input; end gives it back, holding nothing of it.
+func (p *residualProgram) begin(ctx context.Context, input ast.Value) *progEval {
+	ev := p.evals.Get().(*progEval)
+	ev.bctx.Context, ev.input = ctx, ast.NewTerm(input)
+	return ev
+}
+
+func (p *residualProgram) end(ev *progEval) {
 	clear(ev.memo)
 	clear(ev.accs)
 	clear(ev.stack)
@@ -1307,10 +1429,6 @@ func (p *residualProgram) eval(ctx context.Context, input ast.Value) (*ast.Term,
 	}
 	ev.bctx.Context, ev.input, ev.err, ev.top = nil, nil, nil, 0
 	p.evals.Put(ev)
-	if err != nil || !ok {
-		return nil, err
-	}
-	return v, nil
 }
 
 // holds evaluates a program of a rule of value true: whether it holds.
@@ -1422,10 +1540,19 @@ func (x *progExpr) holds(ev *progEval, fr []*ast.Term) bool {
 func (ev *progEval) straight(b *progBody) (*ast.Term, bool) {
 	fr, base := ev.frame(b)
 	defer func() { ev.top = base }()
-	for i := range b.exprs {
-		if !b.exprs[i].holds(ev, fr) || ev.err != nil {
-			return nil, false
-		}
+	if !ev.conjunction(b, fr) {
+		return nil, false
 	}
 	return b.value.val(ev, fr)
+}
+
+// conjunction evaluates the expressions of a straight body b in its frame fr: whether all
+// hold.
+func (ev *progEval) conjunction(b *progBody, fr []*ast.Term) bool {
+	for i := range b.exprs {
+		if !b.exprs[i].holds(ev, fr) || ev.err != nil {
+			return false
+		}
+	}
+	return true
 }

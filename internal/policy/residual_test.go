@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 
@@ -492,5 +493,83 @@ func TestJoinsAsConcat(t *testing.T) {
 		if got := joins(arr.Value.(*ast.Array), tc.sep, tc.s); got != want {
 			t.Errorf("joins(%s, %q, %q) = %v; concat's output is it: %v (error %v)", tc.arr, tc.sep, tc.s, got, want, err)
 		}
+	}
+}
+
+// TestResidualProgramFields: a residual of full_decision's shape (one body binding the head's
+// variable to an object) is decoded from the object's fields, the object never made
+// (residualProgram.evalFields), and decides as the object's decoding does: undefined when
+// the body or a field is, an evaluation's error an error, never an allow. Other shapes
+// have no fields and are decoded from the value.
+func TestResidualProgramFields(t *testing.T) {
+	inputs := []string{
+		`{}`,
+		`{"environment": "project", "ref": "r", "kind": "agent", "tags": ["t"], "d": {"allow": true}}`,
+		`{"environment": "org", "ref": "r", "org": "o", "kind": "user", "tags": ["t", "t"], "d": {"allow": false}}`,
+		`{"environment": 3, "ref": "r", "kind": "agent", "allow": "yes", "d": {"allow": true}}`,
+	}
+	const support = `
+default allow := false
+allow if { count(sort(data.xemafast.deny), 0); "project" = input.environment }
+deny contains {"code": "ENV", "detail": d} if { not "project" = input.environment; sprintf("environment %v", [input.environment], d) }
+deny contains {"code": "KIND", "detail": "not an agent"} if { not input.kind = "agent" }
+suggestion contains {"kind": "switch-environment", "from": input.environment, "to": "project"} if { data.xemafast.deny[_].code = "ENV" }`
+	for _, tc := range []struct {
+		name   string
+		fields bool
+		src    string
+	}{
+		{"the residual of full_decision", true, `package xemafast
+full_residual := decision if { decision = {"allow": data.xemafast.allow, "reasons": sort(data.xemafast.deny), "suggestions": sort(data.xemafast.suggestion), "obligations": [], "revision": "r1"} }` + support},
+		{"the object first", true, `package xemafast
+full_residual := decision if { {"allow": data.xemafast.allow, "revision": input.ref} = decision }` + support},
+		{"expressions before the object", true, `package xemafast
+full_residual := decision if { is_string(input.environment); x = input.ref; decision = {"allow": data.xemafast.allow, "revision": x} }` + support},
+		{"a field undefined", true, `package xemafast
+full_residual := decision if { decision = {"allow": data.xemafast.allow, "revision": input.org} }` + support},
+		{"a field decoded in error", true, `package xemafast
+full_residual := decision if { decision = {"allow": data.xemafast.allow, "revision": input.ref, "reasons": [{"code": input.kind, "why": 1}]} }` + support},
+		{"a conflict", true, `package xemafast
+full_residual := decision if { decision = {"allow": data.xemafast.a} }
+a := true if { input.ref }
+a := false if { input.kind }`},
+		{"two bodies", false, `package xemafast
+full_residual := decision if { input.ref = "r"; decision = {"allow": data.xemafast.allow} }
+full_residual := decision if { input.org; decision = {"allow": true} }` + support},
+		{"a generating body", false, `package xemafast
+full_residual := decision if { input.tags[_] = "t"; decision = {"allow": data.xemafast.allow} }` + support},
+		{"the variable bound before", false, `package xemafast
+full_residual := decision if { decision = input.d; decision = {"allow": data.xemafast.allow} }` + support},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := compileResidualProgram(parseModules(t, tc.src), "full_residual")
+			if err != nil {
+				t.Fatalf("compile: %v", err)
+			}
+			if (p.fields != nil) != tc.fields {
+				t.Fatalf("fields %v, want %v", p.fields != nil, tc.fields)
+			}
+			ctx := context.Background()
+			outcomes := map[string]bool{}
+			for _, in := range inputs {
+				input := ast.MustParseTerm(in).Value
+				got, err := (&fullResidual{program: p}).decide(ctx, input)
+				v, wantErr := p.eval(ctx, input)
+				want := Decision{}
+				switch {
+				case wantErr == nil && v == nil:
+					wantErr = errors.New("undefined")
+				case wantErr == nil:
+					want, wantErr = decodeDecision(v.Value)
+				}
+				if (err != nil) != (wantErr != nil) || !reflect.DeepEqual(got, want) {
+					t.Errorf("input %s: decided %+v, %v; the value decodes as %+v, %v", in, got, err, want, wantErr)
+				}
+				outcomes[fmt.Sprint(got, err != nil)] = true
+			}
+			if len(outcomes) < 2 && tc.name != "a conflict" && tc.name != "a field decoded in error" {
+				t.Errorf("one outcome for every input: the case decides nothing")
+			}
+		})
 	}
 }
