@@ -70,6 +70,16 @@ func (r result) perBatch() string {
 	return fmt.Sprintf("%.1f (%.2f a call)", m.batchRecords/m.batches, m.batches/float64(r.n))
 }
 
+// allocated is what the gateway's Go heap allocated a call, and its garbage collector's
+// cycles over the window: the collector's work grows with the bytes.
+func (r result) allocated() string {
+	m := r.metrics
+	if m.allocBytes == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.1f KB (%.0f GC cycles)", m.allocBytes/float64(r.n)/1000, m.gcCycles)
+}
+
 // writerBusy is the share of the window the audit writer spent committing batches, and a
 // batch's mean time: a writer near 100 % is the funnel's serial bottleneck.
 func (r result) writerBusy() string {

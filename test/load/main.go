@@ -46,7 +46,7 @@ func main() {
 	flag.IntVar(&cfg.count, "count", 200000, "at most this many requests per target")
 	flag.DurationVar(&cfg.duration, "duration", 5*time.Second, "at most this long per target")
 	flag.DurationVar(&cfg.warmup, "warmup", time.Second, "unmeasured warm-up per target")
-	flag.StringVar(&cfg.profileDir, "cpuprofile", "", "directory: write the gateway's CPU profile of each funnel target there (xema serve --pprof)")
+	flag.StringVar(&cfg.profileDir, "cpuprofile", "", "directory: write the gateway's CPU and allocation profiles of each funnel target there (xema serve --pprof)")
 	proxy := flag.String(proxyMode, "", "internal: serve as the bare proxy, \"LISTEN_ADDR UPSTREAM_URL\" (the harness starts it)")
 	flag.Parse()
 	if *proxy != "" {
@@ -161,8 +161,8 @@ func runEngine(cfg config, engine, dsn, noopURL string) error {
 		opaTarget(opa.url),
 	}
 	fmt.Printf("\n### %s\n\n", engine)
-	fmt.Println("| target | requests | RPS | p50 | p99 | RPS ÷ direct | server CPU per call | machine CPU busy | decision cache hits | audit records per batch (batches a call) | audit writer busy |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| target | requests | RPS | p50 | p99 | RPS ÷ direct | server CPU per call | machine CPU busy | gateway heap allocated per call | decision cache hits | audit records per batch (batches a call) | audit writer busy |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
 	results := map[string]result{}
 	for _, tg := range targets {
 		if _, err := drive(tg, cfg.workers, 1<<30, cfg.warmup); err != nil {
@@ -180,8 +180,8 @@ func runEngine(cfg config, engine, dsn, noopURL string) error {
 			return fmt.Errorf("%s: %w", tg.name, err)
 		}
 		results[tg.kind] = r
-		fmt.Printf("| %s | %d | %.0f | %s | %s | %.2f× | %s | %s | %s | %s | %s |\n", tg.name, r.n, r.rps(), r.pct(50), r.pct(99),
-			r.rps()/results["direct"].rps(), r.cpuPerCall(), r.machine, r.hitRate(), r.perBatch(), r.writerBusy())
+		fmt.Printf("| %s | %d | %.0f | %s | %s | %.2f× | %s | %s | %s | %s | %s | %s |\n", tg.name, r.n, r.rps(), r.pct(50), r.pct(99),
+			r.rps()/results["direct"].rps(), r.cpuPerCall(), r.machine, r.allocated(), r.hitRate(), r.perBatch(), r.writerBusy())
 	}
 	// After the results table, so it stays one table.
 	for _, tg := range targets {

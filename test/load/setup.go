@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -103,11 +104,12 @@ type counters struct {
 	hits, misses          float64 // decision cache lookups
 	batches, batchRecords float64 // audit write batches and the records they carried
 	batchSeconds          float64 // the time the audit writer spent in those batches
+	allocBytes, gcCycles  float64 // the Go heap's allocations and the collector's cycles
 }
 
 func (c counters) minus(o counters) counters {
 	return counters{c.hits - o.hits, c.misses - o.misses, c.batches - o.batches, c.batchRecords - o.batchRecords,
-		c.batchSeconds - o.batchSeconds}
+		c.batchSeconds - o.batchSeconds, c.allocBytes - o.allocBytes, c.gcCycles - o.gcCycles}
 }
 
 // scrape reads the counters from /metrics.
@@ -132,6 +134,8 @@ func (g *gateway) scrape() (counters, error) {
 		`xema_audit_batch_size_count`:                               &c.batches,
 		`xema_audit_batch_size_sum`:                                 &c.batchRecords,
 		`xema_audit_batch_duration_seconds_sum{result="ok"}`:        &c.batchSeconds,
+		`go_memstats_alloc_bytes_total`:                             &c.allocBytes,
+		`go_gc_duration_seconds_count`:                              &c.gcCycles,
 	}
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
@@ -146,15 +150,24 @@ func (g *gateway) scrape() (counters, error) {
 }
 
 // profile writes a CPU profile of the next d (less a margin, so it ends within the
-// window) to path; the channel answers when it is written.
+// window) to path, and the heap allocations of the same span to path's .allocs.prof
+// sibling; the channel answers when both are written.
 func (g *gateway) profile(path string, d time.Duration) <-chan error {
 	done := make(chan error, 1)
 	seconds := max(1, int((d-500*time.Millisecond)/time.Second))
+	allocs := make(chan error, 1)
 	go func() {
-		done <- fetch(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", g.pprof, seconds), "", path)
+		allocs <- fetch(fmt.Sprintf("http://%s/debug/pprof/allocs?seconds=%d", g.pprof, seconds), "", allocsPath(path))
+	}()
+	go func() {
+		err := fetch(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", g.pprof, seconds), "", path)
+		done <- errors.Join(err, <-allocs)
 	}()
 	return done
 }
+
+// allocsPath is where the allocation profile of the CPU profile at path goes.
+func allocsPath(path string) string { return strings.TrimSuffix(path, ".prof") + ".allocs.prof" }
 
 // installNoop submits a biome of the no-op capability and grants it to every subject of
 // the org, with limits no run reaches: every call is counted, none refused.
