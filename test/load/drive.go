@@ -33,6 +33,8 @@ type result struct {
 	cpu time.Duration
 	// machine is the whole machine's CPU over the window (/proc/stat).
 	machine machineCPU
+	// conns is the connections the no-op provider accepted over the window.
+	conns   int64
 	metrics counters
 	// breakdown is the markdown of where the gateway's CPU went, from the window's profile.
 	breakdown []string

@@ -161,8 +161,8 @@ func runEngine(cfg config, engine, dsn, noopURL string) error {
 		opaTarget(opa.url),
 	}
 	fmt.Printf("\n### %s\n\n", engine)
-	fmt.Println("| target | requests | RPS | p50 | p99 | RPS ÷ direct | server CPU per call | machine CPU busy | gateway heap allocated per call | decision cache hits | audit records per batch (batches a call) | audit writer busy |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| target | requests | RPS | p50 | p99 | RPS ÷ direct | server CPU per call | machine CPU busy | provider connections opened | gateway heap allocated per call | decision cache hits | audit records per batch (batches a call) | audit writer busy |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	results := map[string]result{}
 	for _, tg := range targets {
 		if _, err := drive(tg, cfg.workers, 1<<30, cfg.warmup); err != nil {
@@ -180,8 +180,8 @@ func runEngine(cfg config, engine, dsn, noopURL string) error {
 			return fmt.Errorf("%s: %w", tg.name, err)
 		}
 		results[tg.kind] = r
-		fmt.Printf("| %s | %d | %.0f | %s | %s | %.2f× | %s | %s | %s | %s | %s | %s |\n", tg.name, r.n, r.rps(), r.pct(50), r.pct(99),
-			r.rps()/results["direct"].rps(), r.cpuPerCall(), r.machine, r.allocated(), r.hitRate(), r.perBatch(), r.writerBusy())
+		fmt.Printf("| %s | %d | %.0f | %s | %s | %.2f× | %s | %s | %d | %s | %s | %s | %s |\n", tg.name, r.n, r.rps(), r.pct(50), r.pct(99),
+			r.rps()/results["direct"].rps(), r.cpuPerCall(), r.machine, r.conns, r.allocated(), r.hitRate(), r.perBatch(), r.writerBusy())
 	}
 	// After the results table, so it stays one table.
 	for _, tg := range targets {
@@ -205,7 +205,7 @@ func runEngine(cfg config, engine, dsn, noopURL string) error {
 // process of its own, that process's; for the gateway its decision cache counts and, with
 // dir, a CPU profile of the window.
 func (g *gateway) startMeasure(tg target, dir, engine string, d time.Duration) (*measure, error) {
-	m := &measure{name: tg.name, pid: tg.pid}
+	m := &measure{name: tg.name, pid: tg.pid, conns0: providerConns.Load()}
 	var err error
 	if m.machine0, err = machineNow(); err != nil {
 		return nil, err
@@ -234,6 +234,7 @@ type measure struct {
 	g        *gateway // the target's, if the gateway serves it
 	pid      int
 	cpu0     time.Duration
+	conns0   int64
 	machine0 machineCPU
 	metrics0 counters
 	profile  <-chan error
@@ -246,7 +247,7 @@ func (m *measure) finish(r *result) error {
 	if err != nil {
 		return err
 	}
-	r.machine = machine.minus(m.machine0)
+	r.machine, r.conns = machine.minus(m.machine0), providerConns.Load()-m.conns0
 	if m.pid != 0 {
 		cpu, err := cpuOf(m.pid)
 		if err != nil {

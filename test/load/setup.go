@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/xemahq/xema/internal/policy"
@@ -21,6 +22,11 @@ import (
 
 // noopRef is the capability the funnel targets: an http runner on the harness's no-op provider.
 const noopRef = "bench:noop.read@1"
+
+// providerConns counts the connections the no-op provider has accepted: a client in front of
+// it that does not keep its connections (its idle pool smaller than its concurrency) opens
+// one a call.
+var providerConns atomic.Int64
 
 // noop is the no-op provider: it answers every POST with a constant JSON object.
 type noop struct {
@@ -34,7 +40,11 @@ func startNoop() (*noop, error) {
 		return nil, fmt.Errorf("no-op provider: %w", err)
 	}
 	answer := []byte(`{"ok":true}`)
-	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, ConnState: func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			providerConns.Add(1)
+		}
+	}, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(answer)
