@@ -34,7 +34,9 @@ type result struct {
 	// machine is the whole machine's CPU over the window (/proc/stat).
 	machine machineCPU
 	// conns is the connections the no-op provider accepted over the window.
-	conns   int64
+	conns int64
+	// self is the harness's own CPU time over the window: its clients and the provider.
+	self    time.Duration
 	metrics counters
 	// breakdown is the markdown of where the gateway's CPU went, from the window's profile.
 	breakdown []string

@@ -161,8 +161,8 @@ func runEngine(cfg config, engine, dsn, noopURL string) error {
 		opaTarget(opa.url),
 	}
 	fmt.Printf("\n### %s\n\n", engine)
-	fmt.Println("| target | requests | RPS | p50 | p99 | RPS ÷ direct | server CPU per call | machine CPU busy | provider connections opened | gateway heap allocated per call | decision cache hits | audit records per batch (batches a call) | audit writer busy |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| target | requests | RPS | p50 | p99 | RPS ÷ direct | server CPU per call | harness CPU per call (clients, no-op provider) | machine CPU busy | provider connections opened | gateway heap allocated per call | decision cache hits | audit records per batch (batches a call) | audit writer busy |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	results := map[string]result{}
 	for _, tg := range targets {
 		if _, err := drive(tg, cfg.workers, 1<<30, cfg.warmup); err != nil {
@@ -180,8 +180,8 @@ func runEngine(cfg config, engine, dsn, noopURL string) error {
 			return fmt.Errorf("%s: %w", tg.name, err)
 		}
 		results[tg.kind] = r
-		fmt.Printf("| %s | %d | %.0f | %s | %s | %.2f× | %s | %s | %d | %s | %s | %s | %s |\n", tg.name, r.n, r.rps(), r.pct(50), r.pct(99),
-			r.rps()/results["direct"].rps(), r.cpuPerCall(), r.machine, r.conns, r.allocated(), r.hitRate(), r.perBatch(), r.writerBusy())
+		fmt.Printf("| %s | %d | %.0f | %s | %s | %.2f× | %s | %.0f µs | %s | %d | %s | %s | %s | %s |\n", tg.name, r.n, r.rps(), r.pct(50), r.pct(99),
+			r.rps()/results["direct"].rps(), r.cpuPerCall(), float64(r.self.Microseconds())/float64(r.n), r.machine, r.conns, r.allocated(), r.hitRate(), r.perBatch(), r.writerBusy())
 	}
 	// After the results table, so it stays one table.
 	for _, tg := range targets {
@@ -210,6 +210,9 @@ func (g *gateway) startMeasure(tg target, dir, engine string, d time.Duration) (
 	if m.machine0, err = machineNow(); err != nil {
 		return nil, err
 	}
+	if m.self0, err = cpuOf(os.Getpid()); err != nil {
+		return nil, err
+	}
 	if tg.pid != 0 {
 		if m.cpu0, err = cpuOf(tg.pid); err != nil {
 			return nil, err
@@ -234,6 +237,7 @@ type measure struct {
 	g        *gateway // the target's, if the gateway serves it
 	pid      int
 	cpu0     time.Duration
+	self0    time.Duration // the harness's own: its clients and the no-op provider
 	conns0   int64
 	machine0 machineCPU
 	metrics0 counters
@@ -247,7 +251,11 @@ func (m *measure) finish(r *result) error {
 	if err != nil {
 		return err
 	}
-	r.machine, r.conns = machine.minus(m.machine0), providerConns.Load()-m.conns0
+	self, err := cpuOf(os.Getpid())
+	if err != nil {
+		return err
+	}
+	r.machine, r.conns, r.self = machine.minus(m.machine0), providerConns.Load()-m.conns0, self-m.self0
 	if m.pid != 0 {
 		cpu, err := cpuOf(m.pid)
 		if err != nil {
