@@ -9,6 +9,9 @@
 //   - bare proxy: the same call through a pass-through of its own process (this binary
 //     again), the two HTTP hops of a gateway with no funnel: the ceiling the funnel is
 //     measured against;
+//   - bare proxy + the audit log: the same pass-through writing the two audit records a
+//     call the funnel writes, through the gateway's audit log on the same engine: the
+//     ceiling of any funnel that keeps the audit guarantee;
 //   - funnel: POST /v1/capabilities/invoke of the no-op capability, the same call again
 //     (decision cache hits), then a distinct resource per call (every decision a miss);
 //   - opa: the same decision from the stock OPA server.
@@ -50,8 +53,8 @@ func main() {
 	proxy := flag.String(proxyMode, "", "internal: serve as the bare proxy, \"LISTEN_ADDR UPSTREAM_URL\" (the harness starts it)")
 	flag.Parse()
 	if *proxy != "" {
-		addr, upstream, _ := strings.Cut(*proxy, " ")
-		if err := serveProxy(addr, upstream); err != nil {
+		f := append(strings.Fields(*proxy), "", "", "")
+		if err := serveProxy(f[0], f[1], f[2], f[3]); err != nil {
 			slog.Error("load", "err", err)
 			os.Exit(1)
 		}
@@ -94,17 +97,20 @@ func run(cfg config) error {
 		}
 	}()
 	for i, engine := range strings.Split(cfg.engines, ",") {
-		dsn := ""
+		dsn, proxyDSN := "", "" // the gateway's, the audited proxy's
 		switch engine {
 		case "sqlite":
 		case "postgres":
-			if dsn, err = postgresDatabase(cfg.store, &pg, i); err != nil {
+			if dsn, err = postgresDatabase(cfg.store, &pg, fmt.Sprintf("%d", i)); err != nil {
+				return err
+			}
+			if proxyDSN, err = postgresDatabase(cfg.store, &pg, fmt.Sprintf("%d_proxy", i)); err != nil {
 				return err
 			}
 		default:
 			return fmt.Errorf("-engines: unknown engine %q", engine)
 		}
-		if err := runEngine(cfg, engine, dsn, noop.URL); err != nil {
+		if err := runEngine(cfg, engine, dsn, proxyDSN, noop.URL); err != nil {
 			return fmt.Errorf("%s: %w", engine, err)
 		}
 	}
@@ -112,7 +118,7 @@ func run(cfg config) error {
 }
 
 // postgresDatabase is a new database on the server of -store, or on one started on first use.
-func postgresDatabase(admin string, pg **testpg.Server, run int) (string, error) {
+func postgresDatabase(admin string, pg **testpg.Server, name string) (string, error) {
 	if admin == "" {
 		if *pg == nil {
 			s, err := testpg.StartServer()
@@ -124,10 +130,10 @@ func postgresDatabase(admin string, pg **testpg.Server, run int) (string, error)
 		admin = (*pg).URL
 	}
 	s := &testpg.Server{URL: admin}
-	return s.CreateDatabase(fmt.Sprintf("xema_load_%d_%d", os.Getpid(), run))
+	return s.CreateDatabase(fmt.Sprintf("xema_load_%d_%s", os.Getpid(), name))
 }
 
-func runEngine(cfg config, engine, dsn, noopURL string) error {
+func runEngine(cfg config, engine, dsn, proxyDSN, noopURL string) error {
 	dir, err := os.MkdirTemp("", "xema-load-")
 	if err != nil {
 		return err
@@ -147,15 +153,25 @@ func runEngine(cfg config, engine, dsn, noopURL string) error {
 	}
 	defer opa.stop()
 
-	proxy, err := startProxy(dir, noopURL)
+	proxy, err := startProxy(dir, noopURL, "", "")
 	if err != nil {
 		return err
 	}
 	defer proxy.stop()
+	auditedDir := filepath.Join(dir, "audited-proxy")
+	if err := os.Mkdir(auditedDir, 0o700); err != nil {
+		return err
+	}
+	audited, err := startProxy(dir, noopURL, proxyDSN, auditedDir)
+	if err != nil {
+		return err
+	}
+	defer audited.stop()
 
 	targets := []target{
 		directTarget(noopURL),
 		proxyTarget(proxy),
+		auditedProxyTarget(audited),
 		funnelTarget(gw, "funnel, cached (the same call)", false),
 		funnelTarget(gw, "funnel, cache-defeating (a distinct resource per call)", true),
 		opaTarget(opa.url),
