@@ -17,6 +17,7 @@
 package egress
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -84,7 +85,19 @@ func Loopback() []netip.Prefix { return append([]netip.Prefix(nil), loopback...)
 // addresses. The zero Policy allows public addresses only.
 type Policy struct {
 	allow []netip.Prefix
+	// IdlePerHost and Idle size the idle pools of the transports the policy makes: the
+	// connections kept open to one host, and to all. They should be at least the calls the
+	// gateway lets run at once to one provider and in all: beyond the pool, every call that
+	// finds no idle connection opens one (a TCP handshake) and closes it after (a TIME_WAIT
+	// socket left behind). 0 is DefaultIdlePerHost, DefaultIdle.
+	IdlePerHost, Idle int
 }
+
+// The idle pool sizes of a Policy that sets none.
+const (
+	DefaultIdlePerHost = 64
+	DefaultIdle        = 256
+)
 
 // New returns a policy allowing the given prefixes (within loopback and private ranges;
 // an always-refused address stays refused whatever is allowed).
@@ -295,8 +308,8 @@ func (p *Policy) Transport() *http.Transport {
 		Proxy:                 nil,
 		DialContext:           p.Dialer().DialContext,
 		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          100,
-		MaxIdleConnsPerHost:   16,
+		MaxIdleConns:          cmp.Or(p.Idle, DefaultIdle),
+		MaxIdleConnsPerHost:   cmp.Or(p.IdlePerHost, DefaultIdlePerHost),
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,

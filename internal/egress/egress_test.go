@@ -3,12 +3,14 @@ package egress
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 )
@@ -265,4 +267,59 @@ func FuzzCheck(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestTransportKeepsIdlePerHost: a round of n calls in flight at once to one host, then a
+// second, open n connections in all when the policy keeps n idle per host; a pool smaller
+// than n (the 16 kept before) opens new ones in every round.
+func TestTransportKeepsIdlePerHost(t *testing.T) {
+	const n = 40
+	for _, tc := range []struct {
+		name      string
+		perHost   int
+		wantConns int64
+	}{
+		{"kept for every call in flight", n, n},
+		{"the default keeps them too", 0, n},
+		{"a smaller pool", 16, 2*n - 16},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var opened atomic.Int64
+			var arrived sync.WaitGroup
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				arrived.Done()
+				arrived.Wait() // every call of the round holds its connection until all arrived
+			}))
+			srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+				if s == http.StateNew {
+					opened.Add(1)
+				}
+			}
+			srv.Start()
+			defer srv.Close()
+			p := New(Loopback())
+			p.IdlePerHost = tc.perHost
+			c := p.Client(nil)
+			defer c.CloseIdleConnections()
+			for round := range 2 {
+				arrived.Add(n)
+				var calls sync.WaitGroup
+				for range n {
+					calls.Go(func() {
+						resp, err := c.Get(srv.URL)
+						if err != nil {
+							t.Errorf("round %d: %v", round, err)
+							return
+						}
+						_, _ = io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+					})
+				}
+				calls.Wait()
+			}
+			if got := opened.Load(); got != tc.wantConns {
+				t.Fatalf("%d connections opened over two rounds of %d calls, want %d", got, n, tc.wantConns)
+			}
+		})
+	}
 }

@@ -33,6 +33,10 @@ type result struct {
 	cpu time.Duration
 	// machine is the whole machine's CPU over the window (/proc/stat).
 	machine machineCPU
+	// conns is the connections the no-op provider accepted over the window.
+	conns int64
+	// self is the harness's own CPU time over the window: its clients and the provider.
+	self    time.Duration
 	metrics counters
 	// breakdown is the markdown of where the gateway's CPU went, from the window's profile.
 	breakdown []string
@@ -68,6 +72,16 @@ func (r result) perBatch() string {
 		return "—"
 	}
 	return fmt.Sprintf("%.1f (%.2f a call)", m.batchRecords/m.batches, m.batches/float64(r.n))
+}
+
+// allocated is what the gateway's Go heap allocated a call, and its garbage collector's
+// cycles over the window: the collector's work grows with the bytes.
+func (r result) allocated() string {
+	m := r.metrics
+	if m.allocBytes == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.1f KB (%.0f GC cycles)", m.allocBytes/float64(r.n)/1000, m.gcCycles)
 }
 
 // writerBusy is the share of the window the audit writer spent committing batches, and a

@@ -9,6 +9,9 @@
 //   - bare proxy: the same call through a pass-through of its own process (this binary
 //     again), the two HTTP hops of a gateway with no funnel: the ceiling the funnel is
 //     measured against;
+//   - bare proxy + the audit log: the same pass-through writing the two audit records a
+//     call the funnel writes, through the gateway's audit log on the same engine: the
+//     ceiling of any funnel that keeps the audit guarantee;
 //   - funnel: POST /v1/capabilities/invoke of the no-op capability, the same call again
 //     (decision cache hits), then a distinct resource per call (every decision a miss);
 //   - opa: the same decision from the stock OPA server.
@@ -46,12 +49,12 @@ func main() {
 	flag.IntVar(&cfg.count, "count", 200000, "at most this many requests per target")
 	flag.DurationVar(&cfg.duration, "duration", 5*time.Second, "at most this long per target")
 	flag.DurationVar(&cfg.warmup, "warmup", time.Second, "unmeasured warm-up per target")
-	flag.StringVar(&cfg.profileDir, "cpuprofile", "", "directory: write the gateway's CPU profile of each funnel target there (xema serve --pprof)")
+	flag.StringVar(&cfg.profileDir, "cpuprofile", "", "directory: write the gateway's CPU and allocation profiles of each funnel target there (xema serve --pprof)")
 	proxy := flag.String(proxyMode, "", "internal: serve as the bare proxy, \"LISTEN_ADDR UPSTREAM_URL\" (the harness starts it)")
 	flag.Parse()
 	if *proxy != "" {
-		addr, upstream, _ := strings.Cut(*proxy, " ")
-		if err := serveProxy(addr, upstream); err != nil {
+		f := append(strings.Fields(*proxy), "", "", "")
+		if err := serveProxy(f[0], f[1], f[2], f[3]); err != nil {
 			slog.Error("load", "err", err)
 			os.Exit(1)
 		}
@@ -94,17 +97,20 @@ func run(cfg config) error {
 		}
 	}()
 	for i, engine := range strings.Split(cfg.engines, ",") {
-		dsn := ""
+		dsn, proxyDSN := "", "" // the gateway's, the audited proxy's
 		switch engine {
 		case "sqlite":
 		case "postgres":
-			if dsn, err = postgresDatabase(cfg.store, &pg, i); err != nil {
+			if dsn, err = postgresDatabase(cfg.store, &pg, fmt.Sprintf("%d", i)); err != nil {
+				return err
+			}
+			if proxyDSN, err = postgresDatabase(cfg.store, &pg, fmt.Sprintf("%d_proxy", i)); err != nil {
 				return err
 			}
 		default:
 			return fmt.Errorf("-engines: unknown engine %q", engine)
 		}
-		if err := runEngine(cfg, engine, dsn, noop.URL); err != nil {
+		if err := runEngine(cfg, engine, dsn, proxyDSN, noop.URL); err != nil {
 			return fmt.Errorf("%s: %w", engine, err)
 		}
 	}
@@ -112,7 +118,7 @@ func run(cfg config) error {
 }
 
 // postgresDatabase is a new database on the server of -store, or on one started on first use.
-func postgresDatabase(admin string, pg **testpg.Server, run int) (string, error) {
+func postgresDatabase(admin string, pg **testpg.Server, name string) (string, error) {
 	if admin == "" {
 		if *pg == nil {
 			s, err := testpg.StartServer()
@@ -124,10 +130,10 @@ func postgresDatabase(admin string, pg **testpg.Server, run int) (string, error)
 		admin = (*pg).URL
 	}
 	s := &testpg.Server{URL: admin}
-	return s.CreateDatabase(fmt.Sprintf("xema_load_%d_%d", os.Getpid(), run))
+	return s.CreateDatabase(fmt.Sprintf("xema_load_%d_%s", os.Getpid(), name))
 }
 
-func runEngine(cfg config, engine, dsn, noopURL string) error {
+func runEngine(cfg config, engine, dsn, proxyDSN, noopURL string) error {
 	dir, err := os.MkdirTemp("", "xema-load-")
 	if err != nil {
 		return err
@@ -147,22 +153,32 @@ func runEngine(cfg config, engine, dsn, noopURL string) error {
 	}
 	defer opa.stop()
 
-	proxy, err := startProxy(dir, noopURL)
+	proxy, err := startProxy(dir, noopURL, "", "")
 	if err != nil {
 		return err
 	}
 	defer proxy.stop()
+	auditedDir := filepath.Join(dir, "audited-proxy")
+	if err := os.Mkdir(auditedDir, 0o700); err != nil {
+		return err
+	}
+	audited, err := startProxy(dir, noopURL, proxyDSN, auditedDir)
+	if err != nil {
+		return err
+	}
+	defer audited.stop()
 
 	targets := []target{
 		directTarget(noopURL),
 		proxyTarget(proxy),
+		auditedProxyTarget(audited),
 		funnelTarget(gw, "funnel, cached (the same call)", false),
 		funnelTarget(gw, "funnel, cache-defeating (a distinct resource per call)", true),
 		opaTarget(opa.url),
 	}
 	fmt.Printf("\n### %s\n\n", engine)
-	fmt.Println("| target | requests | RPS | p50 | p99 | RPS ÷ direct | server CPU per call | machine CPU busy | decision cache hits | audit records per batch (batches a call) | audit writer busy |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| target | requests | RPS | p50 | p99 | RPS ÷ direct | server CPU per call | harness CPU per call (clients, no-op provider) | machine CPU busy | provider connections opened | gateway heap allocated per call | decision cache hits | audit records per batch (batches a call) | audit writer busy |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	results := map[string]result{}
 	for _, tg := range targets {
 		if _, err := drive(tg, cfg.workers, 1<<30, cfg.warmup); err != nil {
@@ -180,8 +196,8 @@ func runEngine(cfg config, engine, dsn, noopURL string) error {
 			return fmt.Errorf("%s: %w", tg.name, err)
 		}
 		results[tg.kind] = r
-		fmt.Printf("| %s | %d | %.0f | %s | %s | %.2f× | %s | %s | %s | %s | %s |\n", tg.name, r.n, r.rps(), r.pct(50), r.pct(99),
-			r.rps()/results["direct"].rps(), r.cpuPerCall(), r.machine, r.hitRate(), r.perBatch(), r.writerBusy())
+		fmt.Printf("| %s | %d | %.0f | %s | %s | %.2f× | %s | %.0f µs | %s | %d | %s | %s | %s | %s |\n", tg.name, r.n, r.rps(), r.pct(50), r.pct(99),
+			r.rps()/results["direct"].rps(), r.cpuPerCall(), float64(r.self.Microseconds())/float64(r.n), r.machine, r.conns, r.allocated(), r.hitRate(), r.perBatch(), r.writerBusy())
 	}
 	// After the results table, so it stays one table.
 	for _, tg := range targets {
@@ -205,9 +221,12 @@ func runEngine(cfg config, engine, dsn, noopURL string) error {
 // process of its own, that process's; for the gateway its decision cache counts and, with
 // dir, a CPU profile of the window.
 func (g *gateway) startMeasure(tg target, dir, engine string, d time.Duration) (*measure, error) {
-	m := &measure{name: tg.name, pid: tg.pid}
+	m := &measure{name: tg.name, pid: tg.pid, conns0: providerConns.Load()}
 	var err error
 	if m.machine0, err = machineNow(); err != nil {
+		return nil, err
+	}
+	if m.self0, err = cpuOf(os.Getpid()); err != nil {
 		return nil, err
 	}
 	if tg.pid != 0 {
@@ -234,6 +253,8 @@ type measure struct {
 	g        *gateway // the target's, if the gateway serves it
 	pid      int
 	cpu0     time.Duration
+	self0    time.Duration // the harness's own: its clients and the no-op provider
+	conns0   int64
 	machine0 machineCPU
 	metrics0 counters
 	profile  <-chan error
@@ -246,7 +267,11 @@ func (m *measure) finish(r *result) error {
 	if err != nil {
 		return err
 	}
-	r.machine = machine.minus(m.machine0)
+	self, err := cpuOf(os.Getpid())
+	if err != nil {
+		return err
+	}
+	r.machine, r.conns, r.self = machine.minus(m.machine0), providerConns.Load()-m.conns0, self-m.self0
 	if m.pid != 0 {
 		cpu, err := cpuOf(m.pid)
 		if err != nil {

@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -9,7 +12,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
+
+	"github.com/xemahq/xema/internal/audit"
+	"github.com/xemahq/xema/internal/policy"
+	"github.com/xemahq/xema/internal/store"
+	"github.com/xemahq/xema/internal/store/engine"
 )
 
 // The bare proxy is the two HTTP hops of a funnel call with nothing else: a process of its
@@ -18,12 +27,31 @@ import (
 // the middle, measured on the same machine in the same run, so the funnel's own cost is the
 // difference between the two rows, not between the funnel and one hop.
 
+// The audited proxy is the bare proxy plus what the funnel's audit guarantee writes: a
+// decision record committed before the call goes on and an outcome record committed before
+// the answer, through the gateway's own group-committed, hash-chained audit log on the same
+// engine. Nothing else of the funnel runs, so its row is the ceiling of any funnel that
+// keeps that guarantee on this machine.
+
 // proxyMode is the hidden flag that makes the harness's binary the bare proxy: its value is
-// "LISTEN_ADDR UPSTREAM_URL".
+// "LISTEN_ADDR UPSTREAM_URL", with " STORE_DSN DATA_DIR" for the audited proxy ("-" is
+// the SQLite file under DATA_DIR, the embedded default).
 const proxyMode = "bare-proxy"
 
-// serveProxy runs the bare proxy until the process is stopped.
-func serveProxy(addr, upstream string) error {
+// serveProxy runs the bare proxy, audited when dsn and dir are given, until the process is
+// stopped.
+func serveProxy(addr, upstream, dsn, dir string) error {
+	ctx := context.Background()
+	var log *audit.Log
+	if dir != "" {
+		st, err := engine.Open(ctx, strings.TrimPrefix(dsn, "-"), dir)
+		if err != nil {
+			return fmt.Errorf("audited proxy: %w", err)
+		}
+		defer st.Close()
+		log = &audit.Log{Store: st, Chain: audit.NewChain([]byte("load-proxy-chain-key"))}
+		defer log.Close()
+	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}, Timeout: 10 * time.Second}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -34,6 +62,14 @@ func serveProxy(addr, upstream string) error {
 		if err != nil {
 			http.Error(w, "read body: "+err.Error(), http.StatusBadRequest)
 			return
+		}
+		var rec store.AuditRecord
+		if log != nil {
+			rec = proxyRecord(body)
+			if err := log.Append(r.Context(), rec); err != nil {
+				http.Error(w, "audit: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
 		}
 		resp, err := client.Post(upstream, "application/json", bytes.NewReader(body))
 		if err != nil {
@@ -46,11 +82,39 @@ func serveProxy(addr, upstream string) error {
 			http.Error(w, "upstream body: "+err.Error(), http.StatusBadGateway)
 			return
 		}
+		if log != nil {
+			outcome := rec
+			outcome.ParentID, outcome.ID, outcome.PolicyInput = rec.ID, audit.OutcomeID(rec.ID), nil
+			outcome.Outcome, outcome.Runner, outcome.Time = "ok", "http", time.Now()
+			if err := log.Append(context.WithoutCancel(r.Context()), outcome); err != nil {
+				http.Error(w, "audit: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
 		w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
 		w.WriteHeader(resp.StatusCode)
 		_, _ = w.Write(out)
 	})}
 	return srv.Serve(ln)
+}
+
+// proxyInput is the policy input a decision record of the audited proxy keeps: the one the
+// gateway records for the funnel's call (see opaTarget).
+var proxyInput = func() []byte {
+	raw, _ := json.Marshal(policy.Input{Ref: noopRef, Subject: policy.Subject{Kind: "agent", Ref: "agent:support-bot"},
+		Groups: []string{}, Roles: []string{}, Environment: "project", Resource: "a", Armed: []string{"*"}, Org: "default"})
+	return raw // a struct of strings always encodes
+}()
+
+// proxyRecord is the decision record of one call of the audited proxy, of the funnel's
+// columns and sizes.
+func proxyRecord(body []byte) store.AuditRecord {
+	return store.AuditRecord{ID: audit.NewID("inv_"), Time: time.Now(), Org: "default", Ref: noopRef,
+		SubjectKind: "agent", SubjectRef: "agent:support-bot", Environment: "project",
+		Decision: audit.DecisionAllowed, Outcome: "admitted", BundleRevision: "load",
+		InputHash: audit.InputHash([]byte("load-proxy-input-key"), body), Reasons: []byte(`[]`), Suggestions: []byte(`[]`),
+		Obligations: []byte(`[{"kind":"quota","requests":1000000000,"per":"24h"},{"kind":"rate-limit","requests":100000,"per":"1s"}]`),
+		PolicyInput: proxyInput}
 }
 
 // proxyProc is a running bare proxy.
@@ -59,8 +123,9 @@ type proxyProc struct {
 	url string
 }
 
-// startProxy starts this binary again as the bare proxy in front of upstream.
-func startProxy(dir, upstream string) (*proxyProc, error) {
+// startProxy starts this binary again as the bare proxy in front of upstream; with a
+// storeDir, audited on the store of dsn ("" is SQLite under storeDir).
+func startProxy(dir, upstream, dsn, storeDir string) (*proxyProc, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("bare proxy: %w", err)
@@ -69,8 +134,12 @@ func startProxy(dir, upstream string) (*proxyProc, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &proxyProc{cmd: exec.Command(self, "-"+proxyMode, addr+" "+upstream), url: "http://" + addr + "/"}
-	if err := start(p.cmd, filepath.Join(dir, "proxy.log")); err != nil {
+	arg, logName := addr+" "+upstream, "proxy.log"
+	if storeDir != "" {
+		arg, logName = arg+" "+cmp.Or(dsn, "-")+" "+storeDir, "audited-proxy.log"
+	}
+	p := &proxyProc{cmd: exec.Command(self, "-"+proxyMode, arg), url: "http://" + addr + "/"}
+	if err := start(p.cmd, filepath.Join(dir, logName)); err != nil {
 		return nil, err
 	}
 	if err := waitOK(p.url); err != nil {
@@ -86,5 +155,12 @@ func (p *proxyProc) stop() { stop(p.cmd) }
 func proxyTarget(p *proxyProc) target {
 	tg := directTarget(p.url)
 	tg.name, tg.kind, tg.pid = "bare proxy (two hops, no funnel, its own process)", "proxy", p.cmd.Process.Pid
+	return tg
+}
+
+// auditedProxyTarget is the direct target's call through the audited proxy.
+func auditedProxyTarget(p *proxyProc) target {
+	tg := directTarget(p.url)
+	tg.name, tg.kind, tg.pid = "bare proxy + the audit log (a decision and an outcome record a call, as the funnel commits them)", "proxy-audited", p.cmd.Process.Pid
 	return tg
 }

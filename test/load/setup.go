@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/xemahq/xema/internal/policy"
@@ -20,6 +22,11 @@ import (
 
 // noopRef is the capability the funnel targets: an http runner on the harness's no-op provider.
 const noopRef = "bench:noop.read@1"
+
+// providerConns counts the connections the no-op provider has accepted: a client in front of
+// it that does not keep its connections (its idle pool smaller than its concurrency) opens
+// one a call.
+var providerConns atomic.Int64
 
 // noop is the no-op provider: it answers every POST with a constant JSON object.
 type noop struct {
@@ -33,7 +40,11 @@ func startNoop() (*noop, error) {
 		return nil, fmt.Errorf("no-op provider: %w", err)
 	}
 	answer := []byte(`{"ok":true}`)
-	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, ConnState: func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			providerConns.Add(1)
+		}
+	}, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(answer)
@@ -103,11 +114,12 @@ type counters struct {
 	hits, misses          float64 // decision cache lookups
 	batches, batchRecords float64 // audit write batches and the records they carried
 	batchSeconds          float64 // the time the audit writer spent in those batches
+	allocBytes, gcCycles  float64 // the Go heap's allocations and the collector's cycles
 }
 
 func (c counters) minus(o counters) counters {
 	return counters{c.hits - o.hits, c.misses - o.misses, c.batches - o.batches, c.batchRecords - o.batchRecords,
-		c.batchSeconds - o.batchSeconds}
+		c.batchSeconds - o.batchSeconds, c.allocBytes - o.allocBytes, c.gcCycles - o.gcCycles}
 }
 
 // scrape reads the counters from /metrics.
@@ -132,6 +144,8 @@ func (g *gateway) scrape() (counters, error) {
 		`xema_audit_batch_size_count`:                               &c.batches,
 		`xema_audit_batch_size_sum`:                                 &c.batchRecords,
 		`xema_audit_batch_duration_seconds_sum{result="ok"}`:        &c.batchSeconds,
+		`go_memstats_alloc_bytes_total`:                             &c.allocBytes,
+		`go_gc_duration_seconds_count`:                              &c.gcCycles,
 	}
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
@@ -146,15 +160,24 @@ func (g *gateway) scrape() (counters, error) {
 }
 
 // profile writes a CPU profile of the next d (less a margin, so it ends within the
-// window) to path; the channel answers when it is written.
+// window) to path, and the heap allocations of the same span to path's .allocs.prof
+// sibling; the channel answers when both are written.
 func (g *gateway) profile(path string, d time.Duration) <-chan error {
 	done := make(chan error, 1)
 	seconds := max(1, int((d-500*time.Millisecond)/time.Second))
+	allocs := make(chan error, 1)
 	go func() {
-		done <- fetch(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", g.pprof, seconds), "", path)
+		allocs <- fetch(fmt.Sprintf("http://%s/debug/pprof/allocs?seconds=%d", g.pprof, seconds), "", allocsPath(path))
+	}()
+	go func() {
+		err := fetch(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", g.pprof, seconds), "", path)
+		done <- errors.Join(err, <-allocs)
 	}()
 	return done
 }
+
+// allocsPath is where the allocation profile of the CPU profile at path goes.
+func allocsPath(path string) string { return strings.TrimSuffix(path, ".prof") + ".allocs.prof" }
 
 // installNoop submits a biome of the no-op capability and grants it to every subject of
 // the org, with limits no run reaches: every call is counted, none refused.
