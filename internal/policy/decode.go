@@ -87,51 +87,30 @@ func (d *Decision) field(key string, val *ast.Term) error {
 		}
 		d.Revision = s
 	case "reasons":
-		return eachObject("decision.reasons", val.Value, func(i int, o ast.Object) error {
-			var r Reason
-			if err := stringFields("decision.reasons", i, o, reasonKeys, []*string{&r.Code, &r.Detail}); err != nil {
-				return err
-			}
-			if d.Reasons == nil {
-				d.Reasons = make([]Reason, 0, arrayLen(val.Value))
-			}
-			d.Reasons = append(d.Reasons, r)
-			return nil
-		}, func() { d.Reasons = []Reason{} })
+		return decodeList("decision.reasons", val.Value, &d.Reasons, func(i int, o ast.Object) (r Reason, err error) {
+			err = stringFields("decision.reasons", i, o, reasonKeys, []*string{&r.Code, &r.Detail})
+			return r, err
+		})
 	case "suggestions":
-		return eachObject("decision.suggestions", val.Value, func(i int, o ast.Object) error {
-			var s Suggestion
-			if err := stringFields("decision.suggestions", i, o, suggestionKeys,
-				[]*string{&s.Kind, &s.Capability, &s.Environment, &s.From, &s.To, &s.Binding}); err != nil {
-				return err
-			}
-			if d.Suggestions == nil {
-				d.Suggestions = make([]Suggestion, 0, arrayLen(val.Value))
-			}
-			d.Suggestions = append(d.Suggestions, s)
-			return nil
-		}, func() { d.Suggestions = []Suggestion{} })
+		return decodeList("decision.suggestions", val.Value, &d.Suggestions, func(i int, o ast.Object) (s Suggestion, err error) {
+			err = stringFields("decision.suggestions", i, o, suggestionKeys,
+				[]*string{&s.Kind, &s.Capability, &s.Environment, &s.From, &s.To, &s.Binding})
+			return s, err
+		})
 	case "obligations":
-		return eachObject("decision.obligations", val.Value, func(i int, o ast.Object) error {
-			var ob Obligation
+		return decodeList("decision.obligations", val.Value, &d.Obligations, func(i int, o ast.Object) (ob Obligation, err error) {
 			if v := o.Get(kRequests); v != nil {
 				n, ok := v.Value.(ast.Number)
 				if !ok {
-					return typeErr("decision.obligations.requests", "number", v.Value)
+					return ob, typeErr("decision.obligations.requests", "number", v.Value)
 				}
 				if ob.Requests, ok = n.Int(); !ok {
-					return fmt.Errorf("decision.obligations.requests: %v is not an int", n)
+					return ob, fmt.Errorf("decision.obligations.requests: %v is not an int", n)
 				}
 			}
-			if err := stringFields("decision.obligations", i, o, obligationKeys, []*string{&ob.Kind, &ob.Per}, kRequests); err != nil {
-				return err
-			}
-			if d.Obligations == nil {
-				d.Obligations = make([]Obligation, 0, arrayLen(val.Value))
-			}
-			d.Obligations = append(d.Obligations, ob)
-			return nil
-		}, func() { d.Obligations = []Obligation{} })
+			err = stringFields("decision.obligations", i, o, obligationKeys, []*string{&ob.Kind, &ob.Per}, kRequests)
+			return ob, err
+		})
 	}
 	return nil
 }
@@ -207,6 +186,22 @@ func arrayLen(v ast.Value) int {
 		return a.Len()
 	}
 	return 0
+}
+
+// decodeList decodes the array of objects val into *dst, each by dec (an empty array into
+// an empty slice, not nil).
+func decodeList[T any](name string, val ast.Value, dst *[]T, dec func(int, ast.Object) (T, error)) error {
+	return eachObject(name, val, func(i int, o ast.Object) error {
+		t, err := dec(i, o)
+		if err != nil {
+			return err
+		}
+		if *dst == nil {
+			*dst = make([]T, 0, arrayLen(val))
+		}
+		*dst = append(*dst, t)
+		return nil
+	}, func() { *dst = []T{} })
 }
 
 // eachObject calls fn for each element of an array of objects; empty marks an empty array
