@@ -72,7 +72,9 @@ type progRule struct {
 	def     *ast.Term // a complete rule's default value, nil when it has none
 	bodies  []progBody
 	// once: a complete rule whose bodies all have one constant value, so the first body
-	// that holds decides it (topdown's early exit); its straight bodies are tried first.
+	// that holds decides it (topdown's early exit). Bodies are tried in their order, as
+	// topdown's: one tried first out of order could skip an earlier body's error (a
+	// conflict of a rule it reads), an allow where topdown denies.
 	once bool
 }
 
@@ -352,17 +354,6 @@ func (pc *programCompiler) rule(path string) (*progRule, error) {
 		rule.bodies = append(rule.bodies, body)
 	}
 	rule.once = !rule.partial && oneConstant(defs)
-	if rule.once {
-		slices.SortStableFunc(rule.bodies, func(a, b progBody) int {
-			switch {
-			case a.straight == b.straight:
-				return 0
-			case a.straight:
-				return -1
-			}
-			return 1
-		})
-	}
 	rule.slot = len(pc.rules)
 	pc.rules[path] = rule
 	return rule, nil

@@ -147,6 +147,12 @@ covered if { input.roles[_] == "admin" }
 default level := 0
 level := 2 if { input.armed[_] == "*" }
 level := 2 if { input.environment == "project" }`}},
+		{"the first body that holds, in order: a conflict in an earlier generating body is an error", []string{`package xemafast
+clean_residual := data.xemafast.covered if { true }
+covered if { input.armed[_] == "*"; data.xemafast.c }
+covered if { input.environment == "project" }
+c := 1 if { input.subject.kind }
+c := 2 if { input.subject.ref }`}},
 		{"partial sets, sort and count (the residual of full_decision)", []string{`package xemafast
 clean_residual := d if { d = {"allow": data.xemafast.allow, "reasons": sort(data.xemafast.deny), "codes": data.xemafast.codes} }
 default allow := false
