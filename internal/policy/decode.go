@@ -144,7 +144,7 @@ func stringFields(name string, i int, o ast.Object, keys []*ast.Term, dsts []*st
 		found++
 		s, err := str(v.Value)
 		if err != nil {
-			return field(err, name+".", k)
+			return fmt.Errorf("%s.%s %w", name, string(k.Value.(ast.String)), err)
 		}
 		*dsts[j] = s
 	}
@@ -159,7 +159,7 @@ func stringFields(name string, i int, o ast.Object, keys []*ast.Term, dsts []*st
 	return fmt.Errorf("%s[%d]: unknown field", name, i)
 }
 
-// str is v as a string; its error names no field (field does), so a decision decoded
+// str is v as a string; its error names no field (the caller does), so a decision decoded
 // without error builds no name.
 func str(v ast.Value) (string, error) {
 	if _, ok := v.(ast.Null); ok {
@@ -170,15 +170,6 @@ func str(v ast.Value) (string, error) {
 		return "", fmt.Errorf("is %s, not string", ast.ValueName(v))
 	}
 	return string(s), nil
-}
-
-// field names the field key of prefix in err, nil when err is.
-func field(err error, prefix string, key *ast.Term) error {
-	if err == nil {
-		return nil
-	}
-	name, _ := key.Value.(ast.String)
-	return fmt.Errorf("%s%s %w", prefix, string(name), err)
 }
 
 func arrayLen(v ast.Value) int {
