@@ -1468,7 +1468,8 @@ func (ev *progEval) rule(r *progRule) (*ast.Term, bool) {
 	return value, true
 }
 
-// frame pushes b's frame, cleared, on the evaluation's stack; pop takes it off.
+// frame pushes b's frame, cleared, on the evaluation's stack; the caller takes it off,
+// setting ev.top back to base.
 func (ev *progEval) frame(b *progBody) (fr []*ast.Term, base int) {
 	base = ev.top
 	fr = ev.stack[base : base+b.vars : base+b.vars]
