@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"errors"
+	"reflect"
 	"sync"
 	"testing"
 
@@ -245,6 +246,10 @@ func TestResidualProgramConcurrent(t *testing.T) {
 		inputs = append(inputs, inputValue(tc.in))
 	}
 	want := make([][]*ast.Term, len(targets))
+	// A program of fields (a full residual) decides by evalFields, the object not made: its
+	// decisions, decoded from the pooled operand slots, are the value's.
+	wantDecision := make([][]Decision, len(targets))
+	fields := 0
 	for i := range targets {
 		for _, in := range inputs {
 			v, err := targets[i].program.eval(ctx, in)
@@ -252,7 +257,20 @@ func TestResidualProgramConcurrent(t *testing.T) {
 				t.Fatal(err)
 			}
 			want[i] = append(want[i], v)
+			if targets[i].program.fields == nil || v == nil {
+				wantDecision[i] = append(wantDecision[i], Decision{})
+				continue
+			}
+			d, err := decodeDecision(v.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantDecision[i] = append(wantDecision[i], d)
+			fields++
 		}
+	}
+	if fields == 0 {
+		t.Fatal("no target is a program of fields: evalFields is not exercised")
 	}
 	var wg sync.WaitGroup
 	for g := range 4 {
@@ -263,6 +281,13 @@ func TestResidualProgramConcurrent(t *testing.T) {
 				v, err := targets[i].program.eval(ctx, inputs[j])
 				if err != nil || (v == nil) != (want[i][j] == nil) || (v != nil && !v.Equal(want[i][j])) {
 					t.Errorf("%s, input %d: %v (%v), alone %v", targets[i].name, j, v, err, want[i][j])
+				}
+				if targets[i].program.fields == nil || want[i][j] == nil {
+					continue
+				}
+				d, err := (&fullResidual{program: targets[i].program}).decide(ctx, inputs[j])
+				if err != nil || !reflect.DeepEqual(d, wantDecision[i][j]) {
+					t.Errorf("%s, input %d: decided %+v (%v), alone %+v", targets[i].name, j, d, err, wantDecision[i][j])
 				}
 			}
 		})
