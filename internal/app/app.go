@@ -200,7 +200,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	a.Egress = egress.New(cfg.EgressAllow)
 	// Idle connections for as many calls as may run at once: no call beyond a smaller pool
 	// pays a new connection to its provider.
-	a.Egress.IdlePerHost, a.Egress.Idle = cfg.MaxPerProvider, max(cfg.MaxInflight, cfg.MaxPerProvider)
+	a.Egress.SizePools(cfg.MaxInflight, cfg.MaxPerProvider)
 	a.HTTP = a.Egress.Client(nil)
 	if cfg.WrapTransport != nil {
 		a.HTTP.Transport = cfg.WrapTransport(a.HTTP.Transport)

@@ -99,6 +99,14 @@ const (
 	DefaultIdle        = 256
 )
 
+// SizePools sizes the idle pools for the calls the gateway lets run at once: perProvider to
+// one provider, inflight in all (0: unbounded, which keeps the default size). The pool of
+// all is never smaller than the pool of one.
+func (p *Policy) SizePools(inflight, perProvider int) {
+	p.IdlePerHost = perProvider
+	p.Idle = max(cmp.Or(inflight, DefaultIdle), cmp.Or(perProvider, DefaultIdlePerHost))
+}
+
 // New returns a policy allowing the given prefixes (within loopback and private ranges;
 // an always-refused address stays refused whatever is allowed).
 func New(allow []netip.Prefix) *Policy {

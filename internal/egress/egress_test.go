@@ -323,3 +323,28 @@ func TestTransportKeepsIdlePerHost(t *testing.T) {
 		})
 	}
 }
+
+// TestSizePools: the transport's pools follow the in-flight limits; an unbounded limit (0)
+// keeps the default, and the pool of all never falls below the pool of one.
+func TestSizePools(t *testing.T) {
+	for _, tc := range []struct {
+		name                   string
+		inflight, perProvider  int
+		wantPerHost, wantTotal int
+	}{
+		{"the serve defaults", 256, 64, 64, 256},
+		{"both unbounded", 0, 0, DefaultIdlePerHost, DefaultIdle},
+		{"in-flight unbounded", 0, 500, 500, 500},
+		{"per provider unbounded", 32, 0, DefaultIdlePerHost, DefaultIdlePerHost},
+		{"per provider above in-flight", 32, 128, 128, 128},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := New(nil)
+			p.SizePools(tc.inflight, tc.perProvider)
+			tr := p.Transport()
+			if tr.MaxIdleConnsPerHost != tc.wantPerHost || tr.MaxIdleConns != tc.wantTotal {
+				t.Fatalf("idle per host %d, in all %d; want %d, %d", tr.MaxIdleConnsPerHost, tr.MaxIdleConns, tc.wantPerHost, tc.wantTotal)
+			}
+		})
+	}
+}

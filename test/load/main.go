@@ -7,17 +7,17 @@
 //
 //   - direct: the no-op provider itself, what the funnel adds to;
 //   - bare proxy: the same call through a pass-through of its own process (this binary
-//     again), the two HTTP hops of a gateway with no funnel: the ceiling the funnel is
-//     measured against;
+//     again), the two HTTP hops of a gateway with no funnel;
 //   - bare proxy + the audit log: the same pass-through writing the two audit records a
-//     call the funnel writes, through the gateway's audit log on the same engine: the
-//     ceiling of any funnel that keeps the audit guarantee;
+//     call the funnel writes, through the gateway's audit log on the same engine: what the
+//     audit guarantee alone costs;
 //   - funnel: POST /v1/capabilities/invoke of the no-op capability, the same call again
 //     (decision cache hits), then a distinct resource per call (every decision a miss);
 //   - opa: the same decision from the stock OPA server.
 //
-// For every target it reports the machine's CPU use over the window (/proc/stat); for the
-// gateway and the bare proxy the CPU time per call (utime+stime of the process over the
+// For every target it reports the machine's CPU use and the harness's own over the window
+// (/proc/stat, /proc/self/stat) and the provider's new connections; for the gateway and the
+// proxies the CPU time per call (utime+stime of the process over the
 // measured window, /proc/PID/stat); for the gateway the decision cache's hit rate and the
 // audit records per write batch (/metrics), and its peak and final resident memory after
 // the run (/proc/PID/status).
@@ -50,11 +50,11 @@ func main() {
 	flag.DurationVar(&cfg.duration, "duration", 5*time.Second, "at most this long per target")
 	flag.DurationVar(&cfg.warmup, "warmup", time.Second, "unmeasured warm-up per target")
 	flag.StringVar(&cfg.profileDir, "cpuprofile", "", "directory: write the gateway's CPU and allocation profiles of each funnel target there (xema serve --pprof)")
-	proxy := flag.String(proxyMode, "", "internal: serve as the bare proxy, \"LISTEN_ADDR UPSTREAM_URL\" (the harness starts it)")
+	var proxy proxyConfig
+	proxy.register(flag.CommandLine)
 	flag.Parse()
-	if *proxy != "" {
-		f := append(strings.Fields(*proxy), "", "", "")
-		if err := serveProxy(f[0], f[1], f[2], f[3]); err != nil {
+	if proxy.listen != "" {
+		if err := serveProxy(proxy); err != nil {
 			slog.Error("load", "err", err)
 			os.Exit(1)
 		}
@@ -209,9 +209,11 @@ func runEngine(cfg config, engine, dsn, proxyDSN, noopURL string) error {
 	if err != nil {
 		return err
 	}
-	f, miss, o, bare := results["funnel"], results["funnel-miss"], results["opa"], results["proxy"]
+	f, miss, o := results["funnel"], results["funnel-miss"], results["opa"]
+	bare, withAudit := results["proxy"], results["proxy-audited"]
 	fmt.Printf("\ngateway memory after the run: VmHWM %s, VmRSS %s\n", hwm, rss)
 	fmt.Printf("funnel ÷ bare proxy (RPS): cached %.2f×, cache-defeating %.2f×\n", f.rps()/bare.rps(), miss.rps()/bare.rps())
+	fmt.Printf("funnel ÷ bare proxy + the audit log (RPS): cached %.2f×, cache-defeating %.2f×\n", f.rps()/withAudit.rps(), miss.rps()/withAudit.rps())
 	fmt.Printf("funnel ÷ stock OPA (RPS): cached %.2f×, cache-defeating %.2f×; funnel p99 cached %s, cache-defeating %s\n",
 		f.rps()/o.rps(), miss.rps()/o.rps(), f.pct(99), miss.pct(99))
 	return nil

@@ -2,9 +2,9 @@ package main
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/xemahq/xema/internal/audit"
@@ -30,21 +29,34 @@ import (
 // The audited proxy is the bare proxy plus what the funnel's audit guarantee writes: a
 // decision record committed before the call goes on and an outcome record committed before
 // the answer, through the gateway's own group-committed, hash-chained audit log on the same
-// engine. Nothing else of the funnel runs, so its row is the ceiling of any funnel that
-// keeps that guarantee on this machine.
+// engine. Nothing else of the funnel runs: its row is what that guarantee alone costs on
+// this machine, about the most a funnel keeping it can reach (within the machine's noise).
 
-// proxyMode is the hidden flag that makes the harness's binary the bare proxy: its value is
-// "LISTEN_ADDR UPSTREAM_URL", with " STORE_DSN DATA_DIR" for the audited proxy ("-" is
-// the SQLite file under DATA_DIR, the embedded default).
-const proxyMode = "bare-proxy"
+// proxyConfig is the hidden flags that make the harness's binary the bare proxy.
+type proxyConfig struct {
+	listen, upstream string
+	// dir, when set, makes it the audited proxy, on the store of dsn ("": SQLite under dir,
+	// the embedded default).
+	dsn, dir string
+}
 
-// serveProxy runs the bare proxy, audited when dsn and dir are given, until the process is
-// stopped.
-func serveProxy(addr, upstream, dsn, dir string) error {
+func (c *proxyConfig) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.listen, "bare-proxy-listen", "", "internal: serve as the bare proxy on this address (the harness starts it)")
+	fs.StringVar(&c.upstream, "bare-proxy-upstream", "", "internal: the bare proxy's upstream URL")
+	fs.StringVar(&c.dsn, "bare-proxy-store", "", "internal: the audited proxy's store DSN")
+	fs.StringVar(&c.dir, "bare-proxy-dir", "", "internal: the audited proxy's data directory")
+}
+
+func (c proxyConfig) args() []string {
+	return []string{"-bare-proxy-listen", c.listen, "-bare-proxy-upstream", c.upstream, "-bare-proxy-store", c.dsn, "-bare-proxy-dir", c.dir}
+}
+
+// serveProxy runs the bare proxy, audited when c.dir is set, until the process is stopped.
+func serveProxy(c proxyConfig) error {
 	ctx := context.Background()
 	var log *audit.Log
-	if dir != "" {
-		st, err := engine.Open(ctx, strings.TrimPrefix(dsn, "-"), dir)
+	if c.dir != "" {
+		st, err := engine.Open(ctx, c.dsn, c.dir)
 		if err != nil {
 			return fmt.Errorf("audited proxy: %w", err)
 		}
@@ -53,7 +65,7 @@ func serveProxy(addr, upstream, dsn, dir string) error {
 		defer log.Close()
 	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}, Timeout: 10 * time.Second}
-	ln, err := net.Listen("tcp", addr)
+	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		return fmt.Errorf("bare proxy: %w", err)
 	}
@@ -71,7 +83,7 @@ func serveProxy(addr, upstream, dsn, dir string) error {
 				return
 			}
 		}
-		resp, err := client.Post(upstream, "application/json", bytes.NewReader(body))
+		resp, err := client.Post(c.upstream, "application/json", bytes.NewReader(body))
 		if err != nil {
 			http.Error(w, "upstream: "+err.Error(), http.StatusBadGateway)
 			return
@@ -134,11 +146,11 @@ func startProxy(dir, upstream, dsn, storeDir string) (*proxyProc, error) {
 	if err != nil {
 		return nil, err
 	}
-	arg, logName := addr+" "+upstream, "proxy.log"
+	c, logName := proxyConfig{listen: addr, upstream: upstream, dsn: dsn, dir: storeDir}, "proxy.log"
 	if storeDir != "" {
-		arg, logName = arg+" "+cmp.Or(dsn, "-")+" "+storeDir, "audited-proxy.log"
+		logName = "audited-proxy.log"
 	}
-	p := &proxyProc{cmd: exec.Command(self, "-"+proxyMode, arg), url: "http://" + addr + "/"}
+	p := &proxyProc{cmd: exec.Command(self, c.args()...), url: "http://" + addr + "/"}
 	if err := start(p.cmd, filepath.Join(dir, logName)); err != nil {
 		return nil, err
 	}

@@ -9,18 +9,27 @@ import (
 	"github.com/xemahq/xema/internal/store"
 )
 
+// cols are the audit_log columns the raw statements of these tests set.
+const cols = `(id, time, ref, subject_kind, subject_ref, environment, decision, bundle_revision, input_hash, runner, outcome, latency_micros, parent_id)`
+
+// withStoredAudit is a store holding one audit record, "a-1", which it returns.
+func withStoredAudit(t *testing.T) (rawStore, store.AuditRecord) {
+	t.Helper()
+	s := open(t).(rawStore)
+	r := store.AuditRecord{ID: "a-1", Time: time.UnixMicro(1_700_000_000_000_000).UTC(), Ref: "x:y@1",
+		Decision: "denied", Outcome: "not-run", InputHash: "h"}
+	if err := s.AppendAudit(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	return s, r
+}
+
 // TestAuditRefusesReplace: INSERT OR REPLACE, REPLACE INTO and UPSERT deleted-and-rewrote an
 // audit row without firing the DELETE trigger; the BEFORE INSERT trigger of 0006 refuses every
 // insert naming a stored id, through a raw connection as through the store.
 func TestAuditRefusesReplace(t *testing.T) {
 	ctx := context.Background()
-	s := open(t).(rawStore)
-	orig := store.AuditRecord{ID: "a-1", Time: time.UnixMicro(1_700_000_000_000_000).UTC(), Ref: "x:y@1",
-		Decision: "denied", Outcome: "not-run", InputHash: "h"}
-	if err := s.AppendAudit(ctx, orig); err != nil {
-		t.Fatal(err)
-	}
-	const cols = `(id, time, ref, subject_kind, subject_ref, environment, decision, bundle_revision, input_hash, runner, outcome, latency_micros, parent_id)`
+	s, orig := withStoredAudit(t)
 	for _, tc := range []struct {
 		name, q string
 	}{
@@ -60,19 +69,13 @@ func TestAuditRefusesReplace(t *testing.T) {
 // unchanged.
 func TestAuditRefusalStopsWithoutStatementRollback(t *testing.T) {
 	ctx := context.Background()
-	s := open(t).(rawStore)
-	stored := store.AuditRecord{ID: "a-1", Time: time.UnixMicro(1_700_000_000_000_000).UTC(), Ref: "x:y@1",
-		Decision: "denied", Outcome: "not-run", InputHash: "h"}
-	if err := s.AppendAudit(ctx, stored); err != nil {
-		t.Fatal(err)
-	}
+	s, stored := withStoredAudit(t)
 	tx, err := s.raw.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback() }() // for a Fatal before the test's own rollback
-	const insert = `INSERT OR FAIL INTO audit_log (id, time, ref, subject_kind, subject_ref, environment, decision,
-		bundle_revision, input_hash, runner, outcome, latency_micros, parent_id) VALUES
+	const insert = `INSERT OR FAIL INTO audit_log ` + cols + ` VALUES
 		('a-0', 1, 'x:y@1', '', '', '', 'allowed', '', 'h', '', 'ok', 0, ''),
 		('a-1', 1, 'x:y@1', '', '', '', 'allowed', '', 'forged', '', 'ok', 0, '')`
 	if _, err := tx.ExecContext(ctx, insert); err == nil {

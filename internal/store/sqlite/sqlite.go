@@ -116,7 +116,7 @@ func classify(err error) error {
 	}
 	switch se.Code() {
 	case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY,
-		// RAISE(ABORT) of the append-only triggers: a stored audit id, or a change to one.
+		// RAISE of the append-only triggers (ABORT, or FAIL for a stored id: migration 0011).
 		sqlite3.SQLITE_CONSTRAINT_TRIGGER:
 		return store.ErrConflict
 	case sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY:
