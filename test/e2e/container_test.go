@@ -324,7 +324,9 @@ func TestContainerReplicas(t *testing.T) {
 // restartUnderLoad lifts the limit, keeps calls going through both containers while b is
 // restarted (SIGTERM, drain, start), and then finds the audit record of every answered call.
 func restartUnderLoad(t *testing.T, a, b *container, admin string, sub response) {
-	expect(t, a.gw.grantCustomized(admin, sub, map[string]any{}), http.StatusCreated)
+	// A limit no load here reaches, in place of the profile's: every call runs its provider.
+	expect(t, a.gw.grantCustomized(admin, sub, map[string]any{commentRef: map[string]any{
+		"rateLimit": map[string]any{"requests": 1000000, "per": "1m"}}}), http.StatusCreated)
 	tokens := map[*container]string{}
 	for _, c := range []*container{a, b} {
 		tokens[c] = c.token("--subject", "agent:load-bot", "--env", "project")
