@@ -131,9 +131,11 @@ func TestTaskIsTheRequesters(t *testing.T) {
 		t.Fatalf("unknown id: %v", err)
 	}
 	for name, caller := range map[string]func() (approval.Task, error){
-		"approver":      func() (approval.Task, error) { return f.app.Approvals.Task(ctx, alice, id) },
-		"other subject": func() (approval.Task, error) { return f.app.Approvals.Task(ctx, apptest.Exec("agent:other", "project", ""), id) },
-		"other org":     func() (approval.Task, error) { return f.app.Approvals.Task(ctx, otherOrg, id) },
+		"approver": func() (approval.Task, error) { return f.app.Approvals.Task(ctx, alice, id) },
+		"other subject": func() (approval.Task, error) {
+			return f.app.Approvals.Task(ctx, apptest.Exec("agent:other", "project", ""), id)
+		},
+		"other org": func() (approval.Task, error) { return f.app.Approvals.Task(ctx, otherOrg, id) },
 	} {
 		_, err := caller()
 		var fe *fault.Error

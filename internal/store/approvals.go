@@ -56,10 +56,10 @@ type Approval struct {
 	Output       json.RawMessage // set once the call has run
 	// Answer is the answer the run gave its requester, as the gateway encodes it (status and
 	// body), set once the call has run; the store keeps it opaque.
-	Answer json.RawMessage
-	CreatedAt    time.Time
-	ExpiresAt    time.Time
-	UpdatedAt    time.Time
+	Answer    json.RawMessage
+	CreatedAt time.Time
+	ExpiresAt time.Time
+	UpdatedAt time.Time
 	// ClaimedBy is the replica moving the approval through approved/running/dispatched;
 	// LeaseUntil is when another replica may recover it.
 	ClaimedBy  string
