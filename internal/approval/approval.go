@@ -24,6 +24,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/xemahq/xema/internal/answer"
 	"github.com/xemahq/xema/internal/audit"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
@@ -51,6 +52,10 @@ const (
 	// Reason codes of the policy (policies/approval.rego), answered as the step's code.
 	CodeOwnApproval      = "OWN_APPROVAL"
 	CodeApproverNotHuman = "APPROVER_NOT_HUMAN"
+	// Ends of a held call that never ran, as its requester's task and idempotent retry answer
+	// them (CodeExpired too).
+	CodeRejected  = "APPROVAL_REJECTED"
+	CodeWithdrawn = "APPROVAL_WITHDRAWN"
 )
 
 // Audit decisions of the approval steps; their records link to the held call's auditId.
@@ -58,6 +63,8 @@ const (
 	DecisionApproved = "approved"
 	DecisionRejected = "rejected"
 	DecisionExpired  = "expired"
+	// DecisionWithdrawn: its requester cancelled the call while it was pending.
+	DecisionWithdrawn = "withdrawn"
 	// DecisionRecovered: an approval whose holder stopped before dispatching it went back to
 	// pending; DecisionInterrupted: one it had dispatched ended interrupted.
 	DecisionRecovered   = "recovered"
@@ -440,6 +447,8 @@ func (s *Service) run(ctx context.Context, a store.Approval) (store.Approval, *g
 		if res != nil {
 			denial = res.Denial
 		}
+		ans, _ := answer.Of(res, err)
+		end.Answer, _ = json.Marshal(storedAnswer{Status: ans.Status, Body: ans.Body}) // a status and a JSON body encode
 	}
 	// The run happened: its end is recorded even if the approver's request was cancelled,
 	// and spooled if the store cannot take it now (a running one still never dispatched is

@@ -44,7 +44,7 @@ func Kind(to string) string {
 		return KindDecided
 	case store.ApprovalExpired:
 		return KindExpired
-	case "withdrawn": // a requester's withdrawal (MCP tasks/cancel)
+	case store.ApprovalWithdrawn: // its requester cancelled it (MCP tasks/cancel)
 		return KindWithdrawn
 	}
 	return ""
