@@ -293,6 +293,9 @@ type Store interface {
 	// only the range's rows through the (org, time) index: its cost grows with the records
 	// in the range, never with the whole log.
 	AuditStats(ctx context.Context, q AuditStatsQuery) (AuditStats, error)
+	// ApprovalsWaiting counts org's pending approvals not expired at now, and the oldest's
+	// creation time (zero when none).
+	ApprovalsWaiting(ctx context.Context, org string, now time.Time) (int64, time.Time, error)
 	// ScanAudit calls fn for every record f selects, in order, reading in pages so a large
 	// log is never held in memory; fn's error stops the scan and is returned.
 	ScanAudit(ctx context.Context, f AuditFilter, fn func(AuditRecord) error) error

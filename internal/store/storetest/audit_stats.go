@@ -90,3 +90,34 @@ func testAuditStats(t *testing.T, s store.Store) {
 		}
 	}
 }
+
+// testApprovalsWaiting: one org's pending, unexpired approvals and the oldest's creation.
+func testApprovalsWaiting(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	n, oldest, err := s.ApprovalsWaiting(ctx, "acme", t0)
+	if err != nil || n != 0 || !oldest.IsZero() {
+		t.Fatalf("ApprovalsWaiting of none = %d, %v, %v", n, oldest, err)
+	}
+	put := func(a store.Approval) {
+		if err := s.PutApproval(ctx, a); err != nil {
+			t.Fatalf("PutApproval(%s): %v", a.ID, err)
+		}
+	}
+	a1 := newApproval("apr_1", "kb:page.write@1", "agent:bot", t0.Add(-time.Hour))
+	a1.ExpiresAt = t0.Add(time.Hour)
+	a2 := newApproval("apr_2", "kb:page.write@1", "agent:bot", t0.Add(-2*time.Hour))
+	a2.ExpiresAt = t0 // expired at now: no longer waiting
+	a3 := newApproval("apr_3", "kb:page.write@1", "agent:bot", t0.Add(-30*time.Minute))
+	a4 := newApproval("apr_4", "kb:page.write@1", "agent:bot", t0.Add(-3*time.Hour))
+	a4.Org = "globex"
+	for _, a := range []store.Approval{a1, a2, a3, a4} {
+		put(a)
+	}
+	if _, err := s.TransitionApproval(ctx, store.ApprovalTransition{ID: "apr_3", From: store.ApprovalPending, To: store.ApprovalRejected, At: t0}); err != nil {
+		t.Fatalf("reject apr_3: %v", err)
+	}
+	n, oldest, err = s.ApprovalsWaiting(ctx, "acme", t0)
+	if err != nil || n != 1 || !oldest.Equal(a1.CreatedAt) {
+		t.Fatalf("ApprovalsWaiting = %d, %v, %v; want 1, %v", n, oldest, err, a1.CreatedAt)
+	}
+}
