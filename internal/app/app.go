@@ -274,7 +274,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		now = time.Now
 	}
 	if err := insight.Register(a.Kernel, &insight.Service{Store: st, Catalog: a.Catalog, Revision: eng.Revision,
-		Covering: a.covering, Now: now}); err != nil {
+		Covering: a.covering, OperationReads: a.Gateway.OperationReads, Now: now}); err != nil {
 		return nil, a.closeWith(err)
 	}
 	if err := a.publishKernel(ctx); err != nil {

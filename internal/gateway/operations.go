@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 
+	"github.com/xemahq/xema/internal/catalog"
 	"github.com/xemahq/xema/internal/identity"
 )
 
@@ -31,7 +32,7 @@ func (g *Gateway) operations(ctx context.Context, ec identity.ExecContext) []str
 	authz.cut(ctx)
 	out := []string{}
 	for _, e := range snap.AllFor(ec.Org) {
-		if e.Capability.RunnerKind == "kernel" && authz.allows(ctx, e) {
+		if builtIn(e) && authz.allows(ctx, e) {
 			out = append(out, e.Ref())
 		}
 	}
@@ -43,9 +44,14 @@ func (g *Gateway) operations(ctx context.Context, ec identity.ExecContext) []str
 func (g *Gateway) OperationReads(org string) []string {
 	out := []string{}
 	for _, e := range g.d.Catalog.Snapshot().AllFor(org) {
-		if e.Capability.RunnerKind == "kernel" && e.Manifest.EffectClass == "read" {
+		if builtIn(e) && e.Manifest.EffectClass == "read" {
 			out = append(out, e.Ref())
 		}
 	}
 	return out
+}
+
+// builtIn: e is one of the gateway's own operations (the built-in biome's, served in process).
+func builtIn(e *catalog.Entry) bool {
+	return e.Capability.BiomeID == catalog.BuiltinBiome && e.Capability.RunnerKind == "kernel"
 }

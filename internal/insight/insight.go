@@ -41,7 +41,11 @@ type Service struct {
 	Revision func() string
 	// Covering returns the grants of org that cover ref in the serving policy data.
 	Covering func(org, ref string) []grant.GrantData
-	Now      func() time.Time
+	// OperationReads are the gateway's own read operations: people's allowed calls of them
+	// (their console page loads) are not counted, as GET /v1/audit?omit=people-reads leaves
+	// them out.
+	OperationReads func(org string) []string
+	Now            func() time.Time
 }
 
 // Register queues the capabilities on reg.
@@ -78,6 +82,9 @@ var Windows = map[string]window{
 	"7d":  {7 * 24 * time.Hour, time.Hour},
 }
 
+// OmitPeopleReads is the audit search's omit= value the overview's counts match.
+const OmitPeopleReads = "people-reads"
+
 // TopN is how many refs and denial reasons the overview names.
 const TopN = 10
 
@@ -101,9 +108,11 @@ var callDecisions = []string{audit.DecisionAllowed, audit.DecisionDenied, audit.
 
 // Overview is the answer of audit:stats.get@1.
 type Overview struct {
-	Window        string     `json:"window"`
-	Since         string     `json:"since"`
-	Until         string     `json:"until"`
+	Window string `json:"window"`
+	Since  string `json:"since"`
+	Until  string `json:"until"`
+	// Omit is the audit search's omit= these counts match (GET /v1/audit?omit=people-reads).
+	Omit          string     `json:"omit"`
 	BucketSeconds int64      `json:"bucketSeconds"`
 	Series        []Bucket   `json:"series"`
 	Totals        Totals     `json:"totals"`
@@ -184,12 +193,13 @@ func (s *Service) Overview(ctx context.Context, org, name string) (Overview, err
 	}
 	until := s.Now().UTC().Truncate(time.Microsecond)
 	since := until.Add(-w.span)
-	st, err := s.Store.AuditStats(ctx, store.AuditStatsQuery{Org: org, Since: since, Until: until, Bucket: w.bucket, Top: TopN, Calls: callDecisions})
+	st, err := s.Store.AuditStats(ctx, store.AuditStatsQuery{Org: org, Since: since, Until: until, Bucket: w.bucket, Top: TopN,
+		Calls: callDecisions, Omit: &store.AuditOmit{SubjectKind: "user", Refs: s.OperationReads(org)}})
 	if err != nil {
 		return Overview{}, unavailable("audit log", err)
 	}
 	n := int(w.span / w.bucket)
-	out := Overview{Window: name, Since: stamp(since), Until: stamp(until), BucketSeconds: int64(w.bucket / time.Second),
+	out := Overview{Window: name, Since: stamp(since), Until: stamp(until), Omit: OmitPeopleReads, BucketSeconds: int64(w.bucket / time.Second),
 		Series: make([]Bucket, n), TopReasons: []Reason{}, TopRefs: []RefCount{}, Runners: []Runner{}}
 	for i := range out.Series {
 		out.Series[i].Start = stamp(since.Add(time.Duration(i) * w.bucket))
@@ -288,19 +298,19 @@ type BiomeRef struct {
 
 // Coverage is one grant of the org covering the capability, as the serving policy reads it.
 type Coverage struct {
-	GrantID          string            `json:"grantId"`
-	Biome            string            `json:"biomeId"`
-	BiomeVersion     string            `json:"biomeVersion"`
-	Profile          string            `json:"profile"`
-	ApprovedBy       string            `json:"approvedBy,omitempty"`
-	ApprovedAt       string            `json:"approvedAt,omitempty"`
-	Subjects         []string          `json:"subjects"` // nil: every subject of the org
-	Environments     []string          `json:"environments"`
-	Resources        []string          `json:"resources"` // nil: any resource
-	Audience         []string          `json:"audience"`  // nil: the environment's audience
-	RateLimit        grant.LimitData   `json:"rateLimit"`
-	Quota            grant.LimitData   `json:"quota"`
-	RequiresApproval bool              `json:"requiresApproval"`
+	GrantID          string          `json:"grantId"`
+	Biome            string          `json:"biomeId"`
+	BiomeVersion     string          `json:"biomeVersion"`
+	Profile          string          `json:"profile"`
+	ApprovedBy       string          `json:"approvedBy,omitempty"`
+	ApprovedAt       string          `json:"approvedAt,omitempty"`
+	Subjects         []string        `json:"subjects"` // nil: every subject of the org
+	Environments     []string        `json:"environments"`
+	Resources        []string        `json:"resources"` // nil: any resource
+	Audience         []string        `json:"audience"`  // nil: the environment's audience
+	RateLimit        grant.LimitData `json:"rateLimit"`
+	Quota            grant.LimitData `json:"quota"`
+	RequiresApproval bool            `json:"requiresApproval"`
 }
 
 // Capability reads ref in org's catalog; a ref org cannot see is answered as unknown.

@@ -16,6 +16,7 @@ import (
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/grant"
+	"github.com/xemahq/xema/internal/insight"
 	"github.com/xemahq/xema/internal/store"
 )
 
@@ -34,10 +35,10 @@ var auditDecisions = []string{
 
 var auditSearchParams = []string{"ref", "subject", "decision", "reason", "parent", "since", "until", "omit", "cursor", "limit"}
 
-// OmitPeopleReads is ?omit='s one value: leave out what people (subjects of kind user) read
+// omitPeopleReads is ?omit='s one value: leave out what people (subjects of kind user) read
 // through the gateway's own read operations and were allowed to, i.e. their page loads in
 // the console. Their denials and everything else stay.
-const OmitPeopleReads = "people-reads"
+const omitPeopleReads = insight.OmitPeopleReads
 
 // AuditPage is the answer of GET /v1/audit.
 type AuditPage struct {
@@ -110,10 +111,10 @@ func (s *Server) auditSearch(c echo.Context) error {
 	}
 	switch q["omit"] {
 	case "":
-	case OmitPeopleReads:
+	case omitPeopleReads:
 		f.Omit = &store.AuditOmit{SubjectKind: "user", Refs: s.Gateway.OperationReads(ec.Org)}
 	default:
-		return badParam("omit", "want "+OmitPeopleReads)
+		return badParam("omit", "want "+omitPeopleReads)
 	}
 	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until) {
 		return badParam("until", "must be later than since")

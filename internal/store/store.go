@@ -183,6 +183,8 @@ type AuditStatsQuery struct {
 	// Calls are the decisions of a call's own record; records of other decisions (approval
 	// steps, aggregates) are not calls.
 	Calls []string
+	// Omit leaves records out of every count, as it does out of ListAudit.
+	Omit *AuditOmit
 }
 
 // AuditStats are the counts of one org's records in a time range, each one the size of a

@@ -16,8 +16,9 @@ func (s *Store) AuditStats(ctx context.Context, q store.AuditStatsQuery) (store.
 		return store.AuditStats{}, fmt.Errorf("audit stats: %w: a bucket, a top, call decisions and since before until are required", store.ErrInvalid)
 	}
 	var out store.AuditStats
-	rangeWhere := "a.org = ? AND a.time >= ? AND a.time < ?"
-	rangeArgs := []any{q.Org, s.d.TimeArg(store.Stamp(q.Since)), s.d.TimeArg(store.Stamp(q.Until))}
+	conds, rangeArgs := omit([]string{"a.org = ? AND a.time >= ? AND a.time < ?"},
+		[]any{q.Org, s.d.TimeArg(store.Stamp(q.Since)), s.d.TimeArg(store.Stamp(q.Until))}, "a.", q.Omit)
+	rangeWhere := strings.Join(conds, " AND ")
 	calls := "a.runner = '' AND a.decision IN (?" + strings.Repeat(", ?", len(q.Calls)-1) + ")"
 	callArgs := append([]any{}, rangeArgs...)
 	for _, d := range q.Calls {

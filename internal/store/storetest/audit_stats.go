@@ -75,6 +75,22 @@ func testAuditStats(t *testing.T, s store.Store) {
 	equal(t, "top ref", top.Refs, []store.KeyCount{{Key: "kb:page.write@1", Count: 4}})
 	equal(t, "the bucket at until", top.Series[len(top.Series)-1], store.BucketCount{Bucket: 2, Decision: "allowed", Count: 1})
 
+	// A person's allowed read counts unless omitted, as ListAudit's Omit leaves it out.
+	person := call("c10", "acme", 70, "kb:page.read@1", "allowed", "r2")
+	person.SubjectKind = "user"
+	add(person)
+	omitted, err := s.AuditStats(ctx, store.AuditStatsQuery{Org: "acme", Since: at(0), Until: at(120), Bucket: time.Minute, Top: 10, Calls: calls,
+		Omit: &store.AuditOmit{SubjectKind: "user", Refs: []string{"kb:page.read@1"}}})
+	if err != nil {
+		t.Fatalf("AuditStats with Omit: %v", err)
+	}
+	equal(t, "omitted", omitted, got)
+	counted, err := s.AuditStats(ctx, store.AuditStatsQuery{Org: "acme", Since: at(0), Until: at(120), Bucket: time.Minute, Top: 2, Calls: calls})
+	if err != nil {
+		t.Fatalf("AuditStats: %v", err)
+	}
+	equal(t, "refs with the person's read", counted.Refs, []store.KeyCount{{Key: "kb:page.write@1", Count: 4}, {Key: "kb:page.read@1", Count: 3}})
+
 	none, err := s.AuditStats(ctx, store.AuditStatsQuery{Org: "initech", Since: at(0), Until: at(120), Bucket: time.Minute, Top: 10, Calls: calls})
 	if err != nil || len(none.Series)+len(none.Refs)+len(none.Reasons)+len(none.Runners)+len(none.Revisions) != 0 {
 		t.Fatalf("AuditStats of an org without records = %+v, %v; want nothing", none, err)
