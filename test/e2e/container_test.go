@@ -151,7 +151,7 @@ func TestContainerImage(t *testing.T) {
 	// The files of the empty base: the CA bundle parses, the user is named.
 	ctr := randomName("xema-e2e-files")
 	p.must("create", "--name", ctr, imageName)
-	t.Cleanup(func() { _, _ = p.run("rm", "-f", ctr) })
+	t.Cleanup(func() { _, _ = p.run("rm", "-f", "-v", ctr) }) // -v: its anonymous /data volume too
 	dir := t.TempDir()
 	p.must("cp", ctr+":/etc/ssl/certs/ca-certificates.crt", filepath.Join(dir, "ca.crt"))
 	p.must("cp", ctr+":/etc/passwd", filepath.Join(dir, "passwd"))
