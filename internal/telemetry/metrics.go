@@ -19,6 +19,7 @@ const (
 	MetricAuditBatchTime   = "xema_audit_batch_duration_seconds"
 	MetricCacheRequests    = "xema_cache_requests_total"
 	MetricPolicyEvaluation = "xema_policy_evaluations_total"
+	MetricApprovalNotify   = "xema_approval_notifications_total"
 )
 
 var (
@@ -52,6 +53,9 @@ var (
 		Name: MetricPolicyEvaluation, Help: "Policy decisions evaluated by OPA (decision cache misses), by path: residual (OPA's evaluation of the key's residual, prepared by partial evaluation) or full (the whole policy).",
 	}, []string{"path"})
 	policyByResidual, policyByFull = policyEvaluations.WithLabelValues("residual"), policyEvaluations.WithLabelValues("full")
+	approvalNotify                 = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: MetricApprovalNotify, Help: "Delivery attempts of approval notifications by channel (webhook, chat) and result (delivered, retried, failed: given up).",
+	}, []string{"channel", "result"})
 )
 
 // UnknownRef is the ref label of a call to a ref the catalog does not know: the caller chose
@@ -95,4 +99,9 @@ func PolicyEvaluation(residual bool) {
 	} else {
 		policyByFull.Inc()
 	}
+}
+
+// ApprovalNotification counts one delivery attempt of an approval notification.
+func ApprovalNotification(channel, result string) {
+	approvalNotify.WithLabelValues(channel, result).Inc()
 }
