@@ -342,3 +342,43 @@ func TestApprovalPages250(t *testing.T) {
 		}
 	})
 }
+
+// TestApprovalChat: the operator names acme's conversation for approval notices; a held call
+// of acme reaches the real Telegram test server through acme's channel.send-message binding,
+// with the deep link.
+func TestApprovalChat(t *testing.T) {
+	tg := startTelegram(t)
+	g := startGateway(t, "", "--approval-chat", "acme=approvers", "--public-url", "https://xema.example")
+	prov := newProvider(t)
+	admin := g.token("--subject", "user:alice", "--org-role", "org_admin", "--env", "org", "--org", "acme")
+	bot := g.token("--subject", "agent:support-bot", "--env", "project", "--org", "acme")
+	const token = "123456:AAH-approvals-telegram-bot-secret"
+	expect(t, g.post("/v1/grants", admin, map[string]any{"biomeId": "demo", "version": "1.0.0",
+		"digestHash": g.digestOf(admin, "demo", "1.0.0")}), http.StatusCreated)
+	connectorSetup(t, g, admin, map[string]any{"name": "approvals bot", "provider": "telegram", "secret": token},
+		map[string]any{"refPattern": refSend, "conversation": "approvers", "provider": "telegram", "baseUrl": tg,
+			"config": map[string]any{"chatId": "7777"}})
+	id := str(heldCall(t, g, prov, admin, bot).Body, "approvalId")
+
+	var got string
+	waitUntil(t, 30*time.Second, "the approval notice in telegram chat 7777", func() bool {
+		raw, _ := json.Marshal(map[string]string{"token": token, "chatId": "7777"})
+		resp, err := http.Post(tg+"/getUpdates", "application/json", strings.NewReader(string(raw)))
+		if err != nil {
+			return false
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		got = string(body)
+		return strings.Contains(got, id)
+	})
+	for _, want := range []string{"agent:support-bot", commentRef, "https://xema.example/console/approvals/" + id} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the notice %s lacks %q", got, want)
+		}
+	}
+	g.stop()
+	if strings.Contains(g.logs.String(), token) {
+		t.Error("the gateway's log holds the telegram token")
+	}
+}
