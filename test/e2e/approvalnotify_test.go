@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -380,5 +381,33 @@ func TestApprovalChat(t *testing.T) {
 	g.stop()
 	if strings.Contains(g.logs.String(), token) {
 		t.Error("the gateway's log holds the telegram token")
+	}
+}
+
+// TestConsoleHintApprovesDemo: the token the console's sign-in hint tells a person to mint
+// can approve the demo's held calls (the support bot's, in environment project, as README's
+// walkthrough makes them), even when the demo's grant admits them only there.
+func TestConsoleHintApprovesDemo(t *testing.T) {
+	js, err := os.ReadFile(filepath.Join(repoRoot(t), "internal", "console", "static", "assets", "console.js"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`"xema dev token --data-dir DIR ([^"]+)"`).FindSubmatch(js)
+	if m == nil {
+		t.Fatal("console.js has no sign-in hint with a xema dev token command")
+	}
+	hint := strings.Fields(strings.ReplaceAll(string(m[1]), "user:you", "user:dana"))
+	g := startGateway(t, "")
+	admin := g.adminToken()
+	expect(t, g.post("/v1/grants", admin, map[string]any{"biomeId": "demo", "version": "1.0.0",
+		"digestHash": g.digestOf(admin, "demo", "1.0.0"), "customize": map[string]any{
+			"workflow:run.start@1": map[string]any{"requiresApproval": true, "environments": []string{"project"}}}}), http.StatusCreated)
+	bot := g.token("--subject", "agent:support-bot", "--env", "project")
+	r := g.post("/v1/capabilities/invoke", bot, map[string]any{"ref": "workflow:run.start@1", "input": map[string]any{"workflowId": "onboarding"}})
+	expect(t, r, http.StatusAccepted)
+	person := g.token(hint...)
+	ok := g.post("/v1/approvals/"+str(r.Body, "approvalId")+"/approve", person, map[string]any{})
+	if ok.Status != http.StatusOK || str(ok.Body, "status") != "done" {
+		t.Fatalf("approve with the hint's token (%v): %d %s", hint, ok.Status, ok.Raw)
 	}
 }
