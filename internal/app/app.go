@@ -34,6 +34,7 @@ import (
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/grant"
 	"github.com/xemahq/xema/internal/identity"
+	"github.com/xemahq/xema/internal/insight"
 	"github.com/xemahq/xema/internal/kernel"
 	"github.com/xemahq/xema/internal/manifest"
 	"github.com/xemahq/xema/internal/notify"
@@ -174,6 +175,9 @@ type App struct {
 	cfg      Config
 	mu       sync.Mutex // serializes rebuilds
 	loadedAt int64
+	// served is the data.xema the policy serves (the last Rebuild's), for reading who a
+	// grant covers without compiling again.
+	served atomic.Pointer[map[string]any]
 }
 
 // New opens the store, registers the kernel capabilities, loads the biomes directory and
@@ -276,6 +280,14 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	a.Approvals = &approval.Service{Store: st, Policy: eng, Runner: a.Gateway, Audit: a.Audit, Replica: a.Replica, Spool: a.Spool,
 		Now: cfg.Now, Notify: notifier}
 	if err := approval.Register(a.Kernel, a.Approvals); err != nil {
+		return nil, a.closeWith(err)
+	}
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	if err := insight.Register(a.Kernel, &insight.Service{Store: st, Catalog: a.Catalog, Revision: eng.Revision,
+		Covering: a.covering, OperationReads: a.Gateway.OperationReads, Now: now}); err != nil {
 		return nil, a.closeWith(err)
 	}
 	if err := a.publishKernel(ctx); err != nil {
@@ -503,8 +515,18 @@ func (a *App) Rebuild(ctx context.Context) error {
 	if err := a.Policy.Load(ctx, data, rev); err != nil {
 		return fmt.Errorf("rebuild: %w", err)
 	}
+	a.served.Store(&data)
 	a.loadedAt = snap.Revision
 	return nil
+}
+
+// covering is who the serving policy data lets call ref in org: its grants of ref.
+func (a *App) covering(org, ref string) []grant.GrantData {
+	data := a.served.Load()
+	if data == nil {
+		return nil
+	}
+	return grant.Covering(*data, org, ref)
 }
 
 // compile builds data.xema at snap, with extra grants counted as if recorded.
