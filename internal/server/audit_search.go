@@ -30,7 +30,7 @@ const (
 var auditDecisions = []string{
 	audit.DecisionAllowed, audit.DecisionDenied, audit.DecisionPendingApproval, audit.DecisionInvalid,
 	audit.DecisionNotFound, audit.DecisionError, audit.DecisionUnauthenticated,
-	approval.DecisionApproved, approval.DecisionRejected, approval.DecisionExpired,
+	approval.DecisionApproved, approval.DecisionRejected, approval.DecisionExpired, approval.DecisionWithdrawn,
 }
 
 var auditSearchParams = []string{"ref", "subject", "decision", "reason", "parent", "since", "until", "omit", "cursor", "limit"}

@@ -86,7 +86,16 @@ type Grant struct {
 	Customize    json.RawMessage // per-ref customization object, may be nil
 	ApprovedBy   string
 	ApprovedAt   time.Time
+	// Supersedes is the grant this one changed ("" for a first grant): the newest grant of an
+	// (org, biome) is its effective one, so recording this one retired that one.
+	Supersedes string
+	// RevokedBy and RevokedAt say who revoked the grant and when; zero while it is not revoked.
+	RevokedBy string
+	RevokedAt time.Time
 }
+
+// Revoked reports whether the grant was revoked.
+func (g Grant) Revoked() bool { return !g.RevokedAt.IsZero() }
 
 // AuditRecord is one decision of the funnel. Never the raw input: only its hash.
 type AuditRecord struct {
@@ -278,6 +287,10 @@ type Store interface {
 	PutGrant(ctx context.Context, g Grant) error
 	// ListGrants returns every grant, oldest approval first.
 	ListGrants(ctx context.Context) ([]Grant, error)
+	// RevokeGrant stamps grant id of org revoked by `by` at `at` and answers it: ErrNotFound
+	// when org has no such grant (another org's is unknown), ErrConflict when it is already
+	// revoked. It bumps the policy revision like every grant write.
+	RevokeGrant(ctx context.Context, org, id, by string, at time.Time) (Grant, error)
 
 	// AppendAudit writes durably; there is no update or delete (the schema refuses both).
 	// A stored ID is ErrConflict.

@@ -83,6 +83,17 @@ func (c timeCol) Scan(v any) error {
 	return nil
 }
 
+// nullTimeCol is timeCol of a nullable column: NULL scans as the zero time.
+type nullTimeCol struct{ t *time.Time }
+
+func (c nullTimeCol) Scan(v any) error {
+	if v == nil {
+		*c.t = time.Time{}
+		return nil
+	}
+	return timeCol(c).Scan(v)
+}
+
 // jsonArg is a JSON document as a query argument: NULL when absent.
 func jsonArg(doc []byte) driver.Value {
 	if len(doc) == 0 {
