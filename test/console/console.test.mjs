@@ -89,14 +89,17 @@ await step("the overview shows the org's calls as the API counts them", async ()
   }
 });
 
-await step("approve a held call and see it run", async () => {
+await step("approve a held call from its deep link and see it run", async () => {
   await page.goto(`${base}/console/approvals`);
+  await approvalCard(env("HELD_REJECT")).waitFor();
+  await shot("approvals");
+  // The link a notification carries (notify.Config.DeepLink): the call's own page.
+  await page.goto(`${base}/console/approvals/${env("HELD_APPROVE")}`);
   const card = approvalCard(env("HELD_APPROVE"));
   await card.waitFor();
   expect((await card.textContent()).includes("ticket:comment.add@1"), "the held call shows its ref");
   expect((await card.textContent()).includes("agent:support-bot"), "the held call shows its requester");
   expect((await card.textContent()).includes('"text": "approve me"'), "the held call shows its input");
-  await shot("approvals");
   await card.getByRole("button", { name: "Approve" }).click();
   const decided = approvalCard(env("HELD_APPROVE"));
   await decided.getByText("done", { exact: true }).waitFor();
@@ -105,6 +108,7 @@ await step("approve a held call and see it run", async () => {
 });
 
 await step("reject a held call with a reason", async () => {
+  await nav("Approvals").click();
   const card = approvalCard(env("HELD_REJECT"));
   await card.getByRole("button", { name: "Reject" }).click();
   await card.getByLabel("Reason").fill("not during the freeze");
@@ -115,6 +119,8 @@ await step("reject a held call with a reason", async () => {
   expect((await decided.textContent()).includes("not during the freeze"), "the reason is shown");
   await page.reload(); // the view survives a reload
   await approvalCard(env("HELD_REJECT")).getByText("not during the freeze").waitFor();
+  await page.goto(`${base}/console/approvals?status=any`);
+  await approvalCard(env("HELD_APPROVE")).getByText("done", { exact: true }).waitFor();
   await shot("approvals-decided");
 });
 
@@ -141,7 +147,7 @@ await step("find a denial by ref and read its why-denied", async () => {
 });
 
 await step("a held call's record links to its approval and its run", async () => {
-  await page.goto(`${base}/console/approvals`);
+  await page.goto(`${base}/console/approvals/${env("HELD_APPROVE")}`);
   const card = approvalCard(env("HELD_APPROVE"));
   await card.getByRole("link", { name: /^inv_/ }).click();
   await page.getByRole("heading", { name: "Linked records" }).waitFor();
@@ -228,7 +234,7 @@ await step("the audit view leaves out people's console reads until asked", async
   await table.waitFor();
   // The console's own page loads: reads of the gateway's operations (writes, such as the
   // grant approved above, stay in view).
-  const reads = () => table.locator("tbody tr", { hasText: "user:alice" }).filter({ hasText: /approval:list@1|store:biome\.(get|list)@1|audit:stats\.get@1|biome:grant\.list@1/ }).count();
+  const reads = () => table.locator("tbody tr", { hasText: "user:alice" }).filter({ hasText: /approval:list@1|store:biome\.(get|list)@1|audit:stats\.get@1|biome:grant\.list@1|binding:list@1|credential:list@1|mcp-server:list@1|catalog:capability\.get@1/ }).count();
   expect((await reads()) === 0, "people's console reads are shown by default");
   expect((await table.locator("tbody tr", { hasText: "agent:support-bot" }).count()) > 0, "the agents' calls are not shown");
   await page.getByLabel("Include people's reads through the console").check();
@@ -236,6 +242,33 @@ await step("the audit view leaves out people's console reads until asked", async
   await page.waitForURL(/reads=include/);
   await table.waitFor();
   expect((await reads()) > 0, "people's reads are not shown when asked for");
+});
+
+await step("grants: change one with its diff and impact first, revoke another", async () => {
+  await nav("Grants").click();
+  await page.getByRole("heading", { name: "Grants" }).waitFor();
+  const card = page.getByRole("region", { name: /^Grant / }).filter({ hasText: "ticketing 1.1.0" }).filter({ hasText: "active" });
+  await card.getByRole("button", { name: "Change" }).click();
+  await card.getByLabel("Profile").selectOption("read-only-assistant");
+  await card.getByRole("button", { name: "Review change" }).click();
+  const diff = await card.getByRole("list", { name: "Changes of the grant" }).textContent();
+  expect(diff.includes("profile") && diff.includes("read-only-assistant"), "the change's diff: " + diff);
+  const impact = await card.locator(".grant-change-impact").textContent();
+  expect(/\d+ considered; \d+ would now be denied, \d+ would now be allowed/.test(impact), "the change's impact: " + impact);
+  await shot("grants-change");
+  await card.getByRole("button", { name: "Confirm change" }).click();
+  const changed = page.getByRole("region", { name: /^Grant / }).filter({ hasText: "ticketing 1.1.0" });
+  await changed.filter({ hasText: "superseded" }).waitFor();
+  await changed.filter({ hasText: "read-only-assistant" }).filter({ hasText: "active" }).waitFor();
+  // Revoke the demo biome's grant: asked first, then recorded.
+  const demo = page.getByRole("region", { name: /^Grant / }).filter({ hasText: "demo 1.0.0" }).filter({ hasText: "active" });
+  await demo.getByRole("button", { name: "Revoke" }).click();
+  await demo.getByText(/are denied from now on/).waitFor();
+  await demo.getByRole("button", { name: "Confirm revoke" }).click();
+  await page.getByRole("region", { name: /^Grant / }).filter({ hasText: "demo 1.0.0" }).filter({ hasText: "revoked" }).waitFor();
+  await page.reload();
+  await page.getByRole("region", { name: /^Grant / }).filter({ hasText: "demo 1.0.0" }).filter({ hasText: "revoked" }).waitFor();
+  await shot("grants");
 });
 
 await step("sign out forgets the token", async () => {
