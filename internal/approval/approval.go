@@ -47,6 +47,9 @@ const (
 	// Reason codes of the policy (policies/approval.rego), answered as the step's code.
 	CodeOwnApproval      = "OWN_APPROVAL"
 	CodeApproverNotHuman = "APPROVER_NOT_HUMAN"
+	// CodeOrgMismatch: the held call is another org's (the policy's second line behind the
+	// store lookup's org check); answered as an unknown approval.
+	CodeOrgMismatch = "APPROVAL_ORG_MISMATCH"
 )
 
 // Audit decisions of the approval steps; their records link to the held call's auditId.
@@ -386,7 +389,7 @@ func (s *Service) decidable(ctx context.Context, call kernel.Call) (store.Approv
 		return a, unavailable(err)
 	}
 	ask := approverInput(call.Exec, a)
-	ask.Approval = &policy.Approval{Requester: a.RequesterRef, ApprovalID: a.ID}
+	ask.Approval = &policy.Approval{Requester: a.RequesterRef, ApprovalID: a.ID, Org: a.Org}
 	d, err := s.Policy.Decide(ctx, ask)
 	if err != nil {
 		return a, fault.New(fault.Unavailable, gateway.CodePolicyUnavailable,
@@ -394,7 +397,8 @@ func (s *Service) decidable(ctx context.Context, call kernel.Call) (store.Approv
 	}
 	if !d.Allow {
 		code := denialCode(d.Reasons)
-		if code == CodeNotApprover {
+		// Another org's held call is unknown, whatever else the policy says of the approver.
+		if code == CodeNotApprover || slices.ContainsFunc(d.Reasons, func(r policy.Reason) bool { return r.Code == CodeOrgMismatch }) {
 			return store.Approval{}, notFound
 		}
 		return a, fault.New(fault.Denied, code,
