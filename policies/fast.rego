@@ -129,6 +129,15 @@ resource_outside_grant if {
 	not resource_granted
 }
 
+resource_outside_grant if {
+	is_array(grant.resources)
+	object.get(cap, "resource", "") != ""
+
+	# object.get: `not is_string(input.resource)` is false, not true, when input.resource is
+	# undefined (OPA v1.22).
+	not is_string(object.get(input, "resource", null))
+}
+
 resource_not_owned if {
 	cap.reach == "owner"
 	is_string(input.resource)
