@@ -51,7 +51,8 @@ func newApprovalsCmd() *cobra.Command {
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "APPROVAL\tSTATUS\tREF\tREQUESTER\tENVIRONMENT\tEXPIRES")
 			for _, a := range out.Approvals {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", a.ApprovalID, a.Status, a.Ref, a.Requester, a.Environment, a.ExpiresAt)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", printable(a.ApprovalID), printable(a.Status),
+					printable(a.Ref), printable(a.Requester), printable(a.Environment), a.ExpiresAt)
 			}
 			return tw.Flush()
 		},
@@ -78,9 +79,9 @@ func newApprovalsCmd() *cobra.Command {
 				if format == "json" {
 					return writeJSON(cmd.OutOrStdout(), v)
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %s", v.ApprovalID, v.Ref, v.Status)
+				fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %s", printable(v.ApprovalID), printable(v.Ref), printable(v.Status))
 				if v.Outcome != "" {
-					fmt.Fprintf(cmd.OutOrStdout(), " (outcome %s)", v.Outcome)
+					fmt.Fprintf(cmd.OutOrStdout(), " (outcome %s)", printable(v.Outcome))
 				}
 				fmt.Fprintln(cmd.OutOrStdout())
 				return nil
