@@ -119,6 +119,7 @@ func (s *Server) router() *echo.Echo {
 	s.mcpServerRoutes(v1)
 	s.auditRoutes(v1)
 	s.approvalRoutes(v1)
+	s.insightRoutes(v1)
 	v1.GET("/bundles/xema.tar.gz", s.bundle)
 	// Metrics name every org's refs: served only to the subjects the operator names (an
 	// unauthenticated scrape is for xema serve --metrics-addr, a listener of its own).
@@ -281,7 +282,7 @@ func (s *Server) invoke(c echo.Context) error {
 		if err != nil {
 			return err
 		}
-		return writeAnswer(c, ans)
+		return writeAnswer(c, s.replayNow(c.Request().Context(), execOf(c), ans))
 	}
 	ans, _ := answerOf(s.Gateway.Invoke(c.Request().Context(), execOf(c), req))
 	return writeAnswer(c, ans)
