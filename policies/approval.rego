@@ -14,7 +14,9 @@ deny contains {"code": "INVALID_INPUT", "detail": "input.approval.requester must
 # before asking; this rule holds if that check is ever lost (both orgs may hold the ref).
 deny contains {"code": "APPROVAL_ORG_MISMATCH", "detail": sprintf("approval %s is not of org %v", [approval_id, object.get(input, "org", null)])} if {
 	approval_present
-	object.get(input, ["approval", "org"], null) != object.get(input, "org", null)
+	held_org := object.get(input, ["approval", "org"], "")
+	held_org != ""
+	held_org != object.get(input, "org", null)
 }
 
 # The requester can never approve or reject its own call.

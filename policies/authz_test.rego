@@ -221,7 +221,7 @@ test_resource_left_out_under_restricting_grant_denied if {
 	dec.allow == false
 	codes(dec) == {"RESOURCE_NOT_REACHABLE"}
 	some r in dec.reasons
-	contains(r.detail, "names no pageId")
+	contains(r.detail, "naming no pageId")
 }
 
 test_resource_named_under_restricting_grant_allowed if {

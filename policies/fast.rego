@@ -124,18 +124,9 @@ missing_binding if {
 }
 
 resource_outside_grant if {
-	is_string(input.resource)
 	is_array(grant.resources)
+	object.get(input, "resource", object.get(cap, "resource", "")) != ""
 	not resource_granted
-}
-
-resource_outside_grant if {
-	is_array(grant.resources)
-	object.get(cap, "resource", "") != ""
-
-	# object.get: `not is_string(input.resource)` is false, not true, when input.resource is
-	# undefined (OPA v1.22).
-	not is_string(object.get(input, "resource", null))
 }
 
 resource_not_owned if {

@@ -61,22 +61,16 @@ explicitly_covered if {
 	grant.subjects[concat(":", ["role", r])]
 }
 
-deny contains {"code": "RESOURCE_NOT_REACHABLE", "detail": resource_denial} if {
+# A grant's resources bind a call that names a resource, and one whose capability declares a
+# resource property (x-xema-resource, cap.resource) it left out: that call names none of them.
+deny contains {"code": "RESOURCE_NOT_REACHABLE", "detail": sprintf("%s is outside the resources granted for %s", [named_resource, input.ref])} if {
 	grant_required
 	is_array(grant.resources)
-	resource_bound
+	object.get(input, "resource", object.get(cap, "resource", "")) != ""
 	not resource_granted
 }
 
-# A grant's resources bind a call that names a resource, and one whose capability declares a
-# resource property (x-xema-resource) it left out: that call names none the grant admits.
-resource_bound if is_string(input.resource)
-
-resource_bound if object.get(cap, "resource", "") != ""
-
-resource_denial := sprintf("%s is outside the resources granted for %s", [input.resource, input.ref]) if {
-	is_string(input.resource)
-} else := sprintf("the call names no %s; the grant for %s admits named resources only", [object.get(cap, "resource", ""), input.ref])
+named_resource := object.get(input, "resource", sprintf("a call naming no %s", [object.get(cap, "resource", "")]))
 
 resource_granted if {
 	some pattern in grant.resources
