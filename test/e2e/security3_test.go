@@ -238,7 +238,9 @@ func TestTerminalSafeOutput(t *testing.T) {
 			t.Fatalf("a subject with escape sequences: %d %s", r.Status, r.Raw)
 		}
 		admin := g.adminToken()
-		bot := g.token("--subject", "agent:support-bot", "--env", "public-session")
+		expect(t, g.installOperatorBiome(admin, map[string]any{"kb:page.read@1": map[string]any{"resources": []string{"welcome*"}}}),
+			http.StatusCreated)
+		bot := g.token("--subject", "agent:support-bot", "--env", "project")
 		den := g.post("/v1/capabilities/invoke", bot, map[string]any{"ref": "kb:page.read@1",
 			"input": map[string]any{"pageId": "p\x1b]0;PWNED\x07\x1b[2J\u009b31m\nFAKE LINE"}})
 		expect(t, den, http.StatusForbidden)
