@@ -392,8 +392,8 @@ function tokenForm(next) {
     },
   },
   field("Token", input),
-  h("p", { class: "muted" }, "With the development issuer: ", h("code", {}, "xema dev token --data-dir DIR --subject user:you --org-role org_admin --env org"),
-    ". The token stays in this tab's session storage and is sent only to this gateway."),
+  h("p", { class: "muted" }, "With the development issuer: ", h("code", {}, "xema dev token --data-dir DIR --subject user:you --org-role org_admin --env project"),
+    ". You may approve a held call when you hold its capability in your token's environment (the agents' own, project, in the demo); each held call says whether you may. The token stays in this tab's session storage and is sent only to this gateway."),
   h("button", { type: "submit", class: "primary" }, "Sign in"), err);
   return form;
 }
