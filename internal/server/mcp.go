@@ -28,7 +28,9 @@ const execKey = "xema.exec"
 // same bearer token as the HTTP API and every tool call runs the same gateway code.
 func (s *Server) MCPHandler() http.Handler {
 	srv := mcp.NewServer(&mcp.Implementation{Name: "xema", Version: Version}, &mcp.ServerOptions{
-		Capabilities: &mcp.ServerCapabilities{Logging: &mcp.LoggingCapabilities{},
+		// Logging is what the SDK advertises when no capabilities are given; kept so that naming
+		// the Tasks extension changes nothing else a client sees.
+		Capabilities: &mcp.ServerCapabilities{Logging: &mcp.LoggingCapabilities{}, //nolint:staticcheck // deprecated in 2026-07-28, still in the protocol versions clients speak
 			Extensions: map[string]any{TasksExtension: map[string]any{}}}})
 	s.addTasks(srv)
 	gw := s.Gateway

@@ -95,6 +95,7 @@ app.kubernetes.io/component: gateway
 {{- end }}
 {{- end }}
 {{- $_ := required "config.issuer (your OIDC issuer) is required: without it every replica runs a development issuer of its own" .Values.config.issuer }}
+{{- $_ = required "config.audience (the audience your issuer's tokens carry for the gateway) is required with config.issuer" .Values.config.audience }}
 {{- $cfg := deepCopy .Values.config }}
 {{- $_ = set $cfg "addr" (printf "0.0.0.0:%d" (int .Values.service.port)) }}
 {{- $_ = set $cfg "data-dir" "/data" }}
