@@ -63,8 +63,7 @@ type ackResult struct {
 // taskParams are the params of tasks/get, tasks/cancel and tasks/update.
 type taskParams struct {
 	mcp.ParamsBase
-	TaskID         string          `json:"taskId"`
-	InputResponses json.RawMessage `json:"inputResponses,omitempty"`
+	TaskID string `json:"taskId"` // tasks/update's inputResponses are ignored: a held call asks for none
 }
 
 // heldSlot is where the invoke tool leaves the task of a held call, for the middleware of a

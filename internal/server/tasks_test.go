@@ -145,9 +145,14 @@ func TestMCPTasks(t *testing.T) {
 			strings.ReplaceAll(got.Error.Message, id, "X") != strings.ReplaceAll(unknown.Error.Message, "apr_aaaaaaaaaaaaaaaa", "X") {
 			t.Fatalf("%s's tasks/get: %+v; want -32602 exactly as for an unknown id (%+v)", who, got.Error, unknown.Error)
 		}
-		if c := m.call(who, "tasks/cancel", map[string]any{"taskId": id}, true); c.Error == nil || c.Error.Code != -32602 {
-			t.Fatalf("%s's tasks/cancel: %+v; want -32602", who, c)
+		for _, method := range []string{"tasks/cancel", "tasks/update"} {
+			if c := m.call(who, method, map[string]any{"taskId": id, "inputResponses": map[string]any{}}, true); c.Error == nil || c.Error.Code != -32602 {
+				t.Fatalf("%s's %s: %+v; want -32602", who, method, c)
+			}
 		}
+	}
+	if u := m.call("bot", "tasks/update", map[string]any{"taskId": id, "inputResponses": map[string]any{"x": map[string]any{"action": "accept"}}}, true); u.Error != nil || u.Result["resultType"] != "complete" {
+		t.Fatalf("tasks/update by the requester: %+v; want the acknowledgement", u)
 	}
 	for name, params := range map[string]map[string]any{"without taskId": {}, "a number as taskId": {"taskId": 7},
 		"an id of another kind": {"taskId": "inv_" + id}, "a huge id": {"taskId": "apr_" + strings.Repeat("a", 10000)}} {

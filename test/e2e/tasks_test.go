@@ -1,26 +1,29 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/xemahq/xema/internal/testnet"
 	"github.com/xemahq/xema/internal/testpg"
 )
 
 // tasksClient runs test/peers/tasks-client.mjs: the MCP Tasks extension's own client
 // (@modelcontextprotocol/ext-tasks) over the @modelcontextprotocol/sdk transport, pinned by
-// test/peers. Each operation is a fresh process, as a client resuming its persisted task ids.
+// test/peers. One node process answers a JSON command a line; each command opens its own
+// session, as a client resuming the task ids it persisted.
 type tasksClient struct {
-	t      *testing.T
-	script string
+	t   *testing.T
+	in  io.Writer
+	out *bufio.Reader
 }
 
 func newTasksClient(t *testing.T) *tasksClient {
@@ -38,7 +41,27 @@ func newTasksClient(t *testing.T) *tasksClient {
 	if err := os.WriteFile(script, src, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return &tasksClient{t: t, script: script}
+	cmd := exec.Command("node", script)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr testnet.Output
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = in.Close() // the client ends with its input
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("tasks client: %v\n%s", err, stderr.String())
+		}
+	})
+	return &tasksClient{t: t, in: in, out: bufio.NewReader(out)}
 }
 
 // do runs op against g's /mcp as token's holder and returns its JSON answer.
@@ -49,18 +72,13 @@ func (c *tasksClient) do(g *gateway, token, op string, args map[string]any) map[
 		cmd[k] = v
 	}
 	raw, _ := json.Marshal(cmd)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	var stderr bytes.Buffer
-	run := exec.CommandContext(ctx, "node", c.script, string(raw))
-	run.Stderr = &stderr
-	out, err := run.Output()
-	if err != nil {
-		c.t.Fatalf("tasks client %s: %v\n%s", op, err, stderr.String())
+	if _, err := c.in.Write(append(raw, '\n')); err != nil {
+		c.t.Fatalf("tasks client %s: %v", op, err)
 	}
+	line, err := c.out.ReadBytes('\n') // the client answers every command, or ends
 	var ans map[string]any
-	if err := json.Unmarshal(out, &ans); err != nil {
-		c.t.Fatalf("tasks client %s: %q: %v", op, out, err)
+	if err != nil || json.Unmarshal(line, &ans) != nil || ans["fatal"] != nil {
+		c.t.Fatalf("tasks client %s: %q %v", op, line, err)
 	}
 	return ans
 }

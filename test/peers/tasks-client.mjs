@@ -4,7 +4,9 @@
 // Client lacks, so a ConnectedMcpSessionPort frames each request (per-request _meta, the
 // Mcp-Method and Mcp-Name headers) and sends it on the SDK transport.
 //
-// Usage: node tasks-client.mjs '{"url":..., "token":..., "op":..., ...}'; prints one JSON line.
+// Usage: node tasks-client.mjs, then one JSON command a line on stdin
+// ({"url":..., "token":..., "op":..., ...}); it answers each with one JSON line. Every command
+// opens its own session, as a client resuming the task ids it persisted.
 //   call   {arguments}: tools/call xema_capabilities_invoke -> {"kind":"task","taskId"} | {"kind":"immediate","result"}
 //   get    {taskId}:    tasks/get, as the client's TaskController snapshot sees it -> {"task": raw}
 //   settle {taskId}:    resume the task and poll until it ends -> {"status","result"}
@@ -14,9 +16,9 @@
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { withTasks, JsonRpcResponseError } from "@modelcontextprotocol/ext-tasks/client";
+import { createInterface } from "node:readline";
 
 const PROTOCOL = "2026-07-28";
-const cmd = JSON.parse(process.argv[2]);
 const tool = "xema_capabilities_invoke";
 
 async function modernPort(url, token) {
@@ -78,7 +80,7 @@ function print(v) {
   process.stdout.write(JSON.stringify(v) + "\n");
 }
 
-async function main() {
+async function run(cmd) {
   if (cmd.op === "legacy") {
     const client = new Client({ name: "xema-e2e-legacy", version: "1" });
     await client.connect(new StreamableHTTPClientTransport(new URL(cmd.url), {
@@ -105,27 +107,30 @@ async function main() {
     }
     case "get":
       print({ task: (await session.task(cmd.taskId).snapshot()).raw });
+      await session.close();
       break;
     case "settle": {
       const execution = await session.resumeTask(ref);
       const { outcome } = await execution.settle();
       print({ status: outcome.status, result: outcome.result });
+      await session.close();
       break;
     }
     case "cancel":
       await session.task(cmd.taskId).cancel();
       print({ cancelled: true });
+      await session.close();
       break;
     default:
       throw new Error(`unknown op ${cmd.op}`);
   }
 }
 
-main().then(() => process.exit(0), (err) => {
-  if (err instanceof JsonRpcResponseError) {
-    print({ error: { code: err.code, message: err.message } });
-    process.exit(0);
+for await (const line of createInterface({ input: process.stdin })) {
+  try {
+    await run(JSON.parse(line));
+  } catch (err) {
+    if (err instanceof JsonRpcResponseError) print({ error: { code: err.code, message: err.message } });
+    else print({ fatal: `${err?.stack ?? err}` });
   }
-  process.stderr.write(`${err?.stack ?? err}\n`);
-  process.exit(1);
-});
+}
