@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -131,8 +133,12 @@ func mayDecide(v approval.View) string {
 	switch {
 	case v.CanDecide != nil && *v.CanDecide:
 		return "yes"
-	case v.WhyNot != nil && v.WhyNot.Code == approval.CodeNotApprover:
-		return "no: " + v.WhyNot.Message
+	case v.WhyNot != nil && len(v.WhyNot.Reasons) > 0:
+		missing := make([]string, len(v.WhyNot.Reasons))
+		for i, r := range v.WhyNot.Reasons {
+			missing[i] = cmp.Or(r.Detail, r.Code)
+		}
+		return "no: " + v.WhyNot.Code + " (" + strings.Join(missing, "; ") + ")"
 	case v.WhyNot != nil:
 		return "no: " + v.WhyNot.Code
 	}
