@@ -168,6 +168,17 @@ func TestGrantPinsVersion(t *testing.T) {
 		if v2prov.count() != 1 {
 			t.Fatalf("after 1.0.1 was granted the v2 provider got %d calls, want 1", v2prov.count())
 		}
+
+		// 1.0.0 granted again after 1.0.1: the pin (1.0.0) now differs from the catalog's
+		// newest entry (1.0.1), and calls go back to 1.0.0's descriptor and provider.
+		regrant := g.post("/v1/grants", acme.admin, map[string]any{"biomeId": "ticketing", "version": "1.0.0",
+			"digestHash": str(sub1.Body, "digest.hash")})
+		expect(t, regrant, http.StatusCreated)
+		expect(t, g.post("/v1/capabilities/invoke", acme.bot, commentCall()), http.StatusAccepted)
+		expect(t, g.post("/v1/capabilities/invoke", acme.bot, findCall()), http.StatusOK)
+		if v1prov.count() != 2 || v2prov.count() != 1 {
+			t.Fatalf("after 1.0.0 was granted again: v1 provider %d calls, v2 provider %d; want 2 and 1", v1prov.count(), v2prov.count())
+		}
 	})
 }
 
