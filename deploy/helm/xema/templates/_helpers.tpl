@@ -17,9 +17,16 @@
 {{- end }}
 {{- end }}
 
+{{/* Labels of every object but the migration's (which names its own component). */}}
 {{- define "xema.labels" -}}
+{{ include "xema.releaseLabels" . }}
+app.kubernetes.io/component: gateway
+{{- end }}
+
+{{- define "xema.releaseLabels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
-{{ include "xema.selectorLabels" . }}
+app.kubernetes.io/name: {{ include "xema.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ include "xema.tag" . | trunc 63 | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
