@@ -47,6 +47,8 @@ const (
 	// Reason codes of the policy (policies/approval.rego), answered as the step's code.
 	CodeOwnApproval      = "OWN_APPROVAL"
 	CodeApproverNotHuman = "APPROVER_NOT_HUMAN"
+	// CodeGrantNotInEffect: the held call's grant was revoked; no one can approve it now.
+	CodeGrantNotInEffect = "GRANT_NOT_IN_EFFECT"
 )
 
 // Audit decisions of the approval steps; their records link to the held call's auditId.
@@ -393,6 +395,12 @@ func (s *Service) decidable(ctx context.Context, call kernel.Call) (store.Approv
 			"policy unavailable; the approval was not decided (fail closed)")
 	}
 	if !d.Allow {
+		if onlyMissingGrant(d.Reasons) {
+			// The caller would decide it but for the grant: it was revoked since the call was
+			// held, and the call can no longer run (it stays pending until it expires).
+			return a, fault.New(fault.Denied, CodeGrantNotInEffect,
+				"the call %s was held under a grant of biome %s that is no longer in effect (revoked): it cannot be approved", a.ID, a.Biome)
+		}
 		code := denialCode(d.Reasons)
 		if code == CodeNotApprover {
 			return store.Approval{}, notFound
@@ -401,6 +409,11 @@ func (s *Service) decidable(ctx context.Context, call kernel.Call) (store.Approv
 			"%s may not decide approval %s of %s: %s", call.Exec.Subject.Ref, a.ID, a.Ref, reasonCodes(d.Reasons))
 	}
 	return a, nil
+}
+
+// onlyMissingGrant reports whether the policy's sole reason is the biome's missing grant.
+func onlyMissingGrant(rs []policy.Reason) bool {
+	return len(rs) > 0 && !slices.ContainsFunc(rs, func(r policy.Reason) bool { return r.Code != "MISSING_GRANT" })
 }
 
 // approverCodes are the policy's reasons that say this approver may never decide the call,
