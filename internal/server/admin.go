@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 
 	"github.com/labstack/echo/v4"
 
@@ -109,12 +110,31 @@ func (s *Server) lookupRoute(ref string) echo.HandlerFunc {
 			}
 			input[k] = vs[0]
 		}
-		if id := c.Param("id"); id != "" {
-			input["biomeId"], input["version"] = id, c.Param("version")
+		if c.Param("id") != "" {
+			id, err := pathParam(c, "id")
+			if err != nil {
+				return err
+			}
+			version, err := pathParam(c, "version")
+			if err != nil {
+				return err
+			}
+			input["biomeId"], input["version"] = id, version
 		}
 		raw, _ := json.Marshal(input) // a map of strings always encodes
 		return s.kernelCall(c, ref, raw, http.StatusOK)
 	}
+}
+
+// pathParam is a path parameter decoded: the router hands it over as the client escaped it,
+// and a version such as 0.0.0+54767d633d12 arrives as 0.0.0%2B54767d633d12 from a browser.
+func pathParam(c echo.Context, name string) (string, error) {
+	v, err := url.PathUnescape(c.Param(name))
+	if err != nil {
+		return "", &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST",
+			Message: fmt.Sprintf("path parameter %q: not a valid escape sequence", name)}
+	}
+	return v, nil
 }
 
 func (s *Server) kernelRoute(ref string) echo.HandlerFunc {

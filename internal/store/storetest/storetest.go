@@ -42,6 +42,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"AuditIsAppendOnly", testAuditAppendOnly},
 		{"AuditBatch", testAuditBatch},
 		{"ListAudit", testListAudit},
+		{"AuditStats", testAuditStats},
 		{"RevisionBumpsOnPolicyData", testRevision},
 		{"ConcurrentPublish", testConcurrentPublish},
 		{"Ping", testPing},
