@@ -236,7 +236,8 @@ test_environment_not_allowed_audience_limits_suggestions if {
 test_environment_undefined if {
 	dec := decide(object.union(agent, {"environment": "mars"}))
 	codes(dec) == {"ENVIRONMENT_NOT_ALLOWED"}
-	dec.reasons[0].detail == "environment mars is not defined"
+	startswith(dec.reasons[0].detail, "environment mars is not defined (defined: ")
+	contains(dec.reasons[0].detail, "project")
 }
 
 test_subject_not_covered if {

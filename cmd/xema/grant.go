@@ -36,9 +36,11 @@ func newGrantCmd() *cobra.Command {
 	create := &cobra.Command{
 		Use:   "create",
 		Short: "Approve a biome version (its digest is read from the gateway unless --digest is given)",
+		// The environments prod and staging are those `xema serve --environments prod=project,staging=project`
+		// names (docs/profiles.md); TestNamedEnvironments runs this example as written.
 		Example: `  xema grant create --biome ticketing --version 1.0.0 --profile internal-agent \
-    --env ticketing:ticket.create@1=prod,staging --subject ticketing:ticket.create@1=group:support \
-    --rate ticketing:ticket.create@1=60/1m --require-approval ticketing:ticket.create@1`,
+    --env ticket:create@1=prod,staging --subject ticket:create@1=group:support \
+    --rate ticket:create@1=60/1m --require-approval ticket:create@1`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cl, err := api.client()

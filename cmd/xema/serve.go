@@ -75,6 +75,7 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&cfg.BiomesDir, "biomes", "", "directory of biome directories to load at start")
 	f.StringVar(&cfg.StoreDSN, "store", "", "store: empty for SQLite under --data-dir, or postgres://... (also XEMA_STORE)")
 	f.StringSliceVar(&cfg.DevGrants, "dev-grant", nil, "approve these biomes with their default profile at first start (development only)")
+	f.StringSliceVar(&cfg.Environments, "environments", nil, "NAME=KIND[,NAME=KIND...]: named environments beyond the defaults (one per kind), e.g. prod=project,staging=project; tokens and grants name them (config file: environments: {prod: project})")
 	f.StringVar(&cfg.OperatorOrg, "operator-org", identity.DefaultOrg, "org whose administrators act for the operator: they move the lifecycle of the --biomes store and read audit records of no org")
 	f.StringVar(&cfg.DecisionLog, "decision-log", "", "ship decisions in OPA's decision-log format to stdout, file:PATH or an http(s) URL (batched; off by default)")
 	f.StringArrayVar(&cfg.DecisionLogMask, "decision-log-mask", nil, "a JSON pointer erased from every decision-log event's input, e.g. /input/session; repeatable")
