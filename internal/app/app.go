@@ -105,6 +105,9 @@ type Config struct {
 	Environments []string
 }
 
+// Environments are the named environments the gateway knows (the defaults and --environments).
+func (a *App) Environments() grant.Environments { return a.envs }
+
 // Validate checks the configuration before anything opens; each error names the `xema serve`
 // flag of the field.
 func (c Config) Validate() error {

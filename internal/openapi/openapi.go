@@ -230,7 +230,7 @@ func Operations() []Operation {
 			Params: []Param{pathParam("id", "audit id")}, Responses: merge(errorsOf(authed...), errorsOf(404), ok(200, "the record", ref("AuditRecord")))},
 		{Method: "GET", Path: "/v1/audit/{id}/why-denied", Summary: "The structured denial of a denied call", Tag: "audit",
 			Params: []Param{pathParam("id", "audit id")}, Responses: merge(errorsOf(authed...), errorsOf(404, 409), ok(200, "the denial", ref("WhyDenied")))},
-		{Method: "GET", Path: "/v1/profiles", Summary: "The built-in grant profiles and what each admits", Tag: "grants",
+		{Method: "GET", Path: "/v1/profiles", Summary: "The built-in grant profiles and what each admits, and the named environments a grant or token may name", Tag: "grants",
 			Responses: merge(errorsOf(authed...), ok(200, "profiles by name", ref("Profiles")))},
 
 		kernel("POST", "/v1/credentials", "Store a credential (sealed; never answered back)", "bindings", binding.RefCredentialCreate, 201, true),
@@ -491,8 +491,10 @@ func typeSchemas() (map[string]any, error) {
 	out["ExplainRequest"].(map[string]any)["required"] = []string{"capabilityRef", "denialCode"}
 	out["AuditPage"] = map[string]any{"type": "object", "required": []string{"records"}, "additionalProperties": false,
 		"properties": map[string]any{"records": map[string]any{"type": "array", "items": ref("AuditRecord")}, "nextCursor": str}}
-	out["Profiles"] = map[string]any{"type": "object", "required": []string{"profiles"}, "additionalProperties": false,
-		"properties": map[string]any{"profiles": ref("ProfileSet")}}
+	out["Profiles"] = map[string]any{"type": "object", "required": []string{"profiles", "environments"}, "additionalProperties": false,
+		"properties": map[string]any{"profiles": ref("ProfileSet"),
+			"environments": map[string]any{"type": "object", "description": "every named environment (--environments) and its kind",
+				"additionalProperties": map[string]any{"type": "string", "enum": grant.Kinds}}}}
 	out["Status"] = map[string]any{"type": "object", "required": []string{"status"}, "properties": map[string]any{"status": str}}
 	// Error is inferred from fault.Error (so a new field cannot go undocumented), with the
 	// fields' meaning added.

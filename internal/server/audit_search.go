@@ -159,9 +159,14 @@ func (s *Server) auditSearch(c echo.Context) error {
 }
 
 // profiles is GET /v1/profiles: the built-in permission profiles a grant may name, so a
-// person approving a digest sees what a profile admits before confirming.
+// person approving a digest sees what a profile admits before confirming, and the named
+// environments (name to kind) its customization and tokens may name.
 func (s *Server) profiles(c echo.Context) error {
-	return c.JSON(http.StatusOK, map[string]any{"profiles": grant.Builtin()})
+	envs := map[string]string{}
+	for _, name := range s.Environments.Names() {
+		envs[name], _ = s.Environments.Lookup(name)
+	}
+	return c.JSON(http.StatusOK, map[string]any{"profiles": grant.Builtin(), "environments": envs})
 }
 
 func parsePosition(pos string) (store.AuditPosition, bool) {

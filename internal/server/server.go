@@ -24,6 +24,7 @@ import (
 	"github.com/xemahq/xema/internal/console"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
+	"github.com/xemahq/xema/internal/grant"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/store"
 	"github.com/xemahq/xema/internal/telemetry"
@@ -50,6 +51,8 @@ type AuditReader interface {
 // Server holds the routes' dependencies.
 type Server struct {
 	Gateway *gateway.Gateway
+	// Environments are the named environments grants and tokens may name (GET /v1/profiles).
+	Environments grant.Environments
 	// Audit reads the audit records (why-denied, the audit search).
 	Audit   AuditReader
 	Auth    Authenticator
