@@ -307,6 +307,26 @@ func (l limits) check() error {
 	return nil
 }
 
+// consoleURL is where the web console answers: under --public-url when given, else on the
+// bound address (an unspecified host is named as loopback, reachable from this machine).
+func consoleURL(publicURL string, bound net.Addr, tls bool) string {
+	if publicURL != "" {
+		return strings.TrimSuffix(publicURL, "/") + "/console/"
+	}
+	scheme := "http"
+	if tls {
+		scheme = "https"
+	}
+	host, port, err := net.SplitHostPort(bound.String())
+	if err != nil {
+		return scheme + "://" + bound.String() + "/console/"
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return scheme + "://" + net.JoinHostPort(host, port) + "/console/"
+}
+
 func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.ServerConfig, bundleReaders []string, lim limits, web webFlags) error {
 	if ctx == nil {
 		ctx = context.Background()
@@ -385,6 +405,8 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 		MetricsAddr: web.metricsAddr, Metrics: server.MetricsHandler(),
 		Serving: func(bound net.Addr) {
 			slog.Info("xema serving", "addr", bound.String(), "tls", tlsCfg != nil, "data-dir", cfg.DataDir,
-				"policy-revision", a.Policy.Revision(), "version", buildinfo.Read().Short(), "tracing", tracing.Enabled())
+				"console", consoleURL(web.publicURL, bound, tlsCfg != nil), "policy-dir", a.Policy.PolicyDir(),
+				"policy-files", a.Policy.PlatformFiles(), "policy-revision", a.Policy.Revision(),
+				"version", buildinfo.Read().Short(), "tracing", tracing.Enabled())
 		}})
 }

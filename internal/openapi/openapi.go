@@ -158,6 +158,8 @@ func Operations() []Operation {
 			Responses: merge(ok(200, "the metadata", ref("ProtectedResourceMetadata")), errorsOf(405))},
 		{Method: "GET", Path: "/.well-known/jwks.json", Summary: "The development issuer's public keys (only without --issuer); verify the tokens the gateway sends providers with them", Tag: "discovery", Public: true,
 			Responses: map[int]Response{200: {Description: "a JSON Web Key Set (RFC 7517)", MediaType: "application/jwk-set+json", Schema: ref("JWKS")}}},
+		{Method: "GET", Path: "/", Summary: "Redirects to the web console", Tag: "console", Public: true,
+			Responses: map[int]Response{302: {Description: "to /console/"}}},
 		{Method: "GET", Path: "/console", Summary: "The web console (HTML)", Tag: "console", Public: true,
 			Responses: map[int]Response{200: {Description: "the console page", MediaType: "text/html", Schema: str}, 301: {Description: "to /console/"}, 308: {Description: "to /console/"}}},
 		{Method: "GET", Path: "/console/{path}", Summary: "The web console's page and assets (/console/assets/*)", Tag: "console", Public: true,

@@ -17,6 +17,7 @@ import (
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/grant"
 	"github.com/xemahq/xema/internal/store"
+	"github.com/xemahq/xema/internal/timearg"
 )
 
 // Page sizes of GET /v1/audit.
@@ -79,6 +80,10 @@ func (s *Server) auditSearch(c echo.Context) error {
 			return badParam(k, "longer than 300 characters")
 		}
 	}
+	if strings.ContainsAny(q["ref"], "*?[") {
+		// Refs match exactly; a glob would silently match nothing.
+		return badParam("ref", "globs are not supported: give an exact capability ref such as ticket:create@1")
+	}
 	ec := execOf(c)
 	f := store.AuditQuery{Org: ec.Org, Ref: q["ref"], SubjectRef: q["subject"], ReasonCode: q["reason"], ParentID: q["parent"], Limit: DefaultAuditPage}
 	if d := q["decision"]; d != "" {
@@ -96,9 +101,9 @@ func (s *Server) auditSearch(c echo.Context) error {
 		into *time.Time
 	}{{"since", &f.Since}, {"until", &f.Until}} {
 		if v := q[tp.name]; v != "" {
-			t, err := time.Parse(time.RFC3339Nano, v)
+			t, err := timearg.Parse(v, time.Now())
 			if err != nil {
-				return badParam(tp.name, "want an RFC 3339 time such as 2026-03-01T12:00:00Z")
+				return badParam(tp.name, timearg.Want)
 			}
 			*tp.into = t
 		}
