@@ -128,6 +128,13 @@ func (c Config) Validate() error {
 	case c.ReloadEvery < 0:
 		return fmt.Errorf("--reload-every %v: want more than 0", c.ReloadEvery)
 	}
+	if c.BiomesDir != "" {
+		// A gateway serving without the biomes it was told to load would answer every call
+		// of them as unknown: refuse to start instead.
+		if _, err := os.ReadDir(c.BiomesDir); err != nil {
+			return fmt.Errorf("--biomes %s: %w", c.BiomesDir, err)
+		}
+	}
 	if _, err := grant.ParseEnvironments(c.Environments); err != nil {
 		return fmt.Errorf("--environments: %w", err)
 	}
