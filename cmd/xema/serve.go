@@ -15,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/spf13/cobra"
 
@@ -43,6 +44,7 @@ func newServeCmd() *cobra.Command {
 		config  string
 		bound   boundaryFlags
 		web     webFlags
+		notifyF notifyFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -61,6 +63,10 @@ func newServeCmd() *cobra.Command {
 			}
 			fromEnv(&cfg, &idCfg)
 			if err := bound.apply(&cfg, idCfg); err != nil {
+				return &exitError{code: 2, err: err}
+			}
+			var err error
+			if cfg.Notify, err = notifyF.config(web.publicURL, addr, web.tlsCert != ""); err != nil {
 				return &exitError{code: 2, err: err}
 			}
 			if err := startPprof(cmd.Context()); err != nil {
@@ -82,6 +88,7 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&cfg.PolicyDir, "policy-dir", "", "directory of the platform team's own Rego (package xema.custom)")
 	f.DurationVar(&cfg.PolicyDirPoll, "policy-dir-poll", 2*time.Second, "how often to look for changed Rego in --policy-dir (file sizes and mtimes; 0: never, restart to apply); a file that does not compile keeps the serving policy and is logged")
 	f.DurationVar(&cfg.ReloadEvery, "reload-every", 2*time.Second, "how often to look for policy data changed through another replica")
+	notifyF.addTo(f)
 	f.DurationVar(&cfg.ApprovalTTL, "approval-ttl", 24*time.Hour, "how long a call held for human approval may wait before it expires and never runs")
 	f.DurationVar(&cfg.MCPResyncEvery, "mcp-resync-every", 0, "how often to sync every external MCP server's tools (0: only on its tools/list_changed)")
 	f.DurationVar(&cfg.UnauthAuditInterval, "unauth-audit-interval", gateway.DefaultUnauthInterval, "unauthenticated attempts are audited in one record per route, reason and source per interval of this length")
@@ -89,6 +96,7 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&idCfg.Audience, "audience", "", "required token audience with --issuer")
 	f.StringVar(&idCfg.JWKSURL, "jwks-url", "", "JWKS URL of --issuer (default: discovered from the issuer)")
 	f.StringVar(&idCfg.ClaimMapping, "claim-mapping", "", "claim mapping: 'default', 'keycloak' or a JSON file")
+	f.StringVar(&idCfg.DefaultOrg, "default-org", "", "with --issuer, the org of a token that names none (without it such tokens are refused); the development issuer's tokens default to '"+identity.DefaultOrg+"'")
 	f.DurationVar(&idCfg.Leeway, "token-leeway", identity.DefaultLeeway, "clock skew allowed on a token's exp, nbf and iat (at most "+identity.MaxLeeway.String()+")")
 	f.DurationVar(&idCfg.MaxTokenTTL, "max-token-ttl", identity.DefaultMaxTokenTTL, "refuse tokens whose lifetime (exp-iat, or exp-now without iat) exceeds this")
 	def := defaultLimits()
@@ -349,6 +357,12 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	}
 	if err := web.check(); err != nil {
 		return &exitError{code: 2, err: err}
+	}
+	if idCfg.DefaultOrg != "" && idCfg.Issuer == "" {
+		return &exitError{code: 2, err: errors.New("--default-org: needs --issuer (the development issuer's tokens default to '" + identity.DefaultOrg + "')")}
+	}
+	if strings.ContainsFunc(idCfg.DefaultOrg, unicode.IsControl) || strings.TrimSpace(idCfg.DefaultOrg) != idCfg.DefaultOrg {
+		return &exitError{code: 2, err: errors.New("--default-org: an org name without control characters or surrounding spaces")}
 	}
 	if web.consoleClientID != "" && idCfg.Issuer == "" {
 		return &exitError{code: 2, err: errors.New("--console-client-id: needs --issuer (the development issuer signs in with a pasted token)")}

@@ -16,6 +16,7 @@ import (
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
+	"github.com/xemahq/xema/internal/notify"
 	"github.com/xemahq/xema/internal/store"
 )
 
@@ -31,13 +32,27 @@ type fixture struct {
 
 func newFixture(t *testing.T, customize map[string]any) *fixture {
 	t.Helper()
+	return newFixtureWith(t, customize, nil)
+}
+
+// newFixtureWith is newFixture keeping the apptest fixture in *fx (when fx is not nil), told
+// of held calls as notifications say.
+func newFixtureWith(t *testing.T, customize map[string]any, fx **apptest.Fixture, notifications ...notify.Config) *fixture {
+	t.Helper()
 	var runs atomic.Int32
-	f := apptest.New(t, apptest.Options{Customize: map[string]any{ref: customize},
+	o := apptest.Options{Customize: map[string]any{ref: customize},
 		Provider: func(w http.ResponseWriter, _ *http.Request) {
 			runs.Add(1)
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = w.Write([]byte(`{"commentId":"c1"}`))
-		}})
+		}}
+	for _, n := range notifications {
+		o.Notify = n
+	}
+	f := apptest.New(t, o)
+	if fx != nil {
+		*fx = f
+	}
 	return &fixture{app: f.App, runs: &runs, clock: f.Now}
 }
 
@@ -47,6 +62,12 @@ var (
 	bot   = exec("agent:support-bot", "project", "")
 	alice = exec("user:alice", "org", "org_admin")
 )
+
+// otherOrg is ec in another org: the held calls of the default org are unknown to it.
+func otherOrg(ec identity.ExecContext) identity.ExecContext {
+	ec.Org = "acme"
+	return ec
+}
 
 // hold makes the approval-requiring call as requester and returns its approval id.
 func (f *fixture) hold(t *testing.T, requester identity.ExecContext) string {
@@ -87,9 +108,10 @@ func TestWhoMayApprove(t *testing.T) {
 		{"org admin covered by the grant", map[string]any{"requiresApproval": true}, bot, alice, ""},
 		{"an agent may not decide", map[string]any{"requiresApproval": true}, bot, exec("agent:helper", "project", ""), gateway.CodeDenied},
 		{"never the requester", map[string]any{"requiresApproval": true}, exec("user:bob", "project", "org_member"), exec("user:bob", "project", "org_member"), approval.CodeOwnApproval},
-		{"a person the grant does not cover", map[string]any{"requiresApproval": true, "subjects": []string{"agent:support-bot"}}, bot, alice, approval.CodeNotFound},
+		{"a person the grant does not cover", map[string]any{"requiresApproval": true, "subjects": []string{"agent:support-bot"}}, bot, alice, approval.CodeNotApprover},
 		{"a person the grant names", map[string]any{"requiresApproval": true, "subjects": []string{"agent:support-bot", "user:carol"}}, bot, exec("user:carol", "project", "org_member"), ""},
-		{"outside the grant's environments", map[string]any{"requiresApproval": true, "environments": []string{"project"}}, bot, alice, approval.CodeNotFound},
+		{"outside the grant's environments", map[string]any{"requiresApproval": true, "environments": []string{"project"}}, bot, alice, approval.CodeNotApprover},
+		{"an admin of another org", map[string]any{"requiresApproval": true}, bot, otherOrg(alice), approval.CodeNotFound},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
+	"sort"
 	"strings"
 )
 
@@ -156,8 +157,11 @@ type CapabilityData struct {
 	ReplacedBy           string    `json:"replacedBy"`
 	RequiredBindings     []any     `json:"requiredBindings"` // never null: [] when none
 	RequiresApproval     bool      `json:"requiresApproval"`
-	RiskTier             string    `json:"riskTier"`
-	SafeForAgents        bool      `json:"safeForAgents"`
+	// Resource is the input property naming the resource a call acts on ("" when none): a
+	// grant restricting resources denies a call that does not name it.
+	Resource      string `json:"resource"`
+	RiskTier      string `json:"riskTier"`
+	SafeForAgents bool   `json:"safeForAgents"`
 }
 
 // LimitData is a rate limit or quota: requests per window.
@@ -292,4 +296,33 @@ func jsonFields(t reflect.Type) []string {
 		names[i], _, _ = strings.Cut(t.Field(i).Tag.Get("json"), ",")
 	}
 	return names
+}
+
+// Covering reads back, from a document Map made, the grants of org covering ref: one per
+// biome whose effective grant covers it, in biome order.
+func Covering(data map[string]any, org, ref string) []GrantData {
+	grants, _ := data["grants"].(map[string]any)
+	byBiome, _ := grants[ref].(map[string]any)
+	biomes := make([]string, 0, len(byBiome))
+	for b := range byBiome {
+		biomes = append(biomes, b)
+	}
+	sort.Strings(biomes)
+	var out []GrantData
+	for _, b := range biomes {
+		byOrg, _ := byBiome[b].(map[string]any)
+		fields, ok := byOrg[org].(map[string]any)
+		if !ok {
+			continue
+		}
+		raw, err := json.Marshal(fields)
+		if err != nil {
+			continue // Map's values always encode
+		}
+		var g GrantData
+		if json.Unmarshal(raw, &g) == nil {
+			out = append(out, g)
+		}
+	}
+	return out
 }
