@@ -261,7 +261,8 @@ test_environment_not_allowed_audience_limits_suggestions if {
 test_environment_undefined if {
 	dec := decide(object.union(agent, {"environment": "mars"}))
 	codes(dec) == {"ENVIRONMENT_NOT_ALLOWED"}
-	dec.reasons[0].detail == "environment mars is not defined"
+	startswith(dec.reasons[0].detail, "environment mars is not defined (defined: ")
+	contains(dec.reasons[0].detail, "project")
 }
 
 test_subject_not_covered if {
@@ -384,6 +385,32 @@ test_human_baseline_not_met_environment if {
 
 test_human_baseline_agent_needs_grant if {
 	codes(decide(object.union(agent, {"ref": "biome:install@1", "environment": "org"}))) == {"MISSING_GRANT"}
+}
+
+# The built-in biome's capabilities are never granted: no denial suggests asking for a grant.
+test_builtin_capability_suggests_no_grant if {
+	builtin := object.union(fixture, {"capabilities": object.union(fixture.capabilities, {"biome:install@1": object.union(
+		fixture.capabilities["biome:install@1"],
+		{"biome": {"id": "xema", "version": "0.0.0"}},
+	)})})
+	member := decide_with(object.union(user("bob", "org_member"), {"ref": "biome:install@1", "environment": "org"}), builtin)
+	"MISSING_GRANT" in codes(member)
+	not "request-grant" in kinds(member)
+	bot := decide_with(object.union(agent, {"ref": "biome:install@1", "environment": "org"}), builtin)
+	not "request-grant" in kinds(bot)
+	# Another biome's capability still gets the suggestion.
+	"request-grant" in kinds(decide(object.union(agent, {"ref": "biome:install@1", "environment": "org"})))
+}
+
+# No grant makes a capability that is not safe for agents callable by one.
+test_unsafe_for_agents_suggests_no_grant if {
+	unsafe := object.union(fixture, {"capabilities": object.union(fixture.capabilities, {"kb:page.read@1": object.union(
+		fixture.capabilities["kb:page.read@1"],
+		{"safeForAgents": false},
+	)}), "grants": {}})
+	dec := decide_with(agent, unsafe)
+	"NOT_SAFE_FOR_AGENTS" in codes(dec)
+	not "request-grant" in kinds(dec)
 }
 
 test_org_role_baseline if {

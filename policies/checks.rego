@@ -32,7 +32,7 @@ deny contains {"code": "NOT_PUBLISHED", "detail": sprintf("%s is %s, not publish
 	not lifecycle in invocable_lifecycle
 }
 
-deny contains {"code": "ENVIRONMENT_NOT_ALLOWED", "detail": sprintf("environment %s is not defined", [input.environment])} if {
+deny contains {"code": "ENVIRONMENT_NOT_ALLOWED", "detail": sprintf("environment %s is not defined (defined: %s)", [input.environment, concat(", ", sort(object.keys(data.xema.environments)))])} if {
 	cap
 	not env_kind
 }

@@ -23,14 +23,27 @@ standing_suggestion contains {"kind": "request-approval", "capability": input.re
 # from a reason, so a clean call, decided by clean_decision, never has them.)
 suggestion contains {"kind": "request-grant", "capability": input.ref, "environment": env} if {
 	denied("MISSING_GRANT")
+	grant_could_lift
 	env := grantable_environment
 }
 
 # Granted, but not here: extend the grant to this environment, or move to one it admits.
 suggestion contains {"kind": "request-grant", "capability": input.ref, "environment": input.environment} if {
 	denied("ENVIRONMENT_NOT_ALLOWED")
+	grant_could_lift
 	audience_admits(env_kind)
 }
+
+# A grant is worth asking for only if one can exist and lift the denial: the built-in biome's
+# capabilities are held by role (humanBaseline), never granted, and no grant makes a
+# capability unsafe for agents callable by one.
+grant_could_lift if {
+	cap.biome.id != builtin_biome
+	not denied("NOT_SAFE_FOR_AGENTS")
+}
+
+# The biome of the gateway's own capabilities (internal/app.KernelBiome).
+builtin_biome := "xema"
 
 suggestion contains {"kind": "switch-environment", "from": input.environment, "to": to} if {
 	denied("ENVIRONMENT_NOT_ALLOWED")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/xemahq/xema/internal/app"
 	"github.com/xemahq/xema/internal/audit"
+	"github.com/xemahq/xema/internal/timearg"
 )
 
 // newAuditVerifyCmd is `xema audit verify`.
@@ -27,9 +28,9 @@ than every chain (written before chaining existed) are counted, not judged.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var since time.Time
 			if sinceAt != "" {
-				t, err := time.Parse(time.RFC3339, sinceAt)
+				t, err := timearg.Parse(sinceAt, time.Now())
 				if err != nil {
-					return &exitError{code: 2, err: fmt.Errorf("--since %q: want an RFC 3339 time: %w", sinceAt, err)}
+					return &exitError{code: 2, err: fmt.Errorf("--since %w", err)}
 				}
 				since = t
 			}
@@ -65,6 +66,6 @@ than every chain (written before chaining existed) are counted, not judged.`,
 		},
 	}
 	sf.add(cmd)
-	cmd.Flags().StringVar(&sinceAt, "since", "", "only report breaks at records from this RFC 3339 time on")
+	cmd.Flags().StringVar(&sinceAt, "since", "", "only report breaks at records from this time on: RFC 3339, or a duration ago such as 24h")
 	return cmd
 }

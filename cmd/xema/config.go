@@ -3,8 +3,10 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -49,6 +51,20 @@ func applyKey(fs *pflag.FlagSet, key string, value any) error {
 	}
 	var items []string
 	list, isList := value.([]any)
+	if m, isMap := value.(map[string]any); isMap {
+		// A mapping is NAME=VALUE pairs, sorted (environments: {prod: project}).
+		if _, ok := f.Value.(pflag.SliceValue); !ok {
+			return fmt.Errorf("takes one value, not a mapping")
+		}
+		list, isList = make([]any, 0, len(m)), true
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			v, err := scalar(m[k])
+			if err != nil {
+				return fmt.Errorf("%s: %w", k, err)
+			}
+			list = append(list, k+"="+v)
+		}
+	}
 	if !isList {
 		list = []any{value}
 	}

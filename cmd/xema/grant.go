@@ -8,12 +8,14 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/xemahq/xema/internal/admin"
 	"github.com/xemahq/xema/internal/client"
 	"github.com/xemahq/xema/internal/grant"
+	"github.com/xemahq/xema/internal/timearg"
 )
 
 // newGrantCmd is `xema grant`.
@@ -36,9 +38,11 @@ func newGrantCmd() *cobra.Command {
 	create := &cobra.Command{
 		Use:   "create",
 		Short: "Approve a biome version (its digest is read from the gateway unless --digest is given)",
+		// The environments prod and staging are those `xema serve --environments prod=project,staging=project`
+		// names (docs/profiles.md); TestNamedEnvironments runs this example as written.
 		Example: `  xema grant create --biome ticketing --version 1.0.0 --profile internal-agent \
-    --env ticketing:ticket.create@1=prod,staging --subject ticketing:ticket.create@1=group:support \
-    --rate ticketing:ticket.create@1=60/1m --require-approval ticketing:ticket.create@1`,
+    --env ticket:create@1=prod,staging --subject ticket:create@1=group:support \
+    --rate ticket:create@1=60/1m --require-approval ticket:create@1`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cl, err := api.client()
@@ -52,6 +56,9 @@ func newGrantCmd() *cobra.Command {
 			}
 			if c.since != "" && !c.dryRun {
 				return &exitError{code: 2, err: fmt.Errorf("--since needs --dry-run")}
+			}
+			if c.since, err = window(c.since); err != nil {
+				return err
 			}
 			if req.DigestHash == "" {
 				var bv struct {
@@ -93,7 +100,7 @@ func newGrantCmd() *cobra.Command {
 	fl.StringArrayVar(&c.approval, "require-approval", nil, "REF: calls of this capability wait for a person")
 	fl.StringArrayVar(&c.noApproval, "no-approval", nil, "REF: calls of this capability do not wait for a person")
 	fl.BoolVar(&c.dryRun, "dry-run", false, "record nothing: print the grant it would record and its impact over the org's recorded calls")
-	fl.StringVar(&c.since, "since", "", "with --dry-run: replay the calls recorded this long ago until now, e.g. 24h (default 168h)")
+	fl.StringVar(&c.since, "since", "", "with --dry-run: replay the calls recorded since then until now: RFC 3339, or a duration ago such as 24h (default 168h)")
 	_ = create.MarkFlagRequired("biome")
 	_ = create.MarkFlagRequired("version")
 
@@ -210,6 +217,9 @@ printed first; nothing is recorded without --yes.`,
 			case custom != nil:
 				body["customize"] = custom
 			}
+			if c.since, err = window(c.since); err != nil {
+				return err
+			}
 			path := "/v1/grants/" + url.PathEscape(args[0]) + "/change"
 			dry := path + "?dryRun=true"
 			if c.since != "" {
@@ -252,8 +262,21 @@ printed first; nothing is recorded without --yes.`,
 	fl.StringArrayVar(&c.noApproval, "no-approval", nil, "REF: calls of this capability do not wait for a person")
 	fl.BoolVar(&c.clearCustomize, "clear-customize", false, "drop the grant's customization")
 	fl.BoolVar(&c.yes, "yes", false, "record the change after showing it")
-	fl.StringVar(&c.since, "since", "", "replay the calls recorded this long ago until now for the impact, e.g. 24h (default 168h)")
+	fl.StringVar(&c.since, "since", "", "replay the calls recorded since then until now for the impact: RFC 3339, or a duration ago such as 24h (default 168h)")
 	return cmd
+}
+
+// window turns a --since of a dry run (a time or a duration ago) into the duration the API
+// takes; "" stays "" (the API's default).
+func window(since string) (string, error) {
+	if since == "" {
+		return "", nil
+	}
+	d, err := timearg.Ago(since, time.Now())
+	if err != nil {
+		return "", &exitError{code: 2, err: fmt.Errorf("--since %w", err)}
+	}
+	return fmt.Sprintf("%ds", int64(d/time.Second)), nil
 }
 
 // printChange writes a change's diff and impact.

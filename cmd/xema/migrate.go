@@ -26,7 +26,7 @@ them at start as well.`,
 				return fmt.Errorf("migrate: %w", err)
 			}
 			if len(applied) == 0 {
-				fmt.Fprintln(cmd.OutOrStdout(), "up to date:", engine.Describe(dsn, dataDir))
+				fmt.Fprintln(cmd.OutOrStdout(), "up to date:", engine.Describe(storeDSN(dsn), dataDir))
 			}
 			return nil
 		},

@@ -17,6 +17,7 @@ import (
 	"github.com/xemahq/xema/internal/replay"
 	"github.com/xemahq/xema/internal/store"
 	"github.com/xemahq/xema/internal/store/engine"
+	"github.com/xemahq/xema/internal/timearg"
 )
 
 // storeFlags name the store a command reads directly (not through a running gateway).
@@ -46,8 +47,8 @@ func (f *storeFlags) open(ctx context.Context) (store.Store, error) {
 // newReplayCmd is `xema replay`.
 func newReplayCmd() *cobra.Command {
 	var sf storeFlags
-	var since, until time.Duration
-	var untilAt, policyDir, bundleFile, format, org string
+	var until time.Duration
+	var since, untilAt, policyDir, bundleFile, format, org string
 	cmd := &cobra.Command{
 		Use:   "replay",
 		Short: "Re-decide recorded calls with a candidate policy and report what would change",
@@ -63,23 +64,25 @@ was kept are counted as not replayable.`,
 			if format != "text" && format != "json" {
 				return &exitError{code: 2, err: fmt.Errorf("--format %q: want text or json", format)}
 			}
-			if since <= 0 {
-				return &exitError{code: 2, err: fmt.Errorf("--since %v: want a positive duration such as 24h", since)}
+			if since == "" {
+				return &exitError{code: 2, err: fmt.Errorf("--since: required, %s", timearg.Want)}
 			}
 			if policyDir != "" && bundleFile != "" {
 				return &exitError{code: 2, err: fmt.Errorf("--policy-dir and --bundle: give one candidate")}
 			}
 			now := time.Now()
-			w := replay.Window{Since: now.Add(-since), Org: org}
+			w := replay.Window{Org: org}
+			var err error
+			if w.Since, err = timearg.Parse(since, now); err != nil {
+				return &exitError{code: 2, err: fmt.Errorf("--since %w", err)}
+			}
 			switch {
 			case untilAt != "" && until != 0:
-				return &exitError{code: 2, err: fmt.Errorf("--until: give a time or a duration, not both")}
+				return &exitError{code: 2, err: fmt.Errorf("--until and --until-ago: give one")}
 			case untilAt != "":
-				t, err := time.Parse(time.RFC3339, untilAt)
-				if err != nil {
-					return &exitError{code: 2, err: fmt.Errorf("--until %q: want an RFC 3339 time: %w", untilAt, err)}
+				if w.Until, err = timearg.Parse(untilAt, now); err != nil {
+					return &exitError{code: 2, err: fmt.Errorf("--until %w", err)}
 				}
-				w.Until = t
 			case until != 0:
 				w.Until = now.Add(-until)
 			}
@@ -107,9 +110,9 @@ was kept are counted as not replayable.`,
 	}
 	sf.add(cmd)
 	f := cmd.Flags()
-	f.DurationVar(&since, "since", 0, "replay the decisions of this long ago up to --until (required, e.g. 24h)")
-	f.DurationVar(&until, "until-ago", 0, "end of the window as a duration before now (default: now)")
-	f.StringVar(&untilAt, "until", "", "end of the window as an RFC 3339 time (default: now)")
+	f.StringVar(&since, "since", "", "start of the window (required): RFC 3339, or a duration ago such as 24h")
+	f.DurationVar(&until, "until-ago", 0, "end of the window as a duration before now (default: now; --until takes one too)")
+	f.StringVar(&untilAt, "until", "", "end of the window: RFC 3339, or a duration ago such as 1h (default: now)")
 	f.StringVar(&policyDir, "policy-dir", "", "candidate platform Rego (package xema.custom) added to the built-in policy")
 	f.StringVar(&bundleFile, "bundle", "", "candidate bundle file in OPA's format (gzipped tar) replacing the whole policy")
 	f.StringVar(&org, "org", "", "only this org's calls (default: every org)")

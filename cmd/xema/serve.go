@@ -81,6 +81,7 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&cfg.BiomesDir, "biomes", "", "directory of biome directories to load at start")
 	f.StringVar(&cfg.StoreDSN, "store", "", "store: empty for SQLite under --data-dir, or postgres://... (also XEMA_STORE)")
 	f.StringSliceVar(&cfg.DevGrants, "dev-grant", nil, "approve these biomes with their default profile at first start (development only)")
+	f.StringSliceVar(&cfg.Environments, "environments", nil, "NAME=KIND[,NAME=KIND...]: named environments beyond the defaults (one per kind), e.g. prod=project,staging=project; tokens and grants name them (config file: environments: {prod: project})")
 	f.StringVar(&cfg.OperatorOrg, "operator-org", identity.DefaultOrg, "org whose administrators act for the operator: they move the lifecycle of the --biomes store and read audit records of no org")
 	f.StringVar(&cfg.DecisionLog, "decision-log", "", "ship decisions in OPA's decision-log format to stdout, file:PATH or an http(s) URL (batched; off by default)")
 	f.StringArrayVar(&cfg.DecisionLogMask, "decision-log-mask", nil, "a JSON pointer erased from every decision-log event's input, e.g. /input/session; repeatable")
@@ -314,6 +315,26 @@ func (l limits) check() error {
 	return nil
 }
 
+// consoleURL is where the web console answers: under --public-url when given, else on the
+// bound address (an unspecified host is named as loopback, reachable from this machine).
+func consoleURL(publicURL string, bound net.Addr, tls bool) string {
+	if publicURL != "" {
+		return strings.TrimSuffix(publicURL, "/") + "/console/"
+	}
+	scheme := "http"
+	if tls {
+		scheme = "https"
+	}
+	host, port, err := net.SplitHostPort(bound.String())
+	if err != nil {
+		return scheme + "://" + bound.String() + "/console/"
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return scheme + "://" + net.JoinHostPort(host, port) + "/console/"
+}
+
 func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.ServerConfig, bundleReaders []string, lim limits, web webFlags) error {
 	if ctx == nil {
 		ctx = context.Background()
@@ -381,7 +402,7 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 		return err
 	}
 	a.KeysReady = ids.KeysReady
-	srv := &server.Server{Gateway: a.Gateway, Audit: a.Store, Approvals: a.Approvals, OperatorOrg: cfg.OperatorOrg, Auth: ids, Ready: a.Ready,
+	srv := &server.Server{Gateway: a.Gateway, Environments: a.Environments(), Audit: a.Store, Approvals: a.Approvals, OperatorOrg: cfg.OperatorOrg, Auth: ids, Ready: a.Ready,
 		Bundles: a.Policy, Mounts: map[string]http.Handler{}, BundleReaders: bundleReaders, BodyReadTimeout: lim.read - lim.readHeader,
 		CORSOrigins: web.corsOrigins, PublicURL: web.publicURL, ConsoleOIDC: consoleOIDC, MetricsReaders: web.metricsReaders}
 	if idCfg.Issuer != "" {
@@ -398,6 +419,8 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 		MetricsAddr: web.metricsAddr, Metrics: server.MetricsHandler(),
 		Serving: func(bound net.Addr) {
 			slog.Info("xema serving", "addr", bound.String(), "tls", tlsCfg != nil, "data-dir", cfg.DataDir,
-				"policy-revision", a.Policy.Revision(), "version", buildinfo.Read().Short(), "tracing", tracing.Enabled())
+				"console", consoleURL(web.publicURL, bound, tlsCfg != nil), "policy-dir", a.Policy.PolicyDir(),
+				"policy-files", a.Policy.PlatformFiles(), "policy-revision", a.Policy.Revision(),
+				"version", buildinfo.Read().Short(), "tracing", tracing.Enabled())
 		}})
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xemahq/xema/internal/audit"
+	"github.com/xemahq/xema/internal/gateway"
 )
 
 // newWhyDeniedCmd is `xema why-denied`.
@@ -63,6 +64,8 @@ func advice(s map[string]any) string {
 		return fmt.Sprintf("call from environment %s instead of %s", str("to"), str("from"))
 	case "request-approval":
 		return fmt.Sprintf("ask for a human approval of %s", str("capability"))
+	case "request-role":
+		return fmt.Sprintf("ask for org role %s (it holds %s without a grant)", str("role"), str("capability"))
 	case "use-successor":
 		return fmt.Sprintf("call %s instead", str("successor"))
 	}
@@ -77,12 +80,24 @@ func printDenial(w io.Writer, d denial) {
 	for _, r := range d.Reasons {
 		fmt.Fprintf(w, "  - %s: %s\n", printable(r.Code), printable(r.Detail))
 	}
-	if len(d.Suggestions) == 0 {
-		fmt.Fprintln(w, "\nNo grant or change of environment would allow this call.")
+	steps := make([]string, 0, len(d.Suggestions)+len(d.Reasons))
+	for _, s := range d.Suggestions {
+		steps = append(steps, advice(s))
+	}
+	for _, r := range d.Reasons {
+		switch {
+		case r.Code == gateway.CodeRateLimited || r.Code == gateway.CodeQuotaExceeded:
+			steps = append(steps, fmt.Sprintf("wait and retry: %s (the call's answer carries Retry-After)", r.Detail))
+		case len(d.Suggestions) == 0 && gateway.GrantLiftable(r.Code):
+			steps = append(steps, fmt.Sprintf("ask an org admin for a wider grant: POST /v1/capabilities/explain with capabilityRef %s and denialCode %s names it", d.Capability, r.Code))
+		}
+	}
+	if len(steps) == 0 {
+		fmt.Fprintln(w, "\nNo grant, role or change of environment would allow this call.")
 		return
 	}
 	fmt.Fprintln(w, "\nWhat to do next:")
-	for _, s := range d.Suggestions {
-		fmt.Fprintf(w, "  - %s\n", printable(advice(s)))
+	for _, s := range steps {
+		fmt.Fprintf(w, "  - %s\n", printable(s))
 	}
 }

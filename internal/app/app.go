@@ -104,7 +104,13 @@ type Config struct {
 	// MaxInflight bounds the outbound calls running at once, MaxPerProvider those of one
 	// provider (--max-inflight-calls, --max-inflight-per-provider); 0 bounds nothing.
 	MaxInflight, MaxPerProvider int
+	// Environments names environments beyond the defaults, NAME=KIND (--environments, the
+	// config file's `environments: {prod: project}`): grants and tokens name them.
+	Environments []string
 }
+
+// Environments are the named environments the gateway knows (the defaults and --environments).
+func (a *App) Environments() grant.Environments { return a.envs }
 
 // Validate checks the configuration before anything opens; each error names the `xema serve`
 // flag of the field.
@@ -125,6 +131,16 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--approval-ttl %v: want more than 0", c.ApprovalTTL)
 	case c.ReloadEvery < 0:
 		return fmt.Errorf("--reload-every %v: want more than 0", c.ReloadEvery)
+	}
+	if c.BiomesDir != "" {
+		// A gateway serving without the biomes it was told to load would answer every call
+		// of them as unknown: refuse to start instead.
+		if _, err := os.ReadDir(c.BiomesDir); err != nil {
+			return fmt.Errorf("--biomes %s: %w", c.BiomesDir, err)
+		}
+	}
+	if _, err := grant.ParseEnvironments(c.Environments); err != nil {
+		return fmt.Errorf("--environments: %w", err)
 	}
 	return nil
 }
@@ -201,8 +217,13 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		st.Close()
 		return nil, err
 	}
+	envs, err := grant.ParseEnvironments(cfg.Environments)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("--environments: %w", err)
+	}
 	a := &App{Store: st, Kernel: kernel.New(), Catalog: catalog.New(st), Policy: eng,
-		envs: grant.DefaultEnvironments(), profiles: grant.Builtin(), loadedAt: -1, cfg: cfg}
+		envs: envs, profiles: grant.Builtin(), loadedAt: -1, cfg: cfg}
 	if a.Replica, err = replicaID(cfg.DataDir); err != nil {
 		return nil, a.closeWith(err)
 	}

@@ -52,6 +52,8 @@ const (
 	// Reason codes of the policy (policies/approval.rego), answered as the step's code.
 	CodeOwnApproval      = "OWN_APPROVAL"
 	CodeApproverNotHuman = "APPROVER_NOT_HUMAN"
+	// CodeGrantNotInEffect: the held call's grant was revoked; no one can approve it now.
+	CodeGrantNotInEffect = "GRANT_NOT_IN_EFFECT"
 	// Ends of a held call that never ran, as its requester's task and idempotent retry answer
 	// them (CodeExpired too).
 	CodeRejected  = "APPROVAL_REJECTED"
@@ -585,10 +587,21 @@ func (s *Service) decidable(ctx context.Context, call kernel.Call) (store.Approv
 	if why != nil && slices.ContainsFunc(why.Reasons, func(r policy.Reason) bool { return r.Code == CodeOrgMismatch }) {
 		return store.Approval{}, notFound
 	}
+	if why != nil && onlyMissingGrant(why.Reasons) {
+		// The caller would decide it but for the grant: it was revoked since the call was
+		// held, and the call can no longer run (it stays pending until it expires).
+		return a, fault.New(fault.Denied, CodeGrantNotInEffect,
+			"the call %s was held under a grant of biome %s that is no longer in effect (revoked): it cannot be approved", a.ID, a.Biome)
+	}
 	if why != nil {
 		return a, fault.New(fault.Denied, why.Code, "%s", why.Message)
 	}
 	return a, nil
+}
+
+// onlyMissingGrant reports whether the policy's sole reason is the biome's missing grant.
+func onlyMissingGrant(rs []policy.Reason) bool {
+	return len(rs) > 0 && !slices.ContainsFunc(rs, func(r policy.Reason) bool { return r.Code != "MISSING_GRANT" })
 }
 
 // approverCodes are the policy's reasons that say this approver may never decide the call,

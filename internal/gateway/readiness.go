@@ -118,6 +118,10 @@ var grantReasons = map[string]bool{
 	"RESOURCE_NOT_REACHABLE": true, "GRANT_ORG_MISMATCH": true, "AUDIENCE_INCOMPATIBLE": true,
 }
 
+// GrantLiftable reports whether a grant (or a wider one) can lift a denial of reason code:
+// what explain answers a grant for, and why-denied points to explain for.
+func GrantLiftable(code string) bool { return grantReasons[code] }
+
 // Explain turns a denial code into what would unlock the capability for this caller in its
 // current environment: the exact grant when a grant is what is missing, the org role when
 // the capability is held by role (humanBaseline), never what the caller already holds.

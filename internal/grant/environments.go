@@ -1,11 +1,11 @@
 package grant
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
 	"regexp"
 	"slices"
+	"strings"
 )
 
 // Environment kinds of the contribution schema.
@@ -43,11 +43,19 @@ func DefaultEnvironments() Environments {
 	return Environments{kinds: m}
 }
 
-// ParseEnvironments reads a JSON object {"name": "kind", ...} and adds it to the defaults.
-func ParseEnvironments(data []byte) (Environments, error) {
-	var cfg map[string]string
-	if err := json.Unmarshal(data, &cfg); err != nil {
-		return Environments{}, fmt.Errorf("environments: want a JSON object of name to kind: %w", err)
+// ParseEnvironments reads NAME=KIND pairs (`xema serve --environments prod=project`, or the
+// config file's `environments: {prod: project}`) and adds them to the defaults.
+func ParseEnvironments(pairs []string) (Environments, error) {
+	cfg := make(map[string]string, len(pairs))
+	for _, p := range pairs {
+		name, kind, ok := strings.Cut(p, "=")
+		if !ok || name == "" || kind == "" {
+			return Environments{}, fmt.Errorf("environment %q: want NAME=KIND, e.g. prod=project", p)
+		}
+		if old, dup := cfg[name]; dup && old != kind {
+			return Environments{}, fmt.Errorf("environment %q: named twice, as %q and %q", name, old, kind)
+		}
+		cfg[name] = kind
 	}
 	return DefaultEnvironments().With(cfg)
 }

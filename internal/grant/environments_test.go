@@ -25,7 +25,7 @@ func TestDefaultEnvironments(t *testing.T) {
 }
 
 func TestParseEnvironments(t *testing.T) {
-	envs, err := ParseEnvironments([]byte(`{"prod-eu":"project","kiosk":"public","project":"project"}`))
+	envs, err := ParseEnvironments([]string{"prod-eu=project", "kiosk=public", "project=project"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,14 +35,19 @@ func TestParseEnvironments(t *testing.T) {
 	if _, ok := DefaultEnvironments().Lookup("prod-eu"); ok {
 		t.Error("With changed the defaults")
 	}
-	for _, tt := range []struct{ cfg, want string }{
-		{`[]`, "JSON object"},
-		{`{"prod":"production"}`, `unknown kind "production"`},
-		{`{"Prod":"project"}`, "name must match"},
-		{`{"public":"sandbox"}`, "already of kind"},
+	for _, tt := range []struct {
+		cfg  []string
+		want string
+	}{
+		{[]string{"prod"}, "want NAME=KIND"},
+		{[]string{"=project"}, "want NAME=KIND"},
+		{[]string{"prod=project", "prod=sandbox"}, "named twice"},
+		{[]string{"prod=production"}, `unknown kind "production"`},
+		{[]string{"Prod=project"}, "name must match"},
+		{[]string{"public=sandbox"}, "already of kind"},
 	} {
-		if _, err := ParseEnvironments([]byte(tt.cfg)); err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("ParseEnvironments(%s) = %v, want error containing %q", tt.cfg, err, tt.want)
+		if _, err := ParseEnvironments(tt.cfg); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("ParseEnvironments(%q) = %v, want error containing %q", tt.cfg, err, tt.want)
 		}
 	}
 }

@@ -159,6 +159,8 @@ func Operations() []Operation {
 			Responses: merge(ok(200, "the metadata", ref("ProtectedResourceMetadata")), errorsOf(405))},
 		{Method: "GET", Path: "/.well-known/jwks.json", Summary: "The development issuer's public keys (only without --issuer); verify the tokens the gateway sends providers with them", Tag: "discovery", Public: true,
 			Responses: map[int]Response{200: {Description: "a JSON Web Key Set (RFC 7517)", MediaType: "application/jwk-set+json", Schema: ref("JWKS")}}},
+		{Method: "GET", Path: "/", Summary: "Redirects to the web console", Tag: "console", Public: true,
+			Responses: map[int]Response{302: {Description: "to /console/"}}},
 		{Method: "GET", Path: "/console", Summary: "The web console (HTML)", Tag: "console", Public: true,
 			Responses: map[int]Response{200: {Description: "the console page", MediaType: "text/html", Schema: str}, 301: {Description: "to /console/"}, 308: {Description: "to /console/"}}},
 		{Method: "GET", Path: "/console/{path}", Summary: "The web console's page and assets (/console/assets/*)", Tag: "console", Public: true,
@@ -236,7 +238,7 @@ func Operations() []Operation {
 			Params: []Param{pathParam("id", "audit id")}, Responses: merge(errorsOf(authed...), errorsOf(404), ok(200, "the record", ref("AuditRecord")))},
 		{Method: "GET", Path: "/v1/audit/{id}/why-denied", Summary: "The structured denial of a denied call", Tag: "audit",
 			Params: []Param{pathParam("id", "audit id")}, Responses: merge(errorsOf(authed...), errorsOf(404, 409), ok(200, "the denial", ref("WhyDenied")))},
-		{Method: "GET", Path: "/v1/profiles", Summary: "The built-in grant profiles and what each admits", Tag: "grants",
+		{Method: "GET", Path: "/v1/profiles", Summary: "The built-in grant profiles and what each admits, and the named environments a grant or token may name", Tag: "grants",
 			Responses: merge(errorsOf(authed...), ok(200, "profiles by name", ref("Profiles")))},
 
 		kernel("GET", "/v1/stats", "The org's calls over a window, counted from the audit log: by time and outcome, top denial reasons and refs, held calls waiting, runners, policy revisions", "audit", insight.RefStats, 200, false,
@@ -511,8 +513,10 @@ func typeSchemas() (map[string]any, error) {
 	out["ExplainRequest"].(map[string]any)["required"] = []string{"capabilityRef", "denialCode"}
 	out["AuditPage"] = map[string]any{"type": "object", "required": []string{"records"}, "additionalProperties": false,
 		"properties": map[string]any{"records": map[string]any{"type": "array", "items": ref("AuditRecord")}, "nextCursor": str}}
-	out["Profiles"] = map[string]any{"type": "object", "required": []string{"profiles"}, "additionalProperties": false,
-		"properties": map[string]any{"profiles": ref("ProfileSet")}}
+	out["Profiles"] = map[string]any{"type": "object", "required": []string{"profiles", "environments"}, "additionalProperties": false,
+		"properties": map[string]any{"profiles": ref("ProfileSet"),
+			"environments": map[string]any{"type": "object", "description": "every named environment (--environments) and its kind",
+				"additionalProperties": map[string]any{"type": "string", "enum": grant.Kinds}}}}
 	out["Status"] = map[string]any{"type": "object", "required": []string{"status"}, "properties": map[string]any{"status": str}}
 	// Error is inferred from fault.Error (so a new field cannot go undocumented), with the
 	// fields' meaning added.

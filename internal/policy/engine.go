@@ -62,8 +62,11 @@ type Engine struct {
 	modules  []module
 	extraSig string
 	dataJSON []byte
-	loaded   bool
-	serving  atomic.Pointer[compiled]
+	// dataRev is the revision of the loaded data; the serving revision adds the platform
+	// Rego's (servingRevision).
+	dataRev string
+	loaded  bool
+	serving atomic.Pointer[compiled]
 	// codes are the reason codes the modules' deny rules can emit (ReasonCodes).
 	codes atomic.Pointer[map[string]bool]
 }
@@ -269,17 +272,21 @@ func (e *Engine) Load(ctx context.Context, data map[string]any, revision string)
 	}
 	// The encoded document, not the caller's map, is kept for recompiling with changed Rego:
 	// a fraction of the map's memory (at 100,000 grants ~1/6: tens of MB, not hundreds).
-	e.dataJSON, e.loaded = dataJSON, true
+	e.dataJSON, e.dataRev, e.loaded = dataJSON, revision, true
 	return nil
 }
 
 // compile builds and swaps in the bundle of mods over dataJSON (the encoded {"xema": ...}
 // document); on error nothing changes.
-func (e *Engine) compile(ctx context.Context, mods []module, dataJSON []byte, revision string) error {
+func (e *Engine) compile(ctx context.Context, mods []module, dataJSON []byte, dataRev string) error {
+	revision := servingRevision(dataRev, mods)
 	// The store is built from the same bytes the bundle carries, so both decide alike.
 	var normalized map[string]any
 	if err := util.UnmarshalJSON(dataJSON, &normalized); err != nil {
 		return fmt.Errorf("policy: load revision %s: decode data: %w", revision, err)
+	}
+	if doc, ok := normalized["xema"].(map[string]any); ok {
+		doc["revision"] = revision // decisions name the serving revision, platform Rego included
 	}
 	store := inmem.NewFromObjectWithOpts(normalized,
 		inmem.OptRoundTripOnWrite(false), inmem.OptReturnASTValuesOnRead(true))

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/xemahq/xema/internal/periodic"
 )
@@ -65,8 +67,7 @@ func (e *Engine) ReloadExtra(ctx context.Context) (changed bool, err error) {
 		return false, err
 	}
 	if e.loaded {
-		rev := e.Revision()
-		if err := e.compile(ctx, mods, e.dataJSON, rev); err != nil {
+		if err := e.compile(ctx, mods, e.dataJSON, e.dataRev); err != nil {
 			return false, err
 		}
 	}
@@ -86,12 +87,57 @@ func (e *Engine) WatchExtra(ctx context.Context, every time.Duration) {
 		changed, err := e.ReloadExtra(ctx)
 		switch {
 		case err != nil:
-			slog.Error("platform policy not reloaded; the previous policy keeps serving", "dir", e.extraDir, "err", err)
+			reloads.WithLabelValues("failed").Inc()
+			slog.Error("platform policy not reloaded; the previous policy keeps serving", "dir", e.extraDir, "revision", e.Revision(), "err", err)
 		case changed:
-			slog.Info("platform policy reloaded", "dir", e.extraDir, "revision", e.Revision())
+			reloads.WithLabelValues("ok").Inc()
+			slog.Info("platform policy reloaded", "dir", e.extraDir, "files", e.PlatformFiles(), "revision", e.Revision())
 		}
 	})
 }
+
+// reloads counts the platform policy dir's reloads by result (ok, failed).
+var reloads = promauto.NewCounterVec(prometheus.CounterOpts{
+	Name: "xema_policy_reloads_total", Help: "Reloads of the platform policy dir (--policy-dir) by result: ok, or failed (the previous policy keeps serving).",
+}, []string{"result"})
+
+// platformPrefix names the modules of the platform policy dir (readAll).
+const platformPrefix = "custom/"
+
+// servingRevision is the revision of a bundle of mods over data of revision dataRev: the data's
+// revision, plus a hash of the platform Rego's paths and sources when there is any, so a
+// changed platform policy serves (and audits) under a revision of its own.
+func servingRevision(dataRev string, mods []module) string {
+	h := sha256.New()
+	n := 0
+	for _, m := range mods {
+		if strings.HasPrefix(m.path, platformPrefix) {
+			fmt.Fprintf(h, "%d:%s%d:%s", len(m.path), m.path, len(m.source), m.source)
+			n++
+		}
+	}
+	if n == 0 {
+		return dataRev
+	}
+	return dataRev + "+p" + hex.EncodeToString(h.Sum(nil))[:12]
+}
+
+// PlatformFiles lists the platform policy dir's Rego files the serving policy holds, relative
+// to the dir.
+func (e *Engine) PlatformFiles() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var files []string
+	for _, m := range e.modules {
+		if p, ok := strings.CutPrefix(m.path, platformPrefix); ok {
+			files = append(files, p)
+		}
+	}
+	return files
+}
+
+// PolicyDir is the platform policy dir (--policy-dir), "" without one.
+func (e *Engine) PolicyDir() string { return e.extraDir }
 
 // DocumentedReasonCodes are the reason codes docs/policy-data.md names.
 var DocumentedReasonCodes = []string{

@@ -70,6 +70,10 @@ func TestReloadExtra(t *testing.T) {
 		t.Fatalf("unchanged dir: changed %v err %v", changed, err)
 	}
 	_, etag1 := e.Bundle()
+	rev1 := e.Revision()
+	if !strings.HasPrefix(rev1, "r1+p") || e.PolicyDir() != dir || !slices.Equal(e.PlatformFiles(), []string{filepath.Base(file)}) {
+		t.Fatalf("with platform Rego: revision %q (want r1+p<hash>), dir %q, files %v", rev1, e.PolicyDir(), e.PlatformFiles())
+	}
 	touch := func(src string, at time.Time) {
 		t.Helper()
 		if err := os.WriteFile(file, []byte(src), 0o600); err != nil {
@@ -84,14 +88,15 @@ func TestReloadExtra(t *testing.T) {
 		t.Fatalf("changed file: changed %v err %v", changed, err)
 	}
 	tar, etag2 := e.Bundle()
-	if etag2 == etag1 || !e.KnownReasonCode("NO_WEEKEND_DEPLOYS") || e.KnownReasonCode("NO_FRIDAY_DEPLOYS") || e.Revision() != "r1" || len(tar) == 0 {
+	rev2 := e.Revision()
+	if etag2 == etag1 || !e.KnownReasonCode("NO_WEEKEND_DEPLOYS") || e.KnownReasonCode("NO_FRIDAY_DEPLOYS") || e.Revision() == rev1 || !strings.HasPrefix(e.Revision(), "r1+p") || len(tar) == 0 {
 		t.Fatalf("after reload: etag %s->%s codes %v revision %s", etag1, etag2, e.ReasonCodes(), e.Revision())
 	}
 	touch("package xema.custom\n\ndeny contains {", time.Now().Add(2*time.Minute))
 	if changed, err := e.ReloadExtra(ctx); changed || err == nil {
 		t.Fatalf("broken file: changed %v err %v", changed, err)
 	}
-	if _, etag := e.Bundle(); etag != etag2 || !e.KnownReasonCode("NO_WEEKEND_DEPLOYS") {
+	if _, etag := e.Bundle(); etag != etag2 || !e.KnownReasonCode("NO_WEEKEND_DEPLOYS") || e.Revision() != rev2 {
 		t.Fatal("a broken file replaced the serving policy")
 	}
 	if changed, err := e.ReloadExtra(ctx); changed || err != nil {

@@ -71,7 +71,7 @@ func (s *Server) whyDenied(c echo.Context) error {
 	d, ok := audit.WhyDenied(rec)
 	if !ok {
 		return &fault.Error{Kind: fault.Conflict, Code: "NOT_A_DENIAL",
-			Message: "audit record " + rec.ID + " is a " + rec.Decision + " decision, not a denial"}
+			Message: "audit record " + rec.ID + " is not a denial: its decision is " + rec.Decision}
 	}
 	return c.JSON(http.StatusOK, d)
 }

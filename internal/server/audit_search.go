@@ -18,6 +18,7 @@ import (
 	"github.com/xemahq/xema/internal/grant"
 	"github.com/xemahq/xema/internal/insight"
 	"github.com/xemahq/xema/internal/store"
+	"github.com/xemahq/xema/internal/timearg"
 )
 
 // Page sizes of GET /v1/audit.
@@ -85,6 +86,10 @@ func (s *Server) auditSearch(c echo.Context) error {
 			return badParam(k, "longer than 300 characters")
 		}
 	}
+	if strings.ContainsAny(q["ref"], "*?[") {
+		// Refs match exactly; a glob would silently match nothing.
+		return badParam("ref", "globs are not supported: give an exact capability ref such as ticket:create@1")
+	}
 	ec := execOf(c)
 	f := store.AuditQuery{Org: ec.Org, Ref: q["ref"], SubjectRef: q["subject"], ReasonCode: q["reason"], ParentID: q["parent"], Limit: DefaultAuditPage}
 	if d := q["decision"]; d != "" {
@@ -102,9 +107,9 @@ func (s *Server) auditSearch(c echo.Context) error {
 		into *time.Time
 	}{{"since", &f.Since}, {"until", &f.Until}} {
 		if v := q[tp.name]; v != "" {
-			t, err := time.Parse(time.RFC3339Nano, v)
+			t, err := timearg.Parse(v, time.Now())
 			if err != nil {
-				return badParam(tp.name, "want an RFC 3339 time such as 2026-03-01T12:00:00Z")
+				return badParam(tp.name, timearg.Want)
 			}
 			*tp.into = t
 		}
@@ -172,9 +177,14 @@ func (s *Server) auditSearch(c echo.Context) error {
 }
 
 // profiles is GET /v1/profiles: the built-in permission profiles a grant may name, so a
-// person approving a digest sees what a profile admits before confirming.
+// person approving a digest sees what a profile admits before confirming, and the named
+// environments (name to kind) its customization and tokens may name.
 func (s *Server) profiles(c echo.Context) error {
-	return c.JSON(http.StatusOK, map[string]any{"profiles": grant.Builtin()})
+	envs := map[string]string{}
+	for _, name := range s.Environments.Names() {
+		envs[name], _ = s.Environments.Lookup(name)
+	}
+	return c.JSON(http.StatusOK, map[string]any{"profiles": grant.Builtin(), "environments": envs})
 }
 
 func parsePosition(pos string) (store.AuditPosition, bool) {

@@ -24,6 +24,7 @@ import (
 	"github.com/xemahq/xema/internal/console"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
+	"github.com/xemahq/xema/internal/grant"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/store"
 	"github.com/xemahq/xema/internal/telemetry"
@@ -50,6 +51,8 @@ type AuditReader interface {
 // Server holds the routes' dependencies.
 type Server struct {
 	Gateway *gateway.Gateway
+	// Environments are the named environments grants and tokens may name (GET /v1/profiles).
+	Environments grant.Environments
 	// Audit reads the audit records (why-denied, the audit search).
 	Audit   AuditReader
 	Auth    Authenticator
@@ -96,7 +99,6 @@ func (s *Server) Handler() http.Handler { return s.cors(s.boundBody(s.router()))
 func (s *Server) router() *echo.Echo {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
-	e.HTTPErrorHandler = httpError
 	e.Use(measure)
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET("/readyz", s.readyz)
@@ -124,7 +126,63 @@ func (s *Server) router() *echo.Echo {
 	// Metrics name every org's refs: served only to the subjects the operator names (an
 	// unauthenticated scrape is for xema serve --metrics-addr, a listener of its own).
 	e.GET("/metrics", s.metrics, s.authenticate)
+	// The root is the console's: a person opening the gateway's address lands there.
+	e.GET("/", func(c echo.Context) error { return c.Redirect(http.StatusFound, "/console/") })
+	e.HTTPErrorHandler = methodAware(e)
 	return e
+}
+
+// methodAware answers a request whose path a route of another method serves with 405 and
+// the Allow header instead of the router's 404 (the /v1 group's not-found route, there for
+// its middleware, catches every method otherwise); any other error goes to httpError.
+func methodAware(e *echo.Echo) echo.HTTPErrorHandler {
+	type route struct{ method, path string }
+	var routes []route
+	for _, r := range e.Routes() {
+		if r.Method != echo.RouteNotFound {
+			routes = append(routes, route{r.Method, r.Path})
+		}
+	}
+	return func(err error, c echo.Context) {
+		var he *echo.HTTPError
+		if errors.As(err, &he) && (he.Code == http.StatusNotFound || he.Code == http.StatusMethodNotAllowed) {
+			var allow []string
+			for _, r := range routes {
+				if routeMatches(r.path, c.Request().URL.Path) && !slices.Contains(allow, r.method) {
+					allow = append(allow, r.method)
+				}
+			}
+			if len(allow) > 0 && !slices.Contains(allow, c.Request().Method) {
+				slices.Sort(allow)
+				c.Response().Header().Set("Allow", strings.Join(allow, ", "))
+				_ = c.JSON(http.StatusMethodNotAllowed, errorBody{Code: "METHOD_NOT_ALLOWED",
+					Message: fmt.Sprintf("%s %s: this path takes %s", c.Request().Method, c.Request().URL.Path, strings.Join(allow, ", "))})
+				return
+			}
+		}
+		httpError(err, c)
+	}
+}
+
+// routeMatches reports whether path fits an Echo route pattern (":name" one segment, "*"
+// the rest).
+func routeMatches(pattern, path string) bool {
+	ps, xs := strings.Split(pattern, "/"), strings.Split(path, "/")
+	for i, p := range ps {
+		switch {
+		case p == "*":
+			return true
+		case i >= len(xs):
+			return false
+		case strings.HasPrefix(p, ":"):
+			if xs[i] == "" {
+				return false
+			}
+		case p != xs[i]:
+			return false
+		}
+	}
+	return len(ps) == len(xs)
 }
 
 func (s *Server) metrics(c echo.Context) error {
