@@ -24,7 +24,7 @@ func newRootCmd() *cobra.Command {
 	root.SetVersionTemplate(buildinfo.Read().String() + "\n")
 	root.AddCommand(newServeCmd(), newDevCmd(), newBiomeCmd(), newGrantCmd(), newPolicyCmd(), newBundleCmd(),
 		newMigrateCmd(), newApprovalsCmd(), newAuditCmd(), newWhyDeniedCmd(), newBindingCmd(), newCredentialCmd(),
-		newMCPServerCmd(), newReplayCmd(), newVersionCmd())
+		newMCPServerCmd(), newReplayCmd(), newVersionCmd(), newKeysCmd(), newBackupCmd(), newRestoreCmd())
 	return root
 }
 

@@ -1,0 +1,114 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/xemahq/xema/internal/store"
+)
+
+// LastLinksBefore implements store.Store.
+func (s *Store) LastLinksBefore(ctx context.Context, before time.Time) ([]store.ChainLink, error) {
+	return list(ctx, s, "audit links before the prune boundary", func(sc scanner) (store.ChainLink, error) {
+		var l store.ChainLink
+		return l, sc.Scan(&l.ChainID, &l.Seq, &l.Hash)
+	}, `SELECT a.chain_id, a.chain_seq, a.chain_hash FROM audit_log a
+		JOIN (SELECT chain_id, MAX(chain_seq) AS seq FROM audit_log WHERE chain_id <> '' AND time < ? GROUP BY chain_id) m
+		ON a.chain_id = m.chain_id AND a.chain_seq = m.seq ORDER BY a.chain_id`, s.d.TimeArg(store.Stamp(before)))
+}
+
+// CheckpointPrune implements store.Store.
+func (s *Store) CheckpointPrune(ctx context.Context, b store.PruneBoundary, bases []store.ChainHead) error {
+	const op = "checkpoint audit prune"
+	if b.Before.IsZero() {
+		return fmt.Errorf("%s: %w: no boundary", op, store.ErrInvalid)
+	}
+	for _, h := range bases {
+		if h.ChainID == "" || h.BaseSeq < 1 || h.BaseHash == "" || h.BaseMAC == "" {
+			return fmt.Errorf("%s: %w: a base needs a chain id, a seq from 1, a hash and a MAC", op, store.ErrInvalid)
+		}
+	}
+	return s.inTx(ctx, op, func(tx *sql.Tx) error {
+		before, now := s.d.TimeArg(store.Stamp(b.Before)), s.d.TimeArg(store.Stamp(b.PrunedAt))
+		n, err := s.exec(ctx, tx, `INSERT INTO audit_prune (id, pruned_before, pruned_at) VALUES (1, ?, ?)
+			ON CONFLICT (id) DO UPDATE SET pruned_before = excluded.pruned_before, pruned_at = excluded.pruned_at
+			WHERE excluded.pruned_before >= audit_prune.pruned_before`, before, now)
+		if err != nil {
+			return s.fail(op, err)
+		}
+		if n == 0 {
+			return fmt.Errorf("%s: %w: the log was pruned up to a later boundary already", op, store.ErrConflict)
+		}
+		for _, h := range bases {
+			n, err := s.exec(ctx, tx, `UPDATE audit_chain_heads SET base_seq = ?, base_hash = ?, base_mac = ?
+				WHERE chain_id = ? AND base_seq <= ? AND seq >= ?`, h.BaseSeq, h.BaseHash, h.BaseMAC, h.ChainID, h.BaseSeq, h.BaseSeq)
+			if err != nil {
+				return s.fail(op, err)
+			}
+			if n == 0 {
+				var one int
+				if err := tx.QueryRowContext(ctx, s.d.bind(`SELECT 1 FROM audit_chain_heads WHERE chain_id = ?`), h.ChainID).Scan(&one); err != nil {
+					return s.fail(fmt.Sprintf("%s: chain %s", op, h.ChainID), err)
+				}
+				return fmt.Errorf("%s: chain %s: %w: its base is past seq %d already, or its head before it", op, h.ChainID, store.ErrConflict, h.BaseSeq)
+			}
+		}
+		return nil
+	})
+}
+
+// PruneBoundary implements store.Store.
+func (s *Store) PruneBoundary(ctx context.Context) (store.PruneBoundary, error) {
+	var b store.PruneBoundary
+	err := s.db.QueryRowContext(ctx, `SELECT pruned_before, pruned_at FROM audit_prune WHERE id = 1`).
+		Scan(timeCol{&b.Before}, timeCol{&b.PrunedAt})
+	if err == sql.ErrNoRows {
+		return store.PruneBoundary{}, nil
+	}
+	if err != nil {
+		return b, s.fail("read the audit prune boundary", err)
+	}
+	return b, nil
+}
+
+// DeletePrunedAudit implements store.Store: one DELETE of at most limit ids a call, chosen
+// through the chain index (or, for unchained records, the time index), so the write lock is
+// held for one small batch at a time.
+func (s *Store) DeletePrunedAudit(ctx context.Context, limit int) (int64, error) {
+	const op = "delete pruned audit records"
+	if limit < 1 {
+		return 0, fmt.Errorf("%s: %w: limit %d", op, store.ErrInvalid, limit)
+	}
+	heads, err := s.ChainHeads(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for _, h := range heads {
+		if h.BaseSeq == 0 || total >= int64(limit) {
+			continue
+		}
+		n, err := s.exec(ctx, s.db, `DELETE FROM audit_log WHERE id IN
+			(SELECT id FROM audit_log WHERE chain_id = ? AND chain_seq <= ? ORDER BY chain_seq LIMIT ?)`,
+			h.ChainID, h.BaseSeq, int64(limit)-total)
+		if err != nil {
+			return total, s.fail(op, err)
+		}
+		total += n
+	}
+	if total >= int64(limit) {
+		return total, nil
+	}
+	b, err := s.PruneBoundary(ctx)
+	if err != nil || b.Before.IsZero() {
+		return total, err
+	}
+	n, err := s.exec(ctx, s.db, `DELETE FROM audit_log WHERE id IN
+		(SELECT id FROM audit_log WHERE chain_id = '' AND time < ? LIMIT ?)`, s.d.TimeArg(store.Stamp(b.Before)), int64(limit)-total)
+	if err != nil {
+		return total, s.fail(op, err)
+	}
+	return total + n, nil
+}
