@@ -161,8 +161,8 @@ func (s Source) Open(generate bool) (Wrapper, error) {
 	if err != nil {
 		return nil, err
 	}
-	slog.Warn("master key read from the data directory, beside the data it protects; in production keep it elsewhere (--master-key-file, " +
-		EnvKey + " or a KMS)", "file", path)
+	slog.Warn("master key read from the data directory, beside the data it protects; in production keep it elsewhere (--master-key-file, "+
+		EnvKey+" or a KMS)", "file", path)
 	return w, nil
 }
 

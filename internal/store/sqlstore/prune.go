@@ -77,6 +77,16 @@ func (s *Store) PruneBoundary(ctx context.Context) (store.PruneBoundary, error) 
 // through the chain index (or, for unchained records, the time index), so the write lock is
 // held for one small batch at a time.
 func (s *Store) DeletePrunedAudit(ctx context.Context, limit int) (int64, error) {
+	n, err := s.deletePruned(ctx, limit)
+	if err == nil && n > 0 && s.d.AfterPruneBatch != "" {
+		if _, err := s.db.ExecContext(ctx, s.d.AfterPruneBatch); err != nil {
+			return n, s.fail("delete pruned audit records: vacuum", err)
+		}
+	}
+	return n, err
+}
+
+func (s *Store) deletePruned(ctx context.Context, limit int) (int64, error) {
 	const op = "delete pruned audit records"
 	if limit < 1 {
 		return 0, fmt.Errorf("%s: %w: limit %d", op, store.ErrInvalid, limit)
