@@ -189,7 +189,7 @@ func createFile(path string) error {
 		return fmt.Errorf("master key: %w", err)
 	}
 	defer os.Remove(tmp.Name())
-	entry := fmt.Sprintf("# xema master key, generated %s: it wraps the deployment's keys; losing it loses them\nm%d=%s\n",
+	entry := fmt.Sprintf("# xema master key generated %s: it wraps the deployment's keys (losing it loses them)\nm%d=%s\n",
 		time.Now().UTC().Format(time.RFC3339), time.Now().UnixNano(), base64.StdEncoding.EncodeToString(raw[:]))
 	if _, err := tmp.WriteString(entry); err != nil {
 		tmp.Close()
