@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -120,16 +121,157 @@ func newGrantCmd() *cobra.Command {
 				return writeJSON(cmd.OutOrStdout(), out)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "GRANT\tBIOME\tVERSION\tPROFILE\tAPPROVED BY\tAPPROVED AT")
+			fmt.Fprintln(tw, "GRANT\tBIOME\tVERSION\tPROFILE\tSTATUS\tAPPROVED BY\tAPPROVED AT\tSINCE")
 			for _, g := range out.Grants {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", g.GrantID, g.BiomeID, g.Version, g.Profile, g.ApprovedBy, g.ApprovedAt)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", g.GrantID, g.BiomeID, g.Version, g.Profile, g.Status, g.ApprovedBy, g.ApprovedAt, grantSince(g))
 			}
 			return tw.Flush()
 		},
 	}
 	list.Flags().StringVar(&biomeID, "biome", "", "only grants of this biome")
-	root.AddCommand(create, list)
+	root.AddCommand(create, list, newGrantRevokeCmd(&api, &format), newGrantChangeCmd(&api, &format))
 	return root
+}
+
+// grantSince says what moved a grant out of active: who revoked it when, or its successor.
+func grantSince(g admin.GrantView) string {
+	switch g.Status {
+	case "revoked":
+		return "revoked by " + g.RevokedBy + " at " + g.RevokedAt
+	case "superseded":
+		return "superseded by " + g.SupersededBy
+	}
+	return "-"
+}
+
+// newGrantRevokeCmd is `xema grant revoke ID`: DELETE /v1/grants/{id}.
+func newGrantRevokeCmd(api *adminFlags, format *string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "revoke GRANT_ID",
+		Short: "Revoke an active grant of your org: its biome's capabilities are no longer granted",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := api.client()
+			if err != nil {
+				return err
+			}
+			var g admin.GrantView
+			if err := cl.Do(cmd.Context(), http.MethodDelete, "/v1/grants/"+url.PathEscape(args[0]), nil, &g); err != nil {
+				return err
+			}
+			if *format == "json" {
+				return writeJSON(cmd.OutOrStdout(), g)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "grant %s (%s@%s) revoked by %s at %s\n", g.GrantID, g.BiomeID, g.Version, g.RevokedBy, g.RevokedAt)
+			return nil
+		},
+	}
+}
+
+// newGrantChangeCmd is `xema grant change ID`: it always shows the diff and the dry-run impact
+// first (POST /v1/grants/{id}/change?dryRun=true), and records the change only with --yes.
+func newGrantChangeCmd(api *adminFlags, format *string) *cobra.Command {
+	var c struct {
+		profile                                  string
+		envs, subjects, resources, rates, quotas []string
+		approval, noApproval                     []string
+		clearCustomize, yes                      bool
+		since                                    string
+	}
+	cmd := &cobra.Command{
+		Use:   "change GRANT_ID",
+		Short: "Change an active grant (profile, customization): shows the diff and its impact, records it with --yes",
+		Long: `Change records a new grant of the same biome version that supersedes GRANT_ID. The
+customization flags replace the grant's whole customization; without them it is kept
+(--clear-customize drops it). The diff and the dry-run impact over your org's recorded calls are
+printed first; nothing is recorded without --yes.`,
+		Example: `  xema grant change g-123 --profile read-only-assistant
+  xema grant change g-123 --env ticketing:ticket.create@1=project --yes`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := api.client()
+			if err != nil {
+				return err
+			}
+			body := map[string]any{}
+			if c.profile != "" {
+				body["profile"] = c.profile
+			}
+			custom, err := customization(c.envs, c.subjects, c.resources, c.rates, c.quotas, c.approval, c.noApproval)
+			if err != nil {
+				return &exitError{code: 2, err: err}
+			}
+			switch {
+			case c.clearCustomize && custom != nil:
+				return &exitError{code: 2, err: fmt.Errorf("--clear-customize and customization flags exclude each other")}
+			case c.clearCustomize:
+				body["customize"] = map[string]any{}
+			case custom != nil:
+				body["customize"] = custom
+			}
+			path := "/v1/grants/" + url.PathEscape(args[0]) + "/change"
+			dry := path + "?dryRun=true"
+			if c.since != "" {
+				dry += "&since=" + url.QueryEscape(c.since)
+			}
+			var preview admin.ChangeView
+			if err := cl.Do(cmd.Context(), http.MethodPost, dry, body, &preview); err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if !c.yes {
+				if *format == "json" {
+					return writeJSON(out, preview)
+				}
+				printChange(out, preview)
+				fmt.Fprintln(out, "nothing recorded: run again with --yes to record this change")
+				return nil
+			}
+			var done admin.ChangeView
+			if err := cl.Do(cmd.Context(), http.MethodPost, path, body, &done); err != nil {
+				return err
+			}
+			done.Impact = preview.Impact
+			if *format == "json" {
+				return writeJSON(out, done)
+			}
+			printChange(out, done)
+			fmt.Fprintf(out, "grant %s recorded; it supersedes grant %s\n", done.Grant.GrantID, done.Replaces.GrantID)
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&c.profile, "profile", "", "the new permission profile (default: the grant's own)")
+	fl.StringArrayVar(&c.envs, "env", nil, "REF=ENV[,ENV...]: environments of one capability")
+	fl.StringArrayVar(&c.subjects, "subject", nil, "REF=SUBJECT[,SUBJECT...]: subjects (agent:x, group:g, role:r, user:u) of one capability")
+	fl.StringArrayVar(&c.resources, "resource", nil, "REF=GLOB[,GLOB...]: resource globs of one capability")
+	fl.StringArrayVar(&c.rates, "rate", nil, "REF=N/PER: rate limit of one capability, e.g. 60/1m")
+	fl.StringArrayVar(&c.quotas, "quota", nil, "REF=N/PER: quota of one capability, e.g. 1000/24h")
+	fl.StringArrayVar(&c.approval, "require-approval", nil, "REF: calls of this capability wait for a person")
+	fl.StringArrayVar(&c.noApproval, "no-approval", nil, "REF: calls of this capability do not wait for a person")
+	fl.BoolVar(&c.clearCustomize, "clear-customize", false, "drop the grant's customization")
+	fl.BoolVar(&c.yes, "yes", false, "record the change after showing it")
+	fl.StringVar(&c.since, "since", "", "replay the calls recorded this long ago until now for the impact, e.g. 24h (default 168h)")
+	return cmd
+}
+
+// printChange writes a change's diff and impact.
+func printChange(w io.Writer, v admin.ChangeView) {
+	fmt.Fprintf(w, "change of grant %s (%s@%s):\n", v.Replaces.GrantID, v.Replaces.BiomeID, v.Replaces.Version)
+	for _, d := range v.Diff {
+		fmt.Fprintf(w, "  %s: %s -> %s\n", d.Path, orNone(d.From), orNone(d.To))
+	}
+	if v.Impact != nil {
+		fmt.Fprintf(w, "impact over the calls recorded since %s: %d considered, %d allowed would be denied, %d denied would be allowed\n",
+			v.Impact.Since, v.Impact.Considered, v.Impact.AllowToDeny, v.Impact.DenyToAllow)
+	}
+}
+
+func orNone(raw []byte) string {
+	if len(raw) == 0 {
+		return "(none)"
+	}
+	return string(raw)
 }
 
 // dryRunGrant is `xema grant create --dry-run`: POST /v1/grants?dryRun=true, nothing recorded.

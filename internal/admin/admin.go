@@ -25,6 +25,9 @@ const (
 	RefBiomeList = "store:biome.list@1"
 	RefBiomeGet  = "store:biome.get@1"
 	RefGrantList = "biome:grant.list@1"
+	// RefGrantRevoke and RefGrantChange are a grant's lifecycle after its approval.
+	RefGrantRevoke = "biome:grant.revoke@1"
+	RefGrantChange = "biome:grant.change@1"
 )
 
 // lookup is the input of the listing and reading capabilities.
@@ -48,22 +51,50 @@ var descriptors embed.FS
 // document takes their inputSchema and outputSchema as the routes' bodies.
 var Contributions fs.FS = descriptors
 
-// GrantView is the answer of biome:install@1, the recorded BiomeInstallGrant.
+// GrantView is a recorded BiomeInstallGrant with where it stands: active (its (org, biome)'s
+// effective grant), superseded (a newer grant, a change, replaced it) or revoked, and who
+// moved it there when.
 type GrantView struct {
-	GrantID    string          `json:"grantId"`
-	BiomeID    string          `json:"biomeId"`
-	Version    string          `json:"version"`
-	DigestHash string          `json:"digestHash"`
-	Profile    string          `json:"profile"`
-	Customize  json.RawMessage `json:"customize,omitempty"`
-	ApprovedBy string          `json:"approvedBy"`
-	ApprovedAt string          `json:"approvedAt"`
+	GrantID      string          `json:"grantId"`
+	BiomeID      string          `json:"biomeId"`
+	Version      string          `json:"version"`
+	DigestHash   string          `json:"digestHash"`
+	Profile      string          `json:"profile"`
+	Customize    json.RawMessage `json:"customize,omitempty"`
+	ApprovedBy   string          `json:"approvedBy"`
+	ApprovedAt   string          `json:"approvedAt"`
+	Status       string          `json:"status"`
+	Supersedes   string          `json:"supersedes,omitempty"`
+	SupersededBy string          `json:"supersededBy,omitempty"`
+	RevokedBy    string          `json:"revokedBy,omitempty"`
+	RevokedAt    string          `json:"revokedAt,omitempty"`
 }
 
-// ViewGrant is the public shape of a stored grant.
+// ViewGrant is the public shape of a stored grant just recorded (active).
 func ViewGrant(g store.Grant) GrantView {
-	return GrantView{GrantID: g.ID, BiomeID: g.BiomeID, Version: g.BiomeVersion, DigestHash: g.DigestHash,
-		Profile: g.Profile, Customize: g.Customize, ApprovedBy: g.ApprovedBy, ApprovedAt: g.ApprovedAt.Format(time.RFC3339)}
+	return ViewState(catalog.GrantState{Grant: g, Status: catalog.GrantActive})
+}
+
+// ViewState is the public shape of a grant with its status.
+func ViewState(st catalog.GrantState) GrantView {
+	g := st.Grant
+	v := GrantView{GrantID: g.ID, BiomeID: g.BiomeID, Version: g.BiomeVersion, DigestHash: g.DigestHash,
+		Profile: g.Profile, Customize: g.Customize, ApprovedBy: g.ApprovedBy, ApprovedAt: g.ApprovedAt.Format(time.RFC3339),
+		Status: st.Status, Supersedes: g.Supersedes, SupersededBy: st.SupersededBy, RevokedBy: g.RevokedBy}
+	if g.Revoked() {
+		v.RevokedAt = g.RevokedAt.Format(time.RFC3339)
+	}
+	return v
+}
+
+// ChangeView answers biome:grant.change@1: the new grant, the one it supersedes, their
+// differences and, with dryRun, the impact (nothing recorded).
+type ChangeView struct {
+	Grant    GrantView             `json:"grant"`
+	Replaces GrantView             `json:"replaces"`
+	Diff     []catalog.FieldChange `json:"diff"`
+	DryRun   bool                  `json:"dryRun"`
+	Impact   *catalog.Impact       `json:"impact,omitempty"`
 }
 
 // DryRunView answers a grant's dry run: the grant it would record and its impact.
@@ -80,8 +111,8 @@ const (
 	MaxDryRunWindow     = 30 * 24 * time.Hour
 )
 
-// splitDryRun takes dryRun and since out of a biome:install@1 input (the grant request proper
-// is decoded strictly); window is nil unless dryRun is true.
+// splitDryRun takes dryRun and since out of a biome:install@1 or biome:grant.change@1 input
+// (the rest is decoded strictly); window is nil unless dryRun is true.
 func splitDryRun(input json.RawMessage) (req json.RawMessage, window *time.Duration, err error) {
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(input, &obj); err != nil {
@@ -117,6 +148,33 @@ func splitDryRun(input json.RawMessage) (req json.RawMessage, window *time.Durat
 		}
 	}
 	return req, &w, nil
+}
+
+// change serves biome:grant.change@1.
+func change(ctx context.Context, pub *catalog.Publisher, call kernel.Call) (any, error) {
+	raw, window, err := splitDryRun(call.Input)
+	if err != nil {
+		return nil, err
+	}
+	var ch catalog.GrantChange
+	if err := json.Unmarshal(raw, &ch); err != nil {
+		return nil, fmt.Errorf("decode validated input: %w", err)
+	}
+	var since *time.Time
+	if window != nil {
+		t := time.Now().Add(-*window)
+		since = &t
+	}
+	res, err := pub.Change(ctx, call.Exec.Org, call.Exec.Subject.Ref, ch, since)
+	if err != nil {
+		return nil, err
+	}
+	view := ChangeView{Grant: ViewState(catalog.GrantState{Grant: res.Grant, Status: catalog.GrantActive}),
+		Replaces: ViewState(res.Replaces), Diff: res.Diff, DryRun: window != nil, Impact: res.Impact}
+	if view.DryRun {
+		view.Grant.Status = "proposed"
+	}
+	return view, nil
 }
 
 // Register queues the admin capabilities on reg with their handlers over pub.
@@ -174,11 +232,28 @@ func Register(reg *kernel.Registry, pub *catalog.Publisher) error {
 			if err != nil {
 				return nil, err
 			}
-			views := make([]GrantView, len(gs))
-			for i, g := range gs {
-				views[i] = ViewGrant(g)
+			states := catalog.States(gs)
+			views := make([]GrantView, len(states))
+			for i, st := range states {
+				views[i] = ViewState(st)
 			}
 			return map[string]any{"grants": views}, nil
+		},
+		"contributions/grant-revoke.json": func(ctx context.Context, call kernel.Call) (any, error) {
+			var in struct {
+				GrantID string `json:"grantId"`
+			}
+			if err := json.Unmarshal(call.Input, &in); err != nil {
+				return nil, fmt.Errorf("decode validated input: %w", err)
+			}
+			st, err := pub.Revoke(ctx, call.Exec.Org, in.GrantID, call.Exec.Subject.Ref)
+			if err != nil {
+				return nil, err
+			}
+			return ViewState(st), nil
+		},
+		"contributions/grant-change.json": func(ctx context.Context, call kernel.Call) (any, error) {
+			return change(ctx, pub, call)
 		},
 		"contributions/capability-lifecycle.json": func(ctx context.Context, call kernel.Call) (any, error) {
 			var t catalog.Transition

@@ -49,7 +49,7 @@ import (
 )
 
 // KernelBiome is the built-in biome the Go-registered capabilities belong to.
-const KernelBiome = "xema"
+const KernelBiome = catalog.BuiltinBiome
 
 // Config is what `xema serve` takes.
 type Config struct {

@@ -21,6 +21,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/xemahq/xema/internal/answer"
 	"github.com/xemahq/xema/internal/audit"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
@@ -47,6 +48,10 @@ const (
 	// Reason codes of the policy (policies/approval.rego), answered as the step's code.
 	CodeOwnApproval      = "OWN_APPROVAL"
 	CodeApproverNotHuman = "APPROVER_NOT_HUMAN"
+	// Ends of a held call that never ran, as its requester's task and idempotent retry answer
+	// them (CodeExpired too).
+	CodeRejected  = "APPROVAL_REJECTED"
+	CodeWithdrawn = "APPROVAL_WITHDRAWN"
 )
 
 // Audit decisions of the approval steps; their records link to the held call's auditId.
@@ -54,6 +59,8 @@ const (
 	DecisionApproved = "approved"
 	DecisionRejected = "rejected"
 	DecisionExpired  = "expired"
+	// DecisionWithdrawn: its requester cancelled the call while it was pending.
+	DecisionWithdrawn = "withdrawn"
 	// DecisionRecovered: an approval whose holder stopped before dispatching it went back to
 	// pending; DecisionInterrupted: one it had dispatched ended interrupted.
 	DecisionRecovered   = "recovered"
@@ -263,6 +270,8 @@ func (s *Service) run(ctx context.Context, a store.Approval) store.Approval {
 	} else {
 		res, err := s.Runner.RunApproved(ctx, exec, gateway.Request{Ref: a.Ref, Input: a.Input}, a.AuditID, dispatching)
 		ended(&end, res, err)
+		ans, _ := answer.Of(res, err)
+		end.Answer, _ = json.Marshal(storedAnswer{Status: ans.Status, Body: ans.Body}) // a status and a JSON body encode
 	}
 	// The run happened: its end is recorded even if the approver's request was cancelled,
 	// and spooled if the store cannot take it now (a running one still never dispatched is

@@ -17,12 +17,20 @@ type BiomeView struct {
 	BiomeID   string          `json:"biomeId"`
 	Version   string          `json:"version"`
 	Operator  bool            `json:"operator"` // of the operator's own store
+	// BuiltIn marks the gateway's own capabilities (BuiltinBiome): held by their
+	// humanBaseline, never granted, with no permission digest to review.
+	BuiltIn   bool            `json:"builtIn,omitempty"`
 	Digest    json.RawMessage `json:"digest"`
 	CreatedAt string          `json:"createdAt"`
 }
 
+// BuiltinBiome is the biome the gateway's Go-registered (kernel) capabilities belong to. Its
+// version is a hash of their descriptors, so every build that changes one publishes another.
+const BuiltinBiome = "xema"
+
 func viewBiome(bv store.BiomeVersion, owner string) BiomeView {
-	return BiomeView{BiomeID: bv.ID, Version: bv.Version, Operator: owner == OperatorOwner, Digest: bv.Digest,
+	return BiomeView{BiomeID: bv.ID, Version: bv.Version, Operator: owner == OperatorOwner,
+		BuiltIn: owner == OperatorOwner && bv.ID == BuiltinBiome, Digest: bv.Digest,
 		CreatedAt: bv.CreatedAt.UTC().Format(time.RFC3339)}
 }
 
@@ -41,6 +49,11 @@ func (p *Publisher) Biomes(ctx context.Context, org, id string) ([]BiomeView, er
 		versions, err := p.Store.ListBiomeVersions(ctx, bid)
 		if err != nil {
 			return nil, fmt.Errorf("list biomes: %w", err)
+		}
+		if bid == BuiltinBiome && owner == OperatorOwner && len(versions) > 0 {
+			// Each build publishes its own version at start: only the newest, the one the
+			// catalog serves, is the built-in biome; the others are history, not rows to review.
+			versions = versions[len(versions)-1:]
 		}
 		for _, bv := range versions {
 			out = append(out, viewBiome(bv, owner))

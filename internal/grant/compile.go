@@ -198,8 +198,21 @@ func limitData(l Limit) LimitData { return LimitData{Per: l.Per, Requests: l.Req
 type Scope struct{ Org, Biome string }
 
 // Effective returns the effective grant of each (org, biome): the newest approved, ties
-// broken by id. The policy and the catalog both pin versions by it.
+// broken by id, unless that one is revoked: then the scope has none (a revoke never brings
+// back the grant a change superseded). The policy and the catalog both pin versions by it.
 func Effective(grants []store.Grant) map[Scope]store.Grant {
+	newest := Newest(grants)
+	for k, g := range newest {
+		if g.Revoked() {
+			delete(newest, k)
+		}
+	}
+	return newest
+}
+
+// Newest returns the newest grant of each (org, biome), revoked or not: every other grant
+// of the scope is superseded.
+func Newest(grants []store.Grant) map[Scope]store.Grant {
 	newest := make(map[Scope]store.Grant)
 	for _, g := range grants {
 		k := Scope{Org: g.Org, Biome: g.BiomeID}
@@ -341,6 +354,9 @@ func inputRevision(in Input) string {
 	grants := slices.SortedFunc(slices.Values(in.Grants), func(a, b store.Grant) int { return strings.Compare(a.ID, b.ID) })
 	for _, g := range grants {
 		put("grant", g.ID, g.Org, g.BiomeID, g.BiomeVersion, g.Profile, string(g.Customize), g.ApprovedAt.UTC().Format(time.RFC3339Nano))
+		if g.Revoked() { // only then: the revision of a store without revokes stays what it was
+			put("revoked")
+		}
 	}
 	pinned := slices.SortedFunc(slices.Values(in.Pinned), func(a, b store.Capability) int {
 		return strings.Compare(a.Ref+"@"+a.BiomeVersion, b.Ref+"@"+b.BiomeVersion)

@@ -260,3 +260,26 @@ func BenchmarkCompile(b *testing.B) {
 		})
 	}
 }
+
+// TestEffectiveRevoked: the newest grant of a scope decides; revoked, the scope has none,
+// and the grant it superseded does not come back.
+func TestEffectiveRevoked(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	old := store.Grant{ID: "g-1", Org: "acme", BiomeID: "demo", ApprovedAt: t0}
+	changed := store.Grant{ID: "g-2", Org: "acme", BiomeID: "demo", ApprovedAt: t0.Add(time.Hour), Supersedes: "g-1"}
+	other := store.Grant{ID: "g-3", Org: "beta", BiomeID: "demo", ApprovedAt: t0}
+	if got := Effective([]store.Grant{old, changed, other}); got[Scope{"acme", "demo"}].ID != "g-2" || got[Scope{"beta", "demo"}].ID != "g-3" {
+		t.Fatalf("effective = %v, want g-2 for acme and g-3 for beta", got)
+	}
+	changed.RevokedBy, changed.RevokedAt = "user:alice", t0.Add(2*time.Hour)
+	got := Effective([]store.Grant{old, changed, other})
+	if g, ok := got[Scope{"acme", "demo"}]; ok {
+		t.Fatalf("acme's revoked scope has effective grant %s, want none", g.ID)
+	}
+	if got[Scope{"beta", "demo"}].ID != "g-3" {
+		t.Fatalf("beta's grant = %v, want g-3 untouched", got[Scope{"beta", "demo"}])
+	}
+	if n := Newest([]store.Grant{old, changed}); n[Scope{"acme", "demo"}].ID != "g-2" {
+		t.Fatalf("newest = %v, want the revoked g-2", n)
+	}
+}

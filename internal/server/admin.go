@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 
 	"github.com/labstack/echo/v4"
 
@@ -20,6 +21,35 @@ func (s *Server) adminRoutes(g *echo.Group) {
 	g.GET("/biomes", s.lookupRoute(admin.RefBiomeList))
 	g.GET("/biomes/:id/:version", s.lookupRoute(admin.RefBiomeGet))
 	g.GET("/grants", s.lookupRoute(admin.RefGrantList))
+	g.DELETE("/grants/:id", s.invokeAs(admin.RefGrantRevoke, http.StatusOK, grantID))
+	g.POST("/grants/:id/change", s.changeGrant)
+}
+
+func grantID(c echo.Context) (json.RawMessage, error) {
+	return json.Marshal(map[string]string{"grantId": c.Param("id")})
+}
+
+// changeGrant is POST /v1/grants/{id}/change: biome:grant.change@1 with the body (profile,
+// customize) as input; ?dryRun=true (and ?since=DURATION) answers 200 with the diff and the
+// impact, recording nothing; otherwise 201 with the new grant.
+func (s *Server) changeGrant(c echo.Context) error {
+	var input map[string]json.RawMessage
+	if err := bind(c, &input); err != nil {
+		return err
+	}
+	status, err := dryRunQuery(c, input)
+	if err != nil {
+		return err
+	}
+	if _, ok := input["grantId"]; ok {
+		return &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: "/grantId: the grant is named by the path, not the body"}
+	}
+	input["grantId"], _ = json.Marshal(c.Param("id")) // a string always encodes
+	raw, err := json.Marshal(input)
+	if err != nil {
+		return fmt.Errorf("encode grant change: %w", err)
+	}
+	return s.kernelCall(c, admin.RefGrantChange, raw, status)
 }
 
 // postGrant is POST /v1/grants: biome:install@1 with the body as input; ?dryRun=true (and
@@ -29,10 +59,27 @@ func (s *Server) postGrant(c echo.Context) error {
 	if err := bind(c, &input); err != nil {
 		return err
 	}
+	status, err := dryRunQuery(c, input)
+	if err != nil {
+		return err
+	}
+	raw, err := json.Marshal(input)
+	if err != nil {
+		return fmt.Errorf("encode grant request: %w", err)
+	}
+	return s.kernelCall(c, admin.RefInstall, raw, status)
+}
+
+// dryRunQuery moves ?dryRun= and ?since= into input and answers the status of success: 200
+// for a dry run, 201 for a write. Any other query parameter is refused.
+func dryRunQuery(c echo.Context, input map[string]json.RawMessage) (int, error) {
+	if input == nil { // a body of null
+		return 0, &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: "the body must be a JSON object"}
+	}
 	status := http.StatusCreated
 	for k, vs := range c.QueryParams() {
 		if len(vs) != 1 {
-			return &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: fmt.Sprintf("query parameter %q given %d times, want once", k, len(vs))}
+			return 0, &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: fmt.Sprintf("query parameter %q given %d times, want once", k, len(vs))}
 		}
 		switch {
 		case k == "dryRun" && (vs[0] == "true" || vs[0] == "false"):
@@ -43,16 +90,12 @@ func (s *Server) postGrant(c echo.Context) error {
 		case k == "since":
 			input["since"], _ = json.Marshal(vs[0]) // a string always encodes
 		case k == "dryRun":
-			return &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: fmt.Sprintf("query parameter dryRun=%q: want true or false", vs[0])}
+			return 0, &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: fmt.Sprintf("query parameter dryRun=%q: want true or false", vs[0])}
 		default:
-			return &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: fmt.Sprintf("unknown query parameter %q; want dryRun, since", k)}
+			return 0, &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: fmt.Sprintf("unknown query parameter %q; want dryRun, since", k)}
 		}
 	}
-	raw, err := json.Marshal(input)
-	if err != nil {
-		return fmt.Errorf("encode grant request: %w", err)
-	}
-	return s.kernelCall(c, admin.RefInstall, raw, status)
+	return status, nil
 }
 
 // lookupRoute serves a reading capability from the path (:id, :version) and the optional
@@ -67,12 +110,31 @@ func (s *Server) lookupRoute(ref string) echo.HandlerFunc {
 			}
 			input[k] = vs[0]
 		}
-		if id := c.Param("id"); id != "" {
-			input["biomeId"], input["version"] = id, c.Param("version")
+		if c.Param("id") != "" {
+			id, err := pathParam(c, "id")
+			if err != nil {
+				return err
+			}
+			version, err := pathParam(c, "version")
+			if err != nil {
+				return err
+			}
+			input["biomeId"], input["version"] = id, version
 		}
 		raw, _ := json.Marshal(input) // a map of strings always encodes
 		return s.kernelCall(c, ref, raw, http.StatusOK)
 	}
+}
+
+// pathParam is a path parameter decoded: the router hands it over as the client escaped it,
+// and a version such as 0.0.0+54767d633d12 arrives as 0.0.0%2B54767d633d12 from a browser.
+func pathParam(c echo.Context, name string) (string, error) {
+	v, err := url.PathUnescape(c.Param(name))
+	if err != nil {
+		return "", &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST",
+			Message: fmt.Sprintf("path parameter %q: not a valid escape sequence", name)}
+	}
+	return v, nil
 }
 
 func (s *Server) kernelRoute(ref string) echo.HandlerFunc {

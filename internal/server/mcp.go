@@ -27,7 +27,10 @@ const execKey = "xema.exec"
 // MCPHandler serves the six meta-tools over MCP (streamable HTTP). Every request carries the
 // same bearer token as the HTTP API and every tool call runs the same gateway code.
 func (s *Server) MCPHandler() http.Handler {
-	srv := mcp.NewServer(&mcp.Implementation{Name: "xema", Version: Version}, nil)
+	srv := mcp.NewServer(&mcp.Implementation{Name: "xema", Version: Version}, &mcp.ServerOptions{
+		Capabilities: &mcp.ServerCapabilities{Logging: &mcp.LoggingCapabilities{},
+			Extensions: map[string]any{TasksExtension: map[string]any{}}}})
+	s.addTasks(srv)
 	gw := s.Gateway
 	addTool(srv, "xema_capabilities_search", "Find the capabilities you are armed and authorized to invoke. All arguments are optional; anchor with resourceType (or a resource noun in query); page with cursor from nextCursor.", searchSchema, gw.Search)
 	addTool(srv, "xema_capabilities_describe", "Full input/output schemas, examples and side effects of up to 50 refs.", describeSchema,
@@ -47,6 +50,11 @@ func (s *Server) MCPHandler() http.Handler {
 				ans, _ = answerOf(gw.Invoke(ctx, ec, call))
 			} else if ans, err = gw.InvokeIdempotent(ctx, ec, call, *req.IdempotencyKey, answerOf); err != nil {
 				return nil, err
+			} else {
+				ans = s.replayNow(ctx, ec, ans)
+			}
+			if ans.Status == http.StatusAccepted {
+				s.offerTask(ctx, ec, ans)
 			}
 			if ans.Status != http.StatusOK {
 				return nil, answerError{ans}
@@ -131,7 +139,7 @@ func addTool[Req, Res any](srv *mcp.Server, name, description string, schema jso
 	tool func(context.Context, identity.ExecContext, Req) (Res, error)) {
 	srv.AddTool(&mcp.Tool{Name: name, Description: description, InputSchema: schema},
 		func(ctx context.Context, call *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			ec, ok := execFromMCP(call)
+			ec, ok := execOfExtra(call.Extra)
 			if !ok {
 				return toolError(&fault.Error{Kind: fault.Unauthenticated, Code: gateway.CodeUnauthenticated, Message: "no verified caller"}), nil
 			}
@@ -157,11 +165,12 @@ func addTool[Req, Res any](srv *mcp.Server, name, description string, schema jso
 		})
 }
 
-func execFromMCP(call *mcp.CallToolRequest) (identity.ExecContext, bool) {
-	if call.Extra == nil || call.Extra.TokenInfo == nil {
+// execOfExtra is the caller verifyMCP handed the SDK with the request.
+func execOfExtra(extra *mcp.RequestExtra) (identity.ExecContext, bool) {
+	if extra == nil || extra.TokenInfo == nil {
 		return identity.ExecContext{}, false
 	}
-	ec, ok := call.Extra.TokenInfo.Extra[execKey].(identity.ExecContext)
+	ec, ok := extra.TokenInfo.Extra[execKey].(identity.ExecContext)
 	return ec, ok
 }
 
@@ -171,7 +180,17 @@ func toolError(err error) *mcp.CallToolResult {
 	if !ok {
 		ae = answerError{errorAnswer(faultOf(err))}
 	}
-	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: string(ae.ans.Body)}}}
+	return answerResult(ae.ans)
+}
+
+// answerResult is an answer as a tool result: the body as text and, for a 200, as
+// structured content; isError otherwise.
+func answerResult(ans gateway.Answer) *mcp.CallToolResult {
+	text := []mcp.Content{&mcp.TextContent{Text: string(ans.Body)}}
+	if ans.Status != http.StatusOK {
+		return &mcp.CallToolResult{IsError: true, Content: text}
+	}
+	return &mcp.CallToolResult{Content: text, StructuredContent: ans.Body}
 }
 
 // The meta-tools' input schemas; their limits are the gateway's own (meta.go).

@@ -281,7 +281,7 @@ func (s *Server) invoke(c echo.Context) error {
 		if err != nil {
 			return err
 		}
-		return writeAnswer(c, ans)
+		return writeAnswer(c, s.replayNow(c.Request().Context(), execOf(c), ans))
 	}
 	ans, _ := answerOf(s.Gateway.Invoke(c.Request().Context(), execOf(c), req))
 	return writeAnswer(c, ans)

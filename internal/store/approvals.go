@@ -8,7 +8,7 @@ import (
 )
 
 // Approval states. A call moves pending → approved → running → dispatched → done (or
-// failed), or pending → rejected, or pending → expired; each move is a compare-and-set in the
+// failed), or pending → rejected, or pending → expired, or pending → withdrawn; each move is a compare-and-set in the
 // store, so an approved call runs once however many replicas are asked to approve it.
 // approved and running are held under a lease (ClaimedBy, LeaseUntil): recovery moves one
 // whose holder is gone back to pending (it never reached its runner), and a dispatched one to
@@ -26,11 +26,13 @@ const (
 	// ApprovalInterrupted is terminal: dispatched, then its holder stopped before the
 	// outcome was recorded. It is never run again.
 	ApprovalInterrupted = "interrupted"
+	// ApprovalWithdrawn is terminal: its requester cancelled it while it was pending.
+	ApprovalWithdrawn = "withdrawn"
 )
 
 var approvalStates = map[string]bool{ApprovalPending: true, ApprovalApproved: true, ApprovalRejected: true,
 	ApprovalExpired: true, ApprovalRunning: true, ApprovalDispatched: true, ApprovalDone: true, ApprovalFailed: true,
-	ApprovalInterrupted: true}
+	ApprovalInterrupted: true, ApprovalWithdrawn: true}
 
 // ApprovalInFlight are the states a live holder moves on; recovery takes them from a holder
 // that is gone.
@@ -52,9 +54,12 @@ type Approval struct {
 	Reason       string
 	Outcome      string
 	Output       json.RawMessage // set once the call has run
-	CreatedAt    time.Time
-	ExpiresAt    time.Time
-	UpdatedAt    time.Time
+	// Answer is the answer the run gave its requester, as the gateway encodes it (status and
+	// body), set once the call has run; the store keeps it opaque.
+	Answer    json.RawMessage
+	CreatedAt time.Time
+	ExpiresAt time.Time
+	UpdatedAt time.Time
 	// ClaimedBy is the replica moving the approval through approved/running/dispatched;
 	// LeaseUntil is when another replica may recover it.
 	ClaimedBy  string
@@ -99,11 +104,12 @@ type ApprovalTransition struct {
 	At   time.Time
 	// Live refuses the move when the approval has expired at At (ExpiresAt <= At).
 	Live bool
-	// DecidedBy and Reason are written when non-empty; Outcome and Output likewise.
+	// DecidedBy and Reason are written when non-empty; Outcome, Output and Answer likewise.
 	DecidedBy string
 	Reason    string
 	Outcome   string
 	Output    json.RawMessage
+	Answer    json.RawMessage
 	// Claim, when set, records the replica taking the approval; LeaseUntil, when not zero,
 	// how long its claim holds.
 	Claim      string
@@ -122,8 +128,8 @@ func (t ApprovalTransition) Validate() error {
 	if !approvalStates[t.From] || !approvalStates[t.To] {
 		return fmt.Errorf("%w: approval transition %q → %q names an unknown state", ErrInvalid, t.From, t.To)
 	}
-	if len(t.Output) > 0 && !json.Valid(t.Output) {
-		return fmt.Errorf("%w: approval Output is not JSON", ErrInvalid)
+	if len(t.Output) > 0 && !json.Valid(t.Output) || len(t.Answer) > 0 && !json.Valid(t.Answer) {
+		return fmt.Errorf("%w: approval Output and Answer must be JSON", ErrInvalid)
 	}
 	return nil
 }

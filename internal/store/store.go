@@ -86,7 +86,16 @@ type Grant struct {
 	Customize    json.RawMessage // per-ref customization object, may be nil
 	ApprovedBy   string
 	ApprovedAt   time.Time
+	// Supersedes is the grant this one changed ("" for a first grant): the newest grant of an
+	// (org, biome) is its effective one, so recording this one retired that one.
+	Supersedes string
+	// RevokedBy and RevokedAt say who revoked the grant and when; zero while it is not revoked.
+	RevokedBy string
+	RevokedAt time.Time
 }
+
+// Revoked reports whether the grant was revoked.
+func (g Grant) Revoked() bool { return !g.RevokedAt.IsZero() }
 
 // AuditRecord is one decision of the funnel. Never the raw input: only its hash.
 type AuditRecord struct {
@@ -175,14 +184,79 @@ type AuditQuery struct {
 	SubjectRef string // exact subject ref ("user:alice")
 	Ref        string // exact capability ref (or route, for records of no org)
 	Decision   string
-	ParentID   string    // records linked to this one (outcome, approval steps, the run)
-	ReasonCode string    // one of the record's reasons has this code
+	ParentID   string // records linked to this one (outcome, approval steps, the run)
+	ReasonCode string // one of the record's reasons has this code
+	Omit       *AuditOmit
 	Since      time.Time // inclusive; zero is unbounded
 	Until      time.Time // exclusive; zero is unbounded
 	// Before, when set, keeps only records older than it in the (time, id) order: the keyset
 	// of the next page is the last record of the previous one.
 	Before *AuditPosition
 	Limit  int
+}
+
+// AuditOmit leaves out of a search the allowed records (decision and outcome) of Refs made by
+// subjects of SubjectKind: a person's page loads through the console (reads), which are
+// audited but drown what agents do.
+type AuditOmit struct {
+	SubjectKind string
+	Refs        []string
+}
+
+// AuditStatsQuery selects one org's records in [Since, Until) for AuditStats.
+type AuditStatsQuery struct {
+	Org          string
+	Since, Until time.Time
+	// Bucket is the width of the series' buckets, counted from Since.
+	Bucket time.Duration
+	// Top bounds the refs and reason codes answered, the most frequent first.
+	Top int
+	// Calls are the decisions of a call's own record; records of other decisions (approval
+	// steps, aggregates) are not calls.
+	Calls []string
+}
+
+// AuditStats are the counts of one org's records in a time range, each one the size of a
+// search of the same range (ListAudit): a call is a record of one of the query's Calls
+// decisions whose runner is empty (an outcome record repeats its call's decision with the
+// runner that ran it).
+type AuditStats struct {
+	// Series counts calls by time bucket (0 is the one starting at Since) and decision.
+	Series []BucketCount
+	// Refs counts calls by ref, Reasons denied records by reason code (a record counted
+	// once per code it names): the Top largest, ties in key order.
+	Refs, Reasons []KeyCount
+	// Runners sums the outcome records of the calls that ran, by runner.
+	Runners []RunnerCount
+	// Revisions are the policy revisions the range's records were decided under, with the
+	// first and last record of each.
+	Revisions []RevisionSpan
+}
+
+// BucketCount is the number of calls with one decision in one time bucket.
+type BucketCount struct {
+	Bucket   int64
+	Decision string
+	Count    int64
+}
+
+// KeyCount is a count of records with one key (a ref, a reason code).
+type KeyCount struct {
+	Key   string
+	Count int64
+}
+
+// RunnerCount sums one runner's outcome records: Errors have an outcome other than ok.
+type RunnerCount struct {
+	Runner                             string
+	Runs, Errors                       int64
+	LatencySumMicros, LatencyMaxMicros int64
+}
+
+// RevisionSpan is when a policy revision decided the records of a range.
+type RevisionSpan struct {
+	Revision    string
+	First, Last time.Time
 }
 
 // AuditPosition is a place in the newest-first order of the audit log.
@@ -233,6 +307,10 @@ type Store interface {
 	PutGrant(ctx context.Context, g Grant) error
 	// ListGrants returns every grant, oldest approval first.
 	ListGrants(ctx context.Context) ([]Grant, error)
+	// RevokeGrant stamps grant id of org revoked by `by` at `at` and answers it: ErrNotFound
+	// when org has no such grant (another org's is unknown), ErrConflict when it is already
+	// revoked. It bumps the policy revision like every grant write.
+	RevokeGrant(ctx context.Context, org, id, by string, at time.Time) (Grant, error)
 
 	// AppendAudit writes durably; there is no update or delete (the schema refuses both).
 	// A stored ID is ErrConflict.
@@ -246,6 +324,10 @@ type Store interface {
 	// ListAudit returns the records of one org matching q, newest first (time, then id,
 	// descending), at most q.Limit of them (MaxAuditPage when 0 or larger).
 	ListAudit(ctx context.Context, q AuditQuery) ([]AuditRecord, error)
+	// AuditStats counts one org's records of a time range (the overview's figures), reading
+	// only the range's rows through the (org, time) index: its cost grows with the records
+	// in the range, never with the whole log.
+	AuditStats(ctx context.Context, q AuditStatsQuery) (AuditStats, error)
 	// ScanAudit calls fn for every record f selects, in order, reading in pages so a large
 	// log is never held in memory; fn's error stops the scan and is returned.
 	ScanAudit(ctx context.Context, f AuditFilter, fn func(AuditRecord) error) error

@@ -10,15 +10,15 @@ import (
 )
 
 const approvalColumns = `id, audit_id, ref, biome, requester_ref, environment, exec, input, status, decided_by,
-	reason, outcome, output, created_at, expires_at, updated_at, org, claimed_by, lease_until`
+	reason, outcome, output, created_at, expires_at, updated_at, org, claimed_by, lease_until, answer`
 
 func scanApproval(sc scanner) (store.Approval, error) {
 	var a store.Approval
-	var exec, input, output []byte
+	var exec, input, output, answer []byte
 	err := sc.Scan(&a.ID, &a.AuditID, &a.Ref, &a.Biome, &a.RequesterRef, &a.Environment, &exec, &input, &a.Status,
 		&a.DecidedBy, &a.Reason, &a.Outcome, &output, timeCol{&a.CreatedAt}, timeCol{&a.ExpiresAt}, timeCol{&a.UpdatedAt}, &a.Org,
-		&a.ClaimedBy, timeCol{&a.LeaseUntil})
-	a.Exec, a.Input, a.Output = jsonCol(exec), jsonCol(input), jsonCol(output)
+		&a.ClaimedBy, timeCol{&a.LeaseUntil}, &answer)
+	a.Exec, a.Input, a.Output, a.Answer = jsonCol(exec), jsonCol(input), jsonCol(output), jsonCol(answer)
 	return a, err
 }
 
@@ -31,7 +31,7 @@ func (s *Store) PutApproval(ctx context.Context, a store.Approval) error {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	if _, err := s.exec(ctx, s.db, `INSERT INTO approvals (`+approvalColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)`,
 		a.ID, a.AuditID, a.Ref, a.Biome, a.RequesterRef, a.Environment, jsonArg(a.Exec), jsonArg(a.Input), a.Status,
 		a.DecidedBy, a.Reason, a.Outcome, jsonArg(a.Output), s.d.TimeArg(a.CreatedAt), s.d.TimeArg(a.ExpiresAt),
 		s.d.TimeArg(a.CreatedAt), a.Org, "", s.d.TimeArg(time.UnixMicro(0).UTC())); err != nil {
@@ -88,8 +88,8 @@ func (s *Store) TransitionApproval(ctx context.Context, t store.ApprovalTransiti
 	q := `UPDATE approvals SET status = ?, updated_at = ?, ` + decidedBy + `,
 		reason = CASE WHEN ? = '' THEN reason ELSE ? END,
 		outcome = CASE WHEN ? = '' THEN outcome ELSE ? END,
-		output = COALESCE(?, output)`
-	args := []any{t.To, at, t.DecidedBy, t.DecidedBy, t.Reason, t.Reason, t.Outcome, t.Outcome, jsonArg(t.Output)}
+		output = COALESCE(?, output), answer = COALESCE(?, answer)`
+	args := []any{t.To, at, t.DecidedBy, t.DecidedBy, t.Reason, t.Reason, t.Outcome, t.Outcome, jsonArg(t.Output), jsonArg(t.Answer)}
 	if t.Reset {
 		q += `, claimed_by = '', lease_until = ?`
 		args = append(args, s.d.TimeArg(time.UnixMicro(0).UTC()))

@@ -27,6 +27,13 @@ func (s *Store) ListAudit(ctx context.Context, f store.AuditQuery) ([]store.Audi
 		where = append(where, s.d.ReasonCodeMatch)
 		args = append(args, f.ReasonCode)
 	}
+	if o := f.Omit; o != nil && len(o.Refs) > 0 {
+		where = append(where, "NOT (subject_kind = ? AND decision = 'allowed' AND ref IN (?"+strings.Repeat(", ?", len(o.Refs)-1)+"))")
+		args = append(args, o.SubjectKind)
+		for _, r := range o.Refs {
+			args = append(args, r)
+		}
+	}
 	where, args = s.auditRange(where, args, f.Since, f.Until)
 	if b := f.Before; b != nil {
 		where, args = s.auditKeyset(where, args, "<", b.Time, b.ID)

@@ -32,6 +32,13 @@ type Dialect struct {
 	// ReasonCodeMatch is a boolean SQL expression with one '?' (a reason code), true when
 	// one element of the audit_log row's reasons array has that code.
 	ReasonCodeMatch string
+	// ReasonElements is a FROM item of the elements of the reasons array of the audit_log row
+	// aliased a, named e (none when reasons is not an array), and ReasonElementCode the code
+	// of one element e: AuditStats counts denials by reason code with them.
+	ReasonElements, ReasonElementCode string
+	// MicrosOf is a time column as Unix microseconds (an integer expression), for the time
+	// buckets of AuditStats.
+	MicrosOf func(col string) string
 	// InsertOrFail: the audit batch's INSERT resolves its constraints with FAIL (SQLite's
 	// INSERT OR FAIL, with the FAIL of the append-only trigger, migration 0011): no part of
 	// the statement can roll back alone, so the engine keeps no statement journal for it (5 %
@@ -77,6 +84,17 @@ func (c timeCol) Scan(v any) error {
 		return fmt.Errorf("time column holds %T", v)
 	}
 	return nil
+}
+
+// nullTimeCol is timeCol of a nullable column: NULL scans as the zero time.
+type nullTimeCol struct{ t *time.Time }
+
+func (c nullTimeCol) Scan(v any) error {
+	if v == nil {
+		*c.t = time.Time{}
+		return nil
+	}
+	return timeCol(c).Scan(v)
 }
 
 // jsonArg is a JSON document as a query argument: NULL when absent.

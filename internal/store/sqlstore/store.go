@@ -402,27 +402,55 @@ func (s *Store) PutGrant(ctx context.Context, g store.Grant) error {
 	}
 	return s.inTx(ctx, op, func(tx *sql.Tx) error {
 		if _, err := s.exec(ctx, tx, `INSERT INTO grants
-			(id, org, biome_id, biome_version, digest_hash, profile, customize, approved_by, approved_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			(id, org, biome_id, biome_version, digest_hash, profile, customize, approved_by, approved_at, supersedes)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			g.ID, g.Org, g.BiomeID, g.BiomeVersion, g.DigestHash, g.Profile, jsonArg(g.Customize), g.ApprovedBy,
-			s.d.TimeArg(store.Stamp(g.ApprovedAt))); err != nil {
+			s.d.TimeArg(store.Stamp(g.ApprovedAt)), g.Supersedes); err != nil {
 			return s.fail(op, err)
 		}
 		return s.bumpRevision(ctx, tx, op)
 	})
 }
 
+const grantColumns = `id, org, biome_id, biome_version, digest_hash, profile, customize, approved_by, approved_at,
+	supersedes, revoked_by, revoked_at`
+
+func scanGrant(sc scanner) (store.Grant, error) {
+	var g store.Grant
+	var customize []byte
+	err := sc.Scan(&g.ID, &g.Org, &g.BiomeID, &g.BiomeVersion, &g.DigestHash, &g.Profile, &customize, &g.ApprovedBy,
+		timeCol{&g.ApprovedAt}, &g.Supersedes, &g.RevokedBy, nullTimeCol{&g.RevokedAt})
+	g.Customize = jsonCol(customize)
+	return g, err
+}
+
 // ListGrants implements store.Store.
 func (s *Store) ListGrants(ctx context.Context) ([]store.Grant, error) {
-	return list(ctx, s, "list grants", func(sc scanner) (store.Grant, error) {
-		var g store.Grant
-		var customize []byte
-		err := sc.Scan(&g.ID, &g.Org, &g.BiomeID, &g.BiomeVersion, &g.DigestHash, &g.Profile, &customize, &g.ApprovedBy,
-			timeCol{&g.ApprovedAt})
-		g.Customize = jsonCol(customize)
-		return g, err
-	}, `SELECT id, org, biome_id, biome_version, digest_hash, profile, customize, approved_by, approved_at
-		FROM grants ORDER BY approved_at, id`)
+	return list(ctx, s, "list grants", scanGrant, `SELECT `+grantColumns+` FROM grants ORDER BY approved_at, id`)
+}
+
+// RevokeGrant implements store.Store.
+func (s *Store) RevokeGrant(ctx context.Context, org, id, by string, at time.Time) (store.Grant, error) {
+	op := fmt.Sprintf("revoke grant %q", id)
+	if org == "" || id == "" || by == "" {
+		return store.Grant{}, fmt.Errorf("%s: org, id and revoker are required: %w", op, store.ErrInvalid)
+	}
+	var g store.Grant
+	err := s.inTx(ctx, op, func(tx *sql.Tx) error {
+		n, err := s.exec(ctx, tx, `UPDATE grants SET revoked_by = ?, revoked_at = ?
+			WHERE id = ? AND org = ? AND revoked_at IS NULL`, by, s.d.TimeArg(store.Stamp(at)), id, org)
+		if err != nil {
+			return s.fail(op, err)
+		}
+		if g, err = scanGrant(tx.QueryRowContext(ctx, s.d.bind(`SELECT `+grantColumns+` FROM grants WHERE id = ? AND org = ?`), id, org)); err != nil {
+			return s.fail(op, err)
+		}
+		if n == 0 {
+			return fmt.Errorf("%s: revoked already by %s: %w", op, g.RevokedBy, store.ErrConflict)
+		}
+		return s.bumpRevision(ctx, tx, op)
+	})
+	return g, err
 }
 
 // AppendAudit implements store.Store.

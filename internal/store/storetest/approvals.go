@@ -22,6 +22,7 @@ func runObligations(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ApprovalList", testApprovalList},
 		{"ApprovalTransitions", testApprovalTransitions},
 		{"ApprovalExpiry", testApprovalExpiry},
+		{"ApprovalWithdrawnAndAnswer", testApprovalWithdrawnAndAnswer},
 		{"ApprovalConcurrentApproveOneWinner", testApprovalConcurrent},
 		{"UsageSaveLoad", testUsageSaveLoad},
 		{"UsageWithAuditBatch", testUsageWithAuditBatch},
@@ -174,6 +175,46 @@ func testApprovalTransitions(t *testing.T, s store.Store) {
 	}
 	if got.Status != store.ApprovalDone || got.DecidedBy != "user:ann" || got.Outcome != "ok" || string(got.Output) != `{"n":1}` {
 		t.Fatalf("after done: %+v", got)
+	}
+}
+
+// testApprovalWithdrawnAndAnswer: a pending approval can be withdrawn (a terminal state no
+// decision moves), and the answer of a run is kept as given, and kept by later moves.
+func testApprovalWithdrawnAndAnswer(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	now := time.Now()
+	for _, id := range []string{"apr_w", "apr_r"} {
+		if err := s.PutApproval(ctx, newApproval(id, "kb:page.read@1", "agent:bot", now)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, err := s.TransitionApproval(ctx, store.ApprovalTransition{ID: "apr_w", From: store.ApprovalPending, To: store.ApprovalWithdrawn,
+		At: now, Live: true, DecidedBy: "agent:bot"})
+	if err != nil || w.Status != store.ApprovalWithdrawn || w.DecidedBy != "agent:bot" || w.Answer != nil {
+		t.Fatalf("withdraw: %v, %+v", err, w)
+	}
+	if _, err := s.TransitionApproval(ctx, store.ApprovalTransition{ID: "apr_w", From: store.ApprovalPending, To: store.ApprovalApproved,
+		At: now, Live: true}); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("approve a withdrawn approval: %v, want ErrConflict", err)
+	}
+	if got, err := s.ListApprovals(ctx, store.ApprovalFilter{Org: "acme", Status: store.ApprovalWithdrawn}); err != nil || len(got) != 1 || got[0].ID != "apr_w" {
+		t.Fatalf("list withdrawn: %v, %+v", err, got)
+	}
+	answer := json.RawMessage(`{"status":200,"body":{"output":{"n":1},"auditId":"inv_1"}}`)
+	for _, m := range []store.ApprovalTransition{{From: store.ApprovalPending, To: store.ApprovalRunning},
+		{From: store.ApprovalRunning, To: store.ApprovalDone, Answer: answer}} {
+		m.ID, m.At = "apr_r", now
+		if _, err := s.TransitionApproval(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.GetApproval(ctx, "apr_r")
+	if err != nil || string(got.Answer) != string(answer) {
+		t.Fatalf("answer after done: %v, %s; want %s", err, got.Answer, answer)
+	}
+	if _, err := s.TransitionApproval(ctx, store.ApprovalTransition{ID: "apr_r", From: store.ApprovalRunning, To: store.ApprovalDone,
+		At: now, Answer: json.RawMessage(`{"not":`)}); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("an answer that is not JSON: %v, want ErrInvalid", err)
 	}
 }
 

@@ -78,6 +78,8 @@ func testListAudit(t *testing.T, s store.Store) {
 		{"until exclusive", store.AuditQuery{Org: "acme", Until: at(2)}, []store.AuditRecord{r1, r7}},
 		{"range", store.AuditQuery{Org: "acme", Since: at(2), Until: at(4)}, []store.AuditRecord{r3, r2}},
 		{"combined", store.AuditQuery{Org: "acme", SubjectRef: "user:alice", Decision: "denied", Ref: "kb:page.write@1"}, []store.AuditRecord{r3}},
+		{"omit a kind's allowed reads", store.AuditQuery{Org: "acme", Omit: &store.AuditOmit{SubjectKind: "user", Refs: []string{"kb:page.read@1", "x:y.z@1"}}},
+			[]store.AuditRecord{r4b, linked, r3, r2, r7}},
 		{"limit", store.AuditQuery{Org: "acme", Limit: 2}, []store.AuditRecord{r4b, linked}},
 		{"before a tie", store.AuditQuery{Org: "acme", Before: &store.AuditPosition{Time: r4b.Time, ID: r4b.ID}}, []store.AuditRecord{linked, r4a, r3, r2, r1, r7}},
 		{"before with filter", store.AuditQuery{Org: "acme", SubjectRef: "user:alice", Before: &store.AuditPosition{Time: r3.Time, ID: r3.ID}}, []store.AuditRecord{r1}},

@@ -42,6 +42,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"AuditIsAppendOnly", testAuditAppendOnly},
 		{"AuditBatch", testAuditBatch},
 		{"ListAudit", testListAudit},
+		{"AuditStats", testAuditStats},
 		{"RevisionBumpsOnPolicyData", testRevision},
 		{"ConcurrentPublish", testConcurrentPublish},
 		{"Ping", testPing},
@@ -531,6 +532,42 @@ func testGrants(t *testing.T, s store.Store) {
 		t.Fatalf("ListGrants: %v", err)
 	}
 	equal(t, "grants after refused puts", got, []store.Grant{earlier, later})
+
+	// A change records a new grant naming the one it supersedes; a revoke stamps one grant
+	// of its own org, once, and bumps the revision.
+	changed := later
+	changed.ID, changed.Profile, changed.ApprovedAt, changed.Supersedes = "g-4", "internal-agent", t0.Add(2*time.Hour), later.ID
+	if err := s.PutGrant(ctx, changed); err != nil {
+		t.Fatalf("PutGrant(changed): %v", err)
+	}
+	rev, err := s.Revision(ctx)
+	if err != nil {
+		t.Fatalf("Revision: %v", err)
+	}
+	wantErr(t, "RevokeGrant of another org's grant", func() error {
+		_, err := s.RevokeGrant(ctx, "beta", changed.ID, "user:mallory", t0)
+		return err
+	}(), store.ErrNotFound)
+	wantErr(t, "RevokeGrant of an unknown grant", func() error { _, err := s.RevokeGrant(ctx, "acme", "g-none", "user:alice", t0); return err }(), store.ErrNotFound)
+	wantErr(t, "RevokeGrant without revoker", func() error { _, err := s.RevokeGrant(ctx, "acme", changed.ID, "", t0); return err }(), store.ErrInvalid)
+	revokedAt := t0.Add(3 * time.Hour)
+	revoked, err := s.RevokeGrant(ctx, "acme", changed.ID, "user:carol", revokedAt)
+	if err != nil {
+		t.Fatalf("RevokeGrant: %v", err)
+	}
+	want := changed
+	want.RevokedBy, want.RevokedAt = "user:carol", revokedAt
+	equal(t, "the revoked grant", revoked, want)
+	if after, err := s.Revision(ctx); err != nil || after <= rev {
+		t.Fatalf("revision after a revoke = %d (%v), want above %d", after, err, rev)
+	}
+	_, err = s.RevokeGrant(ctx, "acme", changed.ID, "user:dave", t0.Add(4*time.Hour))
+	wantErr(t, "RevokeGrant twice", err, store.ErrConflict)
+	got, err = s.ListGrants(ctx)
+	if err != nil {
+		t.Fatalf("ListGrants: %v", err)
+	}
+	equal(t, "grants after a change and a revoke", got, []store.Grant{earlier, later, want})
 }
 
 func auditRecord(id string) store.AuditRecord {

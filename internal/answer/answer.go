@@ -1,0 +1,84 @@
+// Package answer is the one mapping of what the gateway did to the answer a caller gets: an
+// HTTP status and a JSON body. The HTTP API sends it, MCP answers it as a tool result (isError
+// when not 200), and the idempotency and approval stores keep it, so a retried call and a held
+// call's task return exactly what the synchronous call answered.
+package answer
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/xemahq/xema/internal/fault"
+	"github.com/xemahq/xema/internal/gateway"
+)
+
+// statuses maps what went wrong (fault.Kind) to the HTTP status answered.
+var statuses = map[fault.Kind]int{
+	fault.Internal:         http.StatusInternalServerError,
+	fault.Invalid:          http.StatusBadRequest,
+	fault.Unauthenticated:  http.StatusUnauthorized,
+	fault.Denied:           http.StatusForbidden,
+	fault.NotFound:         http.StatusNotFound,
+	fault.Conflict:         http.StatusConflict,
+	fault.Gone:             http.StatusGone,
+	fault.TooLarge:         http.StatusRequestEntityTooLarge,
+	fault.UnsupportedMedia: http.StatusUnsupportedMediaType,
+	fault.Unprocessable:    http.StatusUnprocessableEntity,
+	fault.RateLimited:      http.StatusTooManyRequests,
+	fault.NotImplemented:   http.StatusNotImplemented,
+	fault.Provider:         http.StatusBadGateway,
+	fault.Unavailable:      http.StatusServiceUnavailable,
+	fault.Timeout:          http.StatusGatewayTimeout,
+}
+
+// Status is the HTTP status of an error of kind k; a kind without one is a 500.
+func Status(k fault.Kind) int {
+	if st, ok := statuses[k]; ok {
+		return st
+	}
+	return http.StatusInternalServerError
+}
+
+// Fault is err as the domain's error; anything else is an internal error, whose text is
+// never shown.
+func Fault(err error) *fault.Error {
+	var e *fault.Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return &fault.Error{Kind: fault.Internal, Code: "INTERNAL", Message: "internal error"}
+}
+
+// Of is Invoke's answer, with its code ("" for a call that ran). An error comes first: a
+// call that ran but whose outcome was not recorded answers OUTCOME_NOT_RECORDED, not its
+// output.
+func Of(res *gateway.Result, err error) (gateway.Answer, string) {
+	var (
+		status, retry int
+		body          any
+		code          string
+	)
+	switch {
+	case err != nil:
+		e := Fault(err)
+		return Error(e), e.Code
+	case res.Denial != nil:
+		status, body, code = http.StatusForbidden, res.Denial, res.Denial.Code
+		if res.Denial.Limited {
+			status, retry = http.StatusTooManyRequests, res.Denial.RetryAfter
+		}
+	case res.Held != nil:
+		status, body, code = http.StatusAccepted, res.Held, res.Held.Code
+	default:
+		status, body = http.StatusOK, res
+	}
+	raw, _ := json.Marshal(body) // every answer type encodes
+	return gateway.Answer{Status: status, Body: raw, RetryAfter: retry}, code
+}
+
+// Error is the answer of a domain error: its kind's status, the error as the body.
+func Error(e *fault.Error) gateway.Answer {
+	raw, _ := json.Marshal(e)
+	return gateway.Answer{Status: Status(e.Kind), Body: raw, RetryAfter: e.RetryAfter}
+}

@@ -1,0 +1,134 @@
+package approval
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/xemahq/xema/internal/answer"
+	"github.com/xemahq/xema/internal/fault"
+	"github.com/xemahq/xema/internal/gateway"
+	"github.com/xemahq/xema/internal/identity"
+	"github.com/xemahq/xema/internal/store"
+)
+
+// Task is a held call as its requester follows it: an MCP task (the held call is the task;
+// its id is the approval id) and what an idempotent retry of the call answers.
+type Task struct {
+	ID        string
+	Status    string // the approval's state
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	ExpiresAt time.Time
+	// End is the call's final answer once it reached an end: what the run answered when it
+	// ran, else the typed error of why it never will. Nil while it waits or runs.
+	End *gateway.Answer
+}
+
+// Waiting says the call waits for a decision; otherwise it runs or has ended.
+func (t Task) Waiting() bool { return t.Status == store.ApprovalPending }
+
+// storedAnswer is Approval.Answer: the answer the run gave.
+type storedAnswer struct {
+	Status int             `json:"status"`
+	Body   json.RawMessage `json:"body"`
+}
+
+// Task is where the held call id stands, for its requester only: a caller of another org,
+// or of the same org but not its requester, is answered exactly as for an unknown id. A
+// pending call past its expiry is expired here (and audited), as approving it would.
+func (s *Service) Task(ctx context.Context, ec identity.ExecContext, id string) (Task, error) {
+	a, err := s.own(ctx, ec, id)
+	if err != nil {
+		return Task{}, err
+	}
+	if a.Status == store.ApprovalPending && !a.ExpiresAt.After(s.now()) {
+		var fe *fault.Error
+		if err := s.expire(ctx, a); errors.As(err, &fe) && fe.Code != CodeExpired {
+			return Task{}, err
+		}
+		if a, err = s.Store.GetApproval(ctx, id); err != nil {
+			return Task{}, unavailable(err)
+		}
+	}
+	t := Task{ID: a.ID, Status: a.Status, CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt, ExpiresAt: a.ExpiresAt}
+	if end, ok := endOf(a); ok {
+		t.End = &end
+	}
+	return t, nil
+}
+
+// Withdraw is the requester cancelling their held call: pending → withdrawn, audited; it
+// never runs, and approvers see it withdrawn. A call already approved is not stopped and
+// one already ended stays as it ended: the withdrawal is acknowledged all the same (an MCP
+// task's cancellation is cooperative).
+func (s *Service) Withdraw(ctx context.Context, ec identity.ExecContext, id string) error {
+	a, err := s.own(ctx, ec, id)
+	if err != nil || a.Status != store.ApprovalPending {
+		return err
+	}
+	w, err := s.move(ctx, a, store.ApprovalTransition{From: store.ApprovalPending, To: store.ApprovalWithdrawn, Live: true,
+		DecidedBy: ec.Subject.Ref})
+	var fe *fault.Error
+	if errors.As(err, &fe) && (fe.Code == CodeExpired || fe.Code == CodeAlreadyDecided) {
+		return nil // decided or expired meanwhile: it ends as that
+	}
+	if err != nil {
+		return err
+	}
+	return s.audit(ctx, w, ec, DecisionWithdrawn, "")
+}
+
+// own loads the held call id of the caller: another org's, another subject's and an unknown
+// one are the same not-found.
+func (s *Service) own(ctx context.Context, ec identity.ExecContext, id string) (store.Approval, error) {
+	notFound := fault.New(fault.NotFound, CodeNotFound, "no task %q", id)
+	if !strings.HasPrefix(id, "apr_") || len(id) > 64 {
+		return store.Approval{}, notFound
+	}
+	a, err := s.Store.GetApproval(ctx, id)
+	if errors.Is(err, store.ErrNotFound) || err == nil && (a.Org != ec.Org || a.RequesterRef != ec.Subject.Ref) {
+		return store.Approval{}, notFound
+	}
+	if err != nil {
+		return store.Approval{}, unavailable(err)
+	}
+	return a, nil
+}
+
+// endOf is the final answer of a held call that reached an end: the answer its run gave,
+// or the typed error of a call that never ran (or whose end was recorded without one).
+func endOf(a store.Approval) (gateway.Answer, bool) {
+	switch a.Status {
+	case store.ApprovalPending, store.ApprovalApproved, store.ApprovalRunning, store.ApprovalDispatched:
+		return gateway.Answer{}, false
+	}
+	var st storedAnswer
+	if len(a.Answer) > 0 && json.Unmarshal(a.Answer, &st) == nil && st.Status != 0 {
+		return gateway.Answer{Status: st.Status, Body: st.Body}, true
+	}
+	var e *fault.Error
+	switch a.Status {
+	case store.ApprovalRejected:
+		e = fault.New(fault.Denied, CodeRejected, "approval %s was rejected by %s: %s; the call never ran", a.ID, a.DecidedBy, a.Reason)
+	case store.ApprovalExpired:
+		e = fault.New(fault.Gone, CodeExpired, "approval %s expired at %s and will never run", a.ID, a.ExpiresAt.Format(time.RFC3339))
+	case store.ApprovalWithdrawn:
+		e = fault.New(fault.Gone, CodeWithdrawn, "approval %s was withdrawn by its requester; the call never ran", a.ID)
+	case store.ApprovalInterrupted:
+		e = fault.New(fault.Unavailable, OutcomeUnknown, "the call of approval %s was dispatched, then the gateway stopped "+
+			"before its outcome was recorded; it is never run again", a.ID)
+		e.Outcome = a.Outcome
+	case store.ApprovalDone: // ended before answers were kept
+		raw, _ := json.Marshal(map[string]any{"output": a.Output, "auditId": a.AuditID}) // a document and a string encode
+		return gateway.Answer{Status: http.StatusOK, Body: raw}, true
+	default: // failed, without its answer
+		e = fault.New(fault.Provider, cmp.Or(a.Outcome, "INTERNAL"), "the call of approval %s failed: %s", a.ID, a.Outcome)
+	}
+	e.AuditID = a.AuditID
+	return answer.Error(e), true
+}

@@ -1,0 +1,152 @@
+package approval_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xemahq/xema/internal/approval"
+	"github.com/xemahq/xema/internal/apptest"
+	"github.com/xemahq/xema/internal/fault"
+	"github.com/xemahq/xema/internal/gateway"
+	"github.com/xemahq/xema/internal/store"
+)
+
+// endCode is the code of a task's final answer, and its status.
+func endCode(t *testing.T, tk approval.Task) (int, string) {
+	t.Helper()
+	if tk.End == nil {
+		t.Fatalf("task %s (%s) has no end", tk.ID, tk.Status)
+	}
+	var b struct {
+		Code string `json:"code"`
+	}
+	_ = json.Unmarshal(tk.End.Body, &b)
+	return tk.End.Status, b.Code
+}
+
+func TestTaskFollowsHeldCall(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, map[string]any{"requiresApproval": true})
+	id := f.hold(t, bot)
+	tk, err := f.app.Approvals.Task(ctx, bot, id)
+	if err != nil || !tk.Waiting() || tk.End != nil || tk.ID != id || !tk.ExpiresAt.After(tk.CreatedAt) {
+		t.Fatalf("held: %+v %v; want waiting, no end", tk, err)
+	}
+	if _, ferr := f.decide(approval.RefApprove, alice, map[string]any{"approvalId": id}); ferr != nil {
+		t.Fatal(ferr)
+	}
+	tk, err = f.app.Approvals.Task(ctx, bot, id)
+	if err != nil || tk.Status != store.ApprovalDone || tk.End == nil || tk.End.Status != http.StatusOK {
+		t.Fatalf("approved: %+v %v; want done with a 200 answer", tk, err)
+	}
+	var res gateway.Result
+	if err := json.Unmarshal(tk.End.Body, &res); err != nil || string(res.Output) != `{"commentId":"c1"}` || res.AuditID == "" {
+		t.Fatalf("answer %s: want the run's output and audit id", tk.End.Body)
+	}
+}
+
+func TestTaskEnds(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		name       string
+		end        func(f *fixture, id string)
+		wantStatus int
+		wantCode   string
+		wantState  string
+	}{
+		{"rejected", func(f *fixture, id string) {
+			if _, err := f.decide(approval.RefReject, alice, map[string]any{"approvalId": id, "reason": "wrong ticket"}); err != nil {
+				t.Fatal(err)
+			}
+		}, http.StatusForbidden, approval.CodeRejected, store.ApprovalRejected},
+		{"expired", func(f *fixture, _ string) { *f.clock = f.clock.Add(approval.DefaultTTL + time.Second) },
+			http.StatusGone, approval.CodeExpired, store.ApprovalExpired},
+		{"withdrawn", func(f *fixture, id string) {
+			if err := f.app.Approvals.Withdraw(ctx, bot, id); err != nil {
+				t.Fatal(err)
+			}
+		}, http.StatusGone, approval.CodeWithdrawn, store.ApprovalWithdrawn},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, map[string]any{"requiresApproval": true})
+			id := f.hold(t, bot)
+			tc.end(f, id)
+			tk, err := f.app.Approvals.Task(ctx, bot, id)
+			if err != nil || tk.Status != tc.wantState {
+				t.Fatalf("task: %+v %v; want %s", tk, err, tc.wantState)
+			}
+			if st, code := endCode(t, tk); st != tc.wantStatus || code != tc.wantCode || f.runs.Load() != 0 {
+				t.Fatalf("end: %d %s, runs %d; want %d %s, no run", st, code, f.runs.Load(), tc.wantStatus, tc.wantCode)
+			}
+			if tc.name == "rejected" && !strings.Contains(string(tk.End.Body), "wrong ticket") {
+				t.Fatalf("rejection %s: want the approver's reason", tk.End.Body)
+			}
+		})
+	}
+}
+
+// A withdrawn call is seen withdrawn by approvers, never runs, and the withdrawal is in the
+// audit log as its requester's step.
+func TestWithdrawIsFinalAndAudited(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, map[string]any{"requiresApproval": true})
+	id := f.hold(t, bot)
+	if err := f.app.Approvals.Withdraw(ctx, bot, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.app.Approvals.Withdraw(ctx, bot, id); err != nil {
+		t.Fatalf("withdraw twice: %v; want the same acknowledgement", err)
+	}
+	if _, err := f.decide(approval.RefApprove, alice, map[string]any{"approvalId": id}); err == nil || err.Code != approval.CodeAlreadyDecided || f.runs.Load() != 0 {
+		t.Fatalf("approve a withdrawn call: %v, runs %d; want %s, no run", err, f.runs.Load(), approval.CodeAlreadyDecided)
+	}
+	v, err := f.app.Approvals.Invocation(ctx, alice, id)
+	if err != nil || v.Status != store.ApprovalWithdrawn || v.DecidedBy != "agent:support-bot" {
+		t.Fatalf("approver's view: %+v %v; want withdrawn by its requester", v, err)
+	}
+	recs, err := f.app.Store.ListAudit(ctx, store.AuditQuery{Org: bot.Org, ParentID: v.AuditID, Decision: approval.DecisionWithdrawn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 || recs[0].SubjectRef != "agent:support-bot" {
+		t.Fatalf("no %q audit record linked to %s by the requester", approval.DecisionWithdrawn, v.AuditID)
+	}
+}
+
+// Only the requester knows the task: another subject of the org (even the approver) and
+// another org get exactly the answer of an unknown id, and withdraw nothing.
+func TestTaskIsTheRequesters(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, map[string]any{"requiresApproval": true})
+	id := f.hold(t, bot)
+	otherOrg := bot
+	otherOrg.Org = "other"
+	if _, err := f.app.Approvals.Task(ctx, bot, "apr_unknownunknown0"); err == nil || err.Error() != approval.CodeNotFound+`: no task "apr_unknownunknown0"` {
+		t.Fatalf("unknown id: %v", err)
+	}
+	for name, caller := range map[string]func() (approval.Task, error){
+		"approver": func() (approval.Task, error) { return f.app.Approvals.Task(ctx, alice, id) },
+		"other subject": func() (approval.Task, error) {
+			return f.app.Approvals.Task(ctx, apptest.Exec("agent:other", "project", ""), id)
+		},
+		"other org": func() (approval.Task, error) { return f.app.Approvals.Task(ctx, otherOrg, id) },
+	} {
+		_, err := caller()
+		var fe *fault.Error
+		if !errors.As(err, &fe) || fe.Kind != fault.NotFound || fe.Code != approval.CodeNotFound || fe.Message != `no task "`+id+`"` {
+			t.Fatalf("%s: %v; want not found, as an unknown id", name, err)
+		}
+	}
+	if err := f.app.Approvals.Withdraw(ctx, alice, id); err == nil {
+		t.Fatal("the approver withdrew the requester's call")
+	}
+	if tk, err := f.app.Approvals.Task(ctx, bot, id); err != nil || !tk.Waiting() {
+		t.Fatalf("after others tried: %+v %v; want still waiting", tk, err)
+	}
+}
