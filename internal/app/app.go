@@ -512,7 +512,7 @@ func (a *App) grantImpact(ctx context.Context, candidate store.Grant, since time
 		return catalog.Impact{}, fmt.Errorf("dry run: %w", err)
 	}
 	return catalog.Impact{Considered: rep.Considered, AllowToDeny: rep.AllowToDeny, DenyToAllow: rep.DenyToAllow,
-		Since: since.UTC().Format(time.RFC3339), Truncated: rep.Truncated}, nil
+		Since: since.UTC().Format(time.RFC3339), Truncated: rep.Truncated, PrunedBefore: rep.PrunedBefore}, nil
 }
 
 // MaxDryRunDecisions bounds the recorded calls a grant's dry run replays (the oldest of the

@@ -92,6 +92,16 @@ func TestAuditPruneArchiveVerify(t *testing.T) {
 			t.Fatalf("verify the archive: exit %d: %s", code, out)
 		}
 
+		// Search and replay say their window reaches pruned records.
+		page := g.get("/v1/audit", g.adminToken())
+		expect(t, page, http.StatusOK)
+		if str(page.Body, "prunedBefore") != boundary.Format(time.RFC3339) {
+			t.Errorf("audit search after a prune: prunedBefore %q, want %s", str(page.Body, "prunedBefore"), boundary.Format(time.RFC3339))
+		}
+		if out, code := g.cli(t, append([]string{"replay", "--since", "1h"}, g.storeArgs()...)...); code != 0 || !strings.Contains(out, "reaches pruned records") {
+			t.Errorf("replay over a pruned window: exit %d: %s", code, out)
+		}
+
 		// An altered archive.
 		lines := readGzipLines(t, archive)
 		altered := filepath.Join(dir, "altered.jsonl.gz")
