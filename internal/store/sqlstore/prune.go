@@ -101,7 +101,7 @@ func (s *Store) deletePruned(ctx context.Context, limit int) (int64, error) {
 			continue
 		}
 		n, err := s.exec(ctx, s.db, `DELETE FROM audit_log WHERE id IN
-			(SELECT id FROM audit_log WHERE chain_id = ? AND chain_seq <= ? ORDER BY chain_seq LIMIT ?)`,
+			(SELECT id FROM audit_log WHERE chain_id = ? AND chain_id <> '' AND chain_seq <= ? ORDER BY chain_seq LIMIT ?)`,
 			h.ChainID, h.BaseSeq, int64(limit)-total)
 		if err != nil {
 			return total, s.fail(op, err)

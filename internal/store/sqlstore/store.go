@@ -497,7 +497,9 @@ func (s *Store) ScanAudit(ctx context.Context, f store.AuditFilter, fn func(stor
 		where = append(where, "policy_input IS NOT NULL")
 	}
 	if f.ChainID != "" {
-		add("chain_id = ?", f.ChainID)
+		// The chain index is partial (chain_id <> ''): the planner uses it only when the
+		// query names that condition too (a bound chain id does not prove it).
+		add("chain_id = ? AND chain_id <> ''", f.ChainID)
 	}
 	if f.Unchained {
 		where = append(where, "chain_id = ''")
