@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -24,42 +25,66 @@ func newApprovalsCmd() *cobra.Command {
 	api.addTo(cmd.PersistentFlags())
 	cmd.PersistentFlags().StringVar(&format, "format", "text", "text or json")
 
-	var filter struct{ status, biome, ref, requester string }
+	var filter struct {
+		status, biome, ref, requester, cursor string
+		limit                                 int
+		all                                   bool
+	}
 	list := &cobra.Command{
 		Use:   "list",
-		Short: "List held calls, newest first (org administrators)",
+		Short: "List held calls, newest first, a page at a time (org administrators); --all follows every page",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := api.client()
 			if err != nil {
 				return err
 			}
-			q := queryOf(map[string]string{"status": filter.status, "biome": filter.biome, "ref": filter.ref, "requester": filter.requester})
-			path := "/v1/approvals"
-			if len(q) > 0 {
-				path += "?" + q.Encode()
-			}
-			var out struct {
-				Approvals []approval.View `json:"approvals"`
-			}
-			if err := c.Do(cmd.Context(), http.MethodGet, path, nil, &out); err != nil {
-				return err
+			var out approval.Page
+			cursor := filter.cursor
+			for {
+				q := queryOf(map[string]string{"status": filter.status, "biome": filter.biome, "ref": filter.ref,
+					"requester": filter.requester, "cursor": cursor})
+				if filter.limit > 0 {
+					q.Set("limit", strconv.Itoa(filter.limit))
+				}
+				path := "/v1/approvals"
+				if len(q) > 0 {
+					path += "?" + q.Encode()
+				}
+				var page approval.Page
+				if err := c.Do(cmd.Context(), http.MethodGet, path, nil, &page); err != nil {
+					return err
+				}
+				out.Approvals, out.NextCursor = append(out.Approvals, page.Approvals...), page.NextCursor
+				if !filter.all || page.NextCursor == "" {
+					break
+				}
+				cursor = page.NextCursor
 			}
 			if format == "json" {
 				return writeJSON(cmd.OutOrStdout(), out)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "APPROVAL\tSTATUS\tREF\tREQUESTER\tENVIRONMENT\tEXPIRES")
+			fmt.Fprintln(tw, "APPROVAL\tSTATUS\tREF\tREQUESTER\tENVIRONMENT\tEXPIRES\tYOU MAY DECIDE")
 			for _, a := range out.Approvals {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", a.ApprovalID, a.Status, a.Ref, a.Requester, a.Environment, a.ExpiresAt)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ApprovalID, a.Status, a.Ref, a.Requester, a.Environment, a.ExpiresAt, mayDecide(a))
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if out.NextCursor != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "more: --cursor %s (or --all)\n", out.NextCursor)
+			}
+			return nil
 		},
 	}
-	list.Flags().StringVar(&filter.status, "status", "", "only this status (pending, approved, rejected, expired, running, done, failed)")
+	list.Flags().StringVar(&filter.status, "status", "", "only this status (pending, approved, rejected, expired, running, dispatched, done, failed, interrupted, withdrawn)")
 	list.Flags().StringVar(&filter.biome, "biome", "", "only calls for this biome")
 	list.Flags().StringVar(&filter.ref, "ref", "", "only calls of this capability ref")
 	list.Flags().StringVar(&filter.requester, "requester", "", "only calls of this subject (e.g. agent:support-bot)")
+	list.Flags().StringVar(&filter.cursor, "cursor", "", "start at this page (the nextCursor a listing printed)")
+	list.Flags().IntVar(&filter.limit, "limit", 0, "calls per page, 1-100 (default 50)")
+	list.Flags().BoolVar(&filter.all, "all", false, "follow every page: list every matching call")
 
 	decide := func(verb string, body func([]string) any) *cobra.Command {
 		return &cobra.Command{
@@ -97,4 +122,18 @@ func newApprovalsCmd() *cobra.Command {
 
 	cmd.AddCommand(list, approve, reject)
 	return cmd
+}
+
+// mayDecide is the listing's column saying whether the viewer may decide a call, and if not
+// why (the code; --format json has the whole reason).
+func mayDecide(v approval.View) string {
+	switch {
+	case v.CanDecide != nil && *v.CanDecide:
+		return "yes"
+	case v.WhyNot != nil && v.WhyNot.Code == approval.CodeNotApprover:
+		return "no: " + v.WhyNot.Message
+	case v.WhyNot != nil:
+		return "no: " + v.WhyNot.Code
+	}
+	return "-"
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"regexp"
@@ -51,8 +52,15 @@ func applyKey(fs *pflag.FlagSet, key string, value any) error {
 	if !isList {
 		list = []any{value}
 	}
+	_, structured := f.Value.(structuredFlag)
 	for _, v := range list {
-		s, err := scalar(v)
+		var s string
+		var err error
+		if m, ok := v.(map[string]any); ok && structured {
+			s, err = mapping(m)
+		} else {
+			s, err = scalar(v)
+		}
 		if err != nil {
 			return err
 		}
@@ -69,6 +77,34 @@ func applyKey(fs *pflag.FlagSet, key string, value any) error {
 		return fmt.Errorf("takes one value, not a list")
 	}
 	return fs.Set(key, items[0])
+}
+
+// structuredFlag is a flag whose items may be mappings in the config file: each is handed
+// to the flag as a JSON object (--approval-webhook).
+type structuredFlag interface{ structured() }
+
+// mapping turns one YAML mapping of scalars into a JSON object, expanding ${VAR}.
+func mapping(m map[string]any) (string, error) {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		switch x := v.(type) {
+		case string:
+			s, err := expandEnv(x)
+			if err != nil {
+				return "", fmt.Errorf("%s: %w", k, err)
+			}
+			out[k] = s
+		case bool, int, int64, uint64, float64, nil:
+			out[k] = x
+		default:
+			return "", fmt.Errorf("%s: want a string, number or boolean, got %T", k, v)
+		}
+	}
+	raw, err := json.Marshal(out)
+	if err != nil {
+		return "", err
+	}
+	return string(raw), nil
 }
 
 // scalar turns one YAML value into the flag's text, expanding ${VAR}.

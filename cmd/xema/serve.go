@@ -45,6 +45,7 @@ func newServeCmd() *cobra.Command {
 		bound   boundaryFlags
 		web     webFlags
 		mf      masterFlags
+		notifyF notifyFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -66,6 +67,10 @@ func newServeCmd() *cobra.Command {
 			if err := bound.apply(&cfg, idCfg); err != nil {
 				return &exitError{code: 2, err: err}
 			}
+			var err error
+			if cfg.Notify, err = notifyF.config(web.publicURL, addr, web.tlsCert != ""); err != nil {
+				return &exitError{code: 2, err: err}
+			}
 			if err := startPprof(cmd.Context()); err != nil {
 				return err
 			}
@@ -84,6 +89,7 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&cfg.PolicyDir, "policy-dir", "", "directory of the platform team's own Rego (package xema.custom)")
 	f.DurationVar(&cfg.PolicyDirPoll, "policy-dir-poll", 2*time.Second, "how often to look for changed Rego in --policy-dir (file sizes and mtimes; 0: never, restart to apply); a file that does not compile keeps the serving policy and is logged")
 	f.DurationVar(&cfg.ReloadEvery, "reload-every", 2*time.Second, "how often to look for policy data changed through another replica")
+	notifyF.addTo(f)
 	f.DurationVar(&cfg.ApprovalTTL, "approval-ttl", 24*time.Hour, "how long a call held for human approval may wait before it expires and never runs")
 	f.DurationVar(&cfg.MCPResyncEvery, "mcp-resync-every", 0, "how often to sync every external MCP server's tools (0: only on its tools/list_changed)")
 	f.DurationVar(&cfg.UnauthAuditInterval, "unauth-audit-interval", gateway.DefaultUnauthInterval, "unauthenticated attempts are audited in one record per route, reason and source per interval of this length")

@@ -34,9 +34,11 @@ import (
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/grant"
 	"github.com/xemahq/xema/internal/identity"
+	"github.com/xemahq/xema/internal/insight"
 	"github.com/xemahq/xema/internal/kernel"
 	"github.com/xemahq/xema/internal/manifest"
 	"github.com/xemahq/xema/internal/masterkey"
+	"github.com/xemahq/xema/internal/notify"
 	"github.com/xemahq/xema/internal/periodic"
 	"github.com/xemahq/xema/internal/policy"
 	"github.com/xemahq/xema/internal/ratelimit"
@@ -75,6 +77,8 @@ type Config struct {
 	ReloadEvery time.Duration
 	// ApprovalTTL is how long a call held for approval may wait; 0 means approval.DefaultTTL.
 	ApprovalTTL time.Duration
+	// Notify is who is told of held calls (--approval-webhook, --approval-chat).
+	Notify notify.Config
 	// MCPResyncEvery is how often every external MCP server is synced; 0 is never (a pooled
 	// session's tools/list_changed still triggers a sync).
 	MCPResyncEvery time.Duration
@@ -148,6 +152,8 @@ type App struct {
 	// Bindings resolves connector capabilities through org-level provider bindings.
 	Bindings  *binding.Service
 	Approvals *approval.Service
+	// Notify delivers the approval notifications of the store's outbox.
+	Notify *notify.Deliverer
 	// Federation registers and runs external MCP servers (internal/federation).
 	Federation *federation.Federation
 	// Egress is the outbound policy every runner, connector and MCP client dials through;
@@ -183,6 +189,9 @@ type App struct {
 	cfg      Config
 	mu       sync.Mutex // serializes rebuilds
 	loadedAt int64
+	// served is the data.xema the policy serves (the last Rebuild's), for reading who a
+	// grant covers without compiling again.
+	served atomic.Pointer[map[string]any]
 }
 
 // New opens the store, registers the kernel capabilities, loads the biomes directory and
@@ -258,6 +267,14 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, a.closeWith(err)
 	}
 	a.Publisher.HasBinding = a.Bindings.Serves
+	if err := cfg.Notify.Validate(func(raw string) string { return a.Egress.CheckURL(raw, false) }); err != nil {
+		return nil, a.closeWith(err)
+	}
+	a.Notify = &notify.Deliverer{Config: cfg.Notify, Store: st, HTTP: a.HTTP, Chat: a.Bindings, Replica: a.Replica}
+	var notifier approval.Notifier // none unless someone is to be told: no events are queued
+	if len(cfg.Notify.Webhooks)+len(cfg.Notify.Chats) > 0 {
+		notifier = a.Notify
+	}
 	a.Publisher.Impact, a.dryRuns = a.grantImpact, make(chan struct{}, 1)
 	if err := binding.Register(a.Kernel, a.Bindings); err != nil {
 		return nil, a.closeWith(err)
@@ -278,13 +295,21 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if a.Gateway, err = gateway.New(gateway.Deps{Catalog: a.Catalog, Policy: eng, Audit: a.Audit, Kernel: a.Kernel,
 		Tokens: cfg.Tokens, HTTP: a.HTTP, CursorKey: keys.Cursor, InputHashKey: keys.InputHash,
 		Resolvers: []gateway.Resolver{a.Bindings, a.Federation}, Limiter: limiter,
-		Approvals: &approval.Queue{Store: st, TTL: cfg.ApprovalTTL, Now: cfg.Now}, Outbound: gateway.NewSlots(cfg.MaxInflight),
+		Approvals: &approval.Queue{Store: st, TTL: cfg.ApprovalTTL, Now: cfg.Now, Notify: notifier}, Outbound: gateway.NewSlots(cfg.MaxInflight),
 		PerProvider: gateway.NewProviderSlots(cfg.MaxPerProvider), Unauth: a.unauth, Spool: a.Spool, Idempotency: st}); err != nil {
 		return nil, a.closeWith(err)
 	}
 	a.Approvals = &approval.Service{Store: st, Policy: eng, Runner: a.Gateway, Audit: a.Audit, Replica: a.Replica, Spool: a.Spool,
-		Now: cfg.Now}
+		Now: cfg.Now, Notify: notifier}
 	if err := approval.Register(a.Kernel, a.Approvals); err != nil {
+		return nil, a.closeWith(err)
+	}
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	if err := insight.Register(a.Kernel, &insight.Service{Store: st, Catalog: a.Catalog, Revision: eng.Revision,
+		Covering: a.covering, OperationReads: a.Gateway.OperationReads, Now: now}); err != nil {
 		return nil, a.closeWith(err)
 	}
 	if err := a.publishKernel(ctx); err != nil {
@@ -479,8 +504,18 @@ func (a *App) Rebuild(ctx context.Context) error {
 	if err := a.Policy.Load(ctx, data, rev); err != nil {
 		return fmt.Errorf("rebuild: %w", err)
 	}
+	a.served.Store(&data)
 	a.loadedAt = snap.Revision
 	return nil
+}
+
+// covering is who the serving policy data lets call ref in org: its grants of ref.
+func (a *App) covering(org, ref string) []grant.GrantData {
+	data := a.served.Load()
+	if data == nil {
+		return nil
+	}
+	return grant.Covering(*data, org, ref)
 }
 
 // compile builds data.xema at snap, with extra grants counted as if recorded.

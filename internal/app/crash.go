@@ -15,6 +15,7 @@ import (
 
 	"github.com/xemahq/xema/internal/atomicfile"
 	"github.com/xemahq/xema/internal/gateway"
+	"github.com/xemahq/xema/internal/notify"
 	"github.com/xemahq/xema/internal/periodic"
 )
 
@@ -62,6 +63,7 @@ func (a *App) recoverAtStart(ctx context.Context) error {
 // of leases that ended (other replicas that are gone), pruning of expired idempotency keys.
 func (a *App) Maintain(ctx context.Context, every time.Duration) {
 	go a.Spool.Run(ctx)
+	go a.Notify.Run(ctx)
 	periodic.Every(ctx, every, func(now time.Time) {
 		if n, err := a.Approvals.RecoverLeases(ctx); err != nil && ctx.Err() == nil {
 			slog.Warn("approval recovery failed; retrying next tick", "err", err)
@@ -70,6 +72,14 @@ func (a *App) Maintain(ctx context.Context, every time.Duration) {
 		}
 		if _, err := a.Store.PruneIdempotency(ctx, now, 1000); err != nil && ctx.Err() == nil {
 			slog.Warn("idempotency key prune failed; retrying next tick", "err", err)
+		}
+		if n, err := a.Approvals.ExpireDue(ctx); err != nil && ctx.Err() == nil {
+			slog.Warn("approval expiry sweep failed; retrying next tick", "err", err)
+		} else if n > 0 {
+			slog.Info("approvals expired undecided", "approvals", n)
+		}
+		if _, err := a.Store.PruneApprovalEvents(ctx, now.Add(-notify.PruneAfter), 1000); err != nil && ctx.Err() == nil {
+			slog.Warn("approval notification prune failed; retrying next tick", "err", err)
 		}
 	})
 }

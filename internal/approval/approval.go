@@ -14,11 +14,14 @@ import (
 	"cmp"
 	"context"
 	"embed"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/xemahq/xema/internal/answer"
@@ -27,6 +30,7 @@ import (
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/kernel"
+	"github.com/xemahq/xema/internal/notify"
 	"github.com/xemahq/xema/internal/policy"
 	"github.com/xemahq/xema/internal/spool"
 	"github.com/xemahq/xema/internal/store"
@@ -92,17 +96,26 @@ var descriptors embed.FS
 // document takes their inputSchema and outputSchema as the routes' bodies.
 var Contributions fs.FS = descriptors
 
+// Notifier queues the notifications of an approval's step, to be written with the step
+// itself (notify.Deliverer), and wakes their delivery once it is written.
+type Notifier interface {
+	Events(a store.Approval, kind string, at time.Time) []store.ApprovalEvent
+	Kick()
+}
+
 // Queue stores the calls the gateway holds (gateway.ApprovalQueue). It needs only the store,
 // so the gateway is built on it, and the Service that runs approved calls on the gateway:
 // each part is built once, in order.
 type Queue struct {
 	Store interface {
-		PutApproval(ctx context.Context, a store.Approval) error
+		PutApproval(ctx context.Context, a store.Approval, events ...store.ApprovalEvent) error
 	}
 	// TTL is how long a held call may wait; 0 means DefaultTTL.
 	TTL time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Notify, when set, tells approvers the call is held.
+	Notify Notifier
 }
 
 var _ gateway.ApprovalQueue = (*Queue)(nil)
@@ -117,9 +130,18 @@ func (q *Queue) Hold(ctx context.Context, p gateway.Pending) error {
 	if q.Now != nil {
 		now = q.Now()
 	}
-	return q.Store.PutApproval(ctx, store.Approval{ID: p.ID, Org: p.Exec.Org, AuditID: p.AuditID, Ref: p.Ref, Biome: p.Biome,
+	a := store.Approval{ID: p.ID, Org: p.Exec.Org, AuditID: p.AuditID, Ref: p.Ref, Biome: p.Biome,
+		BiomeVersion: p.BiomeVersion, PolicyRevision: p.PolicyRevision, RiskTier: p.RiskTier,
 		RequesterRef: p.Exec.Subject.Ref, Environment: p.Exec.Environment, Exec: exec, Input: p.Input,
-		Status: store.ApprovalPending, CreatedAt: now, ExpiresAt: now.Add(ttl)})
+		Status: store.ApprovalPending, CreatedAt: now, ExpiresAt: now.Add(ttl)}
+	if q.Notify == nil {
+		return q.Store.PutApproval(ctx, a)
+	}
+	if err := q.Store.PutApproval(ctx, a, q.Notify.Events(a, notify.KindHeld, now)...); err != nil {
+		return err
+	}
+	q.Notify.Kick()
+	return nil
 }
 
 // Runner runs an approved call through the funnel again, as its requester (gateway.Gateway).
@@ -141,6 +163,9 @@ type Service struct {
 	Replica string
 	// Spool keeps an approval's end when the store cannot take it.
 	Spool *spool.Spool
+	// Notify, when set, tells approvers of each step (decided, expired, withdrawn, held
+	// again after a recovery).
+	Notify Notifier
 }
 
 func (s *Service) replica() string {
@@ -150,26 +175,43 @@ func (s *Service) replica() string {
 	return "local"
 }
 
-// View is the public shape of a held call.
+// View is the public shape of a held call: what was asked (ref, the biome version it was
+// pinned to, input), by whom, under which policy revision, until when, and how it ended.
 type View struct {
-	ApprovalID  string          `json:"approvalId"`
-	AuditID     string          `json:"auditId"`
-	Ref         string          `json:"ref"`
-	Biome       string          `json:"biome,omitempty"`
-	Requester   string          `json:"requester"`
-	Environment string          `json:"environment"`
-	Status      string          `json:"status"`
-	Input       json.RawMessage `json:"input,omitempty"`
-	DecidedBy   string          `json:"decidedBy,omitempty"`
-	Reason      string          `json:"reason,omitempty"`
-	Outcome     string          `json:"outcome,omitempty"`
-	Output      json.RawMessage `json:"output,omitempty"`
-	CreatedAt   string          `json:"createdAt"`
-	ExpiresAt   string          `json:"expiresAt"`
+	ApprovalID     string          `json:"approvalId"`
+	AuditID        string          `json:"auditId"`
+	Ref            string          `json:"ref"`
+	Biome          string          `json:"biome,omitempty"`
+	BiomeVersion   string          `json:"biomeVersion,omitempty"`
+	RiskTier       string          `json:"riskTier,omitempty"`
+	PolicyRevision string          `json:"policyRevision,omitempty"`
+	Requester      string          `json:"requester"`
+	Environment    string          `json:"environment"`
+	Status         string          `json:"status"`
+	Input          json.RawMessage `json:"input,omitempty"`
+	DecidedBy      string          `json:"decidedBy,omitempty"`
+	Reason         string          `json:"reason,omitempty"`
+	Outcome        string          `json:"outcome,omitempty"`
+	Output         json.RawMessage `json:"output,omitempty"`
+	CreatedAt      string          `json:"createdAt"`
+	ExpiresAt      string          `json:"expiresAt"`
+	// CanDecide says whether the viewer may approve or reject the call now; WhyNot, when they
+	// may not, says why (listed views only).
+	CanDecide *bool   `json:"canDecide,omitempty"`
+	WhyNot    *WhyNot `json:"whyNot,omitempty"`
+}
+
+// WhyNot is why a viewer may not decide a held call: the code a decision would be refused
+// with, a sentence, and the policy's reasons (what environment, role or grant is missing).
+type WhyNot struct {
+	Code    string          `json:"code"`
+	Message string          `json:"message"`
+	Reasons []policy.Reason `json:"reasons,omitempty"`
 }
 
 func view(a store.Approval, withOutput bool) View {
-	v := View{ApprovalID: a.ID, AuditID: a.AuditID, Ref: a.Ref, Biome: a.Biome, Requester: a.RequesterRef,
+	v := View{ApprovalID: a.ID, AuditID: a.AuditID, Ref: a.Ref, Biome: a.Biome, BiomeVersion: a.BiomeVersion,
+		RiskTier: a.RiskTier, PolicyRevision: a.PolicyRevision, Requester: a.RequesterRef,
 		Environment: a.Environment, Status: a.Status, Input: a.Input, DecidedBy: a.DecidedBy, Reason: a.Reason,
 		Outcome: a.Outcome, CreatedAt: a.CreatedAt.Format(time.RFC3339Nano), ExpiresAt: a.ExpiresAt.Format(time.RFC3339Nano)}
 	if withOutput {
@@ -197,27 +239,141 @@ func Register(reg *kernel.Registry, s *Service) error {
 
 // listInput is the input of approval:list@1.
 type listInput struct {
-	Status    string `json:"status"`
-	Biome     string `json:"biome"`
-	Ref       string `json:"ref"`
-	Requester string `json:"requester"`
+	ApprovalID string `json:"approvalId"`
+	Status     string `json:"status"`
+	Biome      string `json:"biome"`
+	Ref        string `json:"ref"`
+	Requester  string `json:"requester"`
+	Cursor     string `json:"cursor"`
+	Limit      int    `json:"limit"`
 }
 
-// list serves approval:list@1; the policy has admitted only org administrators.
+// DefaultPage is how many held calls a page lists when the caller names no limit (the
+// input schema allows 1 to 100).
+const DefaultPage = 50
+
+// Page is the output of approval:list@1: a page of held calls, newest first, and the cursor
+// of the next page while there is one.
+type Page struct {
+	Approvals  []View `json:"approvals"`
+	NextCursor string `json:"nextCursor,omitempty"`
+}
+
+// list serves approval:list@1; the policy has admitted only org administrators. Each view
+// says whether the viewer may decide the call and, if not, why.
 func (s *Service) list(ctx context.Context, call kernel.Call) (any, error) {
 	var in listInput
 	if err := json.Unmarshal(call.Input, &in); err != nil {
 		return nil, fmt.Errorf("decode validated input: %w", err)
 	}
-	as, err := s.Store.ListApprovals(ctx, store.ApprovalFilter{Org: call.Exec.Org, Status: in.Status, Biome: in.Biome, Ref: in.Ref, RequesterRef: in.Requester})
+	after, err := decodeCursor(in.Cursor)
 	if err != nil {
+		return nil, err
+	}
+	limit := cmp.Or(in.Limit, DefaultPage)
+	var as []store.Approval
+	if in.ApprovalID != "" {
+		a, err := s.Store.GetApproval(ctx, in.ApprovalID)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+		case err != nil:
+			return nil, unavailable(err)
+		case a.Org == call.Exec.Org:
+			as = []store.Approval{a}
+		}
+	} else if as, err = s.Store.ListApprovals(ctx, store.ApprovalFilter{Org: call.Exec.Org, Status: in.Status, Biome: in.Biome,
+		Ref: in.Ref, RequesterRef: in.Requester, Limit: limit + 1, After: after}); err != nil {
 		return nil, unavailable(err)
 	}
-	views := make([]View, len(as))
-	for i, a := range as {
-		views[i] = view(a, false)
+	page := Page{Approvals: make([]View, 0, min(len(as), limit))}
+	if len(as) > limit {
+		as = as[:limit]
+		page.NextCursor = encodeCursor(as[limit-1])
 	}
-	return map[string]any{"approvals": views}, nil
+	judged := map[string]policy.Decision{}
+	for _, a := range as {
+		v := view(a, false)
+		why, err := s.whyNot(ctx, call.Exec, a, judged)
+		if err != nil {
+			return nil, err
+		}
+		can := why == nil
+		v.CanDecide, v.WhyNot = &can, why
+		page.Approvals = append(page.Approvals, v)
+	}
+	return page, nil
+}
+
+// CodeInvalidCursor answers a cursor the gateway did not write.
+const CodeInvalidCursor = "INVALID_CURSOR"
+
+// encodeCursor is the opaque place of a in the list's order. It only says where a page
+// starts: the org and filters are always the caller's own.
+func encodeCursor(a store.Approval) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(a.CreatedAt.UnixMicro(), 10) + "." + a.ID))
+}
+
+func decodeCursor(c string) (*store.ApprovalKey, error) {
+	if c == "" {
+		return nil, nil
+	}
+	bad := &fault.Error{Kind: fault.Invalid, Code: CodeInvalidCursor,
+		Message: "cursor is not one the gateway wrote; pass nextCursor of the previous page as it was"}
+	raw, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return nil, bad
+	}
+	at, id, ok := strings.Cut(string(raw), ".")
+	micros, err := strconv.ParseInt(at, 10, 64)
+	if !ok || err != nil || micros < 0 || !strings.HasPrefix(id, "apr_") {
+		return nil, bad
+	}
+	return &store.ApprovalKey{CreatedAt: time.UnixMicro(micros).UTC(), ID: id}, nil
+}
+
+// whyNot says why the viewer ec may not decide a now, nil when they may: a call no longer
+// pending or past its expiry, or the policy's refusal (policies/approval.rego: of the
+// approver, on the held capability). judged caches the policy's decisions of one listing
+// by ref, biome and whether the call is the viewer's own.
+func (s *Service) whyNot(ctx context.Context, ec identity.ExecContext, a store.Approval, judged map[string]policy.Decision) (*WhyNot, error) {
+	switch {
+	case a.Status != store.ApprovalPending:
+		return &WhyNot{Code: CodeAlreadyDecided, Message: fmt.Sprintf("approval %s is already %s", a.ID, a.Status)}, nil
+	case !a.ExpiresAt.After(s.now()):
+		return &WhyNot{Code: CodeExpired, Message: fmt.Sprintf("approval %s expired at %s and will never run", a.ID,
+			a.ExpiresAt.Format(time.RFC3339))}, nil
+	}
+	return s.approver(ctx, ec, a, judged)
+}
+
+// approver asks the policy whether ec may decide a, whatever its state: nil when they may,
+// else why not.
+func (s *Service) approver(ctx context.Context, ec identity.ExecContext, a store.Approval, judged map[string]policy.Decision) (*WhyNot, error) {
+	key := a.Ref + "\x00" + a.Biome + "\x00" + strconv.FormatBool(a.RequesterRef == ec.Subject.Ref)
+	d, ok := judged[key]
+	if !ok {
+		ask := approverInput(ec, a)
+		ask.Approval = &policy.Approval{Requester: a.RequesterRef, ApprovalID: a.ID}
+		got, err := s.Policy.Decide(ctx, ask)
+		if err != nil {
+			return nil, fault.New(fault.Unavailable, gateway.CodePolicyUnavailable,
+				"policy unavailable; nothing was decided (fail closed)")
+		}
+		d = got
+		if judged != nil {
+			judged[key] = d
+		}
+	}
+	if d.Allow {
+		return nil, nil
+	}
+	code := denialCode(d.Reasons)
+	msg := fmt.Sprintf("%s may not decide approval %s of %s: %s", ec.Subject.Ref, a.ID, a.Ref, reasonDetails(d.Reasons))
+	if code == CodeNotApprover {
+		msg = fmt.Sprintf("%s in environment %s is not an approver of %s (approval %s): an approver must hold %s themselves, in their own environment; missing: %s",
+			ec.Subject.Ref, ec.Environment, a.Ref, a.ID, a.Ref, reasonDetails(d.Reasons))
+	}
+	return &WhyNot{Code: code, Message: msg, Reasons: d.Reasons}, nil
 }
 
 // decision is the input of approval:approve@1 and approval:reject@1.
@@ -247,14 +403,31 @@ func (s *Service) approve(ctx context.Context, call kernel.Call) (any, error) {
 		Holder: me, LeaseUntil: s.now().Add(LeaseRun)}); err != nil {
 		return nil, err
 	}
-	return view(s.run(ctx, a), false), nil
+	ran, denial := s.run(ctx, a)
+	if denial != nil {
+		return nil, redecided(ran, denial)
+	}
+	return view(ran, false), nil
+}
+
+// redecided is the approver's answer when the policy, asked again as the approved call was
+// about to run, denied it: the new denial, typed, and that the call did not run.
+func redecided(a store.Approval, d *gateway.Denial) *fault.Error {
+	kind := fault.Denied
+	if d.Limited {
+		kind = fault.RateLimited
+	}
+	return &fault.Error{Kind: kind, Code: d.Code, RetryAfter: d.RetryAfter,
+		Message: fmt.Sprintf("approval %s was approved, but the current policy denies the call now (%s), so it did not run; it was held under policy revision %s",
+			a.ID, d.Message, cmp.Or(a.PolicyRevision, "(unknown)"))}
 }
 
 // run runs an approved call and records how it ended. The run's own audit records link to
 // the held call's auditId (gateway.RunApproved). Right before the runner (after the run's
 // decision record) the approval moves running → dispatched: recovery sends a running one
 // back to pending (it never reached its provider) and ends a dispatched one interrupted.
-func (s *Service) run(ctx context.Context, a store.Approval) store.Approval {
+// The denial is the policy's, when it refused the call now.
+func (s *Service) run(ctx context.Context, a store.Approval) (store.Approval, *gateway.Denial) {
 	me := s.replica()
 	end := store.ApprovalTransition{From: store.ApprovalRunning, To: store.ApprovalDone, Outcome: "ok", Holder: me}
 	dispatching := func(ctx context.Context) error {
@@ -265,11 +438,15 @@ func (s *Service) run(ctx context.Context, a store.Approval) store.Approval {
 		return nil
 	}
 	var exec identity.ExecContext
+	var denial *gateway.Denial
 	if err := json.Unmarshal(a.Exec, &exec); err != nil {
 		end.To, end.Outcome = store.ApprovalFailed, "INVALID_EXEC_CONTEXT"
 	} else {
 		res, err := s.Runner.RunApproved(ctx, exec, gateway.Request{Ref: a.Ref, Input: a.Input}, a.AuditID, dispatching)
 		ended(&end, res, err)
+		if res != nil {
+			denial = res.Denial
+		}
 		ans, _ := answer.Of(res, err)
 		end.Answer, _ = json.Marshal(storedAnswer{Status: ans.Status, Body: ans.Body}) // a status and a JSON body encode
 	}
@@ -285,9 +462,9 @@ func (s *Service) run(ctx context.Context, a store.Approval) store.Approval {
 			s.Spool.Add(spool.Entry{Approval: &t})
 		}
 		a.Status, a.Outcome = end.To, end.Outcome
-		return a
+		return a, denial
 	}
-	return done
+	return done, denial
 }
 
 // ended sets how the run of an approved call ended from RunApproved's answer: done with its
@@ -335,6 +512,7 @@ func (s *Service) recover(ctx context.Context, holder string) (int, error) {
 			if a.Status == store.ApprovalDispatched {
 				t.To, t.Reset, t.Outcome, decision = store.ApprovalInterrupted, false, OutcomeUnknown, DecisionInterrupted
 			}
+			s.notifying(&t, a) // back to pending: approvers are told it waits again
 			to, err := s.Store.TransitionApproval(ctx, t)
 			if errors.Is(err, store.ErrConflict) {
 				continue // its holder, or another replica's recovery, moved it meanwhile
@@ -342,6 +520,7 @@ func (s *Service) recover(ctx context.Context, holder string) (int, error) {
 			if err != nil {
 				return moved, fmt.Errorf("recover approval %s: %w", a.ID, err)
 			}
+			s.kick(t)
 			progress = true
 			moved++
 			if err := s.audit(ctx, to, identity.ExecContext{Subject: identity.Subject{Kind: "service", Ref: "service:xema"}},
@@ -379,35 +558,27 @@ func (s *Service) reject(ctx context.Context, call kernel.Call) (any, error) {
 
 // decidable loads the approval named by the call's input and asks the policy whether the
 // caller may decide it: of its org, holding the held capability, a person, and not its
-// requester (input.approval, policies/approval.rego). Another org's approval, and one the
-// caller is no approver of, is answered as an unknown id.
+// requester (input.approval, policies/approval.rego). Another org's approval is answered as
+// an unknown id; one of the caller's org they may not decide is a 403 naming what they lack
+// (NOT_AN_APPROVER, OWN_APPROVAL, APPROVER_NOT_HUMAN).
 func (s *Service) decidable(ctx context.Context, call kernel.Call) (store.Approval, error) {
 	var in decision
 	if err := json.Unmarshal(call.Input, &in); err != nil {
 		return store.Approval{}, fmt.Errorf("decode validated input: %w", err)
 	}
-	notFound := fault.New(fault.NotFound, CodeNotFound, "no approval %q", in.ApprovalID)
 	a, err := s.Store.GetApproval(ctx, in.ApprovalID)
 	if errors.Is(err, store.ErrNotFound) || err == nil && a.Org != call.Exec.Org {
-		return store.Approval{}, notFound
+		return store.Approval{}, fault.New(fault.NotFound, CodeNotFound, "no approval %q", in.ApprovalID)
 	}
 	if err != nil {
 		return a, unavailable(err)
 	}
-	ask := approverInput(call.Exec, a)
-	ask.Approval = &policy.Approval{Requester: a.RequesterRef, ApprovalID: a.ID}
-	d, err := s.Policy.Decide(ctx, ask)
+	why, err := s.approver(ctx, call.Exec, a, nil)
 	if err != nil {
-		return a, fault.New(fault.Unavailable, gateway.CodePolicyUnavailable,
-			"policy unavailable; the approval was not decided (fail closed)")
+		return a, err
 	}
-	if !d.Allow {
-		code := denialCode(d.Reasons)
-		if code == CodeNotApprover {
-			return store.Approval{}, notFound
-		}
-		return a, fault.New(fault.Denied, code,
-			"%s may not decide approval %s of %s: %s", call.Exec.Subject.Ref, a.ID, a.Ref, reasonCodes(d.Reasons))
+	if why != nil {
+		return a, fault.New(fault.Denied, why.Code, "%s", why.Message)
 	}
 	return a, nil
 }
@@ -438,9 +609,11 @@ func approverInput(ec identity.ExecContext, a store.Approval) policy.Input {
 // move is one compare-and-set of a's state, mapping a lost race or an expiry to its error.
 func (s *Service) move(ctx context.Context, a store.Approval, t store.ApprovalTransition) (store.Approval, error) {
 	t.ID, t.At = a.ID, s.now()
+	s.notifying(&t, a)
 	moved, err := s.Store.TransitionApproval(ctx, t)
 	switch {
 	case err == nil:
+		s.kick(t)
 		return moved, nil
 	case !errors.Is(err, store.ErrConflict):
 		return a, unavailable(err)
@@ -450,20 +623,79 @@ func (s *Service) move(ctx context.Context, a store.Approval, t store.ApprovalTr
 	return moved, fault.New(fault.Conflict, CodeAlreadyDecided, "approval %s is already %s", a.ID, moved.Status)
 }
 
+// notifying adds to t the notifications of a's move, when the move is one approvers are
+// told of (notify.Kind); they are written with the move, only if it wins.
+func (s *Service) notifying(t *store.ApprovalTransition, a store.Approval) {
+	kind := notify.Kind(t.To)
+	if s.Notify == nil || kind == "" {
+		return
+	}
+	after := a
+	after.Status = t.To
+	after.DecidedBy = cmp.Or(t.DecidedBy, a.DecidedBy)
+	if t.Reset {
+		after.DecidedBy = t.DecidedBy
+	}
+	after.Reason = cmp.Or(t.Reason, a.Reason)
+	t.Events = s.Notify.Events(after, kind, t.At)
+}
+
+// kick wakes the delivery of the notifications a winning move t wrote.
+func (s *Service) kick(t store.ApprovalTransition) {
+	if len(t.Events) > 0 {
+		s.Notify.Kick()
+	}
+}
+
 // expire closes a pending approval past its expiry; it never runs.
 func (s *Service) expire(ctx context.Context, a store.Approval) error {
-	expired, err := s.Store.TransitionApproval(ctx, store.ApprovalTransition{ID: a.ID, From: store.ApprovalPending,
-		To: store.ApprovalExpired, At: s.now()})
-	if err == nil {
-		if err := s.audit(ctx, expired, identity.ExecContext{Subject: identity.Subject{Kind: "service", Ref: "service:xema"}},
-			DecisionExpired, ""); err != nil {
-			return err
-		}
-	} else if !errors.Is(err, store.ErrConflict) {
-		return unavailable(err)
+	if _, err := s.closeExpired(ctx, a); err != nil {
+		return err
 	}
 	return fault.New(fault.Gone, CodeExpired, "approval %s expired at %s and will never run", a.ID,
 		a.ExpiresAt.Format(time.RFC3339))
+}
+
+// closeExpired moves a pending approval past its expiry to expired, audited and told; false
+// when another replica, or a decision, moved it first.
+func (s *Service) closeExpired(ctx context.Context, a store.Approval) (bool, error) {
+	t := store.ApprovalTransition{ID: a.ID, From: store.ApprovalPending, To: store.ApprovalExpired, At: s.now()}
+	s.notifying(&t, a)
+	expired, err := s.Store.TransitionApproval(ctx, t)
+	switch {
+	case errors.Is(err, store.ErrConflict):
+		return false, nil
+	case err != nil:
+		return false, unavailable(err)
+	}
+	s.kick(t)
+	return true, s.audit(ctx, expired, identity.ExecContext{Subject: identity.Subject{Kind: "service", Ref: "service:xema"}},
+		DecisionExpired, "")
+}
+
+// ExpireDue closes the pending approvals past their expiry (the periodic sweep), so their
+// approvers are told and the list shows them expired without anyone trying to approve
+// them first. It returns how many it closed.
+func (s *Service) ExpireDue(ctx context.Context) (int, error) {
+	closed := 0
+	for {
+		due, err := s.Store.ListApprovals(ctx, store.ApprovalFilter{ExpiredBy: s.now(), Limit: 100})
+		if err != nil {
+			return closed, fmt.Errorf("expire approvals: %w", err)
+		}
+		for _, a := range due {
+			ok, err := s.closeExpired(ctx, a)
+			if err != nil {
+				return closed, fmt.Errorf("expire approval %s: %w", a.ID, err)
+			}
+			if ok {
+				closed++
+			}
+		}
+		if len(due) < 100 {
+			return closed, nil
+		}
+	}
 }
 
 // audit records one step of an approval, linked to the held call's audit record. via is the
@@ -517,13 +749,11 @@ func codeOf(err error) string {
 	return "INTERNAL"
 }
 
-func reasonCodes(rs []policy.Reason) string {
-	out := ""
+// reasonDetails is the policy's reasons as one sentence: each one's detail, else its code.
+func reasonDetails(rs []policy.Reason) string {
+	parts := make([]string, len(rs))
 	for i, r := range rs {
-		if i > 0 {
-			out += ", "
-		}
-		out += r.Code
+		parts[i] = cmp.Or(r.Detail, r.Code)
 	}
-	return out
+	return strings.Join(parts, "; ")
 }

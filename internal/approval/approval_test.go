@@ -48,6 +48,12 @@ var (
 	alice = exec("user:alice", "org", "org_admin")
 )
 
+// otherOrg is ec in another org: the held calls of the default org are unknown to it.
+func otherOrg(ec identity.ExecContext) identity.ExecContext {
+	ec.Org = "acme"
+	return ec
+}
+
 // hold makes the approval-requiring call as requester and returns its approval id.
 func (f *fixture) hold(t *testing.T, requester identity.ExecContext) string {
 	t.Helper()
@@ -87,9 +93,10 @@ func TestWhoMayApprove(t *testing.T) {
 		{"org admin covered by the grant", map[string]any{"requiresApproval": true}, bot, alice, ""},
 		{"an agent may not decide", map[string]any{"requiresApproval": true}, bot, exec("agent:helper", "project", ""), gateway.CodeDenied},
 		{"never the requester", map[string]any{"requiresApproval": true}, exec("user:bob", "project", "org_member"), exec("user:bob", "project", "org_member"), approval.CodeOwnApproval},
-		{"a person the grant does not cover", map[string]any{"requiresApproval": true, "subjects": []string{"agent:support-bot"}}, bot, alice, approval.CodeNotFound},
+		{"a person the grant does not cover", map[string]any{"requiresApproval": true, "subjects": []string{"agent:support-bot"}}, bot, alice, approval.CodeNotApprover},
 		{"a person the grant names", map[string]any{"requiresApproval": true, "subjects": []string{"agent:support-bot", "user:carol"}}, bot, exec("user:carol", "project", "org_member"), ""},
-		{"outside the grant's environments", map[string]any{"requiresApproval": true, "environments": []string{"project"}}, bot, alice, approval.CodeNotFound},
+		{"outside the grant's environments", map[string]any{"requiresApproval": true, "environments": []string{"project"}}, bot, alice, approval.CodeNotApprover},
+		{"an admin of another org", map[string]any{"requiresApproval": true}, bot, otherOrg(alice), approval.CodeNotFound},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/xemahq/xema/internal/catalog"
 	"github.com/xemahq/xema/internal/connector"
+	"github.com/xemahq/xema/internal/connector/chat"
 	"github.com/xemahq/xema/internal/credential"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
@@ -136,4 +137,23 @@ func (r *Runner) Run(ctx context.Context, call kernel.Call) (json.RawMessage, er
 		return h(ctx, connector.Target{BaseURL: b.BaseURL, Config: b.Config, Token: token, HTTP: r.svc.HTTP}, call)
 	}}.Run(ctx, call)
 	return out, err
+}
+
+// SendMessage sends text to an org's conversation through its connector:channel.send-message@1
+// binding, as the gateway itself (notify.Sender: the approval notifications an operator
+// named a conversation for). The binding and its credential are the org's own, chosen as
+// for any caller of the org; an unbound conversation is UNKNOWN_CONVERSATION.
+func (s *Service) SendMessage(ctx context.Context, org, conversation, text string) error {
+	bs, err := s.Store.ListBindings(ctx, org)
+	if err != nil {
+		return fmt.Errorf("bindings of org %s: %w", org, err)
+	}
+	input, err := json.Marshal(map[string]string{"conversation": conversation, "text": text})
+	if err != nil {
+		return fmt.Errorf("encode message: %w", err)
+	}
+	ec := identity.ExecContext{Org: org, Subject: identity.Subject{Kind: "service", Ref: "service:xema"}}
+	r := &Runner{svc: s, bindings: bs, ref: chat.RefSendMessage}
+	_, err = r.Run(ctx, kernel.Call{Ref: chat.RefSendMessage, Input: input, Exec: ec})
+	return err
 }

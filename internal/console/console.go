@@ -71,8 +71,9 @@ func New(oidc *OIDC) http.Handler {
 			_ = json.NewEncoder(w).Encode(map[string]any{"oidc": oidc.public()})
 			return
 		}
-		if p == "/console" {
-			http.Redirect(w, r, Prefix+"login", http.StatusFound)
+		if r.URL.Path == "/console" {
+			// The overview; the page itself sends a browser without a token to sign in.
+			http.Redirect(w, r, Prefix, http.StatusFound)
 			return
 		}
 		page, _ := fs.ReadFile(assets, "index.html") // embedded

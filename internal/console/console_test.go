@@ -17,7 +17,8 @@ func get(t *testing.T, path string) *httptest.ResponseRecorder {
 // TestDeepLinksServeThePage: every view path is the one page, with a CSP that allows only
 // the gateway's own script and no framing, never cached.
 func TestDeepLinksServeThePage(t *testing.T) {
-	for _, p := range []string{"/console/login", "/console/audit/deny_x", "/console/biomes/ticketing/1.0.0", "/console/approvals"} {
+	for _, p := range []string{"/console/", "/console/login", "/console/audit/deny_x", "/console/biomes/ticketing/1.0.0", "/console/approvals",
+		"/console/capabilities/kb%3Apage.read%401", "/console/providers"} {
 		w := get(t, p)
 		if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `<script src="/console/assets/console.js"`) {
 			t.Fatalf("%s: %d %q", p, w.Code, w.Body.String())
@@ -32,8 +33,9 @@ func TestDeepLinksServeThePage(t *testing.T) {
 			t.Errorf("%s: headers %v", p, w.Header())
 		}
 	}
-	if w := get(t, "/console/"); w.Code != http.StatusFound || w.Header().Get("Location") != "/console/login" {
-		t.Errorf("/console/: %d %v", w.Code, w.Header())
+	// The overview is /console/ (the page sends a browser without a token to sign in).
+	if w := get(t, "/console"); w.Code != http.StatusFound || w.Header().Get("Location") != "/console/" {
+		t.Errorf("/console: %d %v", w.Code, w.Header())
 	}
 }
 

@@ -137,14 +137,19 @@ type ApprovalQueue interface {
 	Hold(ctx context.Context, p Pending) error
 }
 
-// Pending is a call held for approval: who asked, what, with the validated input.
+// Pending is a call held for approval: who asked, what, with the validated input, and what
+// the approver needs to judge it (the pinned biome version, the capability's risk tier, the
+// policy revision that held it).
 type Pending struct {
-	ID      string // the approval id the caller is answered
-	AuditID string // the audit record of the call
-	Ref     string
-	Biome   string
-	Exec    identity.ExecContext
-	Input   json.RawMessage
+	ID             string // the approval id the caller is answered
+	AuditID        string // the audit record of the call
+	Ref            string
+	Biome          string
+	BiomeVersion   string
+	RiskTier       string
+	PolicyRevision string
+	Exec           identity.ExecContext
+	Input          json.RawMessage
 }
 
 // Resolver finds the runner for an entry in the caller's context. ok is false when the
@@ -439,7 +444,8 @@ func (g *Gateway) hold(ctx context.Context, c *call) (*Result, error) {
 		return nil, err
 	}
 	p := Pending{ID: held.ApprovalID, AuditID: c.rec.ID, Ref: c.entry.Ref(), Biome: c.entry.Capability.BiomeID,
-		Exec: c.exec, Input: c.req.Input}
+		BiomeVersion: c.entry.Capability.BiomeVersion, RiskTier: c.entry.Manifest.RiskTier,
+		PolicyRevision: c.rec.BundleRevision, Exec: c.exec, Input: c.req.Input}
 	if err := g.d.Approvals.Hold(ctx, p); err != nil {
 		e := unavailable(CodeStoreUnavailable, "approval store", err)
 		e.AuditID = c.rec.ID

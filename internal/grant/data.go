@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
+	"sort"
 	"strings"
 )
 
@@ -292,4 +293,33 @@ func jsonFields(t reflect.Type) []string {
 		names[i], _, _ = strings.Cut(t.Field(i).Tag.Get("json"), ",")
 	}
 	return names
+}
+
+// Covering reads back, from a document Map made, the grants of org covering ref: one per
+// biome whose effective grant covers it, in biome order.
+func Covering(data map[string]any, org, ref string) []GrantData {
+	grants, _ := data["grants"].(map[string]any)
+	byBiome, _ := grants[ref].(map[string]any)
+	biomes := make([]string, 0, len(byBiome))
+	for b := range byBiome {
+		biomes = append(biomes, b)
+	}
+	sort.Strings(biomes)
+	var out []GrantData
+	for _, b := range biomes {
+		byOrg, _ := byBiome[b].(map[string]any)
+		fields, ok := byOrg[org].(map[string]any)
+		if !ok {
+			continue
+		}
+		raw, err := json.Marshal(fields)
+		if err != nil {
+			continue // Map's values always encode
+		}
+		var g GrantData
+		if json.Unmarshal(raw, &g) == nil {
+			out = append(out, g)
+		}
+	}
+	return out
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/xemahq/xema/internal/federation"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/grant"
+	"github.com/xemahq/xema/internal/insight"
 	"github.com/xemahq/xema/schemas"
 )
 
@@ -214,8 +215,12 @@ func Operations() []Operation {
 			query("since", "with dryRun: replay the calls recorded this long ago until now, e.g. 24h (default 168h)")), 409),
 		kernel("POST", "/v1/lifecycle", "Move a capability's lifecycle (publish, deprecate with a successor, retire)", "biomes", admin.RefLifecycle, 201, true),
 
-		kernel("GET", "/v1/approvals", "Calls held for approval", "approvals", approval.RefList, 200, false,
-			query("status", "pending, approved, rejected or expired"), query("biome", "biome id"), query("ref", "capability ref"), query("requester", "subject ref")),
+		kernel("GET", "/v1/approvals", "Calls held for approval, newest first, a page at a time; each says whether the caller may decide it and, if not, why", "approvals", approval.RefList, 200, false,
+			query("status", "pending, approved, rejected, expired, running, dispatched, done, failed, interrupted or withdrawn"), query("biome", "biome id"),
+			query("ref", "capability ref"), query("requester", "subject ref"), query("cursor", "the nextCursor of the previous page"),
+			Param{Name: "limit", In: "query", Description: "page size, 1-100 (default 50)", Schema: map[string]any{"type": "string", "pattern": "^[0-9]+$"}}),
+		withAnswer(with(kernel("GET", "/v1/approvals/{id}", "One held call as the approvers' list shows it, with whether the caller may decide it (the console's deep link)", "approvals", approval.RefList, 200, false,
+			pathParam("id", "approval id")), 404), 200, "the held call", ref("Invocation")),
 		withGone(kernel("POST", "/v1/approvals/{id}/approve", "Approve a held call: it runs now", "approvals", approval.RefApprove, 200, true, pathParam("id", "approval id")), true),
 		withGone(kernel("POST", "/v1/approvals/{id}/reject", "Reject a held call with a reason: it never runs", "approvals", approval.RefReject, 200, true, pathParam("id", "approval id")), false),
 		{Method: "GET", Path: "/v1/invocations/{id}", Summary: "A held call's status and, once run, its output (the requester or an approver)", Tag: "approvals",
@@ -224,6 +229,7 @@ func Operations() []Operation {
 		{Method: "GET", Path: "/v1/audit", Summary: "Search the org's audit records, newest first (administrators: every subject's; others: their own)", Tag: "audit",
 			Params: []Param{query("ref", "capability ref"), query("subject", "subject ref"), query("decision", "a recorded decision"), query("reason", "a reason code"),
 				query("parent", "records linked to this audit id"), query("since", "RFC 3339 time or a duration ago"), query("until", "RFC 3339 time or a duration ago"),
+				{Name: "omit", In: "query", Description: "people-reads: leave out people's allowed reads through the gateway's own read operations (their console page loads)", Schema: map[string]any{"type": "string", "enum": []string{"people-reads"}}},
 				query("cursor", "the nextCursor of the previous page"), {Name: "limit", In: "query", Description: "page size, 1-100 (default 50)", Schema: map[string]any{"type": "string", "pattern": "^[0-9]+$"}}},
 			Responses: merge(errorsOf(authed...), errorsOf(400), ok(200, "a page of records", ref("AuditPage")))},
 		{Method: "GET", Path: "/v1/audit/{id}", Summary: "One audit record the caller may read", Tag: "audit",
@@ -232,6 +238,13 @@ func Operations() []Operation {
 			Params: []Param{pathParam("id", "audit id")}, Responses: merge(errorsOf(authed...), errorsOf(404, 409), ok(200, "the denial", ref("WhyDenied")))},
 		{Method: "GET", Path: "/v1/profiles", Summary: "The built-in grant profiles and what each admits", Tag: "grants",
 			Responses: merge(errorsOf(authed...), ok(200, "profiles by name", ref("Profiles")))},
+
+		kernel("GET", "/v1/stats", "The org's calls over a window, counted from the audit log: by time and outcome, top denial reasons and refs, held calls waiting, runners, policy revisions", "audit", insight.RefStats, 200, false,
+			Param{Name: "window", In: "query", Description: "1h, 24h (default) or 7d", Schema: map[string]any{"type": "string", "enum": []string{"1h", "24h", "7d"}}}),
+		kernel("GET", "/v1/catalog/{ref}", "One capability of the org's catalog: manifest, lifecycle, serving biome version and the grants that cover it", "capabilities", insight.RefCapability, 200, false,
+			pathParam("ref", "capability ref, e.g. kb:page.read@1")),
+		{Method: "GET", Path: "/v1/me", Summary: "The caller as the token names it, and the gateway's own operations it may invoke", Tag: "operations",
+			Responses: merge(errorsOf(authed...), ok(200, "the caller", ref("Caller")))},
 
 		kernel("POST", "/v1/credentials", "Store a credential (sealed; never answered back)", "bindings", binding.RefCredentialCreate, 201, true),
 		kernel("GET", "/v1/credentials", "The org's credentials (metadata only)", "bindings", binding.RefCredentialList, 200, false),
@@ -275,6 +288,12 @@ func withGone(op Operation, runs bool) Operation {
 	if runs {
 		op = with(op, 502, 504)
 	}
+	return op
+}
+
+// withAnswer: the route answers schema with status, not its capability's output.
+func withAnswer(op Operation, status int, desc string, schema any) Operation {
+	op.Responses[status] = Response{Description: desc, Schema: schema, Headers: map[string]string{"X-Xema-Audit-Id": "the audit record of the call"}}
 	return op
 }
 
@@ -420,7 +439,7 @@ func componentName(s string) string {
 // schemas, as the gateway validates them.
 func kernelCapabilitySchemas() (map[string]any, error) {
 	out := map[string]any{}
-	for _, fsys := range []fs.FS{admin.Contributions, binding.Contributions, federation.Contributions, approval.Contributions} {
+	for _, fsys := range []fs.FS{admin.Contributions, binding.Contributions, federation.Contributions, approval.Contributions, insight.Contributions} {
 		files, err := fs.Glob(fsys, "contributions/*.json")
 		if err != nil {
 			return nil, err
@@ -470,6 +489,7 @@ func typeSchemas() (map[string]any, error) {
 		"WhyDenied":        reflect.TypeFor[audit.Denial](),
 		"Invocation":       reflect.TypeFor[approval.View](),
 		"ProfileSet":       reflect.TypeFor[grant.Profiles](),
+		"Caller":           reflect.TypeFor[gateway.Caller](),
 	}
 	out := map[string]any{}
 	for name, t := range types {

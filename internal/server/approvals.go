@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -18,16 +19,17 @@ import (
 // policy decides who may list and decide) and the requester's view of a held call.
 func (s *Server) approvalRoutes(g *echo.Group) {
 	g.GET("/approvals", s.listApprovals)
+	g.GET("/approvals/:id", s.getApproval)
 	g.POST("/approvals/:id/approve", s.decideApproval(approval.RefApprove))
 	g.POST("/approvals/:id/reject", s.decideApproval(approval.RefReject))
 	g.GET("/invocations/:id", s.invocation)
 }
 
 // approvalFilters are the query parameters of GET /v1/approvals, as approval:list@1 names them.
-var approvalFilters = map[string]bool{"status": true, "biome": true, "ref": true, "requester": true}
+var approvalFilters = map[string]bool{"status": true, "biome": true, "ref": true, "requester": true, "cursor": true, "limit": true}
 
 func (s *Server) listApprovals(c echo.Context) error {
-	input := map[string]string{}
+	input := map[string]any{}
 	var unknown []string
 	for k, vs := range c.QueryParams() {
 		switch {
@@ -36,6 +38,13 @@ func (s *Server) listApprovals(c echo.Context) error {
 		case len(vs) != 1:
 			return &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST",
 				Message: fmt.Sprintf("query parameter %q given %d times, want once", k, len(vs))}
+		case k == "limit":
+			n, err := strconv.Atoi(vs[0])
+			if err != nil {
+				return &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST",
+					Message: fmt.Sprintf("query parameter limit %q: want a whole number from 1 to 100", vs[0])}
+			}
+			input[k] = n
 		default:
 			input[k] = vs[0]
 		}
@@ -43,10 +52,30 @@ func (s *Server) listApprovals(c echo.Context) error {
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
 		return &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST",
-			Message: fmt.Sprintf("unknown query parameter(s) %s; want status, biome, ref, requester", strings.Join(unknown, ", "))}
+			Message: fmt.Sprintf("unknown query parameter(s) %s; want status, biome, ref, requester, cursor, limit", strings.Join(unknown, ", "))}
 	}
-	raw, _ := json.Marshal(input) // a map of strings always encodes
+	raw, _ := json.Marshal(input) // strings and numbers always encode
 	return s.kernelCall(c, approval.RefList, raw, http.StatusOK)
+}
+
+// getApproval is GET /v1/approvals/{id}: the one held call as the list shows it to the
+// caller (approval:list@1 with its id), or 404 as for any id the caller may not see.
+func (s *Server) getApproval(c echo.Context) error {
+	raw, _ := json.Marshal(map[string]string{"approvalId": c.Param("id")}) // a string always encodes
+	res, err := s.Gateway.Invoke(c.Request().Context(), execOf(c), gateway.Request{Ref: approval.RefList, Input: raw})
+	if err != nil || res.Denial != nil || res.Held != nil {
+		ans, _ := answerOf(res, err)
+		return writeAnswer(c, ans)
+	}
+	var page approval.Page
+	if err := json.Unmarshal(res.Output, &page); err != nil {
+		return fmt.Errorf("decode approval:list@1 output: %w", err)
+	}
+	c.Response().Header().Set("X-Xema-Audit-Id", res.AuditID)
+	if len(page.Approvals) == 0 {
+		return &fault.Error{Kind: fault.NotFound, Code: approval.CodeNotFound, Message: fmt.Sprintf("no approval %q", c.Param("id"))}
+	}
+	return c.JSON(http.StatusOK, page.Approvals[0])
 }
 
 // decideApproval is POST /v1/approvals/{id}/approve and /reject. The body is optional for

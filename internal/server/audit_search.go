@@ -16,6 +16,7 @@ import (
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/grant"
+	"github.com/xemahq/xema/internal/insight"
 	"github.com/xemahq/xema/internal/store"
 )
 
@@ -29,10 +30,15 @@ const (
 var auditDecisions = []string{
 	audit.DecisionAllowed, audit.DecisionDenied, audit.DecisionPendingApproval, audit.DecisionInvalid,
 	audit.DecisionNotFound, audit.DecisionError, audit.DecisionUnauthenticated,
-	approval.DecisionApproved, approval.DecisionRejected, approval.DecisionExpired,
+	approval.DecisionApproved, approval.DecisionRejected, approval.DecisionExpired, approval.DecisionWithdrawn,
 }
 
-var auditSearchParams = []string{"ref", "subject", "decision", "reason", "parent", "since", "until", "cursor", "limit"}
+var auditSearchParams = []string{"ref", "subject", "decision", "reason", "parent", "since", "until", "omit", "cursor", "limit"}
+
+// omitPeopleReads is ?omit='s one value: leave out what people (subjects of kind user) read
+// through the gateway's own read operations and were allowed to, i.e. their page loads in
+// the console. Their denials and everything else stay.
+const omitPeopleReads = insight.OmitPeopleReads
 
 // AuditPage is the answer of GET /v1/audit.
 type AuditPage struct {
@@ -106,6 +112,13 @@ func (s *Server) auditSearch(c echo.Context) error {
 			*tp.into = t
 		}
 	}
+	switch q["omit"] {
+	case "":
+	case omitPeopleReads:
+		f.Omit = &store.AuditOmit{SubjectKind: "user", Refs: s.Gateway.OperationReads(ec.Org)}
+	default:
+		return badParam("omit", "want "+omitPeopleReads)
+	}
 	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until) {
 		return badParam("until", "must be later than since")
 	}
@@ -119,7 +132,7 @@ func (s *Server) auditSearch(c echo.Context) error {
 	// The caller's own scope is part of the query a cursor is bound to: a cursor opens only
 	// for the caller, role and filters that got it.
 	queryKey := strings.Join([]string{"audit", ec.Org, ec.Subject.Ref, strconv.FormatBool(isOrgAdmin(ec)),
-		f.Ref, f.SubjectRef, f.Decision, f.ReasonCode, f.ParentID, q["since"], q["until"], strconv.Itoa(f.Limit)}, "\x00")
+		f.Ref, f.SubjectRef, f.Decision, f.ReasonCode, f.ParentID, q["since"], q["until"], q["omit"], strconv.Itoa(f.Limit)}, "\x00")
 	if cur := q["cursor"]; cur != "" {
 		pos, err := s.Gateway.OpenPosition(cur, queryKey)
 		if err != nil {

@@ -39,7 +39,9 @@ func (s *Server) MCPHandler() http.Handler {
 			return describeResult{Capabilities: d}, err
 		})
 	addTool(srv, "xema_capabilities_invoke", "Invoke a capability: {ref, input}; input must match the described inputSchema exactly. "+
-		"With idempotencyKey, a retry with the same key returns the first call's answer instead of running it again.", invokeSchema,
+		"With idempotencyKey, a retry with the same key returns the first call's answer instead of running it again. "+
+		"A call held for a person's approval answers a task to poll (tasks/get) when the request declares the MCP Tasks extension; "+
+		"otherwise PENDING_APPROVAL, and a retry with the same idempotencyKey answers the call's final result once it ran.", invokeSchema,
 		func(ctx context.Context, ec identity.ExecContext, req mcpInvoke) (_ json.RawMessage, err error) {
 			if len(req.Input) == 0 {
 				return nil, &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: "missing required field /input"}

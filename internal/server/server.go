@@ -122,6 +122,7 @@ func (s *Server) router() *echo.Echo {
 	s.mcpServerRoutes(v1)
 	s.auditRoutes(v1)
 	s.approvalRoutes(v1)
+	s.insightRoutes(v1)
 	v1.GET("/bundles/xema.tar.gz", s.bundle)
 	// Metrics name every org's refs: served only to the subjects the operator names (an
 	// unauthenticated scrape is for xema serve --metrics-addr, a listener of its own).

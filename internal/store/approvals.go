@@ -40,20 +40,25 @@ var ApprovalInFlight = []string{ApprovalApproved, ApprovalRunning, ApprovalDispa
 
 // Approval is a call held until a person approves it, with its validated input.
 type Approval struct {
-	ID           string
-	Org          string // the requester's org: only its people see or decide the call
-	AuditID      string // the audit record of the original call; every later step links to it
-	Ref          string
-	Biome        string
-	RequesterRef string
-	Environment  string
-	Exec         json.RawMessage // the requester's execution context, to run the call as them
-	Input        json.RawMessage // the validated input
-	Status       string
-	DecidedBy    string
-	Reason       string
-	Outcome      string
-	Output       json.RawMessage // set once the call has run
+	ID      string
+	Org     string // the requester's org: only its people see or decide the call
+	AuditID string // the audit record of the original call; every later step links to it
+	Ref     string
+	Biome   string
+	// BiomeVersion is the version of Biome the call was routed to (pinned by the org's grant);
+	// PolicyRevision the policy bundle that held it; RiskTier the capability's.
+	BiomeVersion   string
+	PolicyRevision string
+	RiskTier       string
+	RequesterRef   string
+	Environment    string
+	Exec           json.RawMessage // the requester's execution context, to run the call as them
+	Input          json.RawMessage // the validated input
+	Status         string
+	DecidedBy      string
+	Reason         string
+	Outcome        string
+	Output         json.RawMessage // set once the call has run
 	// Answer is the answer the run gave its requester, as the gateway encodes it (status and
 	// body), set once the call has run; the store keeps it opaque.
 	Answer    json.RawMessage
@@ -94,6 +99,18 @@ type ApprovalFilter struct {
 	Ref          string
 	RequesterRef string
 	Limit        int // 0 means 100
+	// After, when set, lists only the approvals after it in the list's order (newest first):
+	// the keyset of the page before.
+	After *ApprovalKey
+	// ExpiredBy, when set, lists only pending approvals whose expiry is at or before it,
+	// oldest first (the expiry sweep).
+	ExpiredBy time.Time
+}
+
+// ApprovalKey is an approval's place in ListApprovals' order.
+type ApprovalKey struct {
+	CreatedAt time.Time
+	ID        string
 }
 
 // ApprovalTransition is one compare-and-set move of an approval.
@@ -118,6 +135,8 @@ type ApprovalTransition struct {
 	Holder string
 	// Reset clears DecidedBy and the claim (an approval going back to pending).
 	Reset bool
+	// Events are queued in the approval_events outbox with the move, only if it wins.
+	Events []ApprovalEvent `json:",omitempty"`
 }
 
 // Validate checks the states named by t.
@@ -131,16 +150,18 @@ func (t ApprovalTransition) Validate() error {
 	if len(t.Output) > 0 && !json.Valid(t.Output) || len(t.Answer) > 0 && !json.Valid(t.Answer) {
 		return fmt.Errorf("%w: approval Output and Answer must be JSON", ErrInvalid)
 	}
-	return nil
+	return ValidateApprovalEvents(t.Events)
 }
 
 // ObligationStore holds the state behind a decision's obligations: calls waiting for
 // approval and the rate-limit and quota counters shared by every replica.
 type ObligationStore interface {
-	// PutApproval stores a new pending approval; a stored ID is ErrConflict.
-	PutApproval(ctx context.Context, a Approval) error
+	// PutApproval stores a new pending approval, and queues events in the approval_events
+	// outbox in the same transaction; a stored ID is ErrConflict.
+	PutApproval(ctx context.Context, a Approval, events ...ApprovalEvent) error
 	GetApproval(ctx context.Context, id string) (Approval, error)
-	// ListApprovals returns the approvals matching f, newest first.
+	// ListApprovals returns the approvals matching f, newest first (ties by id, descending);
+	// with f.ExpiredBy, oldest expiry first.
 	ListApprovals(ctx context.Context, f ApprovalFilter) ([]Approval, error)
 	// TransitionApproval moves an approval if, and only if, it is in state t.From (and, with
 	// t.Live, not expired). ErrNotFound for an unknown id, ErrConflict otherwise; the
@@ -150,6 +171,7 @@ type ObligationStore interface {
 	// claimed by holder, or whose lease ended at or before now, oldest first. An empty
 	// holder returns only those whose lease ended.
 	StaleApprovals(ctx context.Context, holder string, now time.Time, limit int) ([]Approval, error)
+	ApprovalEventStore
 
 	// AddUsage adds every add, or none, atomically: each applies only if its counter stays
 	// within its limit. refused is -1 when all were added, and counts[i] is add i's counter

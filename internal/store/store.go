@@ -214,6 +214,8 @@ type AuditStatsQuery struct {
 	// Calls are the decisions of a call's own record; records of other decisions (approval
 	// steps, aggregates) are not calls.
 	Calls []string
+	// Omit leaves records out of every count, as it does out of ListAudit.
+	Omit *AuditOmit
 }
 
 // AuditStats are the counts of one org's records in a time range, each one the size of a
@@ -328,6 +330,9 @@ type Store interface {
 	// only the range's rows through the (org, time) index: its cost grows with the records
 	// in the range, never with the whole log.
 	AuditStats(ctx context.Context, q AuditStatsQuery) (AuditStats, error)
+	// ApprovalsWaiting counts org's pending approvals not expired at now, and the oldest's
+	// creation time (zero when none).
+	ApprovalsWaiting(ctx context.Context, org string, now time.Time) (int64, time.Time, error)
 	// ScanAudit calls fn for every record f selects, in order, reading in pages so a large
 	// log is never held in memory; fn's error stops the scan and is returned.
 	ScanAudit(ctx context.Context, f AuditFilter, fn func(AuditRecord) error) error

@@ -18,6 +18,7 @@ const (
 	MetricAuditBatchSize   = "xema_audit_batch_size"
 	MetricAuditBatchTime   = "xema_audit_batch_duration_seconds"
 	MetricCacheRequests    = "xema_cache_requests_total"
+	MetricApprovalNotify   = "xema_approval_notifications_total"
 )
 
 var (
@@ -47,6 +48,9 @@ var (
 	cacheRequests = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: MetricCacheRequests, Help: "Cache lookups by cache and result (hit, miss); the hit rate is hit / (hit + miss).",
 	}, []string{"cache", "result"})
+	approvalNotify = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: MetricApprovalNotify, Help: "Delivery attempts of approval notifications by channel (webhook, chat) and result (delivered, retried, failed: given up).",
+	}, []string{"channel", "result"})
 )
 
 // UnknownRef is the ref label of a call to a ref the catalog does not know: the caller chose
@@ -81,4 +85,9 @@ func Cache(name string, hit bool) {
 		result = "hit"
 	}
 	cacheRequests.WithLabelValues(name, result).Inc()
+}
+
+// ApprovalNotification counts one delivery attempt of an approval notification.
+func ApprovalNotification(channel, result string) {
+	approvalNotify.WithLabelValues(channel, result).Inc()
 }

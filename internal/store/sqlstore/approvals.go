@@ -10,34 +10,41 @@ import (
 )
 
 const approvalColumns = `id, audit_id, ref, biome, requester_ref, environment, exec, input, status, decided_by,
-	reason, outcome, output, created_at, expires_at, updated_at, org, claimed_by, lease_until, answer`
+	reason, outcome, output, created_at, expires_at, updated_at, org, claimed_by, lease_until, answer, biome_version,
+	policy_revision, risk_tier`
 
 func scanApproval(sc scanner) (store.Approval, error) {
 	var a store.Approval
 	var exec, input, output, answer []byte
 	err := sc.Scan(&a.ID, &a.AuditID, &a.Ref, &a.Biome, &a.RequesterRef, &a.Environment, &exec, &input, &a.Status,
 		&a.DecidedBy, &a.Reason, &a.Outcome, &output, timeCol{&a.CreatedAt}, timeCol{&a.ExpiresAt}, timeCol{&a.UpdatedAt}, &a.Org,
-		&a.ClaimedBy, timeCol{&a.LeaseUntil}, &answer)
+		&a.ClaimedBy, timeCol{&a.LeaseUntil}, &answer, &a.BiomeVersion, &a.PolicyRevision, &a.RiskTier)
 	a.Exec, a.Input, a.Output, a.Answer = jsonCol(exec), jsonCol(input), jsonCol(output), jsonCol(answer)
 	return a, err
 }
 
 // PutApproval implements store.ObligationStore.
-func (s *Store) PutApproval(ctx context.Context, a store.Approval) error {
+func (s *Store) PutApproval(ctx context.Context, a store.Approval, events ...store.ApprovalEvent) error {
 	op := fmt.Sprintf("put approval %q of %q", a.ID, a.Ref)
 	a.CreatedAt = store.Stamp(a.CreatedAt)
 	a.ExpiresAt = a.ExpiresAt.UTC()
 	if err := a.Validate(); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	if _, err := s.exec(ctx, s.db, `INSERT INTO approvals (`+approvalColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)`,
-		a.ID, a.AuditID, a.Ref, a.Biome, a.RequesterRef, a.Environment, jsonArg(a.Exec), jsonArg(a.Input), a.Status,
-		a.DecidedBy, a.Reason, a.Outcome, jsonArg(a.Output), s.d.TimeArg(a.CreatedAt), s.d.TimeArg(a.ExpiresAt),
-		s.d.TimeArg(a.CreatedAt), a.Org, "", s.d.TimeArg(time.UnixMicro(0).UTC())); err != nil {
-		return s.fail(op, err)
+	if err := store.ValidateApprovalEvents(events); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
 	}
-	return nil
+	return s.withEvents(ctx, op, len(events) > 0, func(c conn) error {
+		if _, err := s.exec(ctx, c, `INSERT INTO approvals (`+approvalColumns+`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?)`,
+			a.ID, a.AuditID, a.Ref, a.Biome, a.RequesterRef, a.Environment, jsonArg(a.Exec), jsonArg(a.Input), a.Status,
+			a.DecidedBy, a.Reason, a.Outcome, jsonArg(a.Output), s.d.TimeArg(a.CreatedAt), s.d.TimeArg(a.ExpiresAt),
+			s.d.TimeArg(a.CreatedAt), a.Org, "", s.d.TimeArg(time.UnixMicro(0).UTC()), a.BiomeVersion, a.PolicyRevision,
+			a.RiskTier); err != nil {
+			return s.fail(op, err)
+		}
+		return s.queueEvents(ctx, c, op, a.CreatedAt, events)
+	})
 }
 
 // GetApproval implements store.ObligationStore.
@@ -60,6 +67,17 @@ func (s *Store) ListApprovals(ctx context.Context, f store.ApprovalFilter) ([]st
 			args = append(args, c.v)
 		}
 	}
+	order := ` ORDER BY created_at DESC, id DESC`
+	if f.After != nil {
+		at := s.d.TimeArg(store.Stamp(f.After.CreatedAt))
+		where = append(where, "(created_at < ? OR (created_at = ? AND id < ?))")
+		args = append(args, at, at, f.After.ID)
+	}
+	if !f.ExpiredBy.IsZero() {
+		where = append(where, "status = ? AND expires_at <= ?")
+		args = append(args, store.ApprovalPending, s.d.TimeArg(f.ExpiredBy.UTC()))
+		order = ` ORDER BY expires_at, id`
+	}
 	q := `SELECT ` + approvalColumns + ` FROM approvals`
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, " AND ")
@@ -68,7 +86,7 @@ func (s *Store) ListApprovals(ctx context.Context, f store.ApprovalFilter) ([]st
 	if limit <= 0 {
 		limit = 100
 	}
-	q += ` ORDER BY created_at DESC, id LIMIT ?`
+	q += order + ` LIMIT ?`
 	args = append(args, limit)
 	return list(ctx, s, "list approvals", scanApproval, q, args...)
 }
@@ -112,9 +130,19 @@ func (s *Store) TransitionApproval(ctx context.Context, t store.ApprovalTransiti
 		q += ` AND expires_at > ?`
 		args = append(args, at)
 	}
-	n, err := s.exec(ctx, s.db, q, args...)
+	var n int64
+	err := s.withEvents(ctx, op, len(t.Events) > 0, func(c conn) error {
+		var err error
+		if n, err = s.exec(ctx, c, q, args...); err != nil {
+			return s.fail(op, err)
+		}
+		if n == 0 {
+			return nil
+		}
+		return s.queueEvents(ctx, c, op, t.At, t.Events)
+	})
 	if err != nil {
-		return store.Approval{}, s.fail(op, err)
+		return store.Approval{}, err
 	}
 	a, err := s.GetApproval(ctx, t.ID)
 	if err != nil {

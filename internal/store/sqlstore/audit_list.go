@@ -27,13 +27,7 @@ func (s *Store) ListAudit(ctx context.Context, f store.AuditQuery) ([]store.Audi
 		where = append(where, s.d.ReasonCodeMatch)
 		args = append(args, f.ReasonCode)
 	}
-	if o := f.Omit; o != nil && len(o.Refs) > 0 {
-		where = append(where, "NOT (subject_kind = ? AND decision = 'allowed' AND ref IN (?"+strings.Repeat(", ?", len(o.Refs)-1)+"))")
-		args = append(args, o.SubjectKind)
-		for _, r := range o.Refs {
-			args = append(args, r)
-		}
-	}
+	where, args = omit(where, args, "", f.Omit)
 	where, args = s.auditRange(where, args, f.Since, f.Until)
 	if b := f.Before; b != nil {
 		where, args = s.auditKeyset(where, args, "<", b.Time, b.ID)
@@ -45,6 +39,21 @@ func (s *Store) ListAudit(ctx context.Context, f store.AuditQuery) ([]store.Audi
 	return list(ctx, s, "list audit records", scanAudit,
 		`SELECT `+auditColumns+` FROM audit_log WHERE `+strings.Join(where, " AND ")+
 			fmt.Sprintf(` ORDER BY time DESC, id DESC LIMIT %d`, limit), args...)
+}
+
+// omit appends the condition leaving out o's records (of the table aliased alias, "" for
+// none): the one ListAudit and AuditStats share, so the overview counts what a search finds.
+func omit(where []string, args []any, alias string, o *store.AuditOmit) ([]string, []any) {
+	if o == nil || len(o.Refs) == 0 {
+		return where, args
+	}
+	where = append(where, fmt.Sprintf("NOT (%[1]ssubject_kind = ? AND %[1]sdecision = 'allowed' AND %[1]sref IN (?%s))",
+		alias, strings.Repeat(", ?", len(o.Refs)-1)))
+	args = append(args, o.SubjectKind)
+	for _, r := range o.Refs {
+		args = append(args, r)
+	}
+	return where, args
 }
 
 // auditRange appends the time range [since, until) to a query's conditions, a zero bound

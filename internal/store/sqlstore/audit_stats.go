@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/xemahq/xema/internal/store"
 )
@@ -15,8 +16,9 @@ func (s *Store) AuditStats(ctx context.Context, q store.AuditStatsQuery) (store.
 		return store.AuditStats{}, fmt.Errorf("audit stats: %w: a bucket, a top, call decisions and since before until are required", store.ErrInvalid)
 	}
 	var out store.AuditStats
-	rangeWhere := "a.org = ? AND a.time >= ? AND a.time < ?"
-	rangeArgs := []any{q.Org, s.d.TimeArg(store.Stamp(q.Since)), s.d.TimeArg(store.Stamp(q.Until))}
+	conds, rangeArgs := omit([]string{"a.org = ? AND a.time >= ? AND a.time < ?"},
+		[]any{q.Org, s.d.TimeArg(store.Stamp(q.Since)), s.d.TimeArg(store.Stamp(q.Until))}, "a.", q.Omit)
+	rangeWhere := strings.Join(conds, " AND ")
 	calls := "a.runner = '' AND a.decision IN (?" + strings.Repeat(", ?", len(q.Calls)-1) + ")"
 	callArgs := append([]any{}, rangeArgs...)
 	for _, d := range q.Calls {
@@ -68,4 +70,24 @@ func (s *Store) AuditStats(ctx context.Context, q store.AuditStatsQuery) (store.
 	}, `SELECT a.bundle_revision, MIN(a.time), MAX(a.time) FROM audit_log a WHERE `+rangeWhere+`
 		GROUP BY a.bundle_revision ORDER BY 2, 1`, rangeArgs...)
 	return out, err
+}
+
+// ApprovalsWaiting implements store.Store.
+func (s *Store) ApprovalsWaiting(ctx context.Context, org string, now time.Time) (int64, time.Time, error) {
+	var n int64
+	var oldest time.Time
+	row := s.db.QueryRowContext(ctx, s.d.bind(`SELECT COUNT(*) FROM approvals WHERE org = ? AND status = ? AND expires_at > ?`),
+		org, store.ApprovalPending, s.d.TimeArg(store.Stamp(now)))
+	if err := row.Scan(&n); err != nil {
+		return 0, oldest, s.fail("count waiting approvals", err)
+	}
+	if n == 0 {
+		return 0, oldest, nil
+	}
+	row = s.db.QueryRowContext(ctx, s.d.bind(`SELECT created_at FROM approvals WHERE org = ? AND status = ? AND expires_at > ?
+		ORDER BY created_at LIMIT 1`), org, store.ApprovalPending, s.d.TimeArg(store.Stamp(now)))
+	if err := row.Scan(timeCol{&oldest}); err != nil {
+		return 0, oldest, s.fail("read the oldest waiting approval", err)
+	}
+	return n, oldest, nil
 }

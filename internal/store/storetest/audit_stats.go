@@ -75,6 +75,22 @@ func testAuditStats(t *testing.T, s store.Store) {
 	equal(t, "top ref", top.Refs, []store.KeyCount{{Key: "kb:page.write@1", Count: 4}})
 	equal(t, "the bucket at until", top.Series[len(top.Series)-1], store.BucketCount{Bucket: 2, Decision: "allowed", Count: 1})
 
+	// A person's allowed read counts unless omitted, as ListAudit's Omit leaves it out.
+	person := call("c10", "acme", 70, "kb:page.read@1", "allowed", "r2")
+	person.SubjectKind = "user"
+	add(person)
+	omitted, err := s.AuditStats(ctx, store.AuditStatsQuery{Org: "acme", Since: at(0), Until: at(120), Bucket: time.Minute, Top: 10, Calls: calls,
+		Omit: &store.AuditOmit{SubjectKind: "user", Refs: []string{"kb:page.read@1"}}})
+	if err != nil {
+		t.Fatalf("AuditStats with Omit: %v", err)
+	}
+	equal(t, "omitted", omitted, got)
+	counted, err := s.AuditStats(ctx, store.AuditStatsQuery{Org: "acme", Since: at(0), Until: at(120), Bucket: time.Minute, Top: 2, Calls: calls})
+	if err != nil {
+		t.Fatalf("AuditStats: %v", err)
+	}
+	equal(t, "refs with the person's read", counted.Refs, []store.KeyCount{{Key: "kb:page.write@1", Count: 4}, {Key: "kb:page.read@1", Count: 3}})
+
 	none, err := s.AuditStats(ctx, store.AuditStatsQuery{Org: "initech", Since: at(0), Until: at(120), Bucket: time.Minute, Top: 10, Calls: calls})
 	if err != nil || len(none.Series)+len(none.Refs)+len(none.Reasons)+len(none.Runners)+len(none.Revisions) != 0 {
 		t.Fatalf("AuditStats of an org without records = %+v, %v; want nothing", none, err)
@@ -88,5 +104,36 @@ func testAuditStats(t *testing.T, s store.Store) {
 		if _, err := s.AuditStats(ctx, bad); !errors.Is(err, store.ErrInvalid) {
 			t.Errorf("AuditStats(%+v) = %v, want ErrInvalid", bad, err)
 		}
+	}
+}
+
+// testApprovalsWaiting: one org's pending, unexpired approvals and the oldest's creation.
+func testApprovalsWaiting(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	n, oldest, err := s.ApprovalsWaiting(ctx, "acme", t0)
+	if err != nil || n != 0 || !oldest.IsZero() {
+		t.Fatalf("ApprovalsWaiting of none = %d, %v, %v", n, oldest, err)
+	}
+	put := func(a store.Approval) {
+		if err := s.PutApproval(ctx, a); err != nil {
+			t.Fatalf("PutApproval(%s): %v", a.ID, err)
+		}
+	}
+	a1 := newApproval("apr_1", "kb:page.write@1", "agent:bot", t0.Add(-time.Hour))
+	a1.ExpiresAt = t0.Add(time.Hour)
+	a2 := newApproval("apr_2", "kb:page.write@1", "agent:bot", t0.Add(-2*time.Hour))
+	a2.ExpiresAt = t0 // expired at now: no longer waiting
+	a3 := newApproval("apr_3", "kb:page.write@1", "agent:bot", t0.Add(-30*time.Minute))
+	a4 := newApproval("apr_4", "kb:page.write@1", "agent:bot", t0.Add(-3*time.Hour))
+	a4.Org = "globex"
+	for _, a := range []store.Approval{a1, a2, a3, a4} {
+		put(a)
+	}
+	if _, err := s.TransitionApproval(ctx, store.ApprovalTransition{ID: "apr_3", From: store.ApprovalPending, To: store.ApprovalRejected, At: t0}); err != nil {
+		t.Fatalf("reject apr_3: %v", err)
+	}
+	n, oldest, err = s.ApprovalsWaiting(ctx, "acme", t0)
+	if err != nil || n != 1 || !oldest.Equal(a1.CreatedAt) {
+		t.Fatalf("ApprovalsWaiting = %d, %v, %v; want 1, %v", n, oldest, err, a1.CreatedAt)
 	}
 }

@@ -43,6 +43,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"AuditBatch", testAuditBatch},
 		{"ListAudit", testListAudit},
 		{"AuditStats", testAuditStats},
+		{"ApprovalsWaiting", testApprovalsWaiting},
 		{"RevisionBumpsOnPolicyData", testRevision},
 		{"ConcurrentPublish", testConcurrentPublish},
 		{"Ping", testPing},
@@ -55,6 +56,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	})
 	t.Run("Bindings", func(t *testing.T) { runBindings(t, open) })
 	t.Run("Obligations", func(t *testing.T) { runObligations(t, open) })
+	t.Run("ApprovalNotify", func(t *testing.T) { runApprovalNotify(t, open) })
 	t.Run("CrashSafety", func(t *testing.T) { runCrashSafety(t, open) })
 	t.Run("PingAfterClose", func(t *testing.T) {
 		t.Parallel()

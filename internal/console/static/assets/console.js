@@ -63,6 +63,53 @@ function errorBox(err) {
   return h("div", { class: "error", role: "alert" }, text);
 }
 
+// ---- times and refs ---------------------------------------------------------------------
+
+const relative = new Intl.RelativeTimeFormat(undefined, { numeric: "auto" });
+const exactFormat = new Intl.DateTimeFormat(undefined, { year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit", timeZoneName: "short" });
+
+// ago is how long before (or after) now d is, in words.
+function ago(d) {
+  const s = (d.getTime() - Date.now()) / 1000;
+  const a = Math.abs(s);
+  if (a < 45) return relative.format(Math.round(s), "second");
+  if (a < 45 * 60) return relative.format(Math.round(s / 60), "minute");
+  if (a < 22 * 3600) return relative.format(Math.round(s / 3600), "hour");
+  if (a < 7 * 86400) return relative.format(Math.round(s / 86400), "day");
+  return new Intl.DateTimeFormat(undefined, { dateStyle: "medium" }).format(d);
+}
+
+// when is a time as the viewer reads it: relative, the exact time in their zone on hover
+// (and for assistive technology, as the element's title).
+function when(iso) {
+  if (!iso) return "";
+  const d = new Date(iso);
+  if (isNaN(d)) return iso;
+  return h("time", { datetime: d.toISOString(), title: exactFormat.format(d) }, ago(d));
+}
+
+// age is a duration in words, e.g. "2 h 5 min".
+function age(ms) {
+  const m = Math.max(0, Math.round(ms / 60000));
+  if (m < 1) return "less than a minute";
+  if (m < 60) return `${m} min`;
+  const hrs = Math.floor(m / 60);
+  if (hrs < 48) return `${hrs} h ${m % 60} min`;
+  return `${Math.floor(hrs / 24)} d ${hrs % 24} h`;
+}
+
+// capHref is a capability's page.
+function capHref(ref) {
+  return "/console/capabilities/" + encodeURIComponent(ref);
+}
+
+// refLink is a capability ref, a link to its page for whoever may read capability pages.
+function refLink(ref) {
+  if (!ref) return "";
+  const c = h("code", {}, ref);
+  return mayOp(viewer, "catalog:capability.get@1") ? h("a", { href: capHref(ref) }, c) : c;
+}
+
 // ---- API --------------------------------------------------------------------------------
 
 function token() {
@@ -95,14 +142,49 @@ async function api(method, path, body, quiet) {
   return data;
 }
 
-// claims reads the token's payload for display only; the gateway verifies it.
-function claims() {
-  try {
-    const p = token().split(".")[1].replace(/-/g, "+").replace(/_/g, "/");
-    return JSON.parse(atob(p));
-  } catch (_) {
-    return {};
+// ---- who is signed in, and what they may see ------------------------------------------
+
+// me is GET /v1/me for the token in use: the caller as the gateway verified it (never the
+// token's claims read here: their names depend on the issuer's claim mapping) and the
+// gateway's own operations the policy lets it invoke.
+let meCache = null;
+function me() {
+  const t = token();
+  if (!meCache || meCache.token !== t) {
+    meCache = { token: t, p: api("GET", "/v1/me") };
+    meCache.p.catch(() => { meCache = null; });
   }
+  return meCache.p;
+}
+
+// VIEWS are the console's views in navigation order: a view needing operations is shown
+// only to callers who may invoke one of them; the others see a sentence instead.
+const VIEWS = [
+  { href: "/console/", name: "Overview", needs: ["audit:stats.get@1"], what: "the overview of the org's calls" },
+  { href: "/console/biomes", name: "Biomes", needs: ["store:biome.list@1"], what: "the org's biomes and their grants" },
+  { href: "/console/approvals", name: "Approvals", needs: ["approval:list@1"], what: "the calls held for approval" },
+  { href: "/console/audit", name: "Audit", needs: [], what: "the audit log" },
+  { href: "/console/catalog", name: "Catalog", needs: [], what: "the catalog" },
+  { href: "/console/providers", name: "Providers", needs: ["binding:list@1", "credential:list@1", "mcp-server:list@1"], what: "the org's providers, credentials and MCP servers" },
+];
+
+function may(who, view) {
+  return view.needs.length === 0 || view.needs.some((r) => (who.operations || []).includes(r));
+}
+
+function mayOp(who, ref) {
+  return (who.operations || []).includes(ref);
+}
+
+// notForYou is what a person sees on a view their token may not use: a sentence, and the
+// views they can use.
+function notForYou(who, view) {
+  const usable = VIEWS.filter((v) => may(who, v));
+  show(view.name,
+    h("p", { class: "notice", role: "note" },
+      `Your token (${who.subject.ref}, environment ${who.environment}, org ${who.org}) may not see ${view.what}: `,
+      "the policy gives it to the org's administrators. Ask one for access, or sign in with a token that has it."),
+    usable.length ? h("p", {}, "You can use: ", usable.map((v, i) => [i ? ", " : "", link(v.href, v.name)]), ".") : null);
 }
 
 // ---- routing ----------------------------------------------------------------------------
@@ -110,12 +192,15 @@ function claims() {
 const routes = [
   [/^\/console\/login$/, viewLogin],
   [/^\/console\/callback$/, viewCallback],
-  [/^\/console\/biomes$/, viewBiomes],
-  [/^\/console\/biomes\/([^/]+)\/([^/]+)$/, viewBiome],
-  [/^\/console\/approvals$/, viewApprovals],
-  [/^\/console\/audit$/, viewAudit],
-  [/^\/console\/audit\/([^/]+)$/, viewAuditRecord],
-  [/^\/console\/catalog$/, viewCatalog],
+  [/^\/console$/, viewOverview, VIEWS[0]],
+  [/^\/console\/biomes$/, viewBiomes, VIEWS[1]],
+  [/^\/console\/biomes\/([^/]+)\/([^/]+)$/, viewBiome, VIEWS[1]],
+  [/^\/console\/approvals$/, viewApprovals, VIEWS[2]],
+  [/^\/console\/audit$/, viewAudit, VIEWS[3]],
+  [/^\/console\/audit\/([^/]+)$/, viewAuditRecord, VIEWS[3]],
+  [/^\/console\/catalog$/, viewCatalog, VIEWS[4]],
+  [/^\/console\/capabilities\/([^/]+)$/, viewCapability, { name: "Capability", needs: ["catalog:capability.get@1"], what: "a capability's page with the grants that cover it" }],
+  [/^\/console\/providers$/, viewProviders, VIEWS[5]],
 ];
 
 function go(url, replace) {
@@ -124,32 +209,59 @@ function go(url, replace) {
   render();
 }
 
+// viewer is who the current view renders for (set by header).
+let viewer = { operations: [] };
+
+// header shows who is signed in and the views they may use.
+function header(who) {
+  viewer = who;
+  const nav = document.getElementById("nav");
+  const path = location.pathname.replace(/\/+$/, "") || "/console";
+  nav.replaceChildren(...VIEWS.filter((v) => may(who, v)).map((v) => {
+    const here = v.href === "/console/" ? path === "/console" : path.startsWith(v.href);
+    return h("a", { href: v.href, "aria-current": here ? "page" : null }, v.name);
+  }));
+  nav.hidden = false;
+  document.getElementById("signout").hidden = false;
+  document.getElementById("who").textContent = `${who.subject.ref} · org ${who.org}${who.orgRole ? " · " + who.orgRole : ""} · ${who.environment}`;
+}
+
 async function render() {
   const path = location.pathname.replace(/\/+$/, "");
   const signedIn = !!token();
-  document.getElementById("nav").hidden = !signedIn;
-  document.getElementById("signout").hidden = !signedIn;
-  const c = claims();
-  document.getElementById("who").textContent = signedIn ? `${c.sub || "?"} · org ${c.org || "default"}${c.org_role ? " · " + c.org_role : ""}` : "";
-  for (const a of document.querySelectorAll("nav a")) {
-    if (path.startsWith(a.getAttribute("href"))) a.setAttribute("aria-current", "page");
-    else a.removeAttribute("aria-current");
+  if (!signedIn) {
+    document.getElementById("nav").hidden = true;
+    document.getElementById("signout").hidden = true;
+    document.getElementById("who").textContent = "";
+    if (path !== "/console/login" && path !== "/console/callback") {
+      return go("/console/login?next=" + encodeURIComponent(location.pathname + location.search), true);
+    }
   }
-  if (!signedIn && path !== "/console/login" && path !== "/console/callback") {
-    return go("/console/login?next=" + encodeURIComponent(location.pathname + location.search), true);
-  }
-  for (const [re, fn] of routes) {
+  for (const [re, fn, view] of routes) {
     const m = path.match(re);
     if (m) {
       try {
-        await fn(...m.slice(1).map(decodeURIComponent));
+        if (view) {
+          const who = await me();
+          header(who);
+          if (!may(who, view)) {
+            // The console's home is the first view this caller may use.
+            if (view === VIEWS[0]) return go(VIEWS.find((v) => may(who, v)).href, true);
+            return notForYou(who, view);
+          }
+          await fn(...m.slice(1).map(decodeURIComponent));
+        } else {
+          await fn(...m.slice(1).map(decodeURIComponent));
+        }
       } catch (err) {
-        if (err.status !== 401) show("Error", errorBox(err));
+        if (err.status === 401) return;
+        if (err.status === 403 && view && meCache) return notForYou(await me(), view);
+        show("Error", errorBox(err));
       }
       return;
     }
   }
-  show("Not found", h("p", {}, "No such page. "), link("/console/approvals", "Held calls"));
+  show("Not found", h("p", {}, "No such page. "), link("/console/", "Overview"));
 }
 
 document.addEventListener("click", (e) => {
@@ -178,7 +290,7 @@ function config() {
 
 // safeNext is a deep link inside the console to go to after signing in.
 function safeNext(next) {
-  return next && next.startsWith("/console/") && !next.startsWith("/console/login") && !next.startsWith("/console/callback") ? next : "/console/approvals";
+  return next && next.startsWith("/console/") && !next.startsWith("/console/login") && !next.startsWith("/console/callback") ? next : "/console/";
 }
 
 function b64url(bytes) {
@@ -265,7 +377,7 @@ function tokenForm(next) {
       e.preventDefault();
       sessionStorage.setItem(TOKEN_KEY, input.value.trim());
       try {
-        await api("GET", "/v1/audit?limit=1", undefined, true); // any person may read their own records
+        await api("GET", "/v1/me", undefined, true); // whoever the token names may ask who they are
       } catch (x) {
         sessionStorage.removeItem(TOKEN_KEY);
         err.replaceChildren(errorBox(x.status === 401 ? { message: "The gateway did not accept this token." } : x));
@@ -283,6 +395,7 @@ function tokenForm(next) {
 
 document.getElementById("signout").addEventListener("click", () => {
   sessionStorage.removeItem(TOKEN_KEY);
+  meCache = null;
   go("/console/login");
 });
 
@@ -299,6 +412,17 @@ async function viewBiomes() {
     const d = b.digest || {};
     const href = `/console/biomes/${encodeURIComponent(b.biomeId)}/${encodeURIComponent(b.version)}`;
     const isGranted = granted.has(b.biomeId + "@" + b.version + "#" + d.hash);
+    if (b.builtIn) {
+      // The gateway's own operations: no digest to review, nothing to grant.
+      return h("tr", {},
+        h("td", {}, link(href, b.biomeId + " " + b.version)),
+        h("td", {}, h("span", { class: "muted" }, "per operation")),
+        h("td", {}, "the gateway's own operations"),
+        h("td", {}, ""),
+        h("td", {}, h("span", { class: "tag" }, "built in"), " ", h("span", { class: "muted" }, "each operation's baseline decides who may call it")),
+        h("td", {}, "this gateway"),
+        h("td", {}, when(b.createdAt)));
+    }
     return h("tr", {},
       h("td", {}, link(href, b.biomeId + " " + b.version)),
       h("td", {}, risk(d.riskTier)),
@@ -306,11 +430,11 @@ async function viewBiomes() {
       h("td", {}, diffSummary(d.diff)),
       h("td", {}, isGranted ? h("span", { class: "tag ok" }, "granted") : h("span", { class: "tag warn" }, "awaiting approval")),
       h("td", {}, b.operator ? "operator's store" : "this org"),
-      h("td", {}, b.createdAt));
+      h("td", {}, when(b.createdAt)));
   });
   show("Biomes",
     h("p", { class: "muted" }, "Submitted biome versions your org may install, newest first, with their permission digest."),
-    rows.length ? h("table", {}, h("thead", {}, h("tr", {}, ["Biome", "Risk", "Domains", "Change", "Grant", "From", "Submitted"].map((t) => h("th", { scope: "col" }, t)))), h("tbody", {}, rows))
+    rows.length ? h("table", { "aria-label": "Biome versions" }, h("thead", {}, h("tr", {}, ["Biome", "Risk", "Domains", "Change", "Grant", "From", "Submitted"].map((t) => h("th", { scope: "col" }, t)))), h("tbody", {}, rows))
       : h("p", {}, "No biome submitted yet."));
 }
 
@@ -331,6 +455,7 @@ async function viewBiome(id, version) {
     api("GET", "/v1/grants?biomeId=" + encodeURIComponent(id)),
     api("GET", "/v1/profiles"),
   ]);
+  if (b.builtIn) return viewBuiltinBiome(b);
   const d = b.digest || {};
   const profiles = prof.profiles || {};
   const entries = [];
@@ -341,7 +466,7 @@ async function viewBiome(id, version) {
     h("thead", {}, h("tr", {}, ["Domain", "Capability", "Risk", "Effect", "Reach", "Output", "Approval", "Why the biome needs it"].map((t) => h("th", { scope: "col" }, t)))),
     h("tbody", {}, entries.map((e) => {
       const a = access[e.ref] || {};
-      return h("tr", {}, h("td", {}, e.domain), h("td", {}, h("code", {}, e.ref)), h("td", {}, risk(e.riskTier)),
+      return h("tr", {}, h("td", {}, e.domain), h("td", {}, refLink(e.ref)), h("td", {}, risk(e.riskTier)),
         h("td", {}, a.effectClass || ""), h("td", {}, a.reach || ""), h("td", {}, a.outputClassification || ""),
         h("td", {}, e.requiresApproval ? "always" : ""), h("td", {}, e.reason || ""));
     })));
@@ -355,16 +480,27 @@ async function viewBiome(id, version) {
     diff.previousVersion && !(diff.added || []).length && !(diff.removed || []).length && !(diff.changed || []).length ? h("li", {}, "No permission-relevant change.") : null);
 
   const mine = (grants.grants || []).filter((g) => g.version === version);
-  const grantList = mine.length ? h("ul", {}, mine.map((g) => h("li", {}, `Grant ${g.grantId}: profile ${g.profile}, digest ${g.digestHash === d.hash ? "this one" : g.digestHash}, approved by ${g.approvedBy} at ${g.approvedAt}`)))
+  const grantList = mine.length ? h("ul", { "aria-label": "Grants of this version" }, mine.map((g) => h("li", {}, `Grant ${g.grantId}: profile ${g.profile}, digest ${g.digestHash === d.hash ? "this one" : g.digestHash}, approved by ${g.approvedBy} `, when(g.approvedAt))))
     : h("p", {}, "Not granted: callers of your org cannot use this version yet.");
 
   show(`Biome ${id} ${version}`,
     h("dl", {}, h("dt", {}, "Digest"), h("dd", {}, h("code", {}, d.hash || "")), h("dt", {}, "Risk tier"), h("dd", {}, risk(d.riskTier)),
-      h("dt", {}, "Submitted"), h("dd", {}, b.createdAt), h("dt", {}, "From"), h("dd", {}, b.operator ? "the operator's store" : "this org")),
+      h("dt", {}, "Submitted"), h("dd", {}, when(b.createdAt)), h("dt", {}, "From"), h("dd", {}, b.operator ? "the operator's store" : "this org")),
     h("h2", {}, "Change against the installed version"), diffList,
     h("h2", {}, "Permission digest"), digestTable,
     h("h2", {}, "Grants of this version"), grantList,
     h("h2", {}, "Approve a grant"), grantForm(b, entries, access, profiles));
+}
+
+// viewBuiltinBiome is the gateway's own biome: its operations are held by their baselines.
+async function viewBuiltinBiome(b) {
+  const refs = (viewer.operations || []);
+  show(`Biome ${b.biomeId} ${b.version}`,
+    h("p", { class: "notice", role: "note" }, "This is the gateway's built-in biome: its operations (submitting biomes, granting, approving, reading the audit log…) ",
+      "are not granted by your org. Each one's baseline in the policy decides who may call it, usually the org's administrators. ",
+      "Its version is a hash of the operations' descriptors: another build of the gateway may publish another."),
+    h("dl", {}, h("dt", {}, "Published"), h("dd", {}, when(b.createdAt))),
+    refs.length ? [h("h2", {}, "Operations you may use"), h("ul", { "aria-label": "Operations" }, refs.map((r) => h("li", {}, refLink(r))))] : null);
 }
 
 function describeChange(c) {
@@ -446,9 +582,10 @@ function grantForm(b, entries, access, profiles) {
     out.replaceChildren();
     try {
       const g = await api("POST", "/v1/grants", body());
+      // The page is drawn again from the API, so its grants list the one just recorded.
+      await viewBiome(b.biomeId, b.version);
+      main().prepend(h("p", { class: "tag ok", role: "status" }, `Grant ${g.grantId} recorded: ${g.biomeId} ${g.version}, profile ${g.profile}, approved by ${g.approvedBy}.`));
       say(`Grant ${g.grantId} approved`);
-      out.replaceChildren(h("p", { class: "tag ok", role: "status" }, `Grant ${g.grantId} recorded: ${g.biomeId} ${g.version}, profile ${g.profile}, approved by ${g.approvedBy}.`));
-      confirm.hidden = true;
     } catch (err) {
       out.replaceChildren(errorBox(err));
     }
@@ -489,13 +626,13 @@ async function viewApprovals() {
   const outputs = await Promise.all(decided.slice(0, 20).map((a) => api("GET", "/v1/invocations/" + encodeURIComponent(a.approvalId)).catch(() => null)));
   const card = (a, inv) => h("section", { class: "card", "aria-label": `Held call ${a.approvalId}` },
     h("dl", {},
-      h("dt", {}, "Capability"), h("dd", {}, h("code", {}, a.ref)),
+      h("dt", {}, "Capability"), h("dd", {}, refLink(a.ref)),
       h("dt", {}, "Requester"), h("dd", {}, a.requester),
       h("dt", {}, "Environment"), h("dd", {}, a.environment),
       h("dt", {}, "Approval id"), h("dd", {}, h("code", {}, a.approvalId)),
       h("dt", {}, "Audit record"), h("dd", {}, link("/console/audit/" + encodeURIComponent(a.auditId), a.auditId)),
-      h("dt", {}, "Held since"), h("dd", {}, a.createdAt),
-      a.status === "pending" ? [h("dt", {}, "Expires"), h("dd", {}, a.expiresAt)] : [
+      h("dt", {}, "Held since"), h("dd", {}, when(a.createdAt)),
+      a.status === "pending" ? [h("dt", {}, "Expires"), h("dd", {}, when(a.expiresAt))] : [
         h("dt", {}, "Status"), h("dd", {}, h("span", { class: "tag " + (a.status === "done" ? "ok" : a.status === "rejected" || a.status === "failed" ? "bad" : "warn") }, a.status)),
         h("dt", {}, "Decided by"), h("dd", {}, a.decidedBy || ""),
         a.reason ? [h("dt", {}, "Reason"), h("dd", {}, a.reason)] : null,
@@ -567,27 +704,34 @@ async function viewAudit() {
     reason: h("input", { name: "reason", value: q.get("reason") || "", placeholder: "MISSING_GRANT" }),
     since: h("input", { name: "since", type: "datetime-local", value: toLocal(q.get("since")) }),
     until: h("input", { name: "until", type: "datetime-local", value: toLocal(q.get("until")) }),
+    reads: h("input", { name: "reads", type: "checkbox", checked: q.get("reads") === "include" }),
   };
   const form = h("form", { role: "search", "aria-label": "Search the audit log", onsubmit: (e) => {
     e.preventDefault();
     const n = new URLSearchParams();
     for (const k of ["ref", "subject", "decision", "reason"]) if (inputs[k].value.trim()) n.set(k, inputs[k].value.trim());
     for (const k of ["since", "until"]) if (inputs[k].value) n.set(k, toISO(inputs[k].value));
+    if (inputs.reads.checked) n.set("reads", "include");
     go("/console/audit" + (n.toString() ? "?" + n : ""));
   } },
   h("div", { class: "row" }, field("Ref", inputs.ref), field("Subject", inputs.subject), field("Decision", inputs.decision), field("Reason code", inputs.reason)),
-  h("div", { class: "row" }, field("Since", inputs.since), field("Until", inputs.until), h("button", { type: "submit", class: "primary" }, "Search")));
+  h("div", { class: "row" }, field("Since", inputs.since), field("Until", inputs.until),
+    h("div", { class: "check" }, inputs.reads, h("label", { for: inputs.reads.id = "f-reads" }, "Include people's reads through the console")),
+    h("button", { type: "submit", class: "primary" }, "Search")));
 
   const apiq = new URLSearchParams();
   for (const k of ["ref", "subject", "decision", "reason", "since", "until", "cursor"]) if (q.get(k)) apiq.set(k, q.get(k));
+  // By default what agents and workflows did, and every denial: people's own page loads
+  // through the console are audited too, and shown when asked for.
+  if (q.get("reads") !== "include") apiq.set("omit", "people-reads");
   apiq.set("limit", "25");
   let results;
   try {
     const page = await api("GET", "/v1/audit?" + apiq);
     const rows = (page.records || []).map((r) => h("tr", {},
-      h("td", {}, r.time), h("td", {}, link("/console/audit/" + encodeURIComponent(r.auditId), r.auditId)),
+      h("td", {}, when(r.time)), h("td", {}, link("/console/audit/" + encodeURIComponent(r.auditId), r.auditId)),
       h("td", {}, h("span", { class: "tag " + decisionClass(r.decision) }, r.decision)),
-      h("td", {}, h("code", {}, r.capability)), h("td", {}, r.subject.ref), h("td", {}, r.environment),
+      h("td", {}, r.subject.kind === "" ? h("code", {}, r.capability) : refLink(r.capability)), h("td", {}, r.subject.ref), h("td", {}, r.environment),
       h("td", {}, (r.reasons || []).map((x) => x.code).join(", "))));
     const next = new URLSearchParams(q);
     next.set("cursor", page.nextCursor || "");
@@ -602,7 +746,10 @@ async function viewAudit() {
     if (err.status === 401) return;
     results = [errorBox(err)];
   }
-  show("Audit", form, h("h2", {}, "Records, newest first"), results);
+  show("Audit", form, h("h2", {}, "Records, newest first"),
+    h("p", { class: "muted", id: "audit-scope" }, q.get("reads") === "include" ? "Every record, people's reads through the console included."
+      : "Agents', workflows' and services' calls, and every denial; people's reads through the console are left out (they are audited: tick the box to see them)."),
+    results);
 }
 
 function decisionClass(d) {
@@ -620,10 +767,10 @@ async function viewAuditRecord(id) {
   show(`Audit record ${id}`,
     h("dl", {},
       h("dt", {}, "Decision"), h("dd", {}, h("span", { class: "tag " + decisionClass(r.decision) }, r.decision)),
-      h("dt", {}, "Capability"), h("dd", {}, h("code", {}, r.capability)),
+      h("dt", {}, "Capability"), h("dd", {}, refLink(r.capability)),
       h("dt", {}, "Subject"), h("dd", {}, `${r.subject.ref} (${r.subject.kind})`),
       h("dt", {}, "Environment"), h("dd", {}, r.environment),
-      h("dt", {}, "Time"), h("dd", {}, r.time),
+      h("dt", {}, "Time"), h("dd", {}, when(r.time)),
       h("dt", {}, "Outcome"), h("dd", {}, r.outcome || ""),
       r.runner ? [h("dt", {}, "Runner"), h("dd", {}, r.runner)] : null,
       h("dt", {}, "Policy revision"), h("dd", {}, r.policyRevision || ""),
@@ -633,7 +780,7 @@ async function viewAuditRecord(id) {
     h("h2", {}, "What to do next"),
     suggestions.length ? h("ul", { "aria-label": "Suggestions" }, suggestions.map((s) => h("li", {}, suggestionText(s)))) : h("p", {}, "No suggestion."),
     h("h2", {}, "Linked records"),
-    (children.records || []).length ? h("ul", {}, children.records.map((c) => h("li", {}, link("/console/audit/" + encodeURIComponent(c.auditId), c.auditId), ` — ${c.decision}${c.outcome ? ", " + c.outcome : ""} by ${c.subject.ref} at ${c.time}`)))
+    (children.records || []).length ? h("ul", {}, children.records.map((c) => h("li", {}, link("/console/audit/" + encodeURIComponent(c.auditId), c.auditId), ` — ${c.decision}${c.outcome ? ", " + c.outcome : ""} by ${c.subject.ref} `, when(c.time))))
       : h("p", {}, "None."));
 }
 
@@ -663,14 +810,209 @@ async function viewCatalog() {
     cursor = res.nextCursor;
   }
   const rows = hits.map((c) => h("tr", {},
-    h("td", {}, h("code", {}, c.ref)), h("td", {}, c.title), h("td", {}, c.biome), h("td", {}, risk(c.riskTier)),
+    h("td", {}, refLink(c.ref)), h("td", {}, c.title), h("td", {}, c.biome), h("td", {}, risk(c.riskTier)),
     h("td", {}, c.mutating ? "changes data" : "reads"),
     h("td", {}, c.deprecated ? h("span", { class: "tag warn" }, "deprecated") : "published"),
-    h("td", {}, c.replacedBy ? h("code", {}, c.replacedBy) : "")));
+    h("td", {}, c.replacedBy ? refLink(c.replacedBy) : "")));
   show("Catalog", form,
     h("p", { class: "muted" }, "The capabilities you may invoke in your token's environment."),
     rows.length ? h("table", { "aria-label": "Capabilities" }, h("thead", {}, h("tr", {}, ["Ref", "Title", "Biome", "Risk", "Effect", "Lifecycle", "Replaced by"].map((t) => h("th", { scope: "col" }, t)))), h("tbody", {}, rows))
       : h("p", {}, "No capability."));
+}
+
+// ---- overview ---------------------------------------------------------------------------
+
+const SVG = "http://www.w3.org/2000/svg";
+// svg builds an SVG element (attributes only; colours come from the stylesheet's classes,
+// never a style attribute, which the CSP refuses).
+function svg(tag, attrs, ...children) {
+  const el = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) if (v !== undefined && v !== null) el.setAttribute(k, String(v));
+  for (const c of children.flat(Infinity)) if (c !== undefined && c !== null && c !== false) el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return el;
+}
+
+// OUTCOMES are the overview's classes of a call, stacked in this order.
+const OUTCOMES = [
+  { key: "allowed", label: "allowed" },
+  { key: "held", label: "held for approval" },
+  { key: "denied", label: "denied" },
+  { key: "failed", label: "failed (invalid input, unknown ref, a dependency down)" },
+];
+
+// niceMax rounds a chart's top up to 1, 2 or 5 times a power of ten.
+function niceMax(v) {
+  if (v <= 4) return 4;
+  const p = Math.pow(10, Math.floor(Math.log10(v)));
+  for (const m of [1, 2, 5, 10]) if (m * p >= v) return m * p;
+  return 10 * p;
+}
+
+// callsChart draws the series as stacked bars: one per bucket, one <title> each (its counts,
+// for a pointer's hover), the whole an image named by its heading and summary.
+function callsChart(stats) {
+  const W = 960, H = 240, L = 44, R = 8, T = 10, B = 30;
+  const series = stats.series || [];
+  const n = series.length || 1;
+  const total = (b) => OUTCOMES.reduce((t, o) => t + b[o.key], 0);
+  const top = niceMax(Math.max(0, ...series.map(total)));
+  const bw = (W - L - R) / n;
+  const y = (v) => T + (H - T - B) * (1 - v / top);
+  const timeFmt = new Intl.DateTimeFormat(undefined, stats.bucketSeconds >= 3600 ? { weekday: "short", hour: "2-digit", minute: "2-digit" } : { hour: "2-digit", minute: "2-digit" });
+  const grid = [0, top / 2, top].map((v) => [
+    svg("line", { x1: L, x2: W - R, y1: y(v), y2: y(v), class: "grid" }),
+    svg("text", { x: L - 6, y: y(v) + 4, class: "axis", "text-anchor": "end" }, String(v)),
+  ]);
+  const ticks = [];
+  const every = Math.max(1, Math.round(n / 6));
+  for (let i = 0; i < n; i += every) {
+    ticks.push(svg("text", { x: L + i * bw, y: H - 10, class: "axis" }, timeFmt.format(new Date(series[i].start))));
+  }
+  const bars = series.map((b, i) => {
+    let acc = 0;
+    const rects = OUTCOMES.filter((o) => b[o.key] > 0).map((o) => {
+      const y0 = y(acc), y1 = y(acc + b[o.key]);
+      acc += b[o.key];
+      return svg("rect", { x: L + i * bw + 0.5, y: y1, width: Math.max(1, bw - 1), height: Math.max(0.5, y0 - y1), class: "c-" + o.key });
+    });
+    const words = OUTCOMES.map((o) => `${b[o.key]} ${o.key}`).join(", ");
+    return svg("g", {}, svg("title", {}, `${exactFormat.format(new Date(b.start))}: ${words}`),
+      svg("rect", { x: L + i * bw, y: T, width: bw, height: H - T - B, class: "hit" }), rects);
+  });
+  const t = stats.totals;
+  return svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img", "aria-labelledby": "chart-title chart-desc", preserveAspectRatio: "none" },
+    svg("title", { id: "chart-title" }, `Calls per ${age(stats.bucketSeconds * 1000)} over the last ${stats.window}`),
+    svg("desc", { id: "chart-desc" }, `${t.calls} calls: ${t.allowed} allowed, ${t.held} held, ${t.denied} denied, ${t.failed} failed.`),
+    grid, ticks, bars);
+}
+
+// auditHref is the audit search a figure of the overview counts.
+function auditHref(stats, params) {
+  const q = new URLSearchParams({ ...params, since: stats.since, until: stats.until });
+  return "/console/audit?" + q;
+}
+
+async function viewOverview() {
+  const q = new URLSearchParams(location.search);
+  const win = ["1h", "24h", "7d"].includes(q.get("window")) ? q.get("window") : "24h";
+  const st = await api("GET", "/v1/stats?window=" + win);
+  const t = st.totals;
+  const windows = h("div", { class: "windows", role: "group", "aria-label": "Window" },
+    ["1h", "24h", "7d"].map((w) => h("a", { href: "/console/?window=" + w, class: "window", "aria-current": w === win ? "true" : null }, "last " + w)));
+  const legend = h("ul", { class: "legend", "aria-label": "Totals" }, OUTCOMES.map((o) =>
+    h("li", {}, h("span", { class: "swatch c-" + o.key, "aria-hidden": "true" }), h("strong", {}, String(t[o.key])), " " + o.label)));
+  const table = h("details", {}, h("summary", {}, "The chart's figures as a table"),
+    h("table", { "aria-label": "Calls per bucket" },
+      h("thead", {}, h("tr", {}, ["From", ...OUTCOMES.map((o) => o.key)].map((x) => h("th", { scope: "col" }, x)))),
+      h("tbody", {}, st.series.filter((b) => OUTCOMES.some((o) => b[o.key] > 0)).map((b) =>
+        h("tr", {}, h("td", {}, when(b.start)), OUTCOMES.map((o) => h("td", {}, String(b[o.key]))))))));
+  const reasons = st.topDenialReasons.length ? h("ol", { "aria-label": "Top denial reasons" }, st.topDenialReasons.map((r) =>
+    h("li", {}, h("a", { href: auditHref(st, { decision: "denied", reason: r.code }) }, h("code", {}, r.code)), ` ${r.count} denied`)))
+    : h("p", {}, "No denial in this window.");
+  const refs = st.topRefs.length ? h("ol", { "aria-label": "Top refs" }, st.topRefs.map((r) =>
+    h("li", {}, refLink(r.ref), " ", h("a", { href: auditHref(st, { ref: r.ref }), "aria-label": `${r.count} calls of ${r.ref} in the audit log` }, `${r.count} calls`))))
+    : h("p", {}, "No call in this window.");
+  const held = st.held.waiting
+    ? h("p", {}, h("a", { href: "/console/approvals" }, h("strong", {}, String(st.held.waiting)), st.held.waiting === 1 ? " call waits" : " calls wait"),
+      " for a decision; the oldest for ", h("strong", {}, age(Date.now() - new Date(st.held.oldestSince))), " (held ", when(st.held.oldestSince), ").")
+    : h("p", {}, "No call waits for a decision.");
+  const runners = st.runners.length ? h("table", { "aria-label": "Runners" },
+    h("thead", {}, h("tr", {}, ["Runner", "Runs", "Errors", "Average latency", "Slowest"].map((x) => h("th", { scope: "col" }, x)))),
+    h("tbody", {}, st.runners.map((r) => h("tr", {}, h("td", {}, r.runner), h("td", {}, String(r.runs)),
+      h("td", {}, r.errors ? h("span", { class: "tag bad" }, `${r.errors} (${Math.round((100 * r.errors) / r.runs)} %)`) : "0"),
+      h("td", {}, `${r.avgLatencyMs.toFixed(1)} ms`), h("td", {}, `${r.maxLatencyMs.toFixed(1)} ms`)))))
+    : h("p", {}, "Nothing ran in this window.");
+  const pol = st.policy;
+  const policy = h("p", { id: "policy-revision" }, "Revision ", h("code", {}, pol.revision), pol.changedAt
+    ? [" since ", when(pol.changedAt), " (it replaced ", h("code", {}, pol.previous), ")."]
+    : pol.seen.length ? [" decided every call of this window (the first ", when(pol.seen[0].first), ")."] : ": no call was decided in this window.");
+  show("Overview", windows,
+    h("section", { "aria-labelledby": "calls-h" }, h("h2", { id: "calls-h" }, `Calls in the last ${win}: ${t.calls}`),
+      h("p", { class: "muted" }, "Counted from the audit log, from ", when(st.since), " to ", when(st.until),
+        "; people's reads through the console are left out, as in the audit view."),
+      callsChart(st), legend, table),
+    h("div", { class: "panels" },
+      h("section", { class: "card", "aria-labelledby": "reasons-h" }, h("h2", { id: "reasons-h" }, "Top denial reasons"), reasons),
+      h("section", { class: "card", "aria-labelledby": "refs-h" }, h("h2", { id: "refs-h" }, "Top refs"), refs),
+      h("section", { class: "card", "aria-labelledby": "held-h" }, h("h2", { id: "held-h" }, "Held calls"), held),
+      h("section", { class: "card", "aria-labelledby": "policy-h" }, h("h2", { id: "policy-h" }, "Policy"), policy)),
+    h("section", { "aria-labelledby": "runners-h" }, h("h2", { id: "runners-h" }, "Providers by runner"), runners));
+}
+
+// ---- a capability -----------------------------------------------------------------------
+
+function limitText(l) {
+  return l && l.requests ? `${l.requests} / ${l.per}` : "none";
+}
+
+async function viewCapability(ref) {
+  const c = await api("GET", "/v1/catalog/" + encodeURIComponent(ref));
+  const m = c.manifest || {};
+  const lifecycle = h("span", { class: "tag " + (c.lifecycle === "published" ? "ok" : c.lifecycle === "deprecated" ? "warn" : "bad") }, c.lifecycle);
+  const biome = c.biome.builtIn ? ["built in (", h("code", {}, c.biome.id + " " + c.biome.version), ")"]
+    : link(`/console/biomes/${encodeURIComponent(c.biome.id)}/${encodeURIComponent(c.biome.version)}`, `${c.biome.id} ${c.biome.version}`);
+  const grants = c.grants.length ? h("table", { "aria-label": "Grants covering " + c.ref },
+    h("thead", {}, h("tr", {}, ["Grant", "Biome version", "Profile", "Subjects", "Environments", "Resources", "Rate limit", "Quota", "Approval", "Approved"].map((x) => h("th", { scope: "col" }, x)))),
+    h("tbody", {}, c.grants.map((g) => h("tr", {},
+      h("td", {}, h("code", {}, g.grantId)), h("td", {}, g.biomeVersion), h("td", {}, g.profile),
+      h("td", {}, g.subjects ? g.subjects.join(", ") : "every subject of the org"),
+      h("td", {}, (g.environments || []).join(", ")),
+      h("td", {}, g.resources ? g.resources.join(", ") : "any"),
+      h("td", {}, limitText(g.rateLimit)), h("td", {}, limitText(g.quota)),
+      h("td", {}, g.requiresApproval ? h("span", { class: "tag warn" }, "a person approves each call") : "no"),
+      h("td", {}, g.approvedBy || "", " ", when(g.approvedAt))))))
+    : h("p", {}, c.biome.builtIn ? "A built-in operation: no grant covers it; its baseline in the policy decides who may call it"
+      + (m.humanBaseline ? ` (${m.humanBaseline.kind}${m.humanBaseline.environments ? ", in " + m.humanBaseline.environments.join(", ") : ""})` : "") + "."
+      : "No grant of your org covers it: nobody of your org may call it.");
+  const examples = (m.examples || []);
+  show(c.ref,
+    h("p", { class: "lead" }, m.title ? h("strong", {}, m.title + ". ") : null, m.summary || ""),
+    h("dl", {},
+      h("dt", {}, "Side effects"), h("dd", {}, m.sideEffects || ""),
+      h("dt", {}, "Risk"), h("dd", {}, risk(m.riskTier)),
+      h("dt", {}, "Effect"), h("dd", {}, m.effectClass || ""),
+      h("dt", {}, "Reach"), h("dd", {}, m.reach || ""),
+      h("dt", {}, "Output"), h("dd", {}, m.outputClassification || ""),
+      h("dt", {}, "Safe for agents"), h("dd", {}, m.safeForAgents === false ? "no" : "yes"),
+      h("dt", {}, "Approval"), h("dd", {}, m.requiresApproval ? "every call waits for a person" : "as the grant says"),
+      h("dt", {}, "Lifecycle"), h("dd", {}, lifecycle, c.replacedBy ? [" — replaced by ", refLink(c.replacedBy)] : null),
+      h("dt", {}, "Served by"), h("dd", {}, biome, ` (runner ${c.runnerKind})`)),
+    h("h2", {}, "Who may call it"), grants,
+    h("h2", {}, "Input schema"), pre(m.inputSchema || {}),
+    h("h2", {}, "Output schema"), pre(m.outputSchema || {}),
+    h("h2", {}, "Examples"), examples.length ? examples.map((e) => pre(e)) : h("p", {}, "None given."),
+    h("p", {}, link(auditHref({ since: new Date(Date.now() - 7 * 86400000).toISOString(), until: new Date().toISOString() }, { ref: c.ref }), "Its calls of the last 7 days in the audit log")));
+}
+
+// ---- providers --------------------------------------------------------------------------
+
+async function viewProviders() {
+  const part = (ref, path) => (mayOp(viewer, ref) ? api("GET", path).catch((err) => ({ error: err })) : Promise.resolve(null));
+  const [bs, cs, ms] = await Promise.all([part("binding:list@1", "/v1/bindings"), part("credential:list@1", "/v1/credentials"), part("mcp-server:list@1", "/v1/mcp-servers")]);
+  const section = (title, res, render) => [h("h2", {}, title),
+    res === null ? h("p", { class: "muted" }, "Your token may not list these.") : res.error ? errorBox(res.error) : render(res)];
+  const table = (label, cols, rows) => rows.length ? h("table", { "aria-label": label },
+    h("thead", {}, h("tr", {}, cols.map((x) => h("th", { scope: "col" }, x)))), h("tbody", {}, rows)) : h("p", {}, "None.");
+  show("Providers",
+    h("p", { class: "muted" }, "Read only: the CLI (xema binding, credential, mcp-server) changes them. Secrets are never shown: the gateway answers none."),
+    section("Bindings", bs, (r) => table("Bindings", ["Refs", "Provider", "Base URL", "Project", "Environment", "Credential", "Created"],
+      (r.bindings || []).map((b) => h("tr", {}, h("td", {}, h("code", {}, b.refPattern)), h("td", {}, b.provider), h("td", {}, h("code", {}, b.baseUrl)),
+        h("td", {}, b.project || "any"), h("td", {}, b.environment || "any"), h("td", {}, h("code", {}, b.credentialId)),
+        h("td", {}, b.createdBy || "", " ", when(b.createdAt)))))),
+    section("Credentials", cs, (r) => table("Credentials", ["Name", "Kind", "Id", "Sealed under key", "Created"],
+      (r.credentials || []).map((c) => h("tr", {}, h("td", {}, c.name || ""), h("td", {}, c.provider), h("td", {}, h("code", {}, c.id)),
+        h("td", {}, h("code", {}, c.keyId), h("span", { class: "muted" }, " (rotating the key re-seals under a new one)")),
+        h("td", {}, c.createdBy || "", " ", when(c.createdAt)))))),
+    section("Federated MCP servers", ms, (r) => (r.servers || []).length ? (r.servers || []).map((sv) =>
+      h("section", { class: "card", "aria-label": "MCP server " + sv.providerId },
+        h("h3", {}, sv.providerId),
+        h("dl", {}, h("dt", {}, "Transport"), h("dd", {}, sv.transport, sv.url ? [" ", h("code", {}, sv.url)] : null),
+          h("dt", {}, "Server version"), h("dd", {}, sv.version || ""),
+          h("dt", {}, "Registered"), h("dd", {}, sv.registeredBy || "", " ", when(sv.registeredAt)),
+          h("dt", {}, "Last sync"), h("dd", {}, when(sv.syncedAt))),
+        table("Tools of " + sv.providerId, ["Capability", "Tool", "Lifecycle"], (sv.tools || []).map((tl) =>
+          h("tr", {}, h("td", {}, refLink(tl.ref)), h("td", {}, tl.name), h("td", {}, tl.lifecycle))))))
+      : h("p", {}, "None.")));
 }
 
 render();
