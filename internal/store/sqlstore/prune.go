@@ -9,14 +9,75 @@ import (
 	"github.com/xemahq/xema/internal/store"
 )
 
-// LastLinksBefore implements store.Store.
+// LastLinksBefore implements store.Store. A scan of every chain's records would hold
+// SQLite's one connection for seconds on a large log (appends stalled 7 s behind it over a
+// million records), so each chain is bisected on seq with small indexed lookups instead: a
+// chain's times grow with its seq but for records made concurrently, so the highest seq older
+// than before is taken exactly within linkWindow seqs of the bisection's point.
 func (s *Store) LastLinksBefore(ctx context.Context, before time.Time) ([]store.ChainLink, error) {
-	return list(ctx, s, "audit links before the prune boundary", func(sc scanner) (store.ChainLink, error) {
-		var l store.ChainLink
-		return l, sc.Scan(&l.ChainID, &l.Seq, &l.Hash)
-	}, `SELECT a.chain_id, a.chain_seq, a.chain_hash FROM audit_log a
-		JOIN (SELECT chain_id, MAX(chain_seq) AS seq FROM audit_log WHERE chain_id <> '' AND time < ? GROUP BY chain_id) m
-		ON a.chain_id = m.chain_id AND a.chain_seq = m.seq ORDER BY a.chain_id`, s.d.TimeArg(store.Stamp(before)))
+	heads, err := s.ChainHeads(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []store.ChainLink
+	for _, h := range heads {
+		l, ok, err := s.lastLinkBefore(ctx, h, before)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
+
+// linkWindow is how far around the bisection's point LastLinksBefore looks for the exact link.
+const linkWindow = 1000
+
+func (s *Store) lastLinkBefore(ctx context.Context, h store.ChainHead, before time.Time) (store.ChainLink, bool, error) {
+	const op = "audit links before the prune boundary"
+	// at returns the first stored seq from seq on and its time (ok false past the chain's end).
+	at := func(seq int64) (int64, time.Time, bool, error) {
+		var got int64
+		var t time.Time
+		err := s.db.QueryRowContext(ctx, s.d.bind(`SELECT chain_seq, time FROM audit_log WHERE chain_id = ? AND chain_id <> ''
+			AND chain_seq >= ? ORDER BY chain_seq LIMIT 1`), h.ChainID, seq).Scan(&got, timeCol{&t})
+		if err == sql.ErrNoRows {
+			return 0, time.Time{}, false, nil
+		}
+		if err != nil {
+			return 0, time.Time{}, false, s.fail(op, err)
+		}
+		return got, t, true, nil
+	}
+	lo, hi := h.BaseSeq+1, h.Seq // the answer, if any, lies in [lo, hi]
+	if lo > hi {
+		return store.ChainLink{}, false, nil
+	}
+	for lo < hi { // the highest seq whose record is older than before, were times monotone
+		mid := lo + (hi-lo+1)/2
+		seq, t, ok, err := at(mid)
+		if err != nil {
+			return store.ChainLink{}, false, err
+		}
+		if ok && seq <= hi && t.Before(before) {
+			lo = seq // a gap (records deleted by hand) moves lo past mid: still in range
+		} else {
+			hi = mid - 1
+		}
+	}
+	var l store.ChainLink
+	err := s.db.QueryRowContext(ctx, s.d.bind(`SELECT chain_id, chain_seq, chain_hash FROM audit_log WHERE chain_id = ? AND chain_id <> ''
+		AND chain_seq BETWEEN ? AND ? AND time < ? ORDER BY chain_seq DESC LIMIT 1`),
+		h.ChainID, max(h.BaseSeq+1, lo-linkWindow), lo+linkWindow, s.d.TimeArg(store.Stamp(before))).Scan(&l.ChainID, &l.Seq, &l.Hash)
+	if err == sql.ErrNoRows {
+		return store.ChainLink{}, false, nil
+	}
+	if err != nil {
+		return store.ChainLink{}, false, s.fail(op, err)
+	}
+	return l, true, nil
 }
 
 // CheckpointPrune implements store.Store.
