@@ -95,15 +95,11 @@ archive.`,
 				return &exitError{code: 2, err: fmt.Errorf("--batch %d: want 1 to 100000", batch)}
 			}
 			ctx := cmd.Context()
-			st, err := sf.open(ctx)
+			st, w, err := openKeyed(ctx, &sf, &mf)
 			if err != nil {
 				return err
 			}
 			defer st.Close()
-			w, err := mf.open(sf.dataDir)
-			if err != nil {
-				return err
-			}
 			keys, err := deploykeys.ChainKeys(ctx, st, w)
 			if err != nil {
 				return err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"text/tabwriter"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/xemahq/xema/internal/deploykeys"
 	"github.com/xemahq/xema/internal/masterkey"
+	"github.com/xemahq/xema/internal/store"
 )
 
 // masterFlags name the master key a command unwraps the deployment's keys with.
@@ -28,6 +30,21 @@ func (m *masterFlags) open(dataDir string) (masterkey.Wrapper, error) {
 		return nil, &exitError{code: 2, err: err}
 	}
 	return w, nil
+}
+
+// openKeyed opens the store of sf and the master key of mf (the store's data dir's by
+// default); the caller closes the store.
+func openKeyed(ctx context.Context, sf *storeFlags, mf *masterFlags) (store.Store, masterkey.Wrapper, error) {
+	st, err := sf.open(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	w, err := mf.open(sf.dataDir)
+	if err != nil {
+		st.Close()
+		return nil, nil, err
+	}
+	return st, w, nil
 }
 
 // newKeysCmd is `xema keys`.
@@ -84,15 +101,11 @@ DATA_DIR/secret.key is wrapped by it too (rotate it with xema credential rotate-
 			if _, ok := deploykeys.Consequences[args[0]]; !ok {
 				return &exitError{code: 2, err: fmt.Errorf("no per-deployment key %q: want search-cursor, audit-input-hash or audit-chain", args[0])}
 			}
-			st, err := rsf.open(cmd.Context())
+			st, w, err := openKeyed(cmd.Context(), &rsf, &rmf)
 			if err != nil {
 				return err
 			}
 			defer st.Close()
-			w, err := rmf.open(rsf.dataDir)
-			if err != nil {
-				return err
-			}
 			if err := deploykeys.Rotate(cmd.Context(), st, w, args[0]); err != nil {
 				return err
 			}
@@ -110,15 +123,11 @@ one below it), run rewrap, restart the gateways, then remove the old entry. Rewr
 any key still stored raw.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			st, err := sf.open(cmd.Context())
+			st, w, err := openKeyed(cmd.Context(), &sf, &mf)
 			if err != nil {
 				return err
 			}
 			defer st.Close()
-			w, err := mf.open(sf.dataDir)
-			if err != nil {
-				return err
-			}
 			n, err := deploykeys.Rewrap(cmd.Context(), st, w)
 			if err != nil {
 				return err
