@@ -24,12 +24,24 @@ CHARTCHECK := deploy/helm/chartcheck
 test: build policy-test
 	$(GO) test -count=1 -timeout 30m -skip '^TestContainer' ./...
 	$(GO) test -count=1 -timeout 20m -v -run '^TestContainer' ./test/e2e
-	cd $(CHARTCHECK) && $(GO) test -count=1 -timeout 20m ./...
+	cd $(CHARTCHECK) && XEMA_BIN=$(abspath $(BIN)) $(GO) test -count=1 -timeout 20m ./...
+	$(GO) test -race -short -count=1 -timeout 30m $(RACE_PKGS)
 
 # The OCI image (deploy/image): a static binary on an empty base, built with podman.
 IMAGE ?= xema:$(shell git describe --tags --always --dirty 2>/dev/null)
 image:
 	deploy/image/build.sh $(IMAGE)
+
+# The packages whose concurrency the race detector checks in CI (-short: a sample of the
+# large corpora, the race detector slowing evaluation ~10x).
+RACE_PKGS := ./internal/policy ./internal/gateway ./internal/approval
+
+# The differential test (internal/policy: the gateway's decisions vs stock OPA's evaluation
+# of the same bundle over generated grants, platform Rego and inputs) over new seeds for
+# FUZZTIME (CI runs its fixed seeds only).
+FUZZTIME ?= 10m
+fuzz:
+	$(GO) test -count=1 -timeout 0 -run '^TestDifferential$$' ./internal/policy -diff.duration $(FUZZTIME) -v
 
 # golangci-lint at a pinned version (config: .golangci.yml), installed into bin/ on first use.
 GOLANGCI_LINT_VERSION := v2.15.0

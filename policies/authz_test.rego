@@ -212,6 +212,31 @@ test_resource_not_reachable if {
 
 test_resource_glob_single_segment if denied_only_by(object.union(agent, {"resource": "kb/pages/a/b"}), "RESOURCE_NOT_REACHABLE")
 
+# A capability declaring its resource property (x-xema-resource): a grant restricting resources
+# binds the call whether or not it names the resource; leaving it out is denied.
+declared_resource := shallow(fixture, {"capabilities": object.union(fixture.capabilities, {"kb:page.read@1": capability({"resource": "pageId"})})})
+
+test_resource_left_out_under_restricting_grant_denied if {
+	dec := decide_with(object.remove(agent, ["resource"]), declared_resource)
+	dec.allow == false
+	codes(dec) == {"RESOURCE_NOT_REACHABLE"}
+	some r in dec.reasons
+	contains(r.detail, "naming no pageId")
+}
+
+test_resource_named_under_restricting_grant_allowed if {
+	decide_with(agent, declared_resource).allow == true
+	denied_only_by(object.union(agent, {"resource": "kb/secrets/keys"}), "RESOURCE_NOT_REACHABLE")
+}
+
+test_resource_left_out_without_restriction_allowed if {
+	unrestricted := shallow(declared_resource, {"grants": shallow(declared_resource.grants, {"kb:page.read@1": {"demo": org_grant({"resources": null})}})})
+	decide_with(object.remove(agent, ["resource"]), unrestricted).allow == true
+}
+
+# A capability that declares no resource property is not bound by the grant's resources.
+test_undeclared_resource_left_out_allowed if decide(object.remove(agent, ["resource"])).allow == true
+
 test_resource_owner if {
 	mine := object.union(agent, {"ref": "kb:mine.read@1", "resourceOwner": "agent:support-bot"})
 	decide(mine).allow == true

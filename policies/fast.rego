@@ -124,8 +124,8 @@ missing_binding if {
 }
 
 resource_outside_grant if {
-	is_string(input.resource)
 	is_array(grant.resources)
+	object.get(input, "resource", object.get(cap, "resource", "")) != ""
 	not resource_granted
 }
 

@@ -61,12 +61,16 @@ explicitly_covered if {
 	grant.subjects[concat(":", ["role", r])]
 }
 
-deny contains {"code": "RESOURCE_NOT_REACHABLE", "detail": sprintf("%s is outside the resources granted for %s", [input.resource, input.ref])} if {
+# A grant's resources bind a call that names a resource, and one whose capability declares a
+# resource property (x-xema-resource, cap.resource) it left out: that call names none of them.
+deny contains {"code": "RESOURCE_NOT_REACHABLE", "detail": sprintf("%s is outside the resources granted for %s", [named_resource, input.ref])} if {
 	grant_required
-	is_string(input.resource)
 	is_array(grant.resources)
+	object.get(input, "resource", object.get(cap, "resource", "")) != ""
 	not resource_granted
 }
+
+named_resource := object.get(input, "resource", sprintf("a call naming no %s", [object.get(cap, "resource", "")]))
 
 resource_granted if {
 	some pattern in grant.resources

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -67,13 +69,14 @@ func newApprovalsCmd() *cobra.Command {
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "APPROVAL\tSTATUS\tREF\tREQUESTER\tENVIRONMENT\tEXPIRES\tYOU MAY DECIDE")
 			for _, a := range out.Approvals {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ApprovalID, a.Status, a.Ref, a.Requester, a.Environment, a.ExpiresAt, mayDecide(a))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", printable(a.ApprovalID), printable(a.Status),
+					printable(a.Ref), printable(a.Requester), printable(a.Environment), printable(a.ExpiresAt), printable(mayDecide(a)))
 			}
 			if err := tw.Flush(); err != nil {
 				return err
 			}
 			if out.NextCursor != "" {
-				fmt.Fprintf(cmd.OutOrStdout(), "more: --cursor %s (or --all)\n", out.NextCursor)
+				fmt.Fprintf(cmd.OutOrStdout(), "more: --cursor %s (or --all)\n", printable(out.NextCursor))
 			}
 			return nil
 		},
@@ -103,9 +106,9 @@ func newApprovalsCmd() *cobra.Command {
 				if format == "json" {
 					return writeJSON(cmd.OutOrStdout(), v)
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %s", v.ApprovalID, v.Ref, v.Status)
+				fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %s", printable(v.ApprovalID), printable(v.Ref), printable(v.Status))
 				if v.Outcome != "" {
-					fmt.Fprintf(cmd.OutOrStdout(), " (outcome %s)", v.Outcome)
+					fmt.Fprintf(cmd.OutOrStdout(), " (outcome %s)", printable(v.Outcome))
 				}
 				fmt.Fprintln(cmd.OutOrStdout())
 				return nil
@@ -130,8 +133,12 @@ func mayDecide(v approval.View) string {
 	switch {
 	case v.CanDecide != nil && *v.CanDecide:
 		return "yes"
-	case v.WhyNot != nil && v.WhyNot.Code == approval.CodeNotApprover:
-		return "no: " + v.WhyNot.Message
+	case v.WhyNot != nil && len(v.WhyNot.Reasons) > 0:
+		missing := make([]string, len(v.WhyNot.Reasons))
+		for i, r := range v.WhyNot.Reasons {
+			missing[i] = cmp.Or(r.Detail, r.Code)
+		}
+		return "no: " + v.WhyNot.Code + " (" + strings.Join(missing, "; ") + ")"
 	case v.WhyNot != nil:
 		return "no: " + v.WhyNot.Code
 	}

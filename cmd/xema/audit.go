@@ -47,7 +47,7 @@ func newAuditCmd() *cobra.Command {
 				if !all || page.NextCursor == "" {
 					break
 				}
-				q.Set("cursor", page.NextCursor)
+				q.Set("cursor", printable(page.NextCursor))
 				page.NextCursor = ""
 			}
 			if format == "json" {
@@ -56,7 +56,8 @@ func newAuditCmd() *cobra.Command {
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "TIME\tAUDIT ID\tDECISION\tREF\tSUBJECT\tENVIRONMENT\tOUTCOME")
 			for _, r := range records {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Time, r.AuditID, r.Decision, r.Ref, r.Subject.Ref, r.Environment, r.Outcome)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", printable(r.Time), printable(r.AuditID), printable(r.Decision),
+					printable(r.Ref), printable(r.Subject.Ref), printable(r.Environment), printable(r.Outcome))
 			}
 			if err := tw.Flush(); err != nil {
 				return err

@@ -59,7 +59,8 @@ func newBiomeListCmd() *cobra.Command {
 				if b.Operator {
 					store = "operator"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", b.BiomeID, b.Version, b.Digest.RiskTier, b.Digest.Hash, store, b.CreatedAt)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", printable(b.BiomeID), printable(b.Version), printable(b.Digest.RiskTier),
+					printable(b.Digest.Hash), store, b.CreatedAt)
 			}
 			return tw.Flush()
 		},

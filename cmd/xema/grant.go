@@ -76,7 +76,7 @@ func newGrantCmd() *cobra.Command {
 				return writeJSON(cmd.OutOrStdout(), g)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "grant %s: %s@%s (digest %s), profile %s, approved by %s\n",
-				g.GrantID, g.BiomeID, g.Version, g.DigestHash, g.Profile, g.ApprovedBy)
+				printable(g.GrantID), printable(g.BiomeID), printable(g.Version), printable(g.DigestHash), printable(g.Profile), printable(g.ApprovedBy))
 			return nil
 		},
 	}
@@ -123,7 +123,8 @@ func newGrantCmd() *cobra.Command {
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "GRANT\tBIOME\tVERSION\tPROFILE\tSTATUS\tAPPROVED BY\tAPPROVED AT\tSINCE")
 			for _, g := range out.Grants {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", g.GrantID, g.BiomeID, g.Version, g.Profile, g.Status, g.ApprovedBy, g.ApprovedAt, grantSince(g))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", printable(g.GrantID), printable(g.BiomeID), printable(g.Version),
+					printable(g.Profile), printable(g.Status), printable(g.ApprovedBy), printable(g.ApprovedAt), printable(grantSince(g)))
 			}
 			return tw.Flush()
 		},
@@ -288,7 +289,7 @@ func dryRunGrant(cmd *cobra.Command, cl *client.Client, req grant.Request, since
 		return writeJSON(cmd.OutOrStdout(), v)
 	}
 	out := cmd.OutOrStdout()
-	fmt.Fprintf(out, "dry run (nothing recorded): %s@%s (digest %s), profile %s\n", v.BiomeID, v.Version, v.DigestHash, v.Profile)
+	fmt.Fprintf(out, "dry run (nothing recorded): %s@%s (digest %s), profile %s\n", printable(v.BiomeID), printable(v.Version), printable(v.DigestHash), printable(v.Profile))
 	fmt.Fprintf(out, "impact over the calls recorded since %s: %d considered, %d allowed would be denied, %d denied would be allowed\n",
 		v.Impact.Since, v.Impact.Considered, v.Impact.AllowToDeny, v.Impact.DenyToAllow)
 	return nil

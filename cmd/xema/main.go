@@ -22,6 +22,8 @@ func newRootCmd() *cobra.Command {
 		Version: buildinfo.Read().Short(),
 	}
 	root.SetVersionTemplate(buildinfo.Read().String() + "\n")
+	root.SetOut(&terminalWriter{w: os.Stdout})
+	root.SetErr(&terminalWriter{w: os.Stderr})
 	root.AddCommand(newServeCmd(), newDevCmd(), newBiomeCmd(), newGrantCmd(), newPolicyCmd(), newBundleCmd(),
 		newMigrateCmd(), newApprovalsCmd(), newAuditCmd(), newWhyDeniedCmd(), newBindingCmd(), newCredentialCmd(),
 		newMCPServerCmd(), newReplayCmd(), newVersionCmd(), newKeysCmd(), newBackupCmd(), newRestoreCmd())
@@ -29,8 +31,9 @@ func newRootCmd() *cobra.Command {
 }
 
 func main() {
-	if err := newRootCmd().Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "xema:", err)
+	root := newRootCmd()
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(root.ErrOrStderr(), "xema:", err)
 		os.Exit(exitCode(err))
 	}
 }

@@ -162,7 +162,7 @@ func printReplay(out io.Writer, rep *replay.Report, took time.Duration) {
 		if c.After.Allow {
 			reasons = "allowed"
 		}
-		groups[c.Ref+"\t"+reasons]++
+		groups[printable(c.Ref)+"\t"+printable(reasons)]++
 	}
 	keys := make([]string, 0, len(groups))
 	for k := range groups {
@@ -182,7 +182,8 @@ func printReplay(out io.Writer, rep *replay.Report, took time.Duration) {
 		return "deny " + strings.Join(s.Reasons, ",")
 	}
 	for _, c := range rep.Changes {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.AuditID, c.Time, c.Ref, c.Subject, c.Environment, side(c.Before), side(c.After))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", printable(c.AuditID), printable(c.Time), printable(c.Ref), printable(c.Subject),
+			printable(c.Environment), printable(side(c.Before)), printable(side(c.After)))
 	}
 	tw.Flush()
 }

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/spf13/cobra"
 
@@ -100,6 +101,7 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&idCfg.Audience, "audience", "", "required token audience with --issuer")
 	f.StringVar(&idCfg.JWKSURL, "jwks-url", "", "JWKS URL of --issuer (default: discovered from the issuer)")
 	f.StringVar(&idCfg.ClaimMapping, "claim-mapping", "", "claim mapping: 'default', 'keycloak' or a JSON file")
+	f.StringVar(&idCfg.DefaultOrg, "default-org", "", "with --issuer, the org of a token that names none (without it such tokens are refused); the development issuer's tokens default to '"+identity.DefaultOrg+"'")
 	f.DurationVar(&idCfg.Leeway, "token-leeway", identity.DefaultLeeway, "clock skew allowed on a token's exp, nbf and iat (at most "+identity.MaxLeeway.String()+")")
 	f.DurationVar(&idCfg.MaxTokenTTL, "max-token-ttl", identity.DefaultMaxTokenTTL, "refuse tokens whose lifetime (exp-iat, or exp-now without iat) exceeds this")
 	def := defaultLimits()
@@ -340,6 +342,12 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	}
 	if err := web.check(); err != nil {
 		return &exitError{code: 2, err: err}
+	}
+	if idCfg.DefaultOrg != "" && idCfg.Issuer == "" {
+		return &exitError{code: 2, err: errors.New("--default-org: needs --issuer (the development issuer's tokens default to '" + identity.DefaultOrg + "')")}
+	}
+	if strings.ContainsFunc(idCfg.DefaultOrg, unicode.IsControl) || strings.TrimSpace(idCfg.DefaultOrg) != idCfg.DefaultOrg {
+		return &exitError{code: 2, err: errors.New("--default-org: an org name without control characters or surrounding spaces")}
 	}
 	if web.consoleClientID != "" && idCfg.Issuer == "" {
 		return &exitError{code: 2, err: errors.New("--console-client-id: needs --issuer (the development issuer signs in with a pasted token)")}

@@ -72,10 +72,10 @@ func advice(s map[string]any) string {
 
 func printDenial(w io.Writer, d denial) {
 	fmt.Fprintf(w, "%s (%s) was denied %s in environment %s (audit %s).\n",
-		d.Subject.Ref, d.Subject.Kind, d.Capability, d.Environment, d.AuditID)
+		printable(d.Subject.Ref), printable(d.Subject.Kind), printable(d.Capability), printable(d.Environment), printable(d.AuditID))
 	fmt.Fprintln(w, "\nWhy:")
 	for _, r := range d.Reasons {
-		fmt.Fprintf(w, "  - %s: %s\n", r.Code, r.Detail)
+		fmt.Fprintf(w, "  - %s: %s\n", printable(r.Code), printable(r.Detail))
 	}
 	if len(d.Suggestions) == 0 {
 		fmt.Fprintln(w, "\nNo grant or change of environment would allow this call.")
@@ -83,6 +83,6 @@ func printDenial(w io.Writer, d denial) {
 	}
 	fmt.Fprintln(w, "\nWhat to do next:")
 	for _, s := range d.Suggestions {
-		fmt.Fprintf(w, "  - %s\n", advice(s))
+		fmt.Fprintf(w, "  - %s\n", printable(advice(s)))
 	}
 }

@@ -33,7 +33,13 @@ cp "$ca" "$ctx/ca-certificates.crt"
 printf 'root:x:0:0:root:/:/sbin/nologin\nxema:x:65532:65532:xema:/data:/sbin/nologin\n' >"$ctx/passwd"
 printf 'root:x:0:\nxema:x:65532:\n' >"$ctx/group"
 
+previous=$(podman image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
 podman build --quiet --file deploy/image/Containerfile \
 	--build-arg VERSION="$version" --build-arg REVISION="$revision" \
 	--tag "$image" "$ctx" >/dev/null
+# The image this tag named before, now untagged: not kept to pile up build after build.
+current=$(podman image inspect --format '{{.Id}}' "$image")
+if [ -n "$previous" ] && [ "$previous" != "$current" ]; then
+	podman rmi "$previous" >/dev/null 2>&1 || true
+fi
 echo "$image"

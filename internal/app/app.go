@@ -270,7 +270,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err := cfg.Notify.Validate(func(raw string) string { return a.Egress.CheckURL(raw, false) }); err != nil {
 		return nil, a.closeWith(err)
 	}
-	a.Notify = &notify.Deliverer{Config: cfg.Notify, Store: st, HTTP: a.HTTP, Chat: a.Bindings, Replica: a.Replica}
+	a.Notify = &notify.Deliverer{Config: cfg.Notify, Store: st, HTTP: a.HTTP, Chat: a.Bindings, Replica: a.Replica, Now: cfg.Now}
 	var notifier approval.Notifier // none unless someone is to be told: no events are queued
 	if len(cfg.Notify.Webhooks)+len(cfg.Notify.Chats) > 0 {
 		notifier = a.Notify

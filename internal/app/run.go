@@ -10,7 +10,7 @@ import (
 	"net/http"
 	"time"
 
-	"golang.org/x/net/netutil"
+	"github.com/xemahq/xema/internal/connlimit"
 )
 
 // Listener is how Run serves the API.
@@ -20,7 +20,8 @@ type Listener struct {
 	// TLS serves HTTPS when set.
 	TLS                            *tls.Config
 	ReadHeaderTimeout, IdleTimeout time.Duration
-	// MaxConns is the most client connections open at once; more wait to be accepted.
+	// MaxConns is the most client connections open at once; at the bound a new one closes the
+	// connection idle longest (connlimit), and waits only while every one has a request in flight.
 	MaxConns int
 	// Shutdown is how long in-flight calls may finish once ctx ends before they are cut off.
 	Shutdown time.Duration
@@ -41,8 +42,10 @@ func (a *App) Run(ctx context.Context, l Listener) error {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", l.Addr, err)
 	}
+	var connState func(net.Conn, http.ConnState)
 	if l.MaxConns > 0 {
-		ln = netutil.LimitListener(ln, l.MaxConns)
+		limited := connlimit.New(ln, l.MaxConns)
+		ln, connState = limited, limited.ConnState
 	}
 	if l.MetricsAddr != "" {
 		ms, err := serveMetrics(l)
@@ -56,7 +59,7 @@ func (a *App) Run(ctx context.Context, l Listener) error {
 	defer stopLoops()
 	a.runLoops(loops)
 	hs := &http.Server{Handler: l.Handler, ReadHeaderTimeout: l.ReadHeaderTimeout, IdleTimeout: l.IdleTimeout,
-		MaxHeaderBytes: 64 << 10, TLSConfig: l.TLS}
+		MaxHeaderBytes: 64 << 10, TLSConfig: l.TLS, ConnState: connState}
 	if l.Serving != nil {
 		l.Serving(ln.Addr())
 	}

@@ -56,6 +56,9 @@ const (
 	// them (CodeExpired too).
 	CodeRejected  = "APPROVAL_REJECTED"
 	CodeWithdrawn = "APPROVAL_WITHDRAWN"
+	// CodeOrgMismatch: the held call is another org's (the policy's second line behind the
+	// store lookup's org check); answered as an unknown approval.
+	CodeOrgMismatch = "APPROVAL_ORG_MISMATCH"
 )
 
 // Audit decisions of the approval steps; their records link to the held call's auditId.
@@ -349,11 +352,11 @@ func (s *Service) whyNot(ctx context.Context, ec identity.ExecContext, a store.A
 // approver asks the policy whether ec may decide a, whatever its state: nil when they may,
 // else why not.
 func (s *Service) approver(ctx context.Context, ec identity.ExecContext, a store.Approval, judged map[string]policy.Decision) (*WhyNot, error) {
-	key := a.Ref + "\x00" + a.Biome + "\x00" + strconv.FormatBool(a.RequesterRef == ec.Subject.Ref)
+	key := a.Ref + "\x00" + a.Biome + "\x00" + a.Org + "\x00" + strconv.FormatBool(a.RequesterRef == ec.Subject.Ref)
 	d, ok := judged[key]
 	if !ok {
 		ask := approverInput(ec, a)
-		ask.Approval = &policy.Approval{Requester: a.RequesterRef, ApprovalID: a.ID}
+		ask.Approval = &policy.Approval{Requester: a.RequesterRef, ApprovalID: a.ID, Org: a.Org}
 		got, err := s.Policy.Decide(ctx, ask)
 		if err != nil {
 			return nil, fault.New(fault.Unavailable, gateway.CodePolicyUnavailable,
@@ -566,9 +569,10 @@ func (s *Service) decidable(ctx context.Context, call kernel.Call) (store.Approv
 	if err := json.Unmarshal(call.Input, &in); err != nil {
 		return store.Approval{}, fmt.Errorf("decode validated input: %w", err)
 	}
+	notFound := fault.New(fault.NotFound, CodeNotFound, "no approval %q", in.ApprovalID)
 	a, err := s.Store.GetApproval(ctx, in.ApprovalID)
 	if errors.Is(err, store.ErrNotFound) || err == nil && a.Org != call.Exec.Org {
-		return store.Approval{}, fault.New(fault.NotFound, CodeNotFound, "no approval %q", in.ApprovalID)
+		return store.Approval{}, notFound
 	}
 	if err != nil {
 		return a, unavailable(err)
@@ -576,6 +580,10 @@ func (s *Service) decidable(ctx context.Context, call kernel.Call) (store.Approv
 	why, err := s.approver(ctx, call.Exec, a, nil)
 	if err != nil {
 		return a, err
+	}
+	// Another org's held call is unknown, whatever else the policy says of the approver.
+	if why != nil && slices.ContainsFunc(why.Reasons, func(r policy.Reason) bool { return r.Code == CodeOrgMismatch }) {
+		return store.Approval{}, notFound
 	}
 	if why != nil {
 		return a, fault.New(fault.Denied, why.Code, "%s", why.Message)

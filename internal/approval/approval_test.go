@@ -16,6 +16,7 @@ import (
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
+	"github.com/xemahq/xema/internal/notify"
 	"github.com/xemahq/xema/internal/store"
 )
 
@@ -31,13 +32,27 @@ type fixture struct {
 
 func newFixture(t *testing.T, customize map[string]any) *fixture {
 	t.Helper()
+	return newFixtureWith(t, customize, nil)
+}
+
+// newFixtureWith is newFixture keeping the apptest fixture in *fx (when fx is not nil), told
+// of held calls as notifications say.
+func newFixtureWith(t *testing.T, customize map[string]any, fx **apptest.Fixture, notifications ...notify.Config) *fixture {
+	t.Helper()
 	var runs atomic.Int32
-	f := apptest.New(t, apptest.Options{Customize: map[string]any{ref: customize},
+	o := apptest.Options{Customize: map[string]any{ref: customize},
 		Provider: func(w http.ResponseWriter, _ *http.Request) {
 			runs.Add(1)
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = w.Write([]byte(`{"commentId":"c1"}`))
-		}})
+		}}
+	for _, n := range notifications {
+		o.Notify = n
+	}
+	f := apptest.New(t, o)
+	if fx != nil {
+		*fx = f
+	}
 	return &fixture{app: f.App, runs: &runs, clock: f.Now}
 }
 

@@ -150,3 +150,35 @@ func TestTaskIsTheRequesters(t *testing.T) {
 		t.Fatalf("after others tried: %+v %v; want still waiting", tk, err)
 	}
 }
+
+// What was approved is what runs: the approval re-decides with the current policy, and a
+// call it now denies never runs; its task completes with that denial, as a synchronous call
+// would have answered.
+func TestTaskEndsWithDenialOfApprovalTime(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, map[string]any{"requiresApproval": true})
+	id := f.hold(t, bot)
+	biomes, err := f.app.Store.ListBiomeVersions(ctx, "ticketing")
+	if err != nil || len(biomes) == 0 {
+		t.Fatalf("ticketing versions: %v %v", biomes, err)
+	}
+	// The org narrows the grant to its org environment: the requester's project is out.
+	req, _ := json.Marshal(map[string]any{"biomeId": "ticketing", "version": biomes[0].Version, "digestHash": biomes[0].DigestHash,
+		"customize": map[string]any{ref: map[string]any{"requiresApproval": true, "environments": []string{"org"}}}})
+	if _, err := f.app.Publisher.Install(ctx, req, bot.Org, "user:root"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.app.Rebuild(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ferr := f.decide(approval.RefApprove, alice, map[string]any{"approvalId": id}); ferr != nil && ferr.Kind != fault.Denied {
+		t.Fatalf("approve: %v", ferr)
+	}
+	tk, err := f.app.Approvals.Task(ctx, bot, id)
+	if err != nil || tk.Status != store.ApprovalFailed {
+		t.Fatalf("task: %+v %v; want failed", tk, err)
+	}
+	if st, code := endCode(t, tk); st != http.StatusForbidden || code != gateway.CodeDenied || f.runs.Load() != 0 {
+		t.Fatalf("end: %d %s, runs %d; want the 403 %s of a synchronous call, no run", st, code, f.runs.Load(), gateway.CodeDenied)
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/xemahq/xema/internal/egress"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/manifest"
+	"github.com/xemahq/xema/internal/notify"
 )
 
 // Fixture is a running gateway with ticketing installed in the default org.
@@ -27,6 +28,18 @@ type Fixture struct {
 	Provider *httptest.Server
 	// Now is the approvals' clock; tests move it.
 	Now *time.Time
+
+	biomeID, version, digest string
+}
+
+// Regrant approves the ticketing version again with another customization (ref → object):
+// the org's grant changes under calls already held.
+func (f *Fixture) Regrant(t testing.TB, customize map[string]any) {
+	t.Helper()
+	req, _ := json.Marshal(map[string]any{"biomeId": f.biomeID, "version": f.version, "digestHash": f.digest, "customize": customize})
+	if _, err := f.App.Publisher.Install(context.Background(), req, identity.DefaultOrg, "user:root"); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Options shape a fixture.
@@ -37,6 +50,8 @@ type Options struct {
 	Customize map[string]any
 	// Contributions are the ticketing contribution files to install; nil is comment only.
 	Contributions []string
+	// Notify is who is told of held calls.
+	Notify notify.Config
 }
 
 // New starts a fixture; it closes with the test.
@@ -56,7 +71,7 @@ func New(t testing.TB, o Options) *Fixture {
 	t.Cleanup(prov.Close)
 	now := time.Now()
 	a, err := app.New(ctx, app.Config{DataDir: t.TempDir(), ApprovalTTL: time.Hour, EgressAllow: egress.Loopback(),
-		OperatorOrg: identity.DefaultOrg, Tokens: staticToken("test-service-token"),
+		OperatorOrg: identity.DefaultOrg, Tokens: staticToken("test-service-token"), Notify: o.Notify,
 		Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +110,7 @@ func New(t testing.TB, o Options) *Fixture {
 	if _, err := a.Publisher.Install(ctx, req, identity.DefaultOrg, "user:root"); err != nil {
 		t.Fatal(err)
 	}
-	return &Fixture{App: a, Provider: prov, Now: &now}
+	return &Fixture{App: a, Provider: prov, Now: &now, biomeID: res.BiomeID, version: res.Version, digest: res.Digest.Hash}
 }
 
 // staticToken is the gateway's outbound token in these tests; providers ignore it.

@@ -21,7 +21,7 @@ import (
 // bits, in base32hex, whose digits sort as their values do. Ids of one prefix thus sort by
 // time, so the store appends each to the right edge of its id index instead of to a random
 // page of it: with 400,000 records stored, a record cost 16-20 % less CPU to append
-// (BENCHMARKS.md), and the gap grows with the log.
+// (docs/performance-history.md), and the gap grows with the log.
 func NewID(prefix string) string {
 	return newID(prefix, time.Now())
 }

@@ -298,7 +298,7 @@ func (c *Catalog) entry(capa store.Capability) (*Entry, error) {
 			return nil, fmt.Errorf("stored invocation: %w", err)
 		}
 	}
-	e.resourceProp = resourceProperty(e.Manifest.InputSchema)
+	e.resourceProp = manifest.ResourceProperty(e.Manifest.InputSchema)
 	key := capa.Ref + "@" + capa.BiomeVersion
 	if cs, ok := c.compiled[key]; ok && cs.manifest == string(capa.Manifest) {
 		telemetry.Cache("catalog_schema", true)
@@ -321,10 +321,6 @@ func (c *Catalog) entry(capa store.Capability) (*Entry, error) {
 	return e, nil
 }
 
-// ResourceAnnotation marks the top-level input property whose value names the resource a
-// call acts on (checked against the grant's resource globs).
-const ResourceAnnotation = "x-xema-resource"
-
 // Resource returns the resource the input names, or "" when the schema marks none.
 func (e *Entry) Resource(input json.RawMessage) string {
 	if e.resourceProp == "" {
@@ -339,15 +335,4 @@ func (e *Entry) Resource(input json.RawMessage) string {
 		return ""
 	}
 	return v
-}
-
-// resourceProperty finds the top-level property marked with ResourceAnnotation.
-func resourceProperty(schema map[string]any) string {
-	props, _ := schema["properties"].(map[string]any)
-	for name, p := range props {
-		if ps, ok := p.(map[string]any); ok && ps[ResourceAnnotation] == true {
-			return name
-		}
-	}
-	return ""
 }

@@ -14,9 +14,9 @@ import (
 
 // BiomeView is a submitted biome version as an org admin reads it.
 type BiomeView struct {
-	BiomeID   string          `json:"biomeId"`
-	Version   string          `json:"version"`
-	Operator  bool            `json:"operator"` // of the operator's own store
+	BiomeID  string `json:"biomeId"`
+	Version  string `json:"version"`
+	Operator bool   `json:"operator"` // of the operator's own store
 	// BuiltIn marks the gateway's own capabilities (BuiltinBiome): held by their
 	// humanBaseline, never granted, with no permission digest to review.
 	BuiltIn   bool            `json:"builtIn,omitempty"`

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -158,32 +159,111 @@ func (e *Exporter) event(r store.AuditRecord) (Event, error) {
 		Bundles:   map[string]Bundle{"xema": {Revision: r.BundleRevision}},
 		Timestamp: r.Time.UTC().Format(time.RFC3339Nano),
 		Xema:      Xema{AuditID: r.ID, Org: r.Org, Decision: r.Decision, Outcome: r.Outcome}}
+	var secrets []string
 	for _, m := range e.opts.Mask {
-		if erase(input, strings.Split(strings.TrimPrefix(m, "/input/"), "/")) {
+		if v, ok := erase(input, strings.Split(strings.TrimPrefix(m, "/input/"), "/")); ok {
 			ev.Erased = append(ev.Erased, m)
+			secrets = leaves(v, secrets)
 		}
+	}
+	if len(secrets) > 0 {
+		// A masked value is masked wherever the event repeats it: a reason's detail names the
+		// resource, a suggestion the environment, the gateway's part the org.
+		slices.SortFunc(secrets, func(a, b string) int { return len(b) - len(a) }) // longest first
+		scrubAll := func(s string) string {
+			for _, v := range secrets {
+				s = strings.ReplaceAll(s, v, Masked)
+			}
+			return s
+		}
+		scrubValue(input, scrubAll)
+		ev.Result.Reasons = scrubRaw(ev.Result.Reasons, scrubAll)
+		ev.Result.Suggestions = scrubRaw(ev.Result.Suggestions, scrubAll)
+		ev.Result.Obligations = scrubRaw(ev.Result.Obligations, scrubAll)
+		ev.Xema.Org = scrubAll(ev.Xema.Org)
 	}
 	return ev, nil
 }
 
-// erase removes the member at path (JSON pointer tokens) from doc; it reports whether it did.
-func erase(doc map[string]any, path []string) bool {
+// Masked replaces a masked value wherever an exported event repeats it.
+const Masked = "[masked]"
+
+// erase removes the member at path (JSON pointer tokens) from doc; it returns the value
+// removed and whether there was one.
+func erase(doc map[string]any, path []string) (any, bool) {
 	for i, tok := range path {
 		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
 		if i == len(path)-1 {
-			if _, ok := doc[tok]; !ok {
-				return false
+			v, ok := doc[tok]
+			if !ok {
+				return nil, false
 			}
 			delete(doc, tok)
-			return true
+			return v, true
 		}
 		next, ok := doc[tok].(map[string]any)
 		if !ok {
-			return false
+			return nil, false
 		}
 		doc = next
 	}
-	return false
+	return nil, false
+}
+
+// leaves appends the non-empty scalars of v, as text, to out.
+func leaves(v any, out []string) []string {
+	switch x := v.(type) {
+	case map[string]any:
+		for _, e := range x {
+			out = leaves(e, out)
+		}
+	case []any:
+		for _, e := range x {
+			out = leaves(e, out)
+		}
+	case string:
+		if x != "" {
+			out = append(out, x)
+		}
+	case nil:
+	default:
+		out = append(out, fmt.Sprint(x))
+	}
+	return out
+}
+
+// scrubValue rewrites every string (keys aside) of a decoded JSON document in place.
+func scrubValue(v any, scrub func(string) string) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = scrubValue(e, scrub)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = scrubValue(e, scrub)
+		}
+	case string:
+		return scrub(x)
+	}
+	return v
+}
+
+// scrubRaw is scrubValue over raw JSON; JSON that does not decode is dropped, never shipped
+// unscrubbed.
+func scrubRaw(raw json.RawMessage, scrub func(string) string) json.RawMessage {
+	if len(raw) == 0 {
+		return raw
+	}
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return nil
+	}
+	out, err := json.Marshal(scrubValue(v, scrub))
+	if err != nil {
+		return nil
+	}
+	return out
 }
 
 func orEmpty(raw json.RawMessage) json.RawMessage {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -83,5 +84,40 @@ func TestOptionsChecked(t *testing.T) {
 		if _, err := New(o); err == nil {
 			t.Errorf("%+v accepted", o)
 		}
+	}
+}
+
+// TestMaskedEverywhere: a masked input value is erased from the input and replaced wherever
+// else the event repeats it: reasons' details, suggestions, obligations, the other input
+// fields, the gateway's org.
+func TestMaskedEverywhere(t *testing.T) {
+	e := &Exporter{opts: Options{Mask: []string{"/input/resource", "/input/subject", "/input/environment", "/input/org", "/input/groups"}}}
+	rec := store.AuditRecord{ID: "deny_1", Org: "acme-corp", Time: time.Now(), Decision: "denied",
+		PolicyInput: json.RawMessage(`{"ref":"kb:page.read@1","resource":"team-secret/plan","environment":"public-session",
+			"org":"acme-corp","subject":{"kind":"agent","ref":"agent:spy"},"resourceOwner":"agent:spy","groups":["ops-9"],"n":4711}`),
+		Reasons: json.RawMessage(`[{"code":"RESOURCE_NOT_REACHABLE","detail":"team-secret/plan is outside the resources granted"},
+			{"code":"ENVIRONMENT_NOT_ALLOWED","detail":"public-session is not granted to agent:spy of acme-corp (group ops-9)"}]`),
+		Suggestions: json.RawMessage(`[{"kind":"switch-environment","from":"public-session","to":"app"}]`),
+		Obligations: json.RawMessage(`[{"kind":"rate-limit","key":"agent:spy"}]`)}
+	ev, err := e.event(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := json.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range []string{"team-secret", "public-session", "agent:spy", "acme-corp", "ops-9"} {
+		if strings.Contains(string(raw), secret) {
+			t.Errorf("the event still shows %q: %s", secret, raw)
+		}
+	}
+	for _, kept := range []string{"RESOURCE_NOT_REACHABLE", "kb:page.read@1", `"to":"app"`, "4711", Masked} {
+		if !strings.Contains(string(raw), kept) {
+			t.Errorf("the event lost %q: %s", kept, raw)
+		}
+	}
+	if len(ev.Erased) != 5 {
+		t.Errorf("erased %v", ev.Erased)
 	}
 }

@@ -91,6 +91,16 @@ func TestCheckHost(t *testing.T) {
 		{"[fc00::1]", true, false, false, true},
 		{"[fd12:3456::1]", true, false, false, true},
 		{"[::ffff:10.0.0.1]", true, false, false, true},
+		// private addresses embedded in NAT64 and 6to4: refused whatever the allow-list
+		// (the embedded address is judged, and only a public one passes)
+		{"[64:ff9b::10.0.0.1]", true, false, false, false},
+		{"[64:ff9b::a00:1]", true, false, false, false},
+		{"[2002:a00:1::1]", true, false, false, false},
+		{"[64:ff9b::192.168.1.1]", true, false, false, false},
+		{"[2002:ac10:1::1]", true, false, false, false},
+		{"[64:ff9b::100.64.0.1]", true, false, false, false},
+		{"[64:ff9b::8.8.8.8]", true, true, true, true},
+		{"[2002:808:808::1]", true, true, true, true},
 		// neither an address nor a name: refused
 		{"1.2.3.4.5", true, false, false, false},
 		{"256.1.1.1", true, false, false, false},

@@ -8,7 +8,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
+
+	"github.com/xemahq/xema/internal/audit"
 
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/identity"
@@ -25,7 +28,8 @@ const MaxIdempotencyKey = 255
 // Answer codes of the idempotency layer.
 const (
 	CodeInvalidIdempotencyKey = "INVALID_IDEMPOTENCY_KEY"
-	// CodeIdempotencyKeyReused (422): the key was used for another call (ref or input).
+	// CodeIdempotencyKeyReused (422): the key was used for another call (ref or input) or
+	// under another decision context (environment, armed set, project, session, groups, roles).
 	CodeIdempotencyKeyReused = "IDEMPOTENCY_KEY_REUSED"
 	// CodeIdempotencyKeyInUse (409): the first call under the key is running, or it ran and
 	// its answer was never stored (the gateway stopped): it is not run again.
@@ -49,9 +53,11 @@ var notRun = map[string]bool{CodeAuditUnavailable: true, CodeStoreUnavailable: t
 	CodeCapacityExceeded: true, CodeRateLimited: true, CodeQuotaExceeded: true, CodeApprovalUnavailable: true}
 
 // InvokeIdempotent is Invoke under an idempotency key: the same key from the same caller (org
-// and subject) within IdempotencyTTL returns the first call's answer instead of running
-// again; another ref or input under the key is a 422. A key with no store configured is a
-// 503: a client relying on the key must not get a second run silently.
+// and subject) in the same decision context within IdempotencyTTL returns the first call's
+// answer instead of running again; another ref, input or decision context under the key is a
+// 422. A replay is a decision of its own (Replay): authorized again under the policy serving
+// now and audited. A key with no store configured is a 503: a client relying on the key must
+// not get a second run silently.
 // encode renders Invoke's result as the answer to store and send (the edge's mapping) and
 // names its error code ("" for success).
 func (g *Gateway) InvokeIdempotent(ctx context.Context, ec identity.ExecContext, req Request, key string,
@@ -65,7 +71,7 @@ func (g *Gateway) InvokeIdempotent(ctx context.Context, ec identity.ExecContext,
 			Message: "idempotency keys are not available on this gateway; the call was not run"}
 	}
 	now := time.Now()
-	rec := store.IdempotencyRecord{Org: ec.Org, Subject: ec.Subject.Ref, Key: key, InputHash: requestHash(req),
+	rec := store.IdempotencyRecord{Org: ec.Org, Subject: ec.Subject.Ref, Key: key, InputHash: scopeHash(ec, req),
 		CreatedAt: now, ExpiresAt: now.Add(IdempotencyTTL)}
 	stored, claimed, err := g.d.Idempotency.ClaimIdempotency(ctx, rec)
 	if err != nil {
@@ -75,11 +81,16 @@ func (g *Gateway) InvokeIdempotent(ctx context.Context, ec identity.ExecContext,
 		switch {
 		case stored.InputHash != rec.InputHash:
 			return Answer{}, &fault.Error{Kind: fault.Unprocessable, Code: CodeIdempotencyKeyReused,
-				Message: "this Idempotency-Key was used for another call (other ref or input); use a new key"}
+				Message: "this Idempotency-Key was used for another call (other ref, input or token context); use a new key"}
 		case stored.State != store.IdempotencyDone:
 			return Answer{}, &fault.Error{Kind: fault.Conflict, Code: CodeIdempotencyKeyInUse, AuditID: stored.AuditID,
 				Message: fmt.Sprintf("the call made with this Idempotency-Key at %s is running, or ran without its answer being "+
 					"stored; it is not run again", stored.CreatedAt.UTC().Format(time.RFC3339))}
+		}
+		res, err := g.Replay(ctx, ec, req, stored.AuditID)
+		if res != nil || err != nil {
+			ans, _ := encode(res, err)
+			return ans, nil
 		}
 		return Answer{Status: stored.Status, Body: stored.Body, Replayed: true}, nil
 	}
@@ -105,17 +116,51 @@ func auditIDOf(body json.RawMessage) string {
 	return v.AuditID
 }
 
-// requestHash identifies what a call asked: its ref and its input, whitespace aside.
-func requestHash(req Request) string {
+// Replay decides a retry under an idempotency key whose first call has its answer stored:
+// route, validate and authorize again under the policy serving now, as that call would be
+// today. A nil result and error mean the stored answer may be returned; the replay is then
+// audited as its own record (outcome "replayed"). A refusal is audited and returned, never the
+// stored answer. Every record links to parentAuditID, the first call's record. Limits are not
+// counted and nothing runs: the replay returns an answer, it does not make a call.
+func (g *Gateway) Replay(ctx context.Context, ec identity.ExecContext, req Request, parentAuditID string) (*Result, error) {
+	c := g.begin(ec, req)
+	c.rec.ID, c.rec.ParentID = audit.NewID("rpl_"), parentAuditID
+	if res, err := g.admit(ctx, c); res != nil || err != nil {
+		return res, err
+	}
+	return nil, g.record(ctx, c, audit.DecisionAllowed, OutcomeReplayed)
+}
+
+// OutcomeReplayed is the outcome of a replay's record: admitted again, the stored answer of
+// its parent returned, nothing run.
+const OutcomeReplayed = "replayed"
+
+// scopeHash identifies what a call asked and in which decision context: its ref, its input
+// (whitespace aside), and every verified claim the policy decides on beyond org and subject
+// (the store's key). Sets are sorted: the same claims in another order are the same context.
+func scopeHash(ec identity.ExecContext, req Request) string {
 	var in bytes.Buffer
 	if err := json.Compact(&in, req.Input); err != nil {
 		in.Reset()
 		in.Write(req.Input)
 	}
+	sorted := func(s []string) []string { return slices.Sorted(slices.Values(s)) }
+	scope := struct {
+		Kind        string   `json:"kind"`
+		OrgRole     string   `json:"orgRole"`
+		Environment string   `json:"environment"`
+		Project     string   `json:"project"`
+		Session     string   `json:"session"`
+		Armed       []string `json:"armed"`
+		Groups      []string `json:"groups"`
+		Roles       []string `json:"roles"`
+	}{ec.Subject.Kind, ec.OrgRole, ec.Environment, ec.Project, ec.Session, sorted(ec.Armed), sorted(ec.Groups), sorted(ec.Roles)}
 	h := sha256.New()
 	h.Write([]byte(req.Ref))
 	h.Write([]byte{0})
 	h.Write(in.Bytes())
+	h.Write([]byte{0})
+	h.Write(mustJSON(scope))
 	return "sha256:" + hex.EncodeToString(h.Sum(nil))
 }
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/xemahq/xema/internal/manifest"
 	"github.com/xemahq/xema/internal/store"
 )
 
@@ -61,6 +62,8 @@ type descriptor struct {
 	HumanBaseline        any    `json:"humanBaseline"`
 	RequiredBindings     []any  `json:"requiredBindings"`
 	InstanceGrade        any    `json:"instanceGrade"`
+	// InputSchema is read for its resource property only.
+	InputSchema map[string]any `json:"inputSchema"`
 }
 
 // Compile builds the data.xema document of docs/policy-data.md (the object under "xema") as
@@ -172,6 +175,7 @@ func capabilityData(c store.Capability, d descriptor) CapabilityData {
 		Lifecycle:            c.Lifecycle,
 		OutputClassification: d.OutputClassification,
 		Reach:                d.Reach,
+		Resource:             manifest.ResourceProperty(d.InputSchema),
 		ReplacedBy:           c.ReplacedBy,
 		RequiredBindings:     bindings,
 		RequiresApproval:     d.RequiresApproval,

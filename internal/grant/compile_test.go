@@ -137,7 +137,7 @@ func TestCompileDocument(t *testing.T) {
 		"riskTier":"high","effectClass":"admin","outputClassification":"internal","reach":"integration",
 		"authorityEffect":"none","descriptorKind":"","requiresApproval":false,"safeForAgents":false,
 		"callerConstraint":"","humanBaseline":{"kind":"org-administrators","environments":["org"]},
-		"requiredBindings":[],"instanceGrade":null}`)
+		"requiredBindings":[],"instanceGrade":null,"resource":""}`)
 	assertJSON(t, "profiles.support-chatbot", data["profiles"].(map[string]any)["support-chatbot"], `{
 		"effectClasses":{"read":true,"write":true},"riskTiers":{"low":true},
 		"environments":{"public":true,"public-session":true,"session":true},

@@ -157,8 +157,11 @@ type CapabilityData struct {
 	ReplacedBy           string    `json:"replacedBy"`
 	RequiredBindings     []any     `json:"requiredBindings"` // never null: [] when none
 	RequiresApproval     bool      `json:"requiresApproval"`
-	RiskTier             string    `json:"riskTier"`
-	SafeForAgents        bool      `json:"safeForAgents"`
+	// Resource is the input property naming the resource a call acts on ("" when none): a
+	// grant restricting resources denies a call that does not name it.
+	Resource      string `json:"resource"`
+	RiskTier      string `json:"riskTier"`
+	SafeForAgents bool   `json:"safeForAgents"`
 }
 
 // LimitData is a rate limit or quota: requests per window.

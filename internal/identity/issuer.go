@@ -168,7 +168,7 @@ func (i *Issuer) JWKSHandler() http.Handler {
 
 // VerifierConfig is the Verifier configuration that accepts this issuer's tokens.
 func (i *Issuer) VerifierConfig() Config {
-	m := DevMapping()
+	m := DevIssuerMapping()
 	return Config{
 		Issuer:     i.name,
 		Audience:   DevAudience,

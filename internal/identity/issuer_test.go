@@ -196,6 +196,7 @@ func TestKeycloakMapping(t *testing.T) {
 	k := rsaKey(t, 3)
 	ks := newKeyServer(t, map[string]*rsa.PrivateKey{"kc-rsa": k})
 	m := identity.KeycloakMapping()
+	m.Org.Default = identity.DefaultOrg // as --default-org default: two of the tokens name no org
 	v := newVerifier(t, ks.URL, func(c *identity.Config) {
 		c.Issuer, c.Audience, c.Mapping = "https://kc.example.com/realms/xema", "xema-gateway", &m
 	})
@@ -234,7 +235,7 @@ func TestKeycloakMapping(t *testing.T) {
 
 func TestParseMapping(t *testing.T) {
 	m, err := identity.ParseMapping([]byte(`{"subjectName":{"claim":"client_id"},"subjectKind":{"default":"service"},
-		"roles":"scp","environment":{"claim":"xema_env","default":"service"}}`))
+		"roles":"scp","environment":{"claim":"xema_env","default":"service"},"org":{"claim":"tenant","default":"acme"}}`))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"unicode"
 )
 
 // Field maps one scalar of the Execution Context: the claim that holds it and a fixed value
@@ -66,7 +67,9 @@ const (
 )
 
 // DevMapping is the default mapping, and the one the development issuer's tokens follow:
-// sub is "kind:name", the rest are xema_* claims plus groups and roles.
+// sub is "kind:name", the rest are xema_* claims plus groups and roles. It names no default
+// org: a token without one is refused unless the operator names one (--default-org); the
+// development issuer's own verifier (DevIssuerMapping) defaults to DefaultOrg.
 func DevMapping() ClaimMapping {
 	return ClaimMapping{
 		SubjectRef:  "sub",
@@ -79,6 +82,14 @@ func DevMapping() ClaimMapping {
 		Environment: Field{Claim: ClaimEnvironment},
 		Session:     Field{Claim: ClaimSession},
 	}
+}
+
+// DevIssuerMapping is DevMapping with DefaultOrg for tokens that name no org: the
+// development issuer's single org.
+func DevIssuerMapping() ClaimMapping {
+	m := DevMapping()
+	m.Org.Default = DefaultOrg
+	return m
 }
 
 // KeycloakMapping reads Keycloak access tokens: the user is preferred_username, a service
@@ -269,7 +280,9 @@ func (m ClaimMapping) Map(claims map[string]any) (ExecContext, error) {
 		}
 	}
 	if ec.Org == "" {
-		ec.Org = DefaultOrg
+		// An external issuer's token lands in an org only by its claim or the operator's
+		// --default-org: never silently in the operator's own org.
+		return ExecContext{}, fmt.Errorf("no org (claim %q) and no default org for this issuer", m.Org.Claim)
 	}
 	if ec.OrgRole == "" && m.OrgRoleFromRoles {
 		for _, r := range orgRoles {
@@ -294,7 +307,29 @@ func (m ClaimMapping) Map(claims map[string]any) (ExecContext, error) {
 	if err := ValidateArmed(ec.Armed); err != nil {
 		return ExecContext{}, err
 	}
+	if err := noControl(ec); err != nil {
+		return ExecContext{}, err
+	}
 	return ec, nil
+}
+
+// noControl refuses a context any of whose strings holds a control character: they end up
+// in audit records, approvals and an admin's terminal, where an escape sequence is an attack.
+func noControl(ec ExecContext) error {
+	fields := []struct {
+		name   string
+		values []string
+	}{{"subject", []string{ec.Subject.Ref}}, {"org", []string{ec.Org}}, {"project", []string{ec.Project}},
+		{"environment", []string{ec.Environment}}, {"session", []string{ec.Session}}, {"groups", ec.Groups},
+		{"roles", ec.Roles}, {"armed", ec.Armed}}
+	for _, f := range fields {
+		for _, v := range f.values {
+			if strings.ContainsFunc(v, unicode.IsControl) {
+				return fmt.Errorf("the %s holds a control character", f.name)
+			}
+		}
+	}
+	return nil
 }
 
 func (m ClaimMapping) subject(claims map[string]any) (Subject, error) {

@@ -33,6 +33,9 @@ type ServerConfig struct {
 	JWKSURL string
 	// ClaimMapping is "default", "keycloak" or a JSON file (docs/identity.md).
 	ClaimMapping string
+	// DefaultOrg is the org of an external issuer's token that names none (--default-org);
+	// "" refuses such tokens. The development issuer's tokens default to DefaultOrg.
+	DefaultOrg string
 	// Algorithms defaults to RS256 and ES256.
 	Algorithms []string
 	// Leeway for exp, nbf and iat; 0 means DefaultLeeway, at most MaxLeeway.
@@ -81,6 +84,9 @@ func NewServerIdentity(ctx context.Context, cfg ServerConfig) (*ServerIdentity, 
 		vcfg = dev.VerifierConfig()
 		si.mounts[JWKSPath] = dev.JWKSHandler()
 	} else {
+		if cfg.DefaultOrg != "" {
+			mapping.Org.Default = cfg.DefaultOrg
+		}
 		vcfg = Config{Issuer: cfg.Issuer, Audience: cfg.Audience, JWKSURL: cfg.JWKSURL, Algorithms: cfg.Algorithms, Mapping: &mapping}
 		if len(vcfg.Algorithms) == 0 {
 			vcfg.Algorithms = []string{"RS256", "ES256"}

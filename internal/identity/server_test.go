@@ -71,7 +71,7 @@ func TestServerIdentityExternalDiscovery(t *testing.T) {
 	}))
 	defer disco.Close()
 	issuer = disco.URL
-	si, err := identity.NewServerIdentity(t.Context(), identity.ServerConfig{DataDir: t.TempDir(), Issuer: issuer, Audience: testAudience, ClaimMapping: "default"})
+	si, err := identity.NewServerIdentity(t.Context(), identity.ServerConfig{DataDir: t.TempDir(), Issuer: issuer, Audience: testAudience, ClaimMapping: "default", DefaultOrg: "acme"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestServerIdentityLeeway(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			si, err := identity.NewServerIdentity(t.Context(), identity.ServerConfig{DataDir: t.TempDir(),
-				Issuer: testIssuer, Audience: testAudience, JWKSURL: ks.URL, ClaimMapping: "default", Leeway: tc.leeway})
+				Issuer: testIssuer, Audience: testAudience, JWKSURL: ks.URL, ClaimMapping: "default", Leeway: tc.leeway, DefaultOrg: "acme"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -133,6 +133,48 @@ func TestServerIdentityLeeway(t *testing.T) {
 			Issuer: testIssuer, Audience: testAudience, JWKSURL: ks.URL, ClaimMapping: "default", Leeway: bad})
 		if err == nil || !strings.Contains(err.Error(), "leeway") {
 			t.Fatalf("leeway %v: err = %v, want an out-of-range leeway error", bad, err)
+		}
+	}
+}
+
+// TestExternalIssuerOrg: an external issuer's token that names no org (absent, null or "")
+// is refused unless the operator names a default org; a token naming one keeps it.
+func TestExternalIssuerOrg(t *testing.T) {
+	k := rsaKey(t, 0)
+	ks := newKeyServer(t, map[string]*rsa.PrivateKey{"k1": k})
+	open := func(defaultOrg string) *identity.ServerIdentity {
+		si, err := identity.NewServerIdentity(t.Context(), identity.ServerConfig{DataDir: t.TempDir(),
+			Issuer: testIssuer, Audience: testAudience, JWKSURL: ks.URL, ClaimMapping: "default", DefaultOrg: defaultOrg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(si.Close)
+		return si
+	}
+	strict, defaulted := open(""), open("tenant-x")
+	for name, org := range map[string]any{"absent": nil, "null": "<null>", "empty": ""} {
+		claims := baseClaims()
+		switch org {
+		case nil:
+		case "<null>":
+			claims["xema_org"] = nil
+		default:
+			claims["xema_org"] = org
+		}
+		tok := sign(t, jwt.SigningMethodRS256, k, "k1", claims)
+		t.Run(name, func(t *testing.T) {
+			_, err := strict.Verify(t.Context(), tok)
+			assertRejected(t, err, identity.ReasonBadClaims, tok)
+			ec, err := defaulted.Verify(t.Context(), tok)
+			if err != nil || ec.Org != "tenant-x" {
+				t.Fatalf("with --default-org: %+v %v", ec, err)
+			}
+		})
+	}
+	tok := sign(t, jwt.SigningMethodRS256, k, "k1", with(baseClaims(), "xema_org", "acme"))
+	for _, si := range []*identity.ServerIdentity{strict, defaulted} {
+		if ec, err := si.Verify(t.Context(), tok); err != nil || ec.Org != "acme" {
+			t.Fatalf("a token naming its org: %+v %v", ec, err)
 		}
 	}
 }

@@ -48,7 +48,7 @@ type Config struct {
 	// MaxTokenTTL refuses a token whose exp−iat (exp−now when it has no iat) exceeds it;
 	// 0 means DefaultMaxTokenTTL.
 	MaxTokenTTL time.Duration
-	// Mapping turns claims into the Execution Context; nil means DevMapping.
+	// Mapping turns claims into the Execution Context; nil means DevIssuerMapping.
 	Mapping *ClaimMapping
 	// RefreshInterval is how often the JWKS is fetched again (default 1h).
 	RefreshInterval time.Duration
@@ -111,7 +111,7 @@ func NewVerifier(ctx context.Context, cfg Config) (*Verifier, error) {
 	case maxTTL < 0:
 		return nil, fmt.Errorf("identity verifier: max token TTL %v must be positive", maxTTL)
 	}
-	mapping := DevMapping()
+	mapping := DevIssuerMapping()
 	if cfg.Mapping != nil {
 		mapping = *cfg.Mapping
 	}
@@ -338,6 +338,11 @@ func (v *Verifier) keyfunc(ctx context.Context) jwt.Keyfunc {
 		alg, _ := t.Header["alg"].(string)
 		if !slices.Contains(v.algs, alg) {
 			return nil, reject(ReasonAlgNotAllowed, "alg %q is not in the allow-list %v", truncate(alg, 20), v.algs)
+		}
+		if _, ok := t.Header["crit"]; ok {
+			// RFC 7515 §4.1.11: a recipient must refuse a token whose crit names an extension
+			// it does not understand; the gateway understands none.
+			return nil, reject(ReasonMalformed, "the token header's crit names extensions the gateway does not understand")
 		}
 		kid, _ := t.Header[jwkset.HeaderKID].(string)
 		if kid == "" {

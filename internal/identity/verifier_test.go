@@ -396,3 +396,54 @@ func TestOutboundTokensRefused(t *testing.T) {
 		t.Fatalf("another client's token: %v", err)
 	}
 }
+
+// TestCritRefused: RFC 7515 §4.1.11: a token whose crit header names extensions the gateway
+// does not understand (it understands none) is refused, however well it is signed.
+func TestCritRefused(t *testing.T) {
+	k := rsaKey(t, 0)
+	ks := newKeyServer(t, map[string]*rsa.PrivateKey{"k1": k})
+	v := newVerifier(t, ks.URL)
+	for name, crit := range map[string]any{"unknown": []string{"http://example.com/ext"}, "empty": []string{}, "not a list": "b64"} {
+		t.Run(name, func(t *testing.T) {
+			tok := jwt.NewWithClaims(jwt.SigningMethodRS256, baseClaims())
+			tok.Header["kid"], tok.Header["crit"] = "k1", crit
+			if name == "unknown" {
+				tok.Header["http://example.com/ext"] = true
+			}
+			raw, err := tok.SignedString(k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = v.Verify(t.Context(), raw)
+			assertRejected(t, err, identity.ReasonMalformed, raw)
+		})
+	}
+	if _, err := v.Verify(t.Context(), sign(t, jwt.SigningMethodRS256, k, "k1", baseClaims())); err != nil {
+		t.Fatalf("the same token without crit: %v", err)
+	}
+}
+
+// TestControlCharactersRefused: identity strings end up in audit records and an admin's
+// terminal; a control character anywhere in them refuses the token.
+func TestControlCharactersRefused(t *testing.T) {
+	k := rsaKey(t, 0)
+	ks := newKeyServer(t, map[string]*rsa.PrivateKey{"k1": k})
+	v := newVerifier(t, ks.URL)
+	for name, kv := range map[string][]any{
+		"subject":     {"sub", "agent:x\x1b]0;PWNED\x07\x1b[2J"},
+		"subject c1":  {"sub", "agent:x\u009b2J"},
+		"org":         {"xema_org", "acme\x1b[31m"},
+		"environment": {"xema_env", "project\r"},
+		"project":     {"xema_project", "p\x00"},
+		"session":     {"xema_session", "s\x7f"},
+		"groups":      {"groups", []any{"ok", "bad\x1b"}},
+		"roles":       {"roles", []any{"reader\a"}},
+		"armed":       {"xema_armed", []any{"kb:*\x1b"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			tok := sign(t, jwt.SigningMethodRS256, k, "k1", with(baseClaims(), kv...))
+			_, err := v.Verify(t.Context(), tok)
+			assertRejected(t, err, identity.ReasonBadClaims, tok)
+		})
+	}
+}

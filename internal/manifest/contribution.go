@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -70,6 +71,9 @@ func extraContributionChecks(file, prefix string, v any) []Problem {
 			out = append(out, schemaProblems(file, strictjson.Pointer(mp, name), doc)...)
 		}
 	}
+	if doc, ok := m["inputSchema"].(map[string]any); ok {
+		out = append(out, resourceProblems(file, strictjson.Pointer(mp, "inputSchema"), doc)...)
+	}
 	out = append(out, refProblem(file, strictjson.Pointer(mp, "ref"), m["ref"])...)
 	if bindings, ok := m["requiredBindings"].([]any); ok {
 		for i, b := range bindings {
@@ -79,6 +83,56 @@ func extraContributionChecks(file, prefix string, v any) []Problem {
 		}
 	}
 	return out
+}
+
+// ResourceAnnotation marks the top-level input property whose value names the resource a
+// call acts on: the string a grant's resource globs are matched against.
+const ResourceAnnotation = "x-xema-resource"
+
+// resourceProblems refuses a resource annotation that would bind nothing: one that is not
+// true, on a property whose type is not exactly "string" (a number or a union would never
+// be matched against a grant's globs), or on more than one property.
+func resourceProblems(file, path string, schema map[string]any) []Problem {
+	props, _ := schema["properties"].(map[string]any)
+	var out []Problem
+	var marked []string
+	for name, p := range props {
+		ps, ok := p.(map[string]any)
+		if !ok {
+			continue
+		}
+		v, ok := ps[ResourceAnnotation]
+		if !ok {
+			continue
+		}
+		at := strictjson.Pointer(path, "properties", name)
+		switch {
+		case v != true:
+			out = append(out, Problem{File: file, Path: strictjson.Pointer(at, ResourceAnnotation), Message: ResourceAnnotation + " must be true"})
+		case ps["type"] != "string":
+			out = append(out, Problem{File: file, Path: strictjson.Pointer(at, "type"),
+				Message: "a property marked " + ResourceAnnotation + " must have type \"string\": grants match resources as strings"})
+		default:
+			marked = append(marked, name)
+		}
+	}
+	if len(marked) > 1 {
+		slices.Sort(marked)
+		out = append(out, Problem{File: file, Path: strictjson.Pointer(path, "properties", marked[1], ResourceAnnotation),
+			Message: "only one property may be marked " + ResourceAnnotation + " (also " + marked[0] + ")"})
+	}
+	return out
+}
+
+// ResourceProperty is the top-level input property marked with ResourceAnnotation, or "".
+func ResourceProperty(schema map[string]any) string {
+	props, _ := schema["properties"].(map[string]any)
+	for name, p := range props {
+		if ps, ok := p.(map[string]any); ok && ps[ResourceAnnotation] == true {
+			return name
+		}
+	}
+	return ""
 }
 
 // refProblem reports a ref that passes the schema's pattern but not capref.Parse (a major

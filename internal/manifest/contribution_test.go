@@ -346,3 +346,41 @@ func TestParseContributionConcurrently(t *testing.T) {
 		}
 	}
 }
+
+// TestResourceAnnotation: x-xema-resource binds a grant's resource globs only on a string
+// property; anything else is refused with a pointer to the offending value.
+func TestResourceAnnotation(t *testing.T) {
+	withInput := func(props string) []byte {
+		return []byte(`{"kind": "capability", "manifest": {"ref": "artifact:read@1", "title": "t", "summary": "s",
+ "sideEffects": "none", "inputSchema": {"type": "object", "properties": {` + props + `}}, "outputSchema": {}, "riskTier": "low", "requiresApproval": false}}`)
+	}
+	const at = "/manifest/inputSchema/properties/"
+	for name, tc := range map[string]struct{ props, path, msg string }{
+		"integer":           {`"noteId": {"type": "integer", "x-xema-resource": true}`, at + "noteId/type", `must have type "string"`},
+		"string or integer": {`"noteId": {"type": ["string", "integer"], "x-xema-resource": true}`, at + "noteId/type", `must have type "string"`},
+		"no type":           {`"noteId": {"x-xema-resource": true}`, at + "noteId/type", `must have type "string"`},
+		"not true":          {`"noteId": {"type": "string", "x-xema-resource": "yes"}`, at + "noteId/x-xema-resource", "must be true"},
+		"two resources":     {`"a": {"type": "string", "x-xema-resource": true}, "b": {"type": "string", "x-xema-resource": true}`, at + "b/x-xema-resource", "only one property"},
+		"escaped pointer":   {`"a/b~c": {"type": "number", "x-xema-resource": true}`, at + "a~1b~0c/type", `must have type "string"`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, problems := ParseContribution("c.json", withInput(tc.props))
+			if len(problems) != 1 || problems[0].Path != tc.path || !strings.Contains(problems[0].Message, tc.msg) {
+				t.Fatalf("problems %+v, want one at %s saying %q", problems, tc.path, tc.msg)
+			}
+		})
+	}
+	for name, props := range map[string]string{
+		"string":       `"noteId": {"type": "string", "x-xema-resource": true}`,
+		"optional":     `"noteId": {"type": "string", "x-xema-resource": true}, "other": {"type": "integer"}`,
+		"not a marker": `"noteId": {"type": "integer"}`,
+	} {
+		c, problems := ParseContribution("c.json", withInput(props))
+		if len(problems) != 0 {
+			t.Fatalf("%s: %+v", name, problems)
+		}
+		if got, want := ResourceProperty(c.Manifest.InputSchema), map[bool]string{true: "noteId", false: ""}[name != "not a marker"]; got != want {
+			t.Fatalf("%s: resource property %q, want %q", name, got, want)
+		}
+	}
+}

@@ -3,7 +3,9 @@ package policy
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/xemahq/xema/internal/cpubench"
 )
@@ -72,29 +74,26 @@ func benchCalls(n int) (allow, deny Input) {
 	return allow, deny
 }
 
-// BenchmarkDecision is the uncached decision: the engine's decision cache is off.
+// BenchmarkDecision is the uncached decision (the engine's decision cache is off) of a
+// key whose residuals are ready: repeated traffic, as here, has them prepared in the
+// background; BenchmarkFirstCall is a key's first call.
 func BenchmarkDecision(b *testing.B) {
 	ctx := context.Background()
 	for _, n := range []int{100, 10_000, 100_000} {
 		b.Run(fmt.Sprintf("grants=%d", n), func(b *testing.B) {
 			e := syntheticEngine(b, n)
 			allow, deny := benchCalls(n)
-			// Preparations unspaced (prepareEvery): the deny call's residual of full_decision
-			// is made in its warm-up, not in the loop, a few ms after the allow call's entry.
-			e.serving.Load().fast.every = 0
 			for _, c := range []struct {
 				name  string
 				in    Input
 				allow bool
 			}{{"allow", allow, true}, {"deny", deny, false}} {
 				b.Run(c.name, func(b *testing.B) {
-					// A key's residuals are prepared on its second call and its first call that
-					// is not clean (fast.go): repeated traffic, as here, has them ready;
-					// BenchmarkDecisionNewKey is the cost.
-					for range 2 {
+					for range 2 { // the key's entry, then (deny) its residual of full_decision
 						if _, err := e.Decide(ctx, c.in); err != nil {
 							b.Fatal(err)
 						}
+						settle(b, e)
 					}
 					b.ReportAllocs()
 					done := cpubench.PerOp(b)
@@ -111,29 +110,56 @@ func BenchmarkDecision(b *testing.B) {
 	}
 }
 
-// BenchmarkDecisionNewKey is the first two calls of a key (10,000 grants, cache off,
-// preparations not spaced): the first is evaluated in full, the second partially evaluates
-// clean and clean_decision for the key, compiles the residual and evaluates it.
-func BenchmarkDecisionNewKey(b *testing.B) {
+// BenchmarkFirstCall compares the first calls of new keys with warm calls (10,000 grants,
+// cache off): each iteration calls firstCallKeys keys never called before, one after the
+// other, while the worker prepares them in the background, then (the worker idle) calls
+// each again with another resource. It reports the p50 and p99 of both, and the ratio of
+// the p99s. Run with -benchtime Nx (N ≤ 10).
+func BenchmarkFirstCall(b *testing.B) {
+	const n, firstCallKeys = 10_000, 200
 	ctx := context.Background()
-	const n = 10_000
 	e := syntheticEngine(b, n)
-	e.serving.Load().fast.every = 0
-	b.ReportAllocs()
-	done := cpubench.PerOp(b)
-	defer done()
-	i := 0
+	var first, warm []time.Duration
+	next := 0
+	call := func(i int, resource string) time.Duration {
+		in := agentCall(syntheticRef(i / 4))
+		in.Biome = fmt.Sprintf("b%d", i%4)
+		in.Resource = fmt.Sprintf("kb/%d/%s", i/4, resource)
+		start := time.Now()
+		d, err := e.Decide(ctx, in)
+		took := time.Since(start)
+		if err != nil || !d.Allow {
+			b.Fatalf("decision %+v, %v", d, err)
+		}
+		return took
+	}
 	for b.Loop() {
-		in := agentCall(syntheticRef(i % (n / 4)))
-		in.Biome = "b2"
-		in.Resource = fmt.Sprintf("kb/%d/page", i%(n/4))
-		i++
-		for range 2 {
-			if d, err := e.Decide(ctx, in); err != nil || !d.Allow {
-				b.Fatalf("decision %+v, %v", d, err)
-			}
+		if next+firstCallKeys > n {
+			b.Fatalf("out of new keys: run with -benchtime %dx at most", n/firstCallKeys)
+		}
+		keys := make([]int, firstCallKeys)
+		for k := range keys {
+			keys[k] = next
+			next++
+		}
+		for _, i := range keys {
+			first = append(first, call(i, "page"))
+		}
+		settle(b, e)
+		for _, i := range keys {
+			warm = append(warm, call(i, "other"))
 		}
 	}
+	p := func(ds []time.Duration, q float64) float64 {
+		s := slices.Clone(ds)
+		slices.Sort(s)
+		return float64(s[min(len(s)-1, int(q*float64(len(s))))].Microseconds())
+	}
+	b.ReportMetric(p(first, 0.5), "first-p50-µs")
+	b.ReportMetric(p(first, 0.99), "first-p99-µs")
+	b.ReportMetric(p(warm, 0.5), "warm-p50-µs")
+	b.ReportMetric(p(warm, 0.99), "warm-p99-µs")
+	b.ReportMetric(p(first, 0.99)/p(warm, 0.99), "p99-ratio")
 }
 
 // BenchmarkDecisionCache runs the engine with its decision cache on (the default): "hit"

@@ -142,6 +142,7 @@ func cacheKey(in Input) string {
 		b.WriteString("a")
 		s(a.Requester)
 		s(a.ApprovalID)
+		s(a.Org)
 	} else {
 		b.WriteByte('~')
 	}

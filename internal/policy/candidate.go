@@ -32,9 +32,15 @@ func FromBundle(ctx context.Context, r io.Reader) (*Engine, error) {
 	store := inmem.NewFromObject(b.Data)
 	opts := []func(*rego.Rego){rego.Query(Query), rego.Store(store)}
 	mods := make([]module, 0, len(b.Modules))
-	for _, m := range b.Modules {
-		opts = append(opts, rego.ParsedModule(m.Parsed))
-		mods = append(mods, module{path: m.Path, source: string(m.Raw), parsed: m.Parsed})
+	for _, bm := range b.Modules {
+		// A bundle written before the gateway kept globs out of OPA's index decides as the
+		// gateway does now (globindex.go).
+		m, err := withGlobsOutOfIndex(module{path: bm.Path, source: string(bm.Raw), parsed: bm.Parsed})
+		if err != nil {
+			return nil, fmt.Errorf("policy: read bundle: %w", err)
+		}
+		opts = append(opts, rego.ParsedModule(m.parsed))
+		mods = append(mods, m)
 	}
 	pq, err := rego.New(opts...).PrepareForEval(ctx)
 	if err != nil {
@@ -49,6 +55,6 @@ func FromBundle(ctx context.Context, r io.Reader) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: compile bundle: %w", err)
 	}
-	e.serving.Store(c)
+	e.swap(c)
 	return e, nil
 }

@@ -20,30 +20,8 @@ func decodeDecision(v ast.Value) (Decision, error) {
 	return decodeFields(obj)
 }
 
-// fieldSet is what decodeFields reads: an object, or pairs.
-type fieldSet interface {
-	Get(k *ast.Term) *ast.Term
-	Len() int
-	Keys() []*ast.Term
-}
-
-// pairs are an object's keys and values, not made into one (residualProgram.evalFields).
-type pairs struct{ keys, vals []*ast.Term }
-
-func (p pairs) Get(k *ast.Term) *ast.Term {
-	if i := slices.IndexFunc(p.keys, k.Equal); i >= 0 {
-		return p.vals[i]
-	}
-	return nil
-}
-
-func (p pairs) Len() int { return len(p.keys) }
-
-func (p pairs) Keys() []*ast.Term { return p.keys }
-
-// decodeFields decodes the fields of a decision object as decodeDecision (generic so that
-// pairs, not made an interface value, do not escape).
-func decodeFields[F fieldSet](obj F) (Decision, error) {
+// decodeFields decodes the fields of a decision object as decodeDecision.
+func decodeFields(obj ast.Object) (Decision, error) {
 	// By lookup of the fields, not a closure for obj.Iter: d would escape, an allocation a
 	// decision.
 	var d Decision

@@ -228,7 +228,11 @@ func readModules(fsys fs.FS, prefix string, withTests bool) ([]module, error) {
 		if err != nil {
 			return fmt.Errorf("parse %s: %w", name, err)
 		}
-		mods = append(mods, module{path: name, source: string(src), parsed: parsed})
+		m, err := withGlobsOutOfIndex(module{path: name, source: string(src), parsed: parsed})
+		if err != nil {
+			return err
+		}
+		mods = append(mods, m)
 		return nil
 	})
 	if err != nil {
@@ -293,8 +297,21 @@ func (e *Engine) compile(ctx context.Context, mods []module, dataJSON []byte, re
 		return fmt.Errorf("policy: compile revision %s: %w", revision, err)
 	}
 	c.tarGz, c.etag = tarGz, etag
-	e.serving.Store(c)
+	e.swap(c)
 	return nil
+}
+
+// swap makes c the serving bundle. The keys the previous one served are prepared for c in
+// the background, the most recently used first; its own preparations stop.
+func (e *Engine) swap(c *compiled) {
+	prev := e.serving.Swap(c)
+	if prev == nil || prev.fast == nil {
+		return
+	}
+	prev.fast.retire()
+	if c.fast != nil {
+		c.fast.seed(prev.fast.recent(seedKeys))
+	}
 }
 
 // prepare compiles query over mods and store.
@@ -326,8 +343,8 @@ func (e *Engine) Decide(ctx context.Context, in Input) (Decision, error) {
 	return d, err
 }
 
-// decide decides a call without the decision cache: by the fast path when it applies,
-// else by evaluating the policy in full.
+// decide decides a call without the decision cache: by OPA's evaluation of the key's
+// prepared residuals when they are ready, else by evaluating the policy in full.
 func (c *compiled) decide(ctx context.Context, in Input) (Decision, error) {
 	input := inputValue(in)
 	if c.fast == nil {
@@ -338,8 +355,11 @@ func (c *compiled) decide(ctx context.Context, in Input) (Decision, error) {
 	case err != nil:
 		return Decision{}, fmt.Errorf("policy: decide %s (revision %s): %w", in.Ref, c.revision, err)
 	case out == decidedClean || out == decidedFull:
+		c.fast.counted(true)
 		return d, nil
-	case out == notClean: // decision is full_decision: clean need not be evaluated again
+	}
+	c.fast.counted(false)
+	if out == notClean { // decision is full_decision: clean need not be evaluated again
 		return c.evaluate(ctx, c.full, in.Ref, input)
 	}
 	return c.evaluate(ctx, c.query, in.Ref, input)
@@ -357,8 +377,6 @@ func (c *compiled) evaluate(ctx context.Context, q rego.PreparedEvalQuery, ref s
 // evaluateDecision evaluates a query whose one result is a decision and decodes it.
 func evaluateDecision(ctx context.Context, q rego.PreparedEvalQuery, input ast.Value) (Decision, error) {
 	opts, stop := evalOptions(ctx, input)
-	evalMu.RLock() // until the result, which holds shared terms, is decoded
-	defer evalMu.RUnlock()
 	rs, err := q.Eval(ctx, opts...)
 	stop()
 	if err != nil {

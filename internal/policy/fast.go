@@ -1,11 +1,13 @@
 package policy
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,26 +17,25 @@ import (
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/storage"
 
-	"github.com/xemahq/xema/internal/bounded"
+	"github.com/xemahq/xema/internal/telemetry"
 )
 
-// fastPathSize bounds the entries kept per bundle, one per (ref, org, biome): each holds a
-// residual of clean, made in ~10-20 ms of partial evaluation, and once the key has a call
-// that is not clean one of full_decision, made in ~25 ms. As residual programs
-// (residual.go) the two hold ~110 KB a key at the benchmark's data; compiled for topdown
-// (a residual outside the programs' subset) ~80 and ~270 KB.
+// fastPathSize bounds the keys (ref, org, biome) one bundle keeps residuals for. A key's
+// residual of clean, compiled for topdown, holds ~80 KB at the benchmark's data, its
+// residual of full_decision ~270 KB.
 const fastPathSize = 1024
 
-// fullResidualsKept bounds the residuals of full_decision one bundle makes (~90 MB at the
-// benchmark's data if topdown evaluated them all, a third of it as programs): a key's first
-// call that is not clean after that many is decided by the full evaluation, as before the
-// residual existed.
+// fullResidualsKept bounds the residuals of full_decision one bundle makes: past that, a
+// key's calls that are not clean are decided by full_decision in full.
 const fullResidualsKept = 320
 
-// prepareEvery spaces the preparations of a bundle: each holds evalMu alone, so traffic
-// over more keys than fastPathSize would otherwise stall decisions back to back; at one per
-// 100 ms they hold it at most ~10-20 % of the time.
-const prepareEvery = 100 * time.Millisecond
+// seedKeys bounds the keys a new bundle prepares for the traffic of the one it replaces
+// (the most recently used first): each costs ~10-20 ms of one core in the background.
+const seedKeys = 256
+
+// churnPause spaces the preparations once fastPathSize keys are held (each evicts one):
+// traffic over more keys than that then costs a bounded share of one core.
+const churnPause = 100 * time.Millisecond
 
 // The fast path's queries. The residuals of clean and full_decision live in their own
 // namespace, beside the support rules partial evaluation writes there.
@@ -51,20 +52,11 @@ var (
 	residualPath  = ast.MustParseRef("data." + fastNamespace)
 	// One support rule instead of a copy of clean per way a subject is covered, and one deny
 	// set that reasons, allow and the suggestions' reason codes share (inlined, each
-	// evaluated every deny rule again). (env_kind kept whole decided calls of an undefined
-	// environment differently: TestFastPathEquivalent.)
+	// evaluated every deny rule again).
 	keptWhole = []string{"data.xema.authz.clean_subject_covered", "data.xema.authz.deny"}
 	// allCapabilities are built once: CapabilitiesForThisVersion builds them on every call.
 	allCapabilities = ast.CapabilitiesForThisVersion()
 )
-
-// evalMu keeps partial evaluation apart from evaluation. OPA's copy propagation, run by
-// partial evaluation, stores values back into the terms it walks (ast.transformTerm),
-// among them terms every evaluation reads: the interned true/false/numbers and the store's
-// values. It stores the values they already hold, but unsynchronized that is still a data
-// race; so a partial evaluation (and the compiling of its residual) holds evalMu alone and
-// every evaluation of the package shares it.
-var evalMu sync.RWMutex
 
 // nonKeyInputs are the input fields the fast path leaves unknown: every field of Input
 // (by its JSON name) but the key's, so a field added to Input is unknown too.
@@ -80,73 +72,77 @@ func nonKeyInputs() []string {
 	return out
 }
 
-// fastPath decides calls without evaluating the policy in full. For each (ref, org, biome)
-// it partially evaluates data.xema.authz.clean with those input fields known and the
-// others unknown, data.xema.authz.clean_decision, which must then be a constant
-// (authz.rego: decision is clean_decision whenever clean holds), and
-// data.xema.authz.full_decision. A call whose residual of clean holds gets that constant,
-// one whose residual does not gets the residual of full_decision (full_decision itself
-// when that residual still needs the policy's rules), and a key without a residual
-// evaluates decision. One fastPath belongs to one compiled bundle, so a new revision
-// starts empty.
+// fastPath decides calls by OPA's evaluation of residuals that OPA's partial evaluation
+// made per key (ref, org, biome), in the background. For a key it partially evaluates
+// data.xema.authz.clean with the key's input fields known and the others unknown, and
+// data.xema.authz.clean_decision, which must then be a constant (authz.rego: decision is
+// clean_decision whenever clean holds); after the key's first call that is not clean, also
+// data.xema.authz.full_decision. A call of a key without its residual is decided by the
+// full evaluation and asks for it: a call never waits for partial evaluation. One fastPath
+// belongs to one compiled bundle, so a new revision starts empty (seeded with the keys the
+// previous one served).
 type fastPath struct {
+	// modules are the bundle's, for compiling a residual that still refers to their rules.
 	modules []*ast.Module
-	store   storage.Store
-	// queries compiles the partial queries once, on the first call of the bundle.
+	// store is the bundle's store, which residuals are evaluated over; partial evaluation
+	// reads it through copyingStore.
+	store storage.Store
+	// queries compiles the partial queries, once, in the first preparation.
 	queries func() (fastQueries, error)
-	entries *bounded.Map[fastKey, *fastEntry]
-	// A key gets its residual on its second call (seen holds keys called once), one at a
-	// time (preparing) and one per `every`: traffic over more keys than entries hold then
-	// costs a bounded share of partial evaluations, the other calls taking the full path
-	// meanwhile.
-	seen      *bounded.Map[fastKey, struct{}]
-	preparing sync.Mutex
-	// every spaces preparations (prepareEvery; 0 in tests); last is when one last ended,
-	// under preparing.
-	every time.Duration
-	last  time.Time
-	// fullMade counts the residuals of full_decision made, at most fullLimit
-	// (fullResidualsKept; smaller in tests), under the exclusive preparation.
+	// entries are the prepared keys: read without a lock by every call, replaced (copied)
+	// only by the worker.
+	entries atomic.Pointer[map[fastKey]*fastEntry]
+	// clock orders uses: the worker prepares the most recently wanted key first and evicts
+	// the least recently used.
+	clock atomic.Uint64
+	// byResidual and byFull count the decisions by the path that made them.
+	byResidual, byFull atomic.Uint64
+
+	mu sync.Mutex
+	// wanted are the keys calls asked residuals for, with the clock of the last ask.
+	wanted map[fastKey]wish
+	// working: a worker goroutine runs (at most one a bundle); retired: the bundle no longer
+	// serves, its worker stops.
+	working, retired bool
+	// fullMade counts the residuals of full_decision made, at most fullLimit.
 	fullMade, fullLimit int
-	// waiting, in tests, is called while a preparation waits for evalMu.
-	waiting func()
+	// pause spaces preparations once the entries are full (churnPause; 0 in tests).
+	pause time.Duration
+	// idle is closed when the worker has nothing left to do (tests wait on it).
+	idle chan struct{}
 }
 
 type fastQueries struct{ clean, decision, full rego.PreparedPartialQuery }
 
 type fastKey struct{ ref, org, biome string }
 
+// wish is what calls of a key asked for: its entry, or (full) its residual of full_decision.
+type wish struct {
+	at   uint64
+	full bool
+}
+
 // fastEntry is what partial evaluation left for one key.
 type fastEntry struct {
-	// program, or else residual, evaluates clean over the full input; both nil when
-	// clean_decision is not a constant (every call of the key evaluates decision) or clean
-	// never holds. residual is topdown's evaluation, for a residual outside the program's
-	// subset (residual.go).
-	program    *residualProgram
-	residual   *rego.PreparedEvalQuery
+	// clean is topdown's query of the residual of clean; nil when clean_decision is not a
+	// constant (every call of the key evaluates decision) or clean never holds (neverClean).
+	clean      *rego.PreparedEvalQuery
 	neverClean bool
 	decision   Decision
-	// full is the residual of full_decision, made on the key's first call that is not clean
-	// (a key whose calls are all allowed never pays for it); nil until then.
+	// full is the residual of full_decision, made after the key's first call that is not
+	// clean; its q is nil when the residual still refers to the policy's rules or could
+	// not be made: full_decision then decides in full.
 	full atomic.Pointer[fullResidual]
+	used atomic.Uint64
 }
 
-// fullResidual evaluates full_decision over the full input, by program or else by q
-// (topdown, for a residual outside the program's subset); both are nil when the residual
-// still refers to the policy's rules (compiling them into every entry would cost
-// megabytes) or could not be made: full_decision then decides.
-type fullResidual struct {
-	program *residualProgram
-	q       *rego.PreparedEvalQuery
-}
+type fullResidual struct{ q *rego.PreparedEvalQuery }
 
 func newFastPath(mods []*ast.Module, store storage.Store) *fastPath {
-	f := &fastPath{
-		modules: mods, store: store,
-		entries: bounded.New[fastKey, *fastEntry](fastPathSize),
-		seen:    bounded.New[fastKey, struct{}](4 * fastPathSize),
-		every:   prepareEvery, fullLimit: fullResidualsKept,
-	}
+	f := &fastPath{modules: mods, store: store, wanted: map[fastKey]wish{},
+		fullLimit: fullResidualsKept, pause: churnPause, idle: make(chan struct{})}
+	f.entries.Store(&map[fastKey]*fastEntry{})
+	close(f.idle)
 	f.queries = sync.OnceValues(func() (q fastQueries, err error) {
 		ctx := context.Background() // compiling depends on no request
 		if q.clean, err = f.preparePartial(ctx, cleanQuery); err != nil {
@@ -163,7 +159,7 @@ func newFastPath(mods []*ast.Module, store storage.Store) *fastPath {
 
 func (f *fastPath) preparePartial(ctx context.Context, query string) (rego.PreparedPartialQuery, error) {
 	opts := []func(*rego.Rego){
-		rego.Query(query), rego.Store(f.store), rego.Unknowns(unknownInputs),
+		rego.Query(query), rego.Store(copyingStore{f.store}), rego.Unknowns(unknownInputs),
 		rego.PartialNamespace(fastNamespace), rego.DisableInlining(keptWhole),
 	}
 	for _, m := range f.modules {
@@ -181,85 +177,28 @@ type outcome int
 
 const (
 	undecided    outcome = iota // no residual (yet) for its key: evaluate decision
-	decidedClean                // clean holds: the decision is the key's clean_decision
-	decidedFull                 // clean does not hold: decided by the key's full_decision
+	decidedClean                // the residual of clean holds: the decision is the key's clean_decision
+	decidedFull                 // clean does not hold: decided by the key's residual of full_decision
 	notClean                    // clean does not hold: the decision is full_decision
 )
 
 // decide tells whether the call (in, and input, its input document) is clean, with its
-// decision when it is or when the key's residual of full_decision decided it. An error is
-// an error of the decision: the caller denies.
+// decision when it is or when the key's residual of full_decision decided it. It never
+// waits for partial evaluation. An error is an error of the decision: the caller denies.
 func (f *fastPath) decide(ctx context.Context, in Input, input ast.Value) (Decision, outcome, error) {
 	key := fastKey{ref: in.Ref, org: in.Org, biome: in.Biome}
-	ent, hit := f.entries.Get(key, nil)
-	if !hit {
-		if _, again := f.seen.Get(key, nil); !again {
-			f.seen.Put(key, struct{}{})
-			return Decision{}, undecided, nil
-		}
-		var err error
-		ran := f.exclusive(func() {
-			if ent, err = f.prepare(ctx, key); err != nil && ctx.Err() == nil {
-				// The fast path is an optimisation: a key it cannot prepare is decided in
-				// full, never denied for it, and not prepared again for this bundle.
-				slog.Warn("policy fast path: key left to the full evaluation", "ref", key.ref, "org", key.org, "err", err)
-				ent, err = &fastEntry{}, nil
-			}
-			if err == nil {
-				f.entries.Put(key, ent) // under preparing: no second preparation of the key
-				f.seen.Delete(key)
-			}
-		})
-		switch {
-		case !ran:
-			return Decision{}, undecided, nil
-		case err != nil:
-			return Decision{}, undecided, err // the call's own context ended
-		}
-	}
-	return f.decideBy(ctx, key, ent, input)
-}
-
-// lockWait bounds how long a preparation waits to hold evalMu alone.
-const lockWait = 50 * time.Millisecond
-
-// exclusive runs prepare holding evalMu alone, one preparation at a time and one per
-// f.every; it reports false when it did not run (another was running, one ran too
-// recently, or evalMu stayed shared for lockWait).
-//
-// It never waits in evalMu.Lock: a writer blocked there makes every new RLock wait too, so
-// one long evaluation (a search over a large first cut holds RLock for up to seconds)
-// would stall every decision behind the preparation. It retries TryLock instead, and gives
-// up after lockWait; a later call prepares the key.
-func (f *fastPath) exclusive(prepare func()) bool {
-	if !f.preparing.TryLock() {
-		return false
-	}
-	defer f.preparing.Unlock()
-	if time.Since(f.last) < f.every {
-		return false
-	}
-	defer func() { f.last = time.Now() }()
-	for deadline := time.Now().Add(lockWait); !evalMu.TryLock(); {
-		if f.waiting != nil {
-			f.waiting()
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
-	prepare()
-	evalMu.Unlock()
-	return true
-}
-
-func (f *fastPath) decideBy(ctx context.Context, key fastKey, ent *fastEntry, input ast.Value) (Decision, outcome, error) {
-	if ent.program == nil && ent.residual == nil && !ent.neverClean {
+	ent := (*f.entries.Load())[key]
+	if ent == nil {
+		f.want(key, false)
 		return Decision{}, undecided, nil
 	}
-	if !ent.neverClean {
-		clean, err := ent.holds(ctx, input)
+	ent.used.Store(f.clock.Add(1))
+	switch {
+	case ent.neverClean:
+	case ent.clean == nil:
+		return Decision{}, undecided, nil
+	default:
+		clean, err := holds(ctx, ent.clean, input)
 		switch {
 		case err != nil:
 			return Decision{}, undecided, err
@@ -269,87 +208,211 @@ func (f *fastPath) decideBy(ctx context.Context, key fastKey, ent *fastEntry, in
 	}
 	full := ent.full.Load()
 	if full == nil {
-		f.exclusive(func() {
-			if ent.full.Load() != nil { // made while this call waited
-				return
-			}
-			if f.fullMade >= f.fullLimit {
-				ent.full.Store(&fullResidual{}) // the full evaluation decides
-				return
-			}
-			f.fullMade++
-			fr, err := f.prepareFull(ctx, key)
-			if err != nil && ctx.Err() != nil {
-				return // the call's own context ended: a later call makes it
-			}
-			if err != nil {
-				slog.Warn("policy fast path: full_decision left to the full evaluation", "ref", key.ref, "org", key.org, "err", err)
-				fr = &fullResidual{}
-			}
-			ent.full.Store(fr)
-		})
-		full = ent.full.Load()
-	}
-	if full == nil || (full.program == nil && full.q == nil) {
+		f.want(key, true)
 		return Decision{}, notClean, nil
 	}
-	d, err := full.decide(ctx, input)
+	if full.q == nil {
+		return Decision{}, notClean, nil
+	}
+	d, err := evaluateDecision(ctx, *full.q, input)
 	if err != nil {
 		return Decision{}, undecided, fmt.Errorf("fast path: residual of full_decision: %w", err)
 	}
 	return d, decidedFull, nil
 }
 
-// decide evaluates the residual of full_decision.
-func (fr *fullResidual) decide(ctx context.Context, input ast.Value) (Decision, error) {
-	if fr.program == nil {
-		return evaluateDecision(ctx, *fr.q, input)
+// counted records which path decided a call (the metric and the counters tests read).
+func (f *fastPath) counted(residual bool) {
+	if residual {
+		f.byResidual.Add(1)
+	} else {
+		f.byFull.Add(1)
 	}
-	evalMu.RLock() // until the result, which holds the residual's terms, is decoded
-	defer evalMu.RUnlock()
-	if fr.program.fields != nil { // the decision object is not made, its fields decoded
-		var d Decision
-		defined, err := fr.program.evalFields(ctx, input, func(keys, vals []*ast.Term) (err error) {
-			d, err = decodeFields(pairs{keys, vals})
-			return err
-		})
-		switch {
-		case err != nil && !defined:
-			return Decision{}, fmt.Errorf("evaluate: %w", err)
-		case err != nil:
-			return Decision{}, fmt.Errorf("decode decision: %w", err)
-		case !defined:
-			return Decision{}, errors.New("decision undefined")
-		}
-		return d, nil
-	}
-	v, err := fr.program.eval(ctx, input)
-	switch {
-	case err != nil:
-		return Decision{}, fmt.Errorf("evaluate: %w", err)
-	case v == nil:
-		return Decision{}, errors.New("decision undefined")
-	}
-	d, err := decodeDecision(v.Value)
-	if err != nil {
-		return Decision{}, fmt.Errorf("decode decision: %w", err)
-	}
-	return d, nil
+	telemetry.PolicyEvaluation(residual)
 }
 
-// holds evaluates the residual of clean.
-func (ent *fastEntry) holds(ctx context.Context, input ast.Value) (bool, error) {
-	evalMu.RLock() // until the result is read; a program reads terms partial evaluation writes
-	defer evalMu.RUnlock()
-	if ent.program != nil {
-		clean, err := ent.program.holds(ctx, input)
-		if err != nil {
-			return false, fmt.Errorf("fast path: evaluate the residual of clean: %w", err)
-		}
-		return clean, nil
+// want asks the worker for key's entry, or (full) for its residual of full_decision, and
+// starts the worker when none runs. Never blocks on a preparation.
+func (f *fastPath) want(key fastKey, full bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.retired || (full && f.fullMade >= f.fullLimit) {
+		return
 	}
+	w := f.wanted[key]
+	w.at, w.full = f.clock.Add(1), w.full || full
+	f.wanted[key] = w
+	if len(f.wanted) > fastPathSize { // the least recently wanted key waits for its next call
+		oldest := key
+		for k, v := range f.wanted {
+			if v.at < f.wanted[oldest].at {
+				oldest = k
+			}
+		}
+		delete(f.wanted, oldest)
+	}
+	if !f.working {
+		f.working, f.idle = true, make(chan struct{})
+		go f.work()
+	}
+}
+
+// work prepares the wanted keys, the most recently wanted first, until none is left or the
+// bundle is retired. One worker a bundle: partial evaluation takes at most one core.
+func (f *fastPath) work() {
+	ctx := context.Background() // a preparation belongs to no call
+	for {
+		key, w, ok := f.next()
+		if !ok {
+			return
+		}
+		ent := (*f.entries.Load())[key]
+		if ent == nil {
+			if f.crowded() && f.pause > 0 {
+				time.Sleep(f.pause)
+			}
+			var err error
+			if ent, err = f.prepare(ctx, key); err != nil {
+				// The fast path is an optimisation: a key it cannot prepare is decided in
+				// full, never denied for it.
+				slog.Warn("policy fast path: key left to the full evaluation", "ref", key.ref, "org", key.org, "err", err)
+				ent = &fastEntry{}
+			}
+			ent.used.Store(w.at)
+			f.add(key, ent)
+		}
+		if w.full && ent.full.Load() == nil {
+			fr, err := f.prepareFull(ctx, key)
+			if err != nil {
+				slog.Warn("policy fast path: full_decision left to the full evaluation", "ref", key.ref, "org", key.org, "err", err)
+				fr = &fullResidual{}
+			}
+			ent.full.Store(fr)
+		}
+	}
+}
+
+// next takes the most recently wanted key; ok is false (and the worker stops) when there is
+// none or the bundle is retired.
+func (f *fastPath) next() (key fastKey, w wish, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.retired || len(f.wanted) == 0 {
+		f.working = false
+		close(f.idle)
+		return key, w, false
+	}
+	for k, v := range f.wanted {
+		if !ok || v.at > w.at {
+			key, w, ok = k, v, true
+		}
+	}
+	delete(f.wanted, key)
+	if w.full {
+		if f.fullMade >= f.fullLimit {
+			w.full = false
+		} else {
+			f.fullMade++
+		}
+	}
+	return key, w, true
+}
+
+func (f *fastPath) crowded() bool { return len(*f.entries.Load()) >= fastPathSize }
+
+// add publishes ent for key, evicting the least recently used entry when full. Only the
+// worker writes entries.
+func (f *fastPath) add(key fastKey, ent *fastEntry) {
+	old := *f.entries.Load()
+	next := make(map[fastKey]*fastEntry, len(old)+1)
+	maps.Copy(next, old)
+	if len(next) >= fastPathSize {
+		var lru fastKey
+		var at uint64
+		first := true
+		for k, e := range next {
+			if u := e.used.Load(); first || u < at {
+				lru, at, first = k, u, false
+			}
+		}
+		delete(next, lru)
+	}
+	next[key] = ent
+	f.entries.Store(&next)
+}
+
+// recent are the keys f served and was asked for, the most recently used first, at most n;
+// full marks those that had (or wanted) a residual of full_decision.
+func (f *fastPath) recent(n int) (keys []fastKey, full map[fastKey]bool) {
+	type use struct {
+		key  fastKey
+		at   uint64
+		full bool
+	}
+	var uses []use
+	for k, e := range *f.entries.Load() {
+		uses = append(uses, use{k, e.used.Load(), e.full.Load() != nil})
+	}
+	f.mu.Lock()
+	for k, w := range f.wanted {
+		uses = append(uses, use{k, w.at, w.full})
+	}
+	f.mu.Unlock()
+	slices.SortFunc(uses, func(a, b use) int { return cmp.Compare(b.at, a.at) })
+	full = map[fastKey]bool{}
+	seen := map[fastKey]bool{}
+	for _, u := range uses {
+		if len(keys) == n {
+			break
+		}
+		if !seen[u.key] {
+			seen[u.key] = true
+			keys = append(keys, u.key)
+		}
+		full[u.key] = full[u.key] || u.full
+	}
+	return keys, full
+}
+
+// seed asks for the keys the previous bundle served (recent's order: the first is the most
+// recent, and is prepared first).
+func (f *fastPath) seed(keys []fastKey, full map[fastKey]bool) {
+	for i := len(keys) - 1; i >= 0; i-- {
+		f.want(keys[i], full[keys[i]])
+	}
+}
+
+// retire stops the worker: the bundle no longer serves.
+func (f *fastPath) retire() {
+	f.mu.Lock()
+	f.retired = true
+	f.mu.Unlock()
+}
+
+// waitIdle waits until the worker has prepared every wanted key, or ctx ends.
+func (f *fastPath) waitIdle(ctx context.Context) error {
+	for {
+		f.mu.Lock()
+		idle := f.idle
+		f.mu.Unlock()
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		f.mu.Lock()
+		done := !f.working
+		f.mu.Unlock()
+		if done {
+			return nil
+		}
+	}
+}
+
+// holds evaluates a residual of clean.
+func holds(ctx context.Context, q *rego.PreparedEvalQuery, input ast.Value) (bool, error) {
 	opts, stop := evalOptions(ctx, input)
-	rs, err := ent.residual.Eval(ctx, opts...)
+	rs, err := q.Eval(ctx, opts...)
 	stop()
 	if err != nil {
 		return false, fmt.Errorf("fast path: evaluate the residual of clean: %w", err)
@@ -403,17 +466,13 @@ func (f *fastPath) prepare(ctx context.Context, key fastKey) (*fastEntry, error)
 		return ent, nil
 	}
 	mods := residualModules(pq, "clean_residual", ast.BooleanTerm(true))
-	if ent.program, err = compileResidualProgram(mods, "clean_residual"); err == nil {
-		return ent, nil
-	}
-	// Outside the program's subset: topdown evaluates the residual.
-	if ent.residual, err = f.compileResidual(ctx, "clean_residual", mods, f.refersToRules(mods)); err != nil {
+	if ent.clean, err = f.compileResidual(ctx, "clean_residual", mods, f.refersToRules(mods)); err != nil {
 		return nil, fmt.Errorf("fast path: compile the residual of clean for %s: %w", key.ref, err)
 	}
 	return ent, nil
 }
 
-// prepareFull partially evaluates full_decision for key: empty when the residual still
+// prepareFull partially evaluates full_decision for key: no query when the residual still
 // refers to the policy's rules.
 func (f *fastPath) prepareFull(ctx context.Context, key fastKey) (*fullResidual, error) {
 	q, err := f.queries()
@@ -428,10 +487,6 @@ func (f *fastPath) prepareFull(ctx context.Context, key fastKey) (*fullResidual,
 	if len(pq.Queries) == 0 || f.refersToRules(mods) {
 		return &fullResidual{}, nil
 	}
-	if p, err := compileResidualProgram(mods, "full_residual"); err == nil {
-		return &fullResidual{program: p}, nil
-	}
-	// Outside the program's subset: topdown evaluates the residual.
 	full, err := f.compileResidual(ctx, "full_residual", mods, false)
 	if err != nil {
 		return nil, fmt.Errorf("fast path: compile the residual of full_decision for %s: %w", key.ref, err)
@@ -460,7 +515,8 @@ func constantDecision(pq *rego.PartialQueries) (d Decision, constant bool, err e
 }
 
 // residualModules make the residual queries the bodies of one rule, name = value (an
-// evaluation then gets rule indexing over them), beside the support modules.
+// evaluation then gets rule indexing over them), beside the support modules. They are
+// copies: partial evaluation keeps no term of theirs.
 func residualModules(pq *rego.PartialQueries, name string, value *ast.Term) []*ast.Module {
 	mod := &ast.Module{Package: &ast.Package{Path: residualPath}}
 	head := ast.NewHead(ast.Var(name), nil, value)
@@ -468,9 +524,16 @@ func residualModules(pq *rego.PartialQueries, name string, value *ast.Term) []*a
 		if len(body) == 0 { // the query holds for every call of the key
 			body = ast.NewBody(ast.NewExpr(ast.BooleanTerm(true)))
 		}
-		mod.Rules = append(mod.Rules, &ast.Rule{Head: head.Copy(), Body: body, Module: mod})
+		mod.Rules = append(mod.Rules, &ast.Rule{Head: head.Copy(), Body: body.Copy(), Module: mod})
 	}
-	return append([]*ast.Module{mod}, pq.Support...)
+	mods := []*ast.Module{mod}
+	for _, m := range pq.Support {
+		mods = append(mods, m.Copy())
+	}
+	for _, m := range mods {
+		keepGlobsOutOfIndex(m) // a grant's resource globs are constants here
+	}
+	return mods
 }
 
 // compileResidual prepares the rule name of mods (residualModules). The policy's modules
@@ -541,4 +604,23 @@ func (f *fastPath) refersToRules(mods []*ast.Module) bool {
 		})
 	}
 	return found
+}
+
+// copyingStore is the bundle's store as partial evaluation reads it: every value read is a
+// deep copy. OPA's copy propagation, which partial evaluation runs, writes back into the
+// terms it plugs (ast.Transform stores each child term's value again); on terms of the
+// shared store that would race with every evaluation reading them. A copy per read keeps
+// partial evaluation off the terms evaluation reads, without a second copy of the data
+// or a lock on the request path (TestPreparationBesideDecisions runs both under -race).
+type copyingStore struct{ storage.Store }
+
+func (s copyingStore) Read(ctx context.Context, txn storage.Transaction, path storage.Path) (any, error) {
+	v, err := s.Store.Read(ctx, txn, path)
+	if err != nil {
+		return nil, err
+	}
+	if av, ok := v.(ast.Value); ok {
+		return ast.CopyValue(av), nil
+	}
+	return v, nil
 }

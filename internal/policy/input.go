@@ -11,6 +11,7 @@ var (
 	kQuotaExceeded, kRetryAfter        = ast.StringTerm("quotaExceeded"), ast.StringTerm("retryAfterSeconds")
 	kBindings, kInstanceRelations      = ast.StringTerm("bindings"), ast.StringTerm("instanceRelations")
 	kApproval, kRequester, kApprovalID = ast.StringTerm("approval"), ast.StringTerm("requester"), ast.StringTerm("approvalId")
+	kApprovalOrg                       = ast.StringTerm("org")
 	optionalKeys                       = [...]*ast.Term{ast.StringTerm("biome"), ast.StringTerm("orgRole"), ast.StringTerm("org"),
 		ast.StringTerm("project"), ast.StringTerm("session"), ast.StringTerm("resource"), ast.StringTerm("resourceOwner")}
 )
@@ -56,6 +57,7 @@ func inputValue(in Input) ast.Value {
 		pairs = append(pairs, [2]*ast.Term{kApproval, b.term(ast.NewObject(
 			[2]*ast.Term{kRequester, b.str(in.Approval.Requester)},
 			[2]*ast.Term{kApprovalID, b.str(in.Approval.ApprovalID)},
+			[2]*ast.Term{kApprovalOrg, b.str(in.Approval.Org)},
 		))})
 	}
 	return ast.NewObject(pairs...)

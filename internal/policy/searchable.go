@@ -54,8 +54,6 @@ func (e *Engine) Searchable(ctx context.Context, in Input) (SearchSets, error) {
 	}
 	in.Ref, in.Resource = "", ""
 	opts, stop := evalOptions(ctx, inputValue(in))
-	evalMu.RLock() // until the result, which holds shared terms, is read (fast.go)
-	defer evalMu.RUnlock()
 	rs, err := s.q.Eval(ctx, opts...)
 	stop()
 	if err != nil {

@@ -34,6 +34,8 @@ type Input struct {
 type Approval struct {
 	Requester  string `json:"requester"`
 	ApprovalID string `json:"approvalId"`
+	// Org is the held call's org; the policy denies an approver of another org.
+	Org string `json:"org"`
 }
 
 // Subject is who calls: Kind is user, agent, workflow or service; Ref is "kind:name".

@@ -146,3 +146,38 @@ func TestSourceInlineAndFile(t *testing.T) {
 		t.Fatalf("want ErrNoKey, got %v", err)
 	}
 }
+
+// TestSealNeverReusesANonce: the same plaintext sealed twice under the same key and purpose
+// differs, nonce included (a fixed or zero nonce would repeat it, and AES-GCM with a repeated
+// nonce leaks the plaintexts' XOR and the authentication key); both still open.
+func TestSealNeverReusesANonce(t *testing.T) {
+	kr, err := Parse(newKey(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pt, aad := []byte("the same secret"), []byte("test:purpose")
+	seen := map[string]bool{}
+	nonces := map[string]bool{}
+	for range 64 {
+		sealed, err := kr.Seal(pt, aad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[sealed] {
+			t.Fatalf("sealed the same plaintext to the same value twice: %s", sealed)
+		}
+		seen[sealed] = true
+		raw, err := base64.RawURLEncoding.DecodeString(strings.Split(sealed, ".")[2])
+		if err != nil {
+			t.Fatal(err)
+		}
+		nonce := raw[:kr.keys[0].aead.NonceSize()]
+		if bytes.Equal(nonce, make([]byte, len(nonce))) || nonces[string(nonce)] {
+			t.Fatalf("nonce %x is zero or repeated", nonce)
+		}
+		nonces[string(nonce)] = true
+		if got, err := kr.Open(sealed, aad); err != nil || !bytes.Equal(got, pt) {
+			t.Fatalf("Open = %q, %v", got, err)
+		}
+	}
+}

@@ -116,7 +116,7 @@ func (s *Server) tasksMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 			return res, err
 		}
 		t := taskOf(*slot.task, "task")
-		left := max(slot.task.ExpiresAt.Sub(time.Now()).Milliseconds(), 0) // ttlMs: the time left to the approval's expiry
+		left := max(time.Until(slot.task.ExpiresAt).Milliseconds(), 0) // ttlMs: the time left to the approval's expiry
 		t.TTLMs = &left
 		return t, nil
 	}

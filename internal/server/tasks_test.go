@@ -149,8 +149,11 @@ func TestMCPTasks(t *testing.T) {
 			t.Fatalf("%s's tasks/cancel: %+v; want -32602", who, c)
 		}
 	}
-	if got := m.call("bot", "tasks/get", map[string]any{}, true); got.Error == nil || got.Error.Code != -32602 {
-		t.Fatalf("tasks/get without taskId: %+v; want -32602", got)
+	for name, params := range map[string]map[string]any{"without taskId": {}, "a number as taskId": {"taskId": 7},
+		"an id of another kind": {"taskId": "inv_" + id}, "a huge id": {"taskId": "apr_" + strings.Repeat("a", 10000)}} {
+		if got := m.call("bot", "tasks/get", params, true); got.Error == nil || got.Error.Code != -32602 {
+			t.Fatalf("tasks/get %s: %+v; want -32602", name, got)
+		}
 	}
 	raw, _ := json.Marshal(map[string]string{"approvalId": id})
 	if res, err := f.App.Gateway.Invoke(context.Background(), alice, gateway.Request{Ref: approval.RefApprove, Input: raw}); err != nil || res.Denial != nil {

@@ -47,7 +47,9 @@ type ApprovalEventEnd struct {
 // ApprovalEventStore is the outbox of approval notifications.
 type ApprovalEventStore interface {
 	// ClaimApprovalEvents claims for holder, until leaseUntil, at most limit pending events
-	// due at now whose lease has ended, oldest first, and returns them.
+	// due at now whose lease has ended or that holder holds already (a holder claims only
+	// when none of its claims is in flight: one round at a time, or a restart), oldest
+	// first, and returns them.
 	ClaimApprovalEvents(ctx context.Context, holder string, now, leaseUntil time.Time, limit int) ([]ApprovalEvent, error)
 	// EndApprovalEvent records one attempt of an event claimed by e.Holder (ErrConflict when
 	// the claim was lost, ErrNotFound for an unknown id): its attempts grow by one.

@@ -12,7 +12,7 @@ import (
 // dashboard queries only metrics that exist.
 func TestDocsAndDashboard(t *testing.T) {
 	ours := []string{MetricDecisions, MetricStepDuration, MetricProviderDuration, MetricProviderErrors,
-		MetricAuditBatchSize, MetricAuditBatchTime, MetricCacheRequests, MetricApprovalNotify}
+		MetricAuditBatchSize, MetricAuditBatchTime, MetricCacheRequests, MetricApprovalNotify, MetricPolicyEvaluation}
 	doc, err := os.ReadFile("../../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)

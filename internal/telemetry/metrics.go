@@ -18,6 +18,7 @@ const (
 	MetricAuditBatchSize   = "xema_audit_batch_size"
 	MetricAuditBatchTime   = "xema_audit_batch_duration_seconds"
 	MetricCacheRequests    = "xema_cache_requests_total"
+	MetricPolicyEvaluation = "xema_policy_evaluations_total"
 	MetricApprovalNotify   = "xema_approval_notifications_total"
 )
 
@@ -48,7 +49,11 @@ var (
 	cacheRequests = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: MetricCacheRequests, Help: "Cache lookups by cache and result (hit, miss); the hit rate is hit / (hit + miss).",
 	}, []string{"cache", "result"})
-	approvalNotify = promauto.NewCounterVec(prometheus.CounterOpts{
+	policyEvaluations = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: MetricPolicyEvaluation, Help: "Policy decisions evaluated by OPA (decision cache misses), by path: residual (OPA's evaluation of the key's residual, prepared by partial evaluation) or full (the whole policy).",
+	}, []string{"path"})
+	policyByResidual, policyByFull = policyEvaluations.WithLabelValues("residual"), policyEvaluations.WithLabelValues("full")
+	approvalNotify                 = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: MetricApprovalNotify, Help: "Delivery attempts of approval notifications by channel (webhook, chat) and result (delivered, retried, failed: given up).",
 	}, []string{"channel", "result"})
 )
@@ -85,6 +90,15 @@ func Cache(name string, hit bool) {
 		result = "hit"
 	}
 	cacheRequests.WithLabelValues(name, result).Inc()
+}
+
+// PolicyEvaluation counts one decision OPA evaluated: by a prepared residual or in full.
+func PolicyEvaluation(residual bool) {
+	if residual {
+		policyByResidual.Inc()
+	} else {
+		policyByFull.Inc()
+	}
 }
 
 // ApprovalNotification counts one delivery attempt of an approval notification.

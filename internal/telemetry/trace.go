@@ -45,7 +45,7 @@ type Step struct {
 
 // stepTracer holds the funnel's tracer once SetupTracing has installed a provider. Without
 // one Start makes no span: the global no-op provider still made a span and a context per
-// step, ~7 % of a call's CPU on the load harness (BENCHMARKS.md, issue 15, fifth step).
+// step, ~7 % of a call's CPU on the load harness.
 var stepTracer atomic.Pointer[tracerOf]
 
 type tracerOf struct{ trace.Tracer }

@@ -8,6 +8,9 @@
 //   DENIED_REF      a ref one call was denied
 //   DENIED_AUDIT    that denial's audit id
 //   BIOME_ID, BIOME_VERSION  a submitted, not yet granted biome version
+//   ACME_TOKEN      an administrator of org acme
+//   AGENT_TOKEN     an agent's token (no console view but the audit log and the catalog)
+//   SECRET          a credential's secret, which no page may show
 //   SCREENSHOTS     directory for the screenshots of docs/console.md
 //   CHROMIUM        the browser (default /usr/bin/chromium)
 // It prints one "ok - NAME" line per step and closes with "N passed, N failed".
@@ -29,6 +32,7 @@ page.on("request", (req) => {
 const pageErrors = [];
 page.on("pageerror", (e) => pageErrors.push(String(e)));
 
+const nav = (name) => page.getByRole("navigation", { name: "Console" }).getByRole("link", { name, exact: true });
 const shot = (name) => page.screenshot({ path: join(shots, name + ".png"), fullPage: true });
 const approvalCard = (id) => page.getByRole("region", { name: `Held call ${id}` });
 
@@ -47,13 +51,55 @@ await step("a deep link before sign-in goes to the login page and back", async (
   expect(stored.s.length === 1 && stored.l.length === 0 && stored.c === "", `token storage: ${JSON.stringify(stored)}`);
 });
 
-await step("approve a held call and see it run", async () => {
+// apiGet calls the gateway from the page, as the console does.
+const apiGet = (path, t) => page.evaluate(async ([p, tok]) => (await fetch(p, { headers: { Authorization: "Bearer " + tok } })).json(), [path, t || token]);
+
+await step("the overview shows the org's calls as the API counts them", async () => {
+  await page.goto(`${base}/console/?window=1h`);
+  const heading = page.getByRole("heading", { name: /^Calls in the last 1h: \d+$/ });
+  await heading.waitFor();
+  const stats = await apiGet("/v1/stats?window=1h");
+  const shown = Number((await heading.textContent()).match(/(\d+)$/)[1]);
+  expect(shown === stats.totals.calls && shown >= 10, `overview ${shown} calls, the API ${stats.totals.calls}`);
+  await page.getByRole("img", { name: /^Calls per 1 min over the last 1h/ }).waitFor();
+  const totals = await page.getByRole("list", { name: "Totals" }).textContent();
+  for (const k of ["allowed", "denied", "failed"]) expect(totals.includes(`${stats.totals[k]} ${k}`), `totals ${totals} lack ${stats.totals[k]} ${k}`);
+  expect(totals.includes(`${stats.totals.held} held`), "totals show the held calls: " + totals);
+  const held = await page.getByRole("region", { name: "Held calls" }).textContent();
+  expect(held.includes(`${stats.held.waiting} calls wait`) && /the oldest for/.test(held), "held calls waiting: " + held);
+  await page.getByRole("table", { name: "Runners" }).waitFor();
+  await shot("overview");
+  // A denial reason links to the audit search it counts.
+  const reason = stats.topDenialReasons[0];
+  await page.getByRole("list", { name: "Top denial reasons" }).getByRole("link", { name: reason.code }).click();
+  await page.waitForURL(/\/console\/audit\?.*reason=/);
+  await page.getByRole("table", { name: "Audit records" }).waitFor();
+  const rows = await page.getByRole("table", { name: "Audit records" }).locator("tbody tr").count();
+  expect(rows === reason.count, `${reason.code}: the overview counts ${reason.count}, its audit search lists ${rows}`);
+  // A narrow window: the same page, nothing cut off sideways.
+  await page.goto(`${base}/console/?window=1h`);
+  await page.setViewportSize({ width: 390, height: 800 });
+  try {
+    await heading.waitFor();
+    const overflow = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+    await shot("overview-narrow");
+    expect(overflow <= 0, `the narrow overview scrolls sideways by ${overflow}px`);
+  } finally {
+    await page.setViewportSize({ width: 1280, height: 800 });
+  }
+});
+
+await step("approve a held call from its deep link and see it run", async () => {
+  await page.goto(`${base}/console/approvals`);
+  await approvalCard(env("HELD_REJECT")).waitFor();
+  await shot("approvals");
+  // The link a notification carries (notify.Config.DeepLink): the call's own page.
+  await page.goto(`${base}/console/approvals/${env("HELD_APPROVE")}`);
   const card = approvalCard(env("HELD_APPROVE"));
   await card.waitFor();
   expect((await card.textContent()).includes("ticket:comment.add@1"), "the held call shows its ref");
   expect((await card.textContent()).includes("agent:support-bot"), "the held call shows its requester");
   expect((await card.textContent()).includes('"text": "approve me"'), "the held call shows its input");
-  await shot("approvals");
   await card.getByRole("button", { name: "Approve" }).click();
   const decided = approvalCard(env("HELD_APPROVE"));
   await decided.getByText("done", { exact: true }).waitFor();
@@ -62,6 +108,7 @@ await step("approve a held call and see it run", async () => {
 });
 
 await step("reject a held call with a reason", async () => {
+  await nav("Approvals").click();
   const card = approvalCard(env("HELD_REJECT"));
   await card.getByRole("button", { name: "Reject" }).click();
   await card.getByLabel("Reason").fill("not during the freeze");
@@ -72,11 +119,13 @@ await step("reject a held call with a reason", async () => {
   expect((await decided.textContent()).includes("not during the freeze"), "the reason is shown");
   await page.reload(); // the view survives a reload
   await approvalCard(env("HELD_REJECT")).getByText("not during the freeze").waitFor();
+  await page.goto(`${base}/console/approvals?status=any`);
+  await approvalCard(env("HELD_APPROVE")).getByText("done", { exact: true }).waitFor();
   await shot("approvals-decided");
 });
 
 await step("find a denial by ref and read its why-denied", async () => {
-  await page.getByRole("link", { name: "Audit" }).click();
+  await nav("Audit").click();
   await page.getByLabel("Ref").fill(env("DENIED_REF"));
   await page.getByLabel("Decision").selectOption("denied");
   await page.getByRole("button", { name: "Search" }).click();
@@ -84,7 +133,7 @@ await step("find a denial by ref and read its why-denied", async () => {
   const row = page.getByRole("link", { name: env("DENIED_AUDIT") });
   await row.waitFor();
   const rows = await page.getByRole("table", { name: "Audit records" }).locator("tbody tr").count();
-  expect(rows === 1, `want one denial of ${env("DENIED_REF")}, got ${rows}`);
+  expect(rows === 2, `want two denials of ${env("DENIED_REF")}, got ${rows}`);
   await shot("audit");
   await row.click();
   await page.waitForURL(`${base}/console/audit/${env("DENIED_AUDIT")}`);
@@ -98,16 +147,16 @@ await step("find a denial by ref and read its why-denied", async () => {
 });
 
 await step("a held call's record links to its approval and its run", async () => {
-  await page.goto(`${base}/console/approvals`);
+  await page.goto(`${base}/console/approvals/${env("HELD_APPROVE")}`);
   const card = approvalCard(env("HELD_APPROVE"));
-  await card.getByRole("link").first().click();
+  await card.getByRole("link", { name: /^inv_/ }).click();
   await page.getByRole("heading", { name: "Linked records" }).waitFor();
   const linked = await page.locator("main ul").last().textContent();
   expect(linked.includes("approved"), "linked records show the approval: " + linked);
 });
 
 await step("approve a grant from a digest", async () => {
-  await page.getByRole("link", { name: "Biomes" }).click();
+  await nav("Biomes").click();
   const id = env("BIOME_ID");
   const version = env("BIOME_VERSION");
   await page.getByRole("link", { name: `${id} ${version}` }).click();
@@ -126,19 +175,100 @@ await step("approve a grant from a digest", async () => {
   expect(/\d+ considered; 0 would now be denied, 0 would now be allowed/.test(impact), "the preview shows the grant's dry-run impact: " + impact);
   await shot("biome-grant-preview");
   await page.getByRole("button", { name: "Approve grant" }).click();
-  await page.getByText(/^Grant .* recorded/).waitFor();
-  await page.getByRole("link", { name: "Biomes" }).click();
+  const recorded = await page.getByText(/^Grant .* recorded/).textContent();
+  // The page shows the grant it just recorded, without a reload.
+  const grantId = recorded.match(/^Grant (\S+)/)[1];
+  const list = await page.getByRole("list", { name: "Grants of this version" }).textContent();
+  expect(list.includes(grantId), "the grants of the version list the new one: " + list);
+  expect(!(await page.locator("main").textContent()).includes("Not granted"), "the page still says Not granted");
+  await nav("Biomes").click();
   const row = page.locator("tr", { has: page.getByRole("link", { name: `${id} ${version}` }) });
   await row.getByText("granted", { exact: true }).waitFor();
   await shot("biomes");
 });
 
+await step("the built-in biome is one row, built in, and its link opens", async () => {
+  const rows = page.locator("tr", { has: page.getByRole("link", { name: /^xema 0\.0\.0\+/ }) });
+  expect((await rows.count()) === 1, "one row of the built-in biome");
+  const text = await rows.textContent();
+  expect(text.includes("built in") && !text.includes("awaiting approval") && !text.includes("?"), "the built-in row: " + text);
+  await rows.getByRole("link").click();
+  await page.waitForURL(/\/console\/biomes\/xema\/0\.0\.0(%2B|\+)/);
+  await page.getByText(/the gateway's built-in biome/).waitFor();
+  expect((await page.getByRole("alert").count()) === 0, "no error on the built-in biome's page");
+});
+
 await step("catalog lists refs with their lifecycle", async () => {
-  await page.getByRole("link", { name: "Catalog" }).click();
+  await nav("Catalog").click();
   const table = page.getByRole("table", { name: "Capabilities" });
   await table.waitFor();
   expect((await table.textContent()).includes("kb:page.read@1"), "the catalog lists kb:page.read@1");
   await shot("catalog");
+});
+
+await step("a capability's page says who may call it", async () => {
+  await page.getByRole("table", { name: "Capabilities" }).getByRole("link", { name: "kb:page.read@1" }).click();
+  await page.waitForURL(/\/console\/capabilities\/kb(%3A|:)page\.read(%40|@)1$/);
+  await page.getByRole("heading", { name: "kb:page.read@1" }).waitFor();
+  const grants = await page.getByRole("table", { name: "Grants covering kb:page.read@1" }).textContent();
+  expect(grants.includes("internal-agent") && grants.includes("project"), "the grants covering it: " + grants);
+  await page.getByRole("heading", { name: "Input schema" }).waitFor();
+  await page.reload();
+  await page.getByRole("heading", { name: "Who may call it" }).waitFor();
+  await shot("capability");
+});
+
+await step("providers list bindings and credentials, never a secret", async () => {
+  await nav("Providers").click();
+  const creds = await page.getByRole("table", { name: "Credentials" }).textContent();
+  expect(creds.includes("scm-bot") && creds.includes("gitea"), "credentials: " + creds);
+  const binds = await page.getByRole("table", { name: "Bindings" }).textContent();
+  expect(binds.includes("connector:scm.*"), "bindings: " + binds);
+  expect(!(await page.content()).includes(env("SECRET")), "a secret on the providers page");
+  await shot("providers");
+});
+
+await step("the audit view leaves out people's console reads until asked", async () => {
+  await nav("Audit").click();
+  const table = page.getByRole("table", { name: "Audit records" });
+  await table.waitFor();
+  // The console's own page loads: reads of the gateway's operations (writes, such as the
+  // grant approved above, stay in view).
+  const reads = () => table.locator("tbody tr", { hasText: "user:alice" }).filter({ hasText: /approval:list@1|store:biome\.(get|list)@1|audit:stats\.get@1|biome:grant\.list@1|binding:list@1|credential:list@1|mcp-server:list@1|catalog:capability\.get@1/ }).count();
+  expect((await reads()) === 0, "people's console reads are shown by default");
+  expect((await table.locator("tbody tr", { hasText: "agent:support-bot" }).count()) > 0, "the agents' calls are not shown");
+  await page.getByLabel("Include people's reads through the console").check();
+  await page.getByRole("button", { name: "Search" }).click();
+  await page.waitForURL(/reads=include/);
+  await table.waitFor();
+  expect((await reads()) > 0, "people's reads are not shown when asked for");
+});
+
+await step("grants: change one with its diff and impact first, revoke another", async () => {
+  await nav("Grants").click();
+  await page.getByRole("heading", { name: "Grants" }).waitFor();
+  const card = page.getByRole("region", { name: /^Grant / }).filter({ hasText: "ticketing 1.1.0" }).filter({ hasText: "active" });
+  await card.getByRole("button", { name: "Change" }).click();
+  await card.getByLabel("Profile").selectOption("read-only-assistant");
+  await card.getByRole("button", { name: "Review change" }).click();
+  const diff = await card.getByRole("list", { name: "Changes of the grant" }).textContent();
+  expect(diff.includes("profile") && diff.includes("read-only-assistant"), "the change's diff: " + diff);
+  const impact = await card.locator(".grant-change-impact").textContent();
+  expect(/\d+ considered; \d+ would now be denied, \d+ would now be allowed/.test(impact), "the change's impact: " + impact);
+  await shot("grants-change");
+  await card.getByRole("button", { name: "Confirm change" }).click();
+  const changed = page.getByRole("region", { name: /^Grant / }).filter({ hasText: "ticketing 1.1.0" });
+  await changed.filter({ hasText: "superseded" }).waitFor();
+  await changed.filter({ hasText: "read-only-assistant" }).filter({ hasText: "active" }).waitFor();
+  // Revoke the demo biome's grant: asked first, then recorded.
+  const demo = page.getByRole("region", { name: /^Grant / }).filter({ hasText: "demo 1.0.0" }).filter({ hasText: "active" });
+  await demo.getByRole("button", { name: "Revoke" }).click();
+  await demo.getByText(/are denied from now on/).waitFor();
+  await demo.getByRole("button", { name: "Confirm revoke" }).click();
+  await page.getByRole("region", { name: /^Grant / }).filter({ hasText: "demo 1.0.0" }).filter({ hasText: "revoked" }).waitFor();
+  await page.reload();
+  await page.getByRole("region", { name: /^Grant / }).filter({ hasText: "demo 1.0.0" }).filter({ hasText: "revoked" }).waitFor();
+  await shot("grants");
 });
 
 await step("sign out forgets the token", async () => {
@@ -147,6 +277,34 @@ await step("sign out forgets the token", async () => {
   expect((await page.evaluate(() => sessionStorage.length)) === 0, "session storage is empty after sign out");
   await page.goto(`${base}/console/audit`);
   await page.waitForURL(/\/console\/login\?next=/);
+});
+
+await step("an administrator of another org sees their org", async () => {
+  await page.goto(`${base}/console/login`);
+  await page.getByLabel("Token").fill(env("ACME_TOKEN"));
+  await page.keyboard.press("Enter");
+  await page.waitForURL(`${base}/console/`);
+  await page.locator("#who").filter({ hasText: "user:bob" }).waitFor();
+  const who = await page.locator("#who").textContent();
+  expect(who.includes("user:bob") && who.includes("org acme") && !who.includes("default"), "header: " + who);
+  await page.getByRole("heading", { name: "Calls in the last 24h: 0" }).waitFor(); // another org's calls are not theirs
+  await page.getByRole("button", { name: "Sign out" }).click();
+});
+
+await step("an agent's token sees only the views it may use, and a sentence elsewhere", async () => {
+  await page.goto(`${base}/console/login`);
+  await page.getByLabel("Token").fill(env("AGENT_TOKEN"));
+  await page.keyboard.press("Enter");
+  await page.waitForURL(`${base}/console/audit`); // the first view it may use
+  const nav = await page.getByRole("navigation", { name: "Console" }).getByRole("link").allTextContents();
+  expect(JSON.stringify(nav) === JSON.stringify(["Audit", "Catalog"]), "the agent's navigation: " + nav);
+  await page.goto(`${base}/console/approvals`);
+  const note = await page.getByRole("note").textContent();
+  expect(note.includes("may not see the calls held for approval"), "the sentence: " + note);
+  const text = await page.locator("main").textContent();
+  expect(!text.includes("DENIED") && !text.includes("MISSING_GRANT"), "a raw denial: " + text);
+  await shot("agent-not-allowed");
+  await page.getByRole("button", { name: "Sign out" }).click();
 });
 
 await step("no request left the gateway and no page error", async () => {

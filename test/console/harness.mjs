@@ -28,7 +28,7 @@ export async function openBrowser(name, failPrefix) {
     headless: true,
     args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
       "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-    viewport: { width: 1280, height: 900 },
+    viewport: { width: 1280, height: 800 },
   });
   context.setDefaultTimeout(15000);
   const page = context.pages()[0] || (await context.newPage());

@@ -2,7 +2,10 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,9 +15,12 @@ import (
 )
 
 // TestConsole runs test/console/console.test.mjs, a headless Chromium driven by
-// playwright-core, against the built gateway: sign in, approve a held call and see it run,
-// reject one with a reason, find a denial by ref and read its why-denied, approve a grant
-// from a digest. The screenshots it takes are docs/console/*.png (docs/console.md).
+// playwright-core, against the built gateway: sign in, read the overview, approve a held
+// call and see it run, reject one with a reason, find a denial by ref and read its
+// why-denied, approve a grant from a digest, read a capability's page and the providers, and
+// the views of an admin of another org and of an agent. Afterwards the overview's figures are
+// checked against the audit API over the scripted mix of calls and the console's own reads.
+// The screenshots it takes are docs/console/*.png (docs/console.md).
 func TestConsole(t *testing.T) {
 	node, chromium, dir := consoleBrowser(t, "the console's browser test")
 
@@ -35,6 +41,19 @@ func TestConsole(t *testing.T) {
 	toApprove, toReject := held("approve me"), held("reject me")
 	den := g.post("/v1/capabilities/invoke", public, map[string]any{"ref": "workflow:run.start@1", "input": map[string]any{"workflowId": "onboarding"}})
 	expect(t, den, http.StatusForbidden)
+	// The rest of the mix the overview counts: allowed reads, another denial, a call that
+	// fails (an unknown ref) and one with invalid input.
+	for range 3 {
+		expect(t, g.post("/v1/capabilities/invoke", bot, map[string]any{"ref": "kb:page.read@1", "input": map[string]any{"pageId": "welcome"}}), http.StatusOK)
+	}
+	expect(t, g.post("/v1/capabilities/invoke", public, map[string]any{"ref": "workflow:run.start@1", "input": map[string]any{"workflowId": "offboarding"}}), http.StatusForbidden)
+	expect(t, g.post("/v1/capabilities/invoke", bot, map[string]any{"ref": "kb:nothing.here@1", "input": map[string]any{}}), http.StatusNotFound)
+	expect(t, g.post("/v1/capabilities/invoke", bot, map[string]any{"ref": "kb:page.read@1", "input": map[string]any{"pageId": "NOT VALID"}}), http.StatusBadRequest)
+	// What the providers view lists: a credential (never its secret) and a binding.
+	const secret = "console-test-secret-never-shown"
+	connectorSetup(t, g, admin, map[string]any{"name": "scm-bot", "provider": "gitea", "secret": secret},
+		map[string]any{"refPattern": "connector:scm.*", "provider": "gitea", "baseUrl": prov.URL, "config": map[string]any{"repository": "xema/app"}})
+	acme := g.token("--subject", "user:bob", "--org-role", "org_admin", "--env", "org", "--org", "acme")
 	// A newer version, submitted and not yet granted: its digest shows the diff.
 	v2 := g.post("/v1/biomes", admin, submission(t, biomeDir(t, "ticketing-v2", prov.URL)))
 	expect(t, v2, http.StatusCreated)
@@ -44,6 +63,7 @@ func TestConsole(t *testing.T) {
 	cmd := exec.CommandContext(ctx, node, "console.test.mjs")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "XEMA_URL="+g.URL, "XEMA_TOKEN="+admin, "HELD_APPROVE="+toApprove, "HELD_REJECT="+toReject,
+		"ACME_TOKEN="+acme, "AGENT_TOKEN="+bot, "SECRET="+secret,
 		"DENIED_REF=workflow:run.start@1", "DENIED_AUDIT="+str(den.Body, "auditId"),
 		"BIOME_ID="+str(v2.Body, "biomeId"), "BIOME_VERSION="+str(v2.Body, "version"),
 		"SCREENSHOTS="+filepath.Join(repoRoot(t), "docs", "console"), "CHROMIUM="+chromium)
@@ -70,6 +90,133 @@ func TestConsole(t *testing.T) {
 	if strings.Contains(g.logs.String(), admin) {
 		t.Error("the gateway's log holds the console user's token")
 	}
+	overviewAgreesWithAudit(t, g, admin)
+}
+
+// overviewAgreesWithAudit checks every figure of GET /v1/stats against the records GET
+// /v1/audit answers for the same org, range and omit=: the calls by outcome (and the series
+// summing to them), the top refs and denial reasons, the runners' runs and errors, and each
+// denial reason's count against the audit search the overview links it to.
+func overviewAgreesWithAudit(t *testing.T, g *gateway, admin string) {
+	t.Helper()
+	st := g.get("/v1/stats?window=1h", admin)
+	expect(t, st, http.StatusOK)
+	var stats struct {
+		Since, Until, Omit string
+		Series             []map[string]any
+		Totals             map[string]float64
+		TopDenialReasons   []struct {
+			Code  string
+			Count float64
+		}
+		TopRefs []struct {
+			Ref   string
+			Count float64
+		}
+		Runners []struct {
+			Runner       string
+			Runs, Errors float64
+		}
+	}
+	if err := json.Unmarshal(st.Raw, &stats); err != nil {
+		t.Fatal(err)
+	}
+	records := auditRecords(t, g, admin, url.Values{"since": {stats.Since}, "until": {stats.Until}, "omit": {stats.Omit}})
+	class := map[string]string{"allowed": "allowed", "denied": "denied", "pending-approval": "held",
+		"invalid-input": "failed", "unknown-capability": "failed", "error": "failed"}
+	totals, refs, reasons, runs, errs := map[string]float64{}, map[string]float64{}, map[string]float64{}, map[string]float64{}, map[string]float64{}
+	for _, r := range records {
+		decision, runner := fmt.Sprint(r["decision"]), str(r, "runner")
+		if c, ok := class[decision]; ok && runner == "" {
+			totals[c]++
+			totals["calls"]++
+			refs[fmt.Sprint(r["capability"])]++
+		}
+		if decision == "denied" {
+			seen := map[string]bool{}
+			reasonList, _ := r["reasons"].([]any)
+			for _, x := range reasonList {
+				code := str(x.(map[string]any), "code")
+				if !seen[code] {
+					seen[code] = true
+					reasons[code]++
+				}
+			}
+		}
+		if decision == "allowed" && runner != "" && runner != "approval" {
+			runs[runner]++
+			if str(r, "outcome") != "ok" {
+				errs[runner]++
+			}
+		}
+	}
+	if totals["calls"] < 10 || totals["denied"] < 2 || totals["held"] < 2 || totals["failed"] < 2 || totals["allowed"] < 4 {
+		t.Errorf("the scripted mix is not all in the audit log's calls: %v", totals)
+	}
+	for _, k := range []string{"calls", "allowed", "denied", "held", "failed"} {
+		if stats.Totals[k] != totals[k] {
+			t.Errorf("overview %s = %v, the audit log's %v", k, stats.Totals[k], totals[k])
+		}
+	}
+	summed := map[string]float64{}
+	for _, b := range stats.Series {
+		for _, k := range []string{"allowed", "denied", "held", "failed"} {
+			summed[k] += b[k].(float64)
+		}
+	}
+	for _, k := range []string{"allowed", "denied", "held", "failed"} {
+		if summed[k] != totals[k] {
+			t.Errorf("the series sums %s to %v, the audit log has %v", k, summed[k], totals[k])
+		}
+	}
+	for _, r := range stats.TopRefs {
+		if refs[r.Ref] != r.Count {
+			t.Errorf("overview: %s %v calls, the audit log %v", r.Ref, r.Count, refs[r.Ref])
+		}
+	}
+	if len(stats.TopRefs) != min(len(refs), 10) {
+		t.Errorf("overview names %d refs, the audit log has %d", len(stats.TopRefs), len(refs))
+	}
+	if len(stats.TopDenialReasons) != min(len(reasons), 10) {
+		t.Errorf("overview names %d denial reasons, the audit log has %d", len(stats.TopDenialReasons), len(reasons))
+	}
+	for _, r := range stats.TopDenialReasons {
+		linked := auditRecords(t, g, admin, url.Values{"since": {stats.Since}, "until": {stats.Until}, "omit": {stats.Omit},
+			"decision": {"denied"}, "reason": {r.Code}})
+		if reasons[r.Code] != r.Count || float64(len(linked)) != r.Count {
+			t.Errorf("overview: %s %v denials, the audit log %v, its search %d", r.Code, r.Count, reasons[r.Code], len(linked))
+		}
+	}
+	for _, r := range stats.Runners {
+		if runs[r.Runner] != r.Runs || errs[r.Runner] != r.Errors {
+			t.Errorf("overview: runner %s %v runs %v errors, the audit log %v, %v", r.Runner, r.Runs, r.Errors, runs[r.Runner], errs[r.Runner])
+		}
+	}
+	if len(stats.Runners) != len(runs) {
+		t.Errorf("overview names %d runners, the audit log %d", len(stats.Runners), len(runs))
+	}
+}
+
+// auditRecords pages through GET /v1/audit with q.
+func auditRecords(t *testing.T, g *gateway, token string, q url.Values) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	q.Set("limit", "100")
+	for range 100 {
+		page := g.get("/v1/audit?"+q.Encode(), token)
+		expect(t, page, http.StatusOK)
+		recs, _ := page.Body["records"].([]any)
+		for _, r := range recs {
+			out = append(out, r.(map[string]any))
+		}
+		next := str(page.Body, "nextCursor")
+		if next == "" {
+			return out
+		}
+		q.Set("cursor", next)
+	}
+	t.Fatal("the audit search does not end")
+	return nil
 }
 
 // consoleBrowser finds what test/console's scripts need (node, Chromium, npm ci's

@@ -151,7 +151,7 @@ func TestContainerImage(t *testing.T) {
 	// The files of the empty base: the CA bundle parses, the user is named.
 	ctr := randomName("xema-e2e-files")
 	p.must("create", "--name", ctr, imageName)
-	t.Cleanup(func() { _, _ = p.run("rm", "-f", ctr) })
+	t.Cleanup(func() { _, _ = p.run("rm", "-f", "-v", ctr) }) // -v: its anonymous /data volume too
 	dir := t.TempDir()
 	p.must("cp", ctr+":/etc/ssl/certs/ca-certificates.crt", filepath.Join(dir, "ca.crt"))
 	p.must("cp", ctr+":/etc/passwd", filepath.Join(dir, "passwd"))
@@ -324,7 +324,9 @@ func TestContainerReplicas(t *testing.T) {
 // restartUnderLoad lifts the limit, keeps calls going through both containers while b is
 // restarted (SIGTERM, drain, start), and then finds the audit record of every answered call.
 func restartUnderLoad(t *testing.T, a, b *container, admin string, sub response) {
-	expect(t, a.gw.grantCustomized(admin, sub, map[string]any{}), http.StatusCreated)
+	// A limit no load here reaches, in place of the profile's: every call runs its provider.
+	expect(t, a.gw.grantCustomized(admin, sub, map[string]any{commentRef: map[string]any{
+		"rateLimit": map[string]any{"requests": 100000, "per": "1m"}}}), http.StatusCreated)
 	tokens := map[*container]string{}
 	for _, c := range []*container{a, b} {
 		tokens[c] = c.token("--subject", "agent:load-bot", "--env", "project")

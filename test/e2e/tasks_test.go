@@ -102,14 +102,19 @@ func installHeld(t *testing.T, g *gateway, prov *provider, admin string) {
 	expect(t, g.grantCustomized(admin, sub, map[string]any{commentRef: map[string]any{"requiresApproval": true}}), http.StatusCreated)
 }
 
+// heldGateway is a gateway on dsn serving ticketing, its comment capability held for
+// approval, with its provider and a tasks client.
+func heldGateway(t *testing.T, dsn string) (*gateway, *provider, *tasksClient) {
+	t.Helper()
+	g, prov := startGateway(t, dsn), newProvider(t)
+	installHeld(t, g, prov, g.adminToken())
+	return g, prov, newTasksClient(t)
+}
+
 func TestMCPTasks(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, e engineCase) {
-		g := startGateway(t, e.store(t))
-		prov := newProvider(t)
-		admin := g.adminToken()
-		bot := g.token("--subject", "agent:support-bot", "--env", "project")
-		installHeld(t, g, prov, admin)
-		c := newTasksClient(t)
+		g, prov, c := heldGateway(t, e.store(t))
+		admin, bot := g.adminToken(), g.token("--subject", "agent:support-bot", "--env", "project")
 
 		// Held -> working -> approved in the API -> completed with the output.
 		id := c.call(g, bot)
@@ -180,12 +185,8 @@ func TestMCPTasks(t *testing.T) {
 // A task outlives the gateway process: held, gateway restarted, approved, completed.
 func TestMCPTasksSurviveRestart(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, e engineCase) {
-		g := startGateway(t, e.store(t))
-		prov := newProvider(t)
-		admin := g.adminToken()
-		bot := g.token("--subject", "agent:support-bot", "--env", "project")
-		installHeld(t, g, prov, admin)
-		c := newTasksClient(t)
+		g, prov, c := heldGateway(t, e.store(t))
+		admin, bot := g.adminToken(), g.token("--subject", "agent:support-bot", "--env", "project")
 		id := c.call(g, bot)
 		g.stop()
 		g.start()
@@ -222,12 +223,8 @@ func TestMCPTasksAcrossReplicas(t *testing.T) {
 // returns the hold while it waits, then the run's answer; the call runs once.
 func TestMCPIdempotentRetryWithoutTasks(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, e engineCase) {
-		g := startGateway(t, e.store(t))
-		prov := newProvider(t)
-		admin := g.adminToken()
-		bot := g.token("--subject", "agent:support-bot", "--env", "project")
-		installHeld(t, g, prov, admin)
-		c := newTasksClient(t)
+		g, prov, c := heldGateway(t, e.store(t))
+		admin, bot := g.adminToken(), g.token("--subject", "agent:support-bot", "--env", "project")
 		args := commentCall()
 		args["idempotencyKey"] = "retry-1"
 		first := c.do(g, bot, "legacy", map[string]any{"arguments": args})

@@ -411,8 +411,8 @@ func checkConfig(t *testing.T, config string, flags map[string]bool) map[string]
 			t.Fatalf("config.yaml %s: %v, want %s", k, cfg[k], want)
 		}
 	}
-	if iss, _ := cfg["issuer"].(string); !strings.HasPrefix(iss, "https://") {
-		t.Fatalf("config.yaml issuer %v: replicas need one external issuer", cfg["issuer"])
+	if iss, _ := cfg["issuer"].(string); !strings.HasPrefix(iss, "https://") || cfg["audience"] == "" || cfg["audience"] == nil {
+		t.Fatalf("config.yaml issuer %v, audience %v: replicas need one external issuer and the audience its tokens carry", cfg["issuer"], cfg["audience"])
 	}
 	return cfg
 }
@@ -492,14 +492,18 @@ func checkDashboard(t *testing.T, cm *corev1.ConfigMap) {
 	}
 }
 
-// serveFlags are the flag names of `xema serve`, from its --help (built from this checkout).
+// serveFlags are the flag names of `xema serve`, from its --help: of $XEMA_BIN (make test
+// passes the bin/xema it has just built), else of a build of this checkout.
 func serveFlags(t *testing.T) map[string]bool {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "xema")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/xema")
-	build.Dir = repoRoot(t)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/xema: %v\n%s", err, out)
+	bin := os.Getenv("XEMA_BIN")
+	if bin == "" {
+		bin = filepath.Join(t.TempDir(), "xema")
+		build := exec.Command("go", "build", "-o", bin, "./cmd/xema")
+		build.Dir = repoRoot(t)
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("go build ./cmd/xema: %v\n%s", err, out)
+		}
 	}
 	out, err := exec.Command(bin, "serve", "--help").CombinedOutput()
 	if err != nil {
@@ -524,6 +528,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{[]string{"config.addr=0.0.0.0:80"}, "config.addr is set by the chart"},
 		{[]string{"config.store=postgres://x"}, "config.store is set by the chart"},
 		{[]string{"config.issuer="}, "config.issuer (your OIDC issuer) is required"},
+		{[]string{"config.audience="}, "config.audience (the audience your issuer's tokens carry for the gateway) is required"},
 		{[]string{"store.existingSecret="}, "store.existingSecret (a Secret holding the PostgreSQL DSN) or store.dsn is required"},
 		{[]string{"migrations.mode=sometimes"}, `migrations.mode "sometimes": want hook, initContainer or none`},
 		{[]string{"networkPolicy.metricsFrom=null"}, "networkPolicy.metricsFrom must name the scraper"},

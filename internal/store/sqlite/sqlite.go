@@ -77,7 +77,7 @@ func Migrate(ctx context.Context, path string) ([]string, error) {
 // a read lock. Every commit is fsynced (synchronous FULL, SQLite's default made explicit): an
 // audit record is durable when its Append returns. Temporary files stay in memory: a spilled
 // statement journal of the audit INSERT cost a temporary file's writes in every batch (~10 %
-// of an append's CPU, BENCHMARKS.md, issue 15, fourth step). A new file gets pages of 2 KiB
+// of an append's CPU). A new file gets pages of 2 KiB
 // instead of 4: an audit batch dirties one or two pages of each of the audit log's b-trees,
 // so its commit writes and fsyncs ~40 % fewer bytes (a batch of 8 records: 48 KB instead
 // of 75 KB) for ~25 % more WAL frames, and an append's wall time was 15–20 % lower; an

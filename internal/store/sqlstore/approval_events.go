@@ -43,8 +43,8 @@ func (s *Store) queueEvents(ctx context.Context, c conn, op string, at time.Time
 }
 
 // ClaimApprovalEvents implements store.ApprovalEventStore: one UPDATE claims the due events
-// whose lease has ended (re-checked per row, so of two replicas claiming at once each row
-// goes to one), then the claimed rows are read back.
+// whose lease has ended or that holder holds already (re-checked per row, so of two replicas
+// claiming at once each row goes to one), then the claimed rows are read back.
 func (s *Store) ClaimApprovalEvents(ctx context.Context, holder string, now, leaseUntil time.Time, limit int) ([]store.ApprovalEvent, error) {
 	if holder == "" || limit <= 0 {
 		return nil, fmt.Errorf("claim approval events: %w: want a holder and a positive limit", store.ErrInvalid)
@@ -52,9 +52,10 @@ func (s *Store) ClaimApprovalEvents(ctx context.Context, holder string, now, lea
 	op := "claim approval events"
 	at, until := s.d.TimeArg(store.Stamp(now)), s.d.TimeArg(store.Stamp(leaseUntil))
 	if _, err := s.exec(ctx, s.db, `UPDATE approval_events SET claimed_by = ?, lease_until = ?
-		WHERE status = ? AND next_at <= ? AND lease_until <= ? AND id IN (
-			SELECT id FROM approval_events WHERE status = ? AND next_at <= ? AND lease_until <= ? ORDER BY next_at, id LIMIT ?)`,
-		holder, until, store.EventPending, at, at, store.EventPending, at, at, limit); err != nil {
+		WHERE status = ? AND next_at <= ? AND (lease_until <= ? OR claimed_by = ?) AND id IN (
+			SELECT id FROM approval_events WHERE status = ? AND next_at <= ? AND (lease_until <= ? OR claimed_by = ?)
+			ORDER BY next_at, id LIMIT ?)`,
+		holder, until, store.EventPending, at, at, holder, store.EventPending, at, at, holder, limit); err != nil {
 		return nil, s.fail(op, err)
 	}
 	return list(ctx, s, op, scanApprovalEvent, `SELECT `+approvalEventColumns+` FROM approval_events

@@ -178,8 +178,11 @@ func testApprovalEventsClaim(t *testing.T, s store.Store) {
 	if got := claimIDs(t, s, "r1", at); !slices.Equal(got, []string{"evt_3"}) {
 		t.Fatalf("claim before the retry is due: %v; want only the new evt_3", got)
 	}
-	if got := claimIDs(t, s, "r1", at); !slices.Equal(got, []string{"evt_3"}) {
-		t.Fatalf("r1 claims again its own: %v; want evt_3", got)
+	if got := claimIDs(t, s, "r1", at.Add(time.Second)); !slices.Equal(got, []string{"evt_3"}) {
+		t.Fatalf("r1 claims again its own, under a new lease: %v; want evt_3", got)
+	}
+	if got := claimIDs(t, s, "r2", at.Add(time.Second)); len(got) != 0 {
+		t.Fatalf("r2 claims %v under r1's new lease; want none", got)
 	}
 	evs, err := s.ClaimApprovalEvents(ctx, "r2", at.Add(2*time.Minute), at.Add(3*time.Minute), 10)
 	if err != nil {

@@ -17,9 +17,16 @@
 {{- end }}
 {{- end }}
 
+{{/* Labels of every object but the migration's (which names its own component). */}}
 {{- define "xema.labels" -}}
+{{ include "xema.releaseLabels" . }}
+app.kubernetes.io/component: gateway
+{{- end }}
+
+{{- define "xema.releaseLabels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
-{{ include "xema.selectorLabels" . }}
+app.kubernetes.io/name: {{ include "xema.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ include "xema.tag" . | trunc 63 | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
@@ -88,6 +95,7 @@ app.kubernetes.io/component: gateway
 {{- end }}
 {{- end }}
 {{- $_ := required "config.issuer (your OIDC issuer) is required: without it every replica runs a development issuer of its own" .Values.config.issuer }}
+{{- $_ = required "config.audience (the audience your issuer's tokens carry for the gateway) is required with config.issuer" .Values.config.audience }}
 {{- $cfg := deepCopy .Values.config }}
 {{- $_ = set $cfg "addr" (printf "0.0.0.0:%d" (int .Values.service.port)) }}
 {{- $_ = set $cfg "data-dir" "/data" }}

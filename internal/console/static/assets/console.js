@@ -162,11 +162,14 @@ function me() {
 const VIEWS = [
   { href: "/console/", name: "Overview", needs: ["audit:stats.get@1"], what: "the overview of the org's calls" },
   { href: "/console/biomes", name: "Biomes", needs: ["store:biome.list@1"], what: "the org's biomes and their grants" },
+  { href: "/console/grants", name: "Grants", needs: ["biome:grant.list@1"], what: "the org's grants" },
   { href: "/console/approvals", name: "Approvals", needs: ["approval:list@1"], what: "the calls held for approval" },
   { href: "/console/audit", name: "Audit", needs: [], what: "the audit log" },
   { href: "/console/catalog", name: "Catalog", needs: [], what: "the catalog" },
   { href: "/console/providers", name: "Providers", needs: ["binding:list@1", "credential:list@1", "mcp-server:list@1"], what: "the org's providers, credentials and MCP servers" },
 ];
+
+const V = Object.fromEntries(VIEWS.map((v) => [v.name, v]));
 
 function may(who, view) {
   return view.needs.length === 0 || view.needs.some((r) => (who.operations || []).includes(r));
@@ -192,15 +195,17 @@ function notForYou(who, view) {
 const routes = [
   [/^\/console\/login$/, viewLogin],
   [/^\/console\/callback$/, viewCallback],
-  [/^\/console$/, viewOverview, VIEWS[0]],
-  [/^\/console\/biomes$/, viewBiomes, VIEWS[1]],
-  [/^\/console\/biomes\/([^/]+)\/([^/]+)$/, viewBiome, VIEWS[1]],
-  [/^\/console\/approvals$/, viewApprovals, VIEWS[2]],
-  [/^\/console\/audit$/, viewAudit, VIEWS[3]],
-  [/^\/console\/audit\/([^/]+)$/, viewAuditRecord, VIEWS[3]],
-  [/^\/console\/catalog$/, viewCatalog, VIEWS[4]],
+  [/^\/console$/, viewOverview, V.Overview],
+  [/^\/console\/biomes$/, viewBiomes, V.Biomes],
+  [/^\/console\/biomes\/([^/]+)\/([^/]+)$/, viewBiome, V.Biomes],
+  [/^\/console\/approvals$/, viewApprovals, V.Approvals],
+  [/^\/console\/approvals\/([^/]+)$/, viewApproval, V.Approvals],
+  [/^\/console\/audit$/, viewAudit, V.Audit],
+  [/^\/console\/audit\/([^/]+)$/, viewAuditRecord, V.Audit],
+  [/^\/console\/catalog$/, viewCatalog, V.Catalog],
   [/^\/console\/capabilities\/([^/]+)$/, viewCapability, { name: "Capability", needs: ["catalog:capability.get@1"], what: "a capability's page with the grants that cover it" }],
-  [/^\/console\/providers$/, viewProviders, VIEWS[5]],
+  [/^\/console\/providers$/, viewProviders, V.Providers],
+  [/^\/console\/grants$/, viewGrants, V.Grants],
 ];
 
 function go(url, replace) {
@@ -246,7 +251,7 @@ async function render() {
           header(who);
           if (!may(who, view)) {
             // The console's home is the first view this caller may use.
-            if (view === VIEWS[0]) return go(VIEWS.find((v) => may(who, v)).href, true);
+            if (view === V.Overview) return go(VIEWS.find((v) => may(who, v)).href, true);
             return notForYou(who, view);
           }
           await fn(...m.slice(1).map(decodeURIComponent));
@@ -387,8 +392,8 @@ function tokenForm(next) {
     },
   },
   field("Token", input),
-  h("p", { class: "muted" }, "With the development issuer: ", h("code", {}, "xema dev token --data-dir DIR --subject user:you --org-role org_admin --env org"),
-    ". The token stays in this tab's session storage and is sent only to this gateway."),
+  h("p", { class: "muted" }, "With the development issuer: ", h("code", {}, "xema dev token --data-dir DIR --subject user:you --org-role org_admin --env project"),
+    ". You may approve a held call when you hold its capability in your token's environment (the agents' own, project, in the demo); each held call says whether you may. The token stays in this tab's session storage and is sent only to this gateway."),
   h("button", { type: "submit", class: "primary" }, "Sign in"), err);
   return form;
 }
@@ -620,16 +625,18 @@ function grantForm(b, entries, access, profiles) {
 
 // ---- held calls -------------------------------------------------------------------------
 
-async function viewApprovals() {
-  const [pending, all] = await Promise.all([api("GET", "/v1/approvals?status=pending"), api("GET", "/v1/approvals")]);
-  const decided = (all.approvals || []).filter((a) => a.status !== "pending");
-  const outputs = await Promise.all(decided.slice(0, 20).map((a) => api("GET", "/v1/invocations/" + encodeURIComponent(a.approvalId)).catch(() => null)));
-  const card = (a, inv) => h("section", { class: "card", "aria-label": `Held call ${a.approvalId}` },
+// approvalCard is one held call: what was asked, by whom, under which policy, until when;
+// whether the viewer may decide it (and why not), the decision and the output once run.
+function approvalCard(a, inv) {
+  return h("section", { class: "card", "aria-label": `Held call ${a.approvalId}` },
     h("dl", {},
       h("dt", {}, "Capability"), h("dd", {}, refLink(a.ref)),
       h("dt", {}, "Requester"), h("dd", {}, a.requester),
       h("dt", {}, "Environment"), h("dd", {}, a.environment),
-      h("dt", {}, "Approval id"), h("dd", {}, h("code", {}, a.approvalId)),
+      a.biomeVersion ? [h("dt", {}, "Biome version"), h("dd", {}, `${a.biome || ""} ${a.biomeVersion}`)] : null,
+      a.riskTier ? [h("dt", {}, "Risk"), h("dd", {}, risk(a.riskTier))] : null,
+      a.policyRevision ? [h("dt", {}, "Held under policy"), h("dd", {}, h("code", {}, a.policyRevision))] : null,
+      h("dt", {}, "Approval id"), h("dd", {}, link("/console/approvals/" + encodeURIComponent(a.approvalId), a.approvalId)),
       h("dt", {}, "Audit record"), h("dd", {}, link("/console/audit/" + encodeURIComponent(a.auditId), a.auditId)),
       h("dt", {}, "Held since"), h("dd", {}, when(a.createdAt)),
       a.status === "pending" ? [h("dt", {}, "Expires"), h("dd", {}, when(a.expiresAt))] : [
@@ -639,12 +646,51 @@ async function viewApprovals() {
         a.outcome ? [h("dt", {}, "Outcome"), h("dd", {}, a.outcome)] : null]),
     a.input ? [h("div", { class: "muted" }, "Input"), pre(a.input)] : null,
     inv && inv.output ? [h("div", { class: "muted" }, "Output"), pre(inv.output)] : null,
-    a.status === "pending" ? decideButtons(a) : null);
-  show("Held calls",
-    h("h2", {}, `Pending (${(pending.approvals || []).length})`),
-    (pending.approvals || []).length ? (pending.approvals || []).map((a) => card(a)) : h("p", {}, "No call is waiting for a decision."),
-    h("h2", {}, "Decided"),
-    decided.length ? decided.map((a, i) => card(a, outputs[i])) : h("p", {}, "None yet."));
+    a.status !== "pending" ? null
+      : a.canDecide === false ? h("p", { class: "notice", role: "note" }, "You may not decide this call: ", (a.whyNot && a.whyNot.message) || "the policy does not make you its approver", ".")
+        : decideButtons(a));
+}
+
+const APPROVAL_STATUSES = ["pending", "approved", "running", "done", "failed", "rejected", "expired", "withdrawn", "interrupted"];
+
+async function viewApprovals() {
+  const q = new URLSearchParams(location.search);
+  const status = q.get("status") || "pending";
+  const inputs = {
+    status: h("select", { name: "status" }, h("option", { value: "any", selected: status === "any" }, "any"),
+      APPROVAL_STATUSES.map((x) => h("option", { value: x, selected: status === x }, x))),
+    ref: h("input", { name: "ref", value: q.get("ref") || "", placeholder: "ticket:comment.add@1" }),
+    requester: h("input", { name: "requester", value: q.get("requester") || "", placeholder: "agent:support-bot" }),
+  };
+  const form = h("form", { role: "search", "aria-label": "Filter held calls", onsubmit: (e) => {
+    e.preventDefault();
+    const n = new URLSearchParams();
+    if (inputs.status.value !== "pending") n.set("status", inputs.status.value);
+    for (const k of ["ref", "requester"]) if (inputs[k].value.trim()) n.set(k, inputs[k].value.trim());
+    go("/console/approvals" + (n.toString() ? "?" + n : ""));
+  } }, h("div", { class: "row" }, field("Status", inputs.status), field("Ref", inputs.ref), field("Requester", inputs.requester),
+    h("button", { type: "submit" }, "Filter")));
+  const apiq = new URLSearchParams({ limit: "25" });
+  if (status !== "any") apiq.set("status", status);
+  for (const k of ["ref", "requester", "cursor"]) if (q.get(k)) apiq.set(k, q.get(k));
+  const page = await api("GET", "/v1/approvals?" + apiq);
+  const list = page.approvals || [];
+  const outputs = await Promise.all(list.map((a) => (a.status === "done" ? api("GET", "/v1/invocations/" + encodeURIComponent(a.approvalId)).catch(() => null) : null)));
+  const next = new URLSearchParams(q);
+  next.set("cursor", page.nextCursor || "");
+  show("Held calls", form,
+    h("h2", {}, status === "pending" ? `Pending (${list.length}${page.nextCursor ? "+" : ""})` : `Status ${status} (${list.length}${page.nextCursor ? "+" : ""})`),
+    list.length ? list.map((a, i) => approvalCard(a, outputs[i])) : h("p", {}, status === "pending" ? "No call is waiting for a decision." : "None."),
+    h("div", { class: "row" },
+      q.get("cursor") ? link("/console/approvals?" + new URLSearchParams([...q].filter(([k]) => k !== "cursor")), "First page") : null,
+      page.nextCursor ? link("/console/approvals?" + next, "Next page") : null));
+}
+
+// viewApproval is one held call: the deep link a notification carries.
+async function viewApproval(id) {
+  const a = await api("GET", "/v1/approvals/" + encodeURIComponent(id));
+  const inv = a.status === "done" ? await api("GET", "/v1/invocations/" + encodeURIComponent(id)).catch(() => null) : null;
+  show(`Held call ${id}`, approvalCard(a, inv), h("p", {}, link("/console/approvals", "Every held call")));
 }
 
 function decideButtons(a) {
@@ -653,7 +699,7 @@ function decideButtons(a) {
     try {
       const v = await api("POST", `/v1/approvals/${encodeURIComponent(a.approvalId)}/approve`, {});
       say(`Approved ${v.approvalId}: ${v.status}${v.outcome ? " (" + v.outcome + ")" : ""}`);
-      await viewApprovals();
+      go("/console/approvals/" + encodeURIComponent(a.approvalId)); // its page shows the run's outcome
     } catch (err) {
       box.replaceChildren(errorBox(err));
     }
@@ -665,7 +711,7 @@ function decideButtons(a) {
       try {
         const v = await api("POST", `/v1/approvals/${encodeURIComponent(a.approvalId)}/reject`, { reason: reason.value });
         say(`Rejected ${v.approvalId}`);
-        await viewApprovals();
+        go("/console/approvals/" + encodeURIComponent(a.approvalId));
       } catch (err) {
         form.append(errorBox(err));
       }
@@ -1013,6 +1059,104 @@ async function viewProviders() {
         table("Tools of " + sv.providerId, ["Capability", "Tool", "Lifecycle"], (sv.tools || []).map((tl) =>
           h("tr", {}, h("td", {}, refLink(tl.ref)), h("td", {}, tl.name), h("td", {}, tl.lifecycle))))))
       : h("p", {}, "None.")));
+}
+
+// ---- grants -----------------------------------------------------------------------------
+
+const GRANT_STATUS = { active: "ok", superseded: "warn", revoked: "bad", proposed: "warn" };
+
+async function viewGrants() {
+  const [res, prof] = await Promise.all([api("GET", "/v1/grants"), api("GET", "/v1/profiles")]);
+  const grants = (res.grants || []).slice().reverse(); // newest first
+  const profiles = Object.keys(prof.profiles || {}).sort();
+  const mayChange = mayOp(viewer, "biome:grant.change@1");
+  const mayRevoke = mayOp(viewer, "biome:grant.revoke@1");
+  const row = (g) => {
+    const box = h("div", {});
+    const actions = g.status !== "active" ? null : h("div", { class: "row" },
+      mayChange ? h("button", { type: "button", onclick: () => box.replaceChildren(changeForm(g, profiles, box)) }, "Change") : null,
+      mayRevoke ? h("button", { type: "button", class: "danger", onclick: () => box.replaceChildren(revokeForm(g, box)) }, "Revoke") : null);
+    return h("section", { class: "card", "aria-label": `Grant ${g.grantId}` },
+      h("dl", {},
+        h("dt", {}, "Biome version"), h("dd", {}, link(`/console/biomes/${encodeURIComponent(g.biomeId)}/${encodeURIComponent(g.version)}`, `${g.biomeId} ${g.version}`)),
+        h("dt", {}, "Status"), h("dd", {}, h("span", { class: "tag " + (GRANT_STATUS[g.status] || "warn") }, g.status),
+          g.supersededBy ? [" by ", h("code", {}, g.supersededBy)] : null),
+        h("dt", {}, "Profile"), h("dd", {}, g.profile),
+        g.customize ? [h("dt", {}, "Customized"), h("dd", {}, Object.keys(g.customize).map((r, i) => [i ? ", " : "", refLink(r)]))] : null,
+        h("dt", {}, "Approved"), h("dd", {}, `by ${g.approvedBy} `, when(g.approvedAt)),
+        g.supersedes ? [h("dt", {}, "Replaced"), h("dd", {}, h("code", {}, g.supersedes))] : null,
+        g.revokedAt ? [h("dt", {}, "Revoked"), h("dd", {}, `by ${g.revokedBy} `, when(g.revokedAt))] : null),
+      h("div", { class: "muted" }, "Grant ", h("code", {}, g.grantId)),
+      actions, box);
+  };
+  const counts = {};
+  for (const g of grants) counts[g.status] = (counts[g.status] || 0) + 1;
+  show("Grants",
+    h("p", { class: "muted" }, "Your org's grants, newest first: ", Object.entries(counts).map(([k, n]) => `${n} ${k}`).join(", ") || "none",
+      ". A change records a new grant of the same biome version that replaces the old one; a revoke ends a grant. Both show their effect before you confirm."),
+    grants.length ? grants.map(row) : h("p", {}, "No grant yet: approve one from a biome version's page."));
+}
+
+// changeForm: a new profile or customization for an active grant, its diff and dry-run
+// impact first, then the confirmation that records it.
+function changeForm(g, profiles, box) {
+  const profile = h("select", { name: "profile" }, profiles.map((p) => h("option", { value: p, selected: p === g.profile }, p)));
+  const customize = h("textarea", { name: "customize", spellcheck: "false" }, JSON.stringify(g.customize || {}, null, 2));
+  const preview = h("div", { "aria-live": "polite" });
+  const body = () => {
+    let c;
+    try { c = JSON.parse(customize.value || "{}"); } catch (_) { throw new Error("Customization: not JSON"); }
+    return { profile: profile.value, customize: c };
+  };
+  const path = "/v1/grants/" + encodeURIComponent(g.grantId) + "/change";
+  const confirm = h("button", { type: "button", class: "primary", hidden: true, onclick: async () => {
+    try {
+      const res = await api("POST", path, body());
+      say(`Grant ${res.grant.grantId} replaces ${g.grantId}`);
+      await viewGrants();
+    } catch (err) {
+      preview.append(errorBox(err));
+    }
+  } }, "Confirm change");
+  const review = h("button", { type: "button", onclick: async () => {
+    confirm.hidden = true;
+    try {
+      const dry = await api("POST", path + "?dryRun=true", body());
+      const i = dry.impact || {};
+      preview.replaceChildren(h("h3", {}, "What changes"),
+        (dry.diff || []).length ? h("ul", { class: "diff", "aria-label": "Changes of the grant" }, dry.diff.map((d) =>
+          h("li", { class: "changed" }, h("code", {}, d.path), `: ${JSON.stringify(d.from)} → ${JSON.stringify(d.to)}`)))
+          : h("p", {}, "Nothing: the new grant would be the same."),
+        h("p", { class: "grant-change-impact", role: "status" }, `Replayed over this org's calls since `, when(i.since), `: ${i.considered} considered; `,
+          h("span", { class: i.allowToDeny ? "tag bad" : "tag ok" }, `${i.allowToDeny} would now be denied`), ", ",
+          h("span", { class: i.denyToAllow ? "tag warn" : "tag ok" }, `${i.denyToAllow} would now be allowed`), "."));
+      confirm.hidden = false;
+    } catch (err) {
+      preview.replaceChildren(errorBox(err));
+    }
+  } }, "Review change");
+  return h("form", { "aria-label": `Change grant ${g.grantId}`, onsubmit: (e) => e.preventDefault() },
+    field("Profile", profile), field("Customization (JSON, by ref)", customize),
+    h("div", { class: "row" }, review, confirm, h("button", { type: "button", onclick: () => box.replaceChildren() }, "Cancel")), preview);
+}
+
+// revokeForm asks before a grant ends: its callers lose what it covers.
+function revokeForm(g, box) {
+  const out = h("div", {});
+  return h("div", { role: "group", "aria-label": `Revoke grant ${g.grantId}` },
+    h("p", { class: "notice" }, `Revoking ends grant ${g.grantId}: the calls it covers (${g.biomeId} ${g.version}, profile ${g.profile}) are denied from now on, `,
+      "on every replica, and calls held under it are denied when someone tries to approve them."),
+    h("div", { class: "row" },
+      h("button", { type: "button", class: "danger", onclick: async () => {
+        try {
+          await api("DELETE", "/v1/grants/" + encodeURIComponent(g.grantId));
+          say(`Grant ${g.grantId} revoked`);
+          await viewGrants();
+        } catch (err) {
+          out.replaceChildren(errorBox(err));
+        }
+      } }, "Confirm revoke"),
+      h("button", { type: "button", onclick: () => box.replaceChildren() }, "Cancel")), out);
 }
 
 render();
