@@ -25,6 +25,8 @@ func hydraMapping() *identity.ClaimMapping {
 		SubjectKind: identity.Field{Default: "service"},
 		Roles:       "scp",
 		Environment: identity.Field{Claim: "xema_env", Default: "service"},
+		// hydra's client-credentials tokens name no org: as --default-org default.
+		Org: identity.Field{Default: identity.DefaultOrg},
 	}
 }
 

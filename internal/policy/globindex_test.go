@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 
@@ -106,7 +105,7 @@ func TestGlobsKeptOutOfIndex(t *testing.T) {
 			if i == 0 && !got.Allow || i > 0 && (got.Allow || got.Reasons[0].Code != "GLOB_DENY") {
 				t.Errorf("round %d, %s: %+v", round, tc.name, got)
 			}
-			if !reflect.DeepEqual(got, want) {
+			if !sameDecision(got, want) {
 				t.Errorf("round %d, %s: engine %+v, stock OPA on the served bundle %+v", round, tc.name, got, want)
 			}
 		}

@@ -36,7 +36,7 @@ func TestConsoleOIDC(t *testing.T) {
 		t.Fatal(err)
 	}
 	client := h.CreatePublicClient(t, "http://127.0.0.1:1/console/callback", "xema")
-	g := startGateway(t, "", "--issuer", h.Issuer, "--audience", "xema", "--claim-mapping", mapping,
+	g := startGateway(t, "", "--issuer", h.Issuer, "--audience", "xema", "--default-org", "default", "--claim-mapping", mapping,
 		"--console-client-id", client.ID, "--egress-allow", "127.0.0.1/32")
 	callback := g.URL + "/console/callback"
 	h.SetRedirectURI(t, client, callback)
