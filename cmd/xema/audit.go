@@ -99,6 +99,6 @@ func newAuditCmd() *cobra.Command {
 	fl.IntVar(&limit, "limit", 0, "records per page (1-100; default 50)")
 	fl.BoolVar(&all, "all", false, "follow the cursors to the last page")
 	auditCmd := &cobra.Command{Use: "audit", Short: "Work with the audit log"}
-	auditCmd.AddCommand(search, newAuditVerifyCmd())
+	auditCmd.AddCommand(search, newAuditVerifyCmd(), newAuditPruneCmd())
 	return auditCmd
 }

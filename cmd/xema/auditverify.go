@@ -2,28 +2,36 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/xemahq/xema/internal/app"
 	"github.com/xemahq/xema/internal/audit"
+	"github.com/xemahq/xema/internal/deploykeys"
 	"github.com/xemahq/xema/internal/timearg"
 )
 
 // newAuditVerifyCmd is `xema audit verify`.
 func newAuditVerifyCmd() *cobra.Command {
 	var sf storeFlags
-	var sinceAt string
+	var mf masterFlags
+	var sinceAt, archive string
 	cmd := &cobra.Command{
 		Use:   "verify",
-		Short: "Check the audit log's hash chains: exit 0 when intact, 1 naming the first record altered, deleted or inserted",
+		Short: "Check the audit log's hash chains (or an archive's): exit 0 when intact, 1 naming the first record altered, deleted or inserted",
 		Long: `verify re-derives every hash chain of the audit log from its records and compares it with the
 checkpointed chain heads. It detects a record altered, deleted (a gap, or a shortened tail) or
 inserted behind the gateway's back, even with the append-only triggers dropped. Records older
-than every chain (written before chaining existed) are counted, not judged.`,
+than every chain (written before chaining existed) are counted, not judged. A pruned log is
+verified from each chain's prune checkpoint on (the checkpoint itself is authenticated).
+
+With --archive FILE it verifies an archive written by xema audit prune by itself: every record's
+link, each segment complete, its manifest and end authenticated. Both need the deployment's
+chain keys: the store and the master key.`,
 		Example: `  xema audit verify --data-dir .xema
-  xema audit verify --store postgres://... --since 2026-12-01T00:00:00Z`,
+  xema audit verify --store postgres://... --since 2026-12-01T00:00:00Z
+  xema audit verify --data-dir .xema --archive audit-2026-09.jsonl.gz`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var since time.Time
@@ -40,32 +48,62 @@ than every chain (written before chaining existed) are counted, not judged.`,
 				return err
 			}
 			defer st.Close()
-			// Only read: a store no gateway ever chained has no heads, and needs no key (asking
-			// for it would store one).
-			var key []byte
+			// Only read: a store no gateway ever chained has no heads and needs no master key.
+			var keys [][]byte
 			if heads, err := st.ChainHeads(ctx); err != nil {
 				return err
-			} else if len(heads) > 0 {
-				if key, err = app.DeploymentKey(ctx, st, audit.KeyChain); err != nil {
+			} else if len(heads) > 0 || archive != "" {
+				w, err := mf.open(sf.dataDir)
+				if err != nil {
+					return err
+				}
+				if keys, err = deploykeys.ChainKeys(ctx, st, w); err != nil {
 					return err
 				}
 			}
-			res, err := audit.Verify(ctx, st, key, since)
-			if err != nil {
-				return err
-			}
 			out := cmd.OutOrStdout()
-			if res.Verified {
-				fmt.Fprintf(out, "intact: %d chain(s), %d chained record(s), %d older unchained record(s)\n", res.Chains, res.Records, res.Legacy)
-				return nil
+			var breaks []audit.Break
+			if archive != "" {
+				f, err := os.Open(archive)
+				if err != nil {
+					return &exitError{code: 2, err: fmt.Errorf("--archive: %w", err)}
+				}
+				defer f.Close()
+				res, err := audit.VerifyArchive(f, keys)
+				if err != nil {
+					return &exitError{code: 2, err: fmt.Errorf("--archive %s: %w", archive, err)}
+				}
+				if res.Verified {
+					fmt.Fprintf(out, "intact archive: %d segment(s), %d record(s) (%d unchained), before %s\n", len(res.Manifest.Chains),
+						res.Records, res.Unchained, res.Manifest.Before.Format(time.RFC3339))
+					return nil
+				}
+				breaks = res.Breaks
+			} else {
+				res, err := audit.Verify(ctx, st, keys, since)
+				if err != nil {
+					return err
+				}
+				if res.Verified {
+					fmt.Fprintf(out, "intact: %d chain(s), %d chained record(s), %d older unchained record(s)", res.Chains, res.Records, res.Legacy)
+					if !res.Pruned.Before.IsZero() {
+						fmt.Fprintf(out, "; pruned before %s (verified from each chain's checkpoint; %d pruned record(s) awaiting deletion)",
+							res.Pruned.Before.UTC().Format(time.RFC3339), res.Pending)
+					}
+					fmt.Fprintln(out)
+					return nil
+				}
+				breaks = res.Breaks
 			}
-			for _, b := range res.Breaks {
+			for _, b := range breaks {
 				fmt.Fprintln(out, "BROKEN:", b.Error())
 			}
-			return &exitError{code: 1, err: fmt.Errorf("audit log not intact: first break at %s", res.Breaks[0].Error())}
+			return &exitError{code: 1, err: fmt.Errorf("audit log not intact: first break at %s", breaks[0].Error())}
 		},
 	}
 	sf.add(cmd)
+	mf.add(cmd)
 	cmd.Flags().StringVar(&sinceAt, "since", "", "only report breaks at records from this time on: RFC 3339, or a duration ago such as 24h")
+	cmd.Flags().StringVar(&archive, "archive", "", "verify this archive (written by xema audit prune --archive) instead of the live log")
 	return cmd
 }

@@ -57,6 +57,7 @@ func newCredentialCmd() *cobra.Command {
 
 	var dsn, dataDir string
 	var prune bool
+	var mf masterFlags
 	rotateCmd := &cobra.Command{
 		Use:   "rotate-key",
 		Short: "Put a new key first in the credential keyring and reseal every credential under it",
@@ -72,7 +73,11 @@ to reseal; remove the old key afterwards.`,
 				return &exitError{code: 2, err: err}
 			}
 			defer st.Close()
-			keys, err := credential.OpenKeys(dataDir, secretbox.SourceFromEnv(os.Getenv))
+			master, err := mf.open(dataDir)
+			if err != nil {
+				return err
+			}
+			keys, err := credential.OpenKeys(dataDir, secretbox.SourceFromEnv(os.Getenv), master)
 			if err != nil {
 				return &exitError{code: 2, err: err}
 			}
@@ -88,6 +93,7 @@ to reseal; remove the old key afterwards.`,
 	rotateCmd.Flags().StringVar(&dsn, "store", "", "store: empty for SQLite under --data-dir, sqlite:PATH, or postgres://... (also XEMA_STORE)")
 	rotateCmd.Flags().StringVar(&dataDir, "data-dir", ".xema", "data directory (the keyring file and the embedded SQLite store)")
 	rotateCmd.Flags().BoolVar(&prune, "prune", false, "after resealing, drop every key but the new one from the keyring file")
+	mf.add(rotateCmd)
 
 	credCmd.AddCommand(createCmd, listCmd, deleteCmd, rotateCmd)
 	return credCmd

@@ -152,6 +152,9 @@ func printReplay(out io.Writer, rep *replay.Report, took time.Duration) {
 	if rep.NotReplayable > 0 {
 		fmt.Fprintf(out, "; %d recorded before replay existed (not replayable)", rep.NotReplayable)
 	}
+	if rep.PrunedBefore != "" {
+		fmt.Fprintf(out, "; the window reaches pruned records: calls before %s are not replayed", rep.PrunedBefore)
+	}
 	fmt.Fprintln(out)
 	if len(rep.Changes) == 0 {
 		return

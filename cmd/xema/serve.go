@@ -26,6 +26,7 @@ import (
 	"github.com/xemahq/xema/internal/federation"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
+	"github.com/xemahq/xema/internal/masterkey"
 	"github.com/xemahq/xema/internal/oauth"
 	"github.com/xemahq/xema/internal/secretbox"
 	"github.com/xemahq/xema/internal/server"
@@ -44,6 +45,7 @@ func newServeCmd() *cobra.Command {
 		config  string
 		bound   boundaryFlags
 		web     webFlags
+		mf      masterFlags
 		notifyF notifyFlags
 	)
 	cmd := &cobra.Command{
@@ -62,6 +64,7 @@ func newServeCmd() *cobra.Command {
 				return &exitError{code: 2, err: err}
 			}
 			fromEnv(&cfg, &idCfg)
+			cfg.MasterKey = masterkey.SourceFromEnv(mf.file, cfg.DataDir, os.Getenv)
 			if err := bound.apply(&cfg, idCfg); err != nil {
 				return &exitError{code: 2, err: err}
 			}
@@ -92,6 +95,9 @@ func newServeCmd() *cobra.Command {
 	f.DurationVar(&cfg.ApprovalTTL, "approval-ttl", 24*time.Hour, "how long a call held for human approval may wait before it expires and never runs")
 	f.DurationVar(&cfg.MCPResyncEvery, "mcp-resync-every", 0, "how often to sync every external MCP server's tools (0: only on its tools/list_changed)")
 	f.DurationVar(&cfg.UnauthAuditInterval, "unauth-audit-interval", gateway.DefaultUnauthInterval, "unauthenticated attempts are audited in one record per route, reason and source per interval of this length")
+	f.StringVar(&mf.file, "master-key-file", "", "file of the master key wrapping the deployment's keys (also "+masterkey.EnvKeyFile+", or inline in "+
+		masterkey.EnvKey+"); default: DATA_DIR/"+masterkey.FileName+", generated at first start (development only: it lies beside the data)")
+	f.Var(retention{&cfg.AuditRetain}, "audit-retain", "remove audit records older than this (90d, 720h; 0 keeps everything), checked every 10 minutes in small batches")
 	f.StringVar(&idCfg.Issuer, "issuer", "", "external OIDC issuer URL (default: the development issuer)")
 	f.StringVar(&idCfg.Audience, "audience", "", "required token audience with --issuer")
 	f.StringVar(&idCfg.JWKSURL, "jwks-url", "", "JWKS URL of --issuer (default: discovered from the issuer)")

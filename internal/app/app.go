@@ -4,7 +4,6 @@ package app
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -28,6 +27,7 @@ import (
 	"github.com/xemahq/xema/internal/credential"
 	"github.com/xemahq/xema/internal/decisionlog"
 	"github.com/xemahq/xema/internal/demo"
+	"github.com/xemahq/xema/internal/deploykeys"
 	"github.com/xemahq/xema/internal/egress"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/federation"
@@ -37,6 +37,7 @@ import (
 	"github.com/xemahq/xema/internal/insight"
 	"github.com/xemahq/xema/internal/kernel"
 	"github.com/xemahq/xema/internal/manifest"
+	"github.com/xemahq/xema/internal/masterkey"
 	"github.com/xemahq/xema/internal/notify"
 	"github.com/xemahq/xema/internal/periodic"
 	"github.com/xemahq/xema/internal/policy"
@@ -99,6 +100,12 @@ type Config struct {
 	// SecretKeys is where the credential keyring comes from ($XEMA_SECRET_KEY or
 	// $XEMA_SECRET_KEY_FILE); empty is DataDir/secret.key, created at first start.
 	SecretKeys secretbox.Source
+	// MasterKey wraps the per-deployment keys and the credential keyring file
+	// (--master-key-file, $XEMA_MASTER_KEY or $XEMA_MASTER_KEY_FILE); with none, the
+	// development default DataDir/master.key, generated at first start with a warning.
+	MasterKey masterkey.Source
+	// AuditRetain, when above 0, prunes audit records older than it (--audit-retain).
+	AuditRetain time.Duration
 	// Now is the approvals' clock (held calls' expiry, leases); nil is time.Now. Tests move it.
 	Now func() time.Time
 	// MaxInflight bounds the outbound calls running at once, MaxPerProvider those of one
@@ -118,6 +125,9 @@ func (c Config) Validate() error {
 	if err := c.SecretKeys.Check(); err != nil {
 		return err
 	}
+	if err := c.MasterKey.Check(); err != nil {
+		return err
+	}
 	switch {
 	case c.OperatorOrg == "":
 		return errors.New("--operator-org: want an org name")
@@ -131,6 +141,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--approval-ttl %v: want more than 0", c.ApprovalTTL)
 	case c.ReloadEvery < 0:
 		return fmt.Errorf("--reload-every %v: want more than 0", c.ReloadEvery)
+	case c.AuditRetain < 0 || (c.AuditRetain > 0 && c.AuditRetain < time.Hour):
+		return fmt.Errorf("--audit-retain %v: want 0 (keep everything) or at least 1h", c.AuditRetain)
 	}
 	if c.BiomesDir != "" {
 		// A gateway serving without the biomes it was told to load would answer every call
@@ -183,6 +195,8 @@ type App struct {
 	draining atomic.Bool
 
 	decisions *decisionlog.Exporter // nil unless Config.DecisionLog
+	// chainKeys are the audit chain keys, current first (a prune verifies and checkpoints under them).
+	chainKeys [][]byte
 	// counters are the rate and quota counters in memory on the embedded store (nil on
 	// PostgreSQL, whose replicas share the store's rows): saved with each audit batch.
 	counters *ratelimit.Memory
@@ -235,11 +249,19 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if cfg.WrapTransport != nil {
 		a.HTTP.Transport = cfg.WrapTransport(a.HTTP.Transport)
 	}
-	keys, err := deploymentKeys(ctx, st)
+	if cfg.MasterKey.DataDir == "" {
+		cfg.MasterKey.DataDir = cfg.DataDir
+	}
+	master, err := cfg.MasterKey.Open(true)
 	if err != nil {
 		return nil, a.closeWith(err)
 	}
-	a.Audit = &audit.Log{Store: st, Chain: audit.NewChain(keys.chain)}
+	keys, err := deploykeys.Load(ctx, st, master)
+	if err != nil {
+		return nil, a.closeWith(err)
+	}
+	a.chainKeys = keys.Chains
+	a.Audit = &audit.Log{Store: st, Chain: audit.NewChain(keys.Chain)}
 	limiter := &ratelimit.Limiter{Counter: st}
 	if !engine.IsPostgres(cfg.StoreDSN) { // one process owns the SQLite file: its counters may live here
 		if a.counters, err = ratelimit.LoadMemory(ctx, st, time.Now()); err != nil {
@@ -262,7 +284,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	a.Publisher = &catalog.Publisher{Store: st, OperatorOrg: cfg.OperatorOrg, Kernel: a.Kernel, Envs: a.envs, Profiles: a.profiles,
 		Changed: a.Rebuild, CheckURL: a.Egress.CheckURL}
-	if a.Bindings, err = bindings(cfg.DataDir, cfg.SecretKeys, st, a.Egress, a.HTTP); err != nil {
+	if a.Bindings, err = bindings(cfg.DataDir, cfg.SecretKeys, master, st, a.Egress, a.HTTP); err != nil {
 		return nil, a.closeWith(err)
 	}
 	a.Publisher.HasBinding = a.Bindings.Serves
@@ -292,7 +314,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	// approval service over the funnel.
 	a.unauth = &gateway.UnauthAggregator{Audit: a.Audit, Revision: eng.Revision, Interval: cfg.UnauthAuditInterval}
 	if a.Gateway, err = gateway.New(gateway.Deps{Catalog: a.Catalog, Policy: eng, Audit: a.Audit, Kernel: a.Kernel,
-		Tokens: cfg.Tokens, HTTP: a.HTTP, CursorKey: keys.cursor, InputHashKey: keys.inputHash,
+		Tokens: cfg.Tokens, HTTP: a.HTTP, CursorKey: keys.Cursor, InputHashKey: keys.InputHash,
 		Resolvers: []gateway.Resolver{a.Bindings, a.Federation}, Limiter: limiter,
 		Approvals: &approval.Queue{Store: st, TTL: cfg.ApprovalTTL, Now: cfg.Now, Notify: notifier}, Outbound: gateway.NewSlots(cfg.MaxInflight),
 		PerProvider: gateway.NewProviderSlots(cfg.MaxPerProvider), Unauth: a.unauth, Spool: a.Spool, Idempotency: st}); err != nil {
@@ -329,44 +351,11 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	return a, nil
 }
 
-// keys are the per-deployment secrets.
-type keys struct{ cursor, inputHash, chain []byte }
-
-// deploymentKeys loads the search cursor key, the audit input-hash key and the audit chain
-// key, generating each on the deployment's first start.
-func deploymentKeys(ctx context.Context, st store.Store) (keys, error) {
-	var k keys
-	var err error
-	for _, d := range []struct {
-		name string
-		dst  *[]byte
-	}{{audit.KeyCursor, &k.cursor}, {audit.KeyInputHash, &k.inputHash}, {audit.KeyChain, &k.chain}} {
-		if *d.dst, err = DeploymentKey(ctx, st, d.name); err != nil {
-			return keys{}, err
-		}
-	}
-	return k, nil
-}
-
-// DeploymentKey loads the per-deployment secret name, generating it (32 random bytes) if no
-// replica has yet. The store keeps the first one written, so replicas starting together, and
-// every later start, agree on the same key.
-func DeploymentKey(ctx context.Context, st store.Store, name string) ([]byte, error) {
-	candidate := make([]byte, 32)
-	if _, err := rand.Read(candidate); err != nil {
-		return nil, fmt.Errorf("deployment key %s: %w", name, err)
-	}
-	key, err := st.DeploymentKey(ctx, name, candidate)
-	if err != nil {
-		return nil, fmt.Errorf("deployment key %s: %w", name, err)
-	}
-	return key, nil
-}
-
 // bindings opens the credential keyring (src, or a key file created under dataDir at first
 // start) and the binding service over st, calling providers with hc.
-func bindings(dataDir string, src secretbox.Source, st store.Store, pol *egress.Policy, hc *http.Client) (*binding.Service, error) {
-	keys, err := credential.OpenKeys(dataDir, src)
+func bindings(dataDir string, src secretbox.Source, master masterkey.Wrapper, st store.Store, pol *egress.Policy,
+	hc *http.Client) (*binding.Service, error) {
+	keys, err := credential.OpenKeys(dataDir, src, master)
 	if err != nil {
 		return nil, fmt.Errorf("credentials: %w", err)
 	}
@@ -579,7 +568,7 @@ func (a *App) grantImpact(ctx context.Context, candidate store.Grant, since time
 		return catalog.Impact{}, fmt.Errorf("dry run: %w", err)
 	}
 	return catalog.Impact{Considered: rep.Considered, AllowToDeny: rep.AllowToDeny, DenyToAllow: rep.DenyToAllow,
-		Since: since.UTC().Format(time.RFC3339), Truncated: rep.Truncated}, nil
+		Since: since.UTC().Format(time.RFC3339), Truncated: rep.Truncated, PrunedBefore: rep.PrunedBefore}, nil
 }
 
 // MaxDryRunDecisions bounds the recorded calls a grant's dry run replays (the oldest of the
@@ -645,6 +634,29 @@ func (a *App) PruneRateCounters(ctx context.Context, every time.Duration) {
 			slog.Info("pruned rate counters of ended windows", "rows", n)
 		}
 	})
+}
+
+// PruneAudit removes the audit records older than the retention every `every`, until ctx
+// ends (--audit-retain): in small batches, so appends go on. Replicas may all prune: the
+// checkpoints never move back and the deletes are idempotent.
+func (a *App) PruneAudit(ctx context.Context, every time.Duration) {
+	if a.cfg.AuditRetain <= 0 {
+		return
+	}
+	periodic.Every(ctx, every, func(now time.Time) { a.pruneAudit(ctx, now) })
+}
+
+// pruneAudit is one tick of PruneAudit.
+func (a *App) pruneAudit(ctx context.Context, now time.Time) {
+	res, err := audit.Prune(ctx, a.Store, a.chainKeys, audit.PruneOptions{Before: now.Add(-a.cfg.AuditRetain), Now: now})
+	switch {
+	case errors.Is(err, store.ErrConflict):
+		slog.Debug("audit prune: another replica pruned further meanwhile", "err", err)
+	case err != nil && ctx.Err() == nil:
+		slog.Error("audit prune failed; retrying next tick", "deleted", res.Deleted, "err", err)
+	case res.Deleted > 0:
+		slog.Info("pruned audit records beyond the retention", "retain", a.cfg.AuditRetain, "records", res.Deleted, "chains", res.Chains)
+	}
 }
 
 // listen keeps a revision subscription, resubscribing every retry until ctx ends.

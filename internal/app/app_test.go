@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/xemahq/xema/internal/fault"
+	"github.com/xemahq/xema/internal/masterkey"
 	"github.com/xemahq/xema/internal/secretbox"
 	"github.com/xemahq/xema/internal/store"
 )
@@ -101,6 +102,8 @@ func TestConfigValidateNamesTheFlag(t *testing.T) {
 		"--mcp-resync-every":      func(c *Config) { c.MCPResyncEvery = -time.Second },
 		"--approval-ttl":          func(c *Config) { c.ApprovalTTL = -time.Second },
 		"--reload-every":          func(c *Config) { c.ReloadEvery = -time.Second },
+		"--audit-retain":          func(c *Config) { c.AuditRetain = time.Minute },
+		"--master-key-file":       func(c *Config) { c.MasterKey = masterkey.Source{Inline: "k", File: "/k"} },
 		// Not a flag: both keyring variables set is refused before anything opens.
 		"XEMA_SECRET_KEY_FILE": func(c *Config) { c.SecretKeys = secretbox.Source{Inline: "k", File: "/k"} },
 	} {

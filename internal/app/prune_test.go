@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xemahq/xema/internal/audit"
 	"github.com/xemahq/xema/internal/policy"
 	"github.com/xemahq/xema/internal/ratelimit"
 	"github.com/xemahq/xema/internal/store"
@@ -78,5 +79,36 @@ func TestRateCountsSurviveRestart(t *testing.T) {
 		if err := a.Close(); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// --audit-retain: one tick prunes the records older than the retention through the
+// gateway's own chain keys, keeps the newer ones, and the log still verifies.
+func TestPruneAuditRetention(t *testing.T) {
+	ctx := context.Background()
+	a, err := New(ctx, Config{DataDir: t.TempDir(), AuditRetain: 24 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	now := time.Now()
+	for i, at := range []time.Time{now.Add(-72 * time.Hour), now.Add(-48 * time.Hour), now.Add(-time.Hour)} {
+		r := store.AuditRecord{ID: audit.NewID("inv_"), Time: at, Ref: "kb:page.read@1", Decision: audit.DecisionAllowed,
+			Reasons: []byte(`[]`), Outcome: "ok", LatencyMicros: int64(i)}
+		if err := a.Audit.Append(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.pruneAudit(ctx, now)
+	var left int
+	if err := a.Store.ScanAudit(ctx, store.AuditFilter{}, func(store.AuditRecord) error { left++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if left != 1 {
+		t.Fatalf("%d records left, want the one within the retention", left)
+	}
+	res, err := audit.Verify(ctx, a.Store, a.chainKeys, time.Time{})
+	if err != nil || !res.Verified || res.Pruned.Before.IsZero() {
+		t.Fatalf("verify after the retention's prune = %+v, %v", res, err)
 	}
 }

@@ -83,10 +83,15 @@ func (a *App) Run(ctx context.Context, l Listener) error {
 }
 
 // runLoops starts the background work of a serving gateway; each ends with ctx.
+// auditPruneEvery is how often --audit-retain prunes: a boundary that moved by ten minutes
+// is a few thousand records at most for a busy gateway, a few batches.
+const auditPruneEvery = 10 * time.Minute
+
 func (a *App) runLoops(ctx context.Context) {
 	go a.Watch(ctx, a.cfg.ReloadEvery)
 	go a.Policy.WatchExtra(ctx, a.cfg.PolicyDirPoll)
 	go a.PruneRateCounters(ctx, time.Minute)
+	go a.PruneAudit(ctx, auditPruneEvery)
 	go a.unauth.Run(ctx)
 	go a.Federation.ResyncEvery(ctx, a.cfg.MCPResyncEvery)
 	go a.Maintain(ctx, 15*time.Second)

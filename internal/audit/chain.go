@@ -136,32 +136,77 @@ func (b Break) Error() string {
 
 // VerifyResult counts what Verify read.
 type VerifyResult struct {
-	Chains   int
-	Records  int // chained records verified
-	Legacy   int // records older than every chain (written before chaining existed)
+	Chains  int
+	Records int // chained records verified
+	Legacy  int // records older than every chain (written before chaining existed)
+	// Pending counts records at or below their chain's prune checkpoint not deleted yet (a
+	// prune under way, or one interrupted): they are beyond the verified range.
+	Pending int
+	// Pruned is the last prune's boundary (zero when the log was never pruned): each chain
+	// is verified from its checkpoint on.
+	Pruned   store.PruneBoundary
 	Breaks   []Break
 	Verified bool
+}
+
+// BaseMAC authenticates a chain's prune checkpoint (its last pruned link) under the chain's
+// key: a checkpoint moved by anyone without the key does not verify.
+func BaseMAC(key []byte, chainID string, seq int64, hash string) string {
+	mac := hmac.New(sha256.New, key)
+	fmt.Fprintf(mac, "xema-prune-base\x00%d:%s%d:%d%d:%s", len(chainID), chainID, len(strconv.FormatInt(seq, 10)), seq, len(hash), hash)
+	return "hmac-sha256:" + hex.EncodeToString(mac.Sum(nil))
+}
+
+// chainKey picks, among keys (the current chain key first, then retired ones), the one a
+// chain was written under: the one its checkpoint's MAC verifies under, or else its first
+// record's link. -1 when none does.
+func chainKey(keys [][]byte, h store.ChainHead, first *store.AuditRecord, prev string) int {
+	for i, k := range keys {
+		switch {
+		case h.BaseSeq > 0:
+			if hmac.Equal([]byte(BaseMAC(k, h.ChainID, h.BaseSeq, h.BaseHash)), []byte(h.BaseMAC)) {
+				return i
+			}
+		case first != nil:
+			if LinkHash(k, prev, *first) == first.Chain.Hash {
+				return i
+			}
+		}
+	}
+	return -1
 }
 
 // Verify re-derives every chain of the store from its records and checks it against the
 // checkpointed heads: an altered record, a deleted one (a gap, or a tail shorter than its
 // head), one inserted out of order or behind the gateway's back (unchained, or of an unknown
-// chain) is a Break; the first of each chain is reported, in chain order. Only breaks at
-// records from since on are reported (zero: all). It only reads.
-func Verify(ctx context.Context, st store.Store, key []byte, since time.Time) (VerifyResult, error) {
+// chain) is a Break; the first of each chain is reported, in chain order. keys are the
+// chain keys, current first: each chain is verified under the one it was written with, so
+// chains written before a key rotation still verify. A pruned chain is verified from its
+// checkpoint (whose MAC must verify) on: a prune is no break, a deletion above the
+// checkpoint is one. Only breaks at records from since on are reported (zero: all). It
+// only reads.
+func Verify(ctx context.Context, st store.Store, keys [][]byte, since time.Time) (VerifyResult, error) {
 	var res VerifyResult
 	heads, err := st.ChainHeads(ctx)
 	if err != nil {
 		return res, err
 	}
-	mac := hmac.New(sha256.New, key)
+	if res.Pruned, err = st.PruneBoundary(ctx); err != nil {
+		return res, err
+	}
+	if len(heads) > 0 && len(keys) == 0 {
+		return res, fmt.Errorf("verify: %w: the log has chains but no chain key was given", store.ErrInvalid)
+	}
+	macs := make([]hash.Hash, len(keys))
+	for i, k := range keys {
+		macs[i] = hmac.New(sha256.New, k)
+	}
 	known := make(map[string]store.ChainHead, len(heads))
 	var firstChained time.Time
 	for _, h := range heads {
 		known[h.ChainID] = h
 		res.Chains++
-		var prev string
-		var want int64 = 1
+		prev, want := h.BaseHash, h.BaseSeq+1
 		broken := false
 		report := func(r store.AuditRecord, seq int64, problem string) {
 			if !broken && (since.IsZero() || !r.Time.Before(since)) {
@@ -169,15 +214,31 @@ func Verify(ctx context.Context, st store.Store, key []byte, since time.Time) (V
 			}
 			broken = true
 		}
+		k := -1
+		if h.BaseSeq > 0 {
+			if k = chainKey(keys, h, nil, ""); k < 0 {
+				report(store.AuditRecord{Time: h.UpdatedAt}, h.BaseSeq, "the prune checkpoint does not verify under any chain key: it was moved behind the gateway's back")
+				k = 0
+			}
+		}
 		err := st.ScanAudit(ctx, store.AuditFilter{ChainID: h.ChainID}, func(r store.AuditRecord) error {
+			if r.Chain.Seq <= h.BaseSeq {
+				res.Pending++
+				return nil
+			}
 			res.Records++
 			if firstChained.IsZero() || r.Time.Before(firstChained) {
 				firstChained = r.Time
 			}
+			if k < 0 {
+				if k = chainKey(keys, h, &r, prev); k < 0 {
+					k = 0 // no key verifies it: reported below under the current one
+				}
+			}
 			switch {
 			case r.Chain.Seq != want:
 				report(r, want, fmt.Sprintf("expected seq %d, found %d: a record was deleted or inserted out of order", want, r.Chain.Seq))
-			case linkHash(mac, prev, r) != r.Chain.Hash:
+			case linkHash(macs[k], prev, r) != r.Chain.Hash:
 				report(r, r.Chain.Seq, "hash mismatch: the record was altered (or its predecessor was)")
 			}
 			prev, want = r.Chain.Hash, r.Chain.Seq+1

@@ -34,14 +34,14 @@ func TestChainVerifies(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.Close()
-	res, err := Verify(ctx, st, key, time.Time{})
+	res, err := Verify(ctx, st, [][]byte{key}, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !res.Verified || res.Chains != 1 || res.Records != 21 {
 		t.Fatalf("verify: %+v", res)
 	}
-	if res, _ := Verify(ctx, st, []byte("other key"), time.Time{}); res.Verified {
+	if res, _ := Verify(ctx, st, [][]byte{[]byte("other key")}, time.Time{}); res.Verified {
 		t.Fatal("verified under another key")
 	}
 }

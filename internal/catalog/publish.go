@@ -298,6 +298,9 @@ type Impact struct {
 	Since       string `json:"since"`
 	// Truncated is true when the replay stopped at its bound before the window's end.
 	Truncated bool `json:"truncated,omitempty"`
+	// PrunedBefore is set when Since reaches before the audit retention's boundary: calls
+	// recorded before it were pruned and are not counted.
+	PrunedBefore string `json:"prunedBefore,omitempty"`
 }
 
 // DryRun validates a grant exactly as Install does and answers the grant it would record with

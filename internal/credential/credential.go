@@ -170,7 +170,7 @@ func (v *Vault) Open(ctx context.Context, id string) (Secret, error) {
 // number of credentials resealed.
 func (v *Vault) Rotate(ctx context.Context, prune bool) (string, int, error) {
 	if v.Keys.path != "" {
-		if err := prependKey(v.Keys.path); err != nil {
+		if err := v.Keys.prependKey(); err != nil {
 			return "", 0, err
 		}
 	}
@@ -190,7 +190,7 @@ func (v *Vault) Rotate(ctx context.Context, prune bool) (string, int, error) {
 		return "", 0, fmt.Errorf("rotate: %w", err)
 	}
 	if prune && v.Keys.path != "" {
-		if err := keepNewest(v.Keys.path); err != nil {
+		if err := v.Keys.keepNewest(); err != nil {
 			return "", 0, err
 		}
 	}

@@ -26,7 +26,7 @@ func vault(t *testing.T) (*credential.Vault, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	keys, err := credential.OpenKeys(dir, secretbox.Source{})
+	keys, err := credential.OpenKeys(dir, secretbox.Source{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

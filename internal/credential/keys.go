@@ -1,17 +1,20 @@
 package credential
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/xemahq/xema/internal/atomicfile"
+	"github.com/xemahq/xema/internal/masterkey"
 	"github.com/xemahq/xema/internal/secretbox"
 )
 
@@ -24,6 +27,9 @@ const KeyFileName = "secret.key"
 // a key rotated by `xema credential rotate-key` without a restart.
 type Keys struct {
 	path string // "" when the keyring comes from the environment
+	// master wraps the keyring file under the data directory (nil: the file is plain). A
+	// file the operator names (XEMA_SECRET_KEY_FILE) is theirs and stays as they wrote it.
+	master masterkey.Wrapper
 
 	mu sync.Mutex
 	kr *secretbox.Keyring
@@ -31,8 +37,9 @@ type Keys struct {
 }
 
 // OpenKeys loads the keyring of src (an inline keyring, or a file) or else dataDir/secret.key,
-// creating that file (0600, one fresh AES-256 key) at first start.
-func OpenKeys(dataDir string, src secretbox.Source) (*Keys, error) {
+// creating that file (0600, one fresh AES-256 key) at first start. With master, that file is
+// kept wrapped by the master key: a plain one (written by an older version) is wrapped in place.
+func OpenKeys(dataDir string, src secretbox.Source, master masterkey.Wrapper) (*Keys, error) {
 	if err := src.Check(); err != nil {
 		return nil, err
 	}
@@ -43,18 +50,85 @@ func OpenKeys(dataDir string, src secretbox.Source) (*Keys, error) {
 		}
 		return &Keys{kr: kr}, nil
 	}
-	path := src.File
-	if path == "" {
-		path = filepath.Join(dataDir, KeyFileName)
-		if err := createKeyFile(path); err != nil {
+	k := &Keys{path: src.File}
+	if k.path == "" {
+		k.path, k.master = filepath.Join(dataDir, KeyFileName), master
+		if err := k.create(); err != nil {
+			return nil, err
+		}
+		if err := k.wrapInPlace(); err != nil {
 			return nil, err
 		}
 	}
-	k := &Keys{path: path}
 	if _, err := k.Current(); err != nil {
 		return nil, err
 	}
 	return k, nil
+}
+
+// wrappedAAD binds the wrapped keyring file to its purpose.
+var wrappedAAD = []byte("credential-keyring")
+
+// wrapInPlace rewrites a plain keyring file wrapped, when the Keys wrap.
+func (k *Keys) wrapInPlace() error {
+	if k.master == nil {
+		return nil
+	}
+	b, err := k.readFile()
+	if err != nil || masterkey.IsWrapped(b) {
+		return err
+	}
+	return k.write(string(b))
+}
+
+// readFile reads the keyring file as stored, refusing one readable by group or others.
+func (k *Keys) readFile() ([]byte, error) {
+	fi, err := os.Stat(k.path)
+	if err != nil {
+		return nil, fmt.Errorf("credential keyring: %w", err)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("credential keyring: %w: key file %s has mode %o, want 0600 or stricter", secretbox.ErrBadKey, k.path, fi.Mode().Perm())
+	}
+	b, err := os.ReadFile(k.path)
+	if err != nil {
+		return nil, fmt.Errorf("credential keyring: %w", err)
+	}
+	return b, nil
+}
+
+// plain is the keyring file's content, unwrapped.
+func (k *Keys) plain() (string, error) {
+	b, err := k.readFile()
+	if err != nil {
+		return "", err
+	}
+	if !masterkey.IsWrapped(b) {
+		return string(b), nil
+	}
+	if k.master == nil {
+		return "", fmt.Errorf("credential keyring %s: %w: the file is wrapped by a master key and none is configured", k.path, masterkey.ErrNoMasterKey)
+	}
+	pt, err := k.master.Unwrap(context.Background(), b, wrappedAAD)
+	if err != nil {
+		return "", fmt.Errorf("credential keyring %s: %w", k.path, err)
+	}
+	return string(pt), nil
+}
+
+// write replaces the keyring file with content, wrapped when the Keys wrap.
+func (k *Keys) write(content string) error {
+	b := []byte(content)
+	if k.master != nil {
+		var err error
+		if b, err = k.master.Wrap(context.Background(), b, wrappedAAD); err != nil {
+			return fmt.Errorf("credential keyring: %w", err)
+		}
+	}
+	if err := atomicfile.Write(k.path, b, 0o600); err != nil {
+		return fmt.Errorf("credential keyring: %w", err)
+	}
+	return nil
 }
 
 // Path is the keyring file, or "" when the keyring comes from XEMA_SECRET_KEY.
@@ -76,35 +150,40 @@ func (k *Keys) Current() (*secretbox.Keyring, error) {
 	if k.kr != nil && k.fi != nil && os.SameFile(fi, k.fi) && fi.ModTime().Equal(k.fi.ModTime()) && fi.Size() == k.fi.Size() {
 		return k.kr, nil
 	}
-	kr, err := secretbox.FromFile(k.path)
+	content, err := k.plain()
 	if err != nil {
-		return nil, fmt.Errorf("credential keyring: %w", err)
+		return nil, err
+	}
+	kr, err := secretbox.Parse(content)
+	if err != nil {
+		return nil, fmt.Errorf("credential keyring %s: %w", k.path, err)
 	}
 	k.kr, k.fi = kr, fi
 	return kr, nil
 }
 
-// createKeyFile writes a keyring file with one new key unless the file exists.
-func createKeyFile(path string) error {
+// create writes a keyring file with one new key unless the file exists: written aside, then
+// linked into place, so a replica starting at the same moment reads no file or a whole one.
+func (k *Keys) create() error {
+	if _, err := os.Stat(k.path); err == nil {
+		return nil
+	}
 	entry, err := newKeyEntry()
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(k.path), 0o700); err != nil {
 		return fmt.Errorf("credential keyring: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, os.ErrExist) {
-		return nil
+	tmp := &Keys{path: k.path + ".new-" + strconv.FormatInt(time.Now().UnixNano(), 36), master: k.master}
+	defer os.Remove(tmp.path)
+	if err := tmp.write(entry + "\n"); err != nil {
+		return err
 	}
-	if err != nil {
+	if err := os.Link(tmp.path, k.path); err != nil && !errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("credential keyring: %w", err)
 	}
-	if _, err := f.WriteString(entry + "\n"); err != nil {
-		f.Close()
-		return fmt.Errorf("credential keyring: %w", err)
-	}
-	return f.Close()
+	return nil
 }
 
 // newKeyEntry is a keyring line "k<unix-seconds>=<base64 key>" for a fresh random key.
@@ -116,37 +195,30 @@ func newKeyEntry() (string, error) {
 	return fmt.Sprintf("k%d=%s", time.Now().UnixNano(), base64.StdEncoding.EncodeToString(raw[:])), nil
 }
 
-// prependKey writes path anew (atomically, 0600) with a fresh key first and the old entries
-// after it, so values sealed under the old keys still open.
-func prependKey(path string) error {
-	old, err := os.ReadFile(path)
+// prependKey writes the file anew (atomically, 0600) with a fresh key first and the old
+// entries after it, so values sealed under the old keys still open.
+func (k *Keys) prependKey() error {
+	old, err := k.plain()
 	if err != nil {
-		return fmt.Errorf("credential keyring: %w", err)
+		return err
 	}
 	entry, err := newKeyEntry()
 	if err != nil {
 		return err
 	}
-	return writeKeyFile(path, entry+"\n"+string(old))
+	return k.write(entry + "\n" + old)
 }
 
-// keepNewest rewrites path with its first key only.
-func keepNewest(path string) error {
-	b, err := os.ReadFile(path)
+// keepNewest rewrites the file with its first key only.
+func (k *Keys) keepNewest() error {
+	b, err := k.plain()
 	if err != nil {
-		return fmt.Errorf("credential keyring: %w", err)
+		return err
 	}
-	for _, line := range strings.Split(string(b), "\n") {
+	for _, line := range strings.Split(b, "\n") {
 		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
-			return writeKeyFile(path, line+"\n")
+			return k.write(line + "\n")
 		}
 	}
 	return secretbox.ErrNoKey
-}
-
-func writeKeyFile(path, content string) error {
-	if err := atomicfile.Write(path, []byte(content), 0o600); err != nil {
-		return fmt.Errorf("credential keyring: %w", err)
-	}
-	return nil
 }

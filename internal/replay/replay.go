@@ -56,8 +56,11 @@ type Report struct {
 	DenyToAllow   int `json:"denyToAllow"`
 	NotReplayable int `json:"notReplayable"`
 	// Truncated is true when Window.Limit stopped the replay before the window's end.
-	Truncated bool     `json:"truncated,omitempty"`
-	Changes   []Change `json:"changes"`
+	Truncated bool `json:"truncated,omitempty"`
+	// PrunedBefore is set when the window reaches before the audit retention's boundary:
+	// the calls recorded before it were pruned and are not replayed.
+	PrunedBefore string   `json:"prunedBefore,omitempty"`
+	Changes      []Change `json:"changes"`
 }
 
 // errLimit stops a scan at Window.Limit.
@@ -68,7 +71,14 @@ var errLimit = errors.New("replay limit reached")
 // allow flags.
 func Run(ctx context.Context, st store.Store, d Decider, w Window) (*Report, error) {
 	rep := &Report{Changes: []Change{}}
-	err := st.ScanAudit(ctx, store.AuditFilter{Since: w.Since, Until: w.Until, Org: w.Org}, func(r store.AuditRecord) error {
+	pruned, err := st.PruneBoundary(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !pruned.Before.IsZero() && (w.Since.IsZero() || w.Since.Before(pruned.Before)) {
+		rep.PrunedBefore = pruned.Before.UTC().Format(time.RFC3339)
+	}
+	err = st.ScanAudit(ctx, store.AuditFilter{Since: w.Since, Until: w.Until, Org: w.Org}, func(r store.AuditRecord) error {
 		if !decisionRecord(r) {
 			return nil
 		}

@@ -45,6 +45,9 @@ const omitPeopleReads = insight.OmitPeopleReads
 type AuditPage struct {
 	Records    []audit.Record `json:"records"`
 	NextCursor string         `json:"nextCursor,omitempty"`
+	// PrunedBefore is set when the window reaches before the audit retention's boundary:
+	// records older than it were pruned (archived by the operator, if at all).
+	PrunedBefore string `json:"prunedBefore,omitempty"`
 }
 
 func badParam(name, msg string) error {
@@ -172,6 +175,13 @@ func (s *Server) auditSearch(c echo.Context) error {
 	}
 	for _, r := range recs {
 		page.Records = append(page.Records, audit.View(r))
+	}
+	pruned, err := s.Audit.PruneBoundary(c.Request().Context())
+	if err != nil {
+		return &fault.Error{Kind: fault.Unavailable, Code: gateway.CodeStoreUnavailable, Message: "audit log unavailable"}
+	}
+	if !pruned.Before.IsZero() && (f.Since.IsZero() || f.Since.Before(pruned.Before)) {
+		page.PrunedBefore = pruned.Before.UTC().Format(time.RFC3339)
 	}
 	return c.JSON(http.StatusOK, page)
 }

@@ -46,6 +46,9 @@ type Readiness func(ctx context.Context) error
 type AuditReader interface {
 	GetAudit(ctx context.Context, id string) (store.AuditRecord, error)
 	ListAudit(ctx context.Context, q store.AuditQuery) ([]store.AuditRecord, error)
+	// PruneBoundary says up to when records were pruned (a search window reaching before it
+	// is told so).
+	PruneBoundary(ctx context.Context) (store.PruneBoundary, error)
 }
 
 // Server holds the routes' dependencies.

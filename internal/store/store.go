@@ -134,12 +134,32 @@ type ChainLink struct {
 	Hash    string
 }
 
-// ChainHead is the checkpointed last link of one chain.
+// ChainHead is the checkpointed last link of one chain, and the chain's prune checkpoint:
+// the last link pruned (Base*; zero when none was), authenticated by BaseMAC under the
+// chain's key, so records may be removed up to it and never beyond it unnoticed.
 type ChainHead struct {
 	ChainID   string
 	Seq       int64
 	Hash      string
 	UpdatedAt time.Time
+	BaseSeq   int64
+	BaseHash  string
+	BaseMAC   string
+}
+
+// PruneBoundary is the last prune: records older than Before were removed (chained ones up
+// to their chain's checkpoint). Zero when the log was never pruned.
+type PruneBoundary struct {
+	Before   time.Time
+	PrunedAt time.Time
+}
+
+// DeploymentKeyEntry is one stored per-deployment secret, as stored (wrapped by the master
+// key, or raw when written before wrapping existed).
+type DeploymentKeyEntry struct {
+	Name      string
+	Secret    []byte
+	CreatedAt time.Time
 }
 
 // AuditFilter selects audit records for replay and verification.
@@ -150,6 +170,8 @@ type AuditFilter struct {
 	Replayable bool
 	// ChainID keeps one chain's records, ordered by Seq (otherwise by time, id).
 	ChainID string
+	// Unchained keeps only records of no chain.
+	Unchained bool
 }
 
 // MaxAuditPage bounds one ListAudit answer.
@@ -318,6 +340,22 @@ type Store interface {
 	// link of each chain of its batch in the batch's transaction.
 	ChainHeads(ctx context.Context) ([]ChainHead, error)
 
+	// LastLinksBefore returns, for every chain holding records older than before, the link
+	// of the highest Seq among them (the prune's boundary in that chain).
+	LastLinksBefore(ctx context.Context, before time.Time) ([]ChainLink, error)
+	// CheckpointPrune records, in one transaction, the boundary and each chain's new base
+	// (ChainHead's Base* fields of bases, by ChainID): the records a prune may then delete.
+	// A base never moves back (ErrConflict), nor onto a chain with no head (ErrNotFound);
+	// the boundary never moves back either.
+	CheckpointPrune(ctx context.Context, b PruneBoundary, bases []ChainHead) error
+	// PruneBoundary returns the last prune's boundary (zero: never pruned).
+	PruneBoundary(ctx context.Context) (PruneBoundary, error)
+	// DeletePrunedAudit deletes at most limit records beneath the checkpoints (chained ones
+	// at or below their chain's base, unchained ones older than the boundary), each call its
+	// own short transaction so appends go on between calls; it returns how many, 0 when none
+	// remain. The schema refuses every other delete.
+	DeletePrunedAudit(ctx context.Context, limit int) (int64, error)
+
 	ObligationStore
 	IdempotencyStore
 	HealthStore
@@ -326,6 +364,13 @@ type Store interface {
 	// if none is stored (insert-if-absent): replicas starting together all get the one key
 	// written first. The secret never leaves the store except through this call.
 	DeploymentKey(ctx context.Context, name string, candidate []byte) ([]byte, error)
+	// ListDeploymentKeys returns every stored per-deployment secret, by name.
+	ListDeploymentKeys(ctx context.Context) ([]DeploymentKeyEntry, error)
+	// ReplaceDeploymentKey sets the secret of name from old to next and stores each of keep
+	// (a retired key under a name of its own), in one transaction: ErrConflict when the
+	// stored secret is not old (another writer replaced it) or a kept name is stored,
+	// ErrNotFound when name has none.
+	ReplaceDeploymentKey(ctx context.Context, name string, old, next []byte, keep ...DeploymentKeyEntry) error
 
 	// Revision increases with every change to data the policy is compiled from
 	// (capabilities, lifecycle, grants), so replicas can tell when to rebuild.

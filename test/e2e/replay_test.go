@@ -16,8 +16,8 @@ import (
 
 // storeArgs names the gateway's store for a CLI command reading it directly.
 func (g *gateway) storeArgs() []string {
-	if g.Store != "" {
-		return []string{"--store", g.Store}
+	if g.Store != "" { // the data dir holds the master key the store's keys are wrapped with
+		return []string{"--store", g.Store, "--data-dir", g.DataDir}
 	}
 	return []string{"--data-dir", g.DataDir}
 }

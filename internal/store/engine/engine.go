@@ -5,6 +5,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"path/filepath"
@@ -95,3 +96,25 @@ func Describe(dsn, dataDir string) string {
 func IsPostgres(dsn string) bool {
 	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
 }
+
+// ErrNotSQLite: the DSN names PostgreSQL, which is backed up with its own tools.
+var ErrNotSQLite = errors.New("not the embedded SQLite store")
+
+// SQLitePath is the SQLite file dsn names (under dataDir when dsn is ""); ErrNotSQLite for
+// PostgreSQL.
+func SQLitePath(dsn, dataDir string) (string, error) {
+	t, err := resolve(dsn, dataDir)
+	if err != nil {
+		return "", err
+	}
+	if t.postgresDSN != "" {
+		return "", ErrNotSQLite
+	}
+	return t.sqlitePath, nil
+}
+
+// Backup copies the SQLite store at path to dest consistently, while it serves.
+func Backup(ctx context.Context, path, dest string) error { return sqlite.Backup(ctx, path, dest) }
+
+// Restore copies the backup from to path, a store that must not exist yet.
+func Restore(ctx context.Context, from, path string) error { return sqlite.Restore(ctx, from, path) }

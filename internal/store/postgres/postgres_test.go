@@ -350,3 +350,9 @@ func waitingOnLock(t *testing.T, s *Store, done <-chan error, q string, args ...
 		}
 	}
 }
+
+// BenchmarkAppendDuringPrune: go test -run '^$' -bench AppendDuringPrune -benchtime 1x
+// (XEMA_PRUNE_BENCH_RECORDS sets the log's size, default 1,000,000).
+func BenchmarkAppendDuringPrune(b *testing.B) {
+	storetest.BenchAppendDuringPrune(b, open(b), storetest.PruneBenchRecords(), 16)
+}

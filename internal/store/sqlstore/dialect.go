@@ -47,6 +47,9 @@ type Dialect struct {
 	// ModifyingCTE: the engine runs an INSERT inside WITH, so AddUsage adds several counters
 	// in one statement (usageAddsAtOnce) instead of a transaction of one per counter.
 	ModifyingCTE bool
+	// AfterPruneBatch, when set, runs after each batch of DeletePrunedAudit: SQLite's
+	// incremental vacuum, returning the freed pages to the file system a few at a time.
+	AfterPruneBatch string
 }
 
 // bind adapts a shared query to the dialect's placeholders. The shared queries hold no '?'

@@ -497,7 +497,12 @@ func (s *Store) ScanAudit(ctx context.Context, f store.AuditFilter, fn func(stor
 		where = append(where, "policy_input IS NOT NULL")
 	}
 	if f.ChainID != "" {
-		add("chain_id = ?", f.ChainID)
+		// The chain index is partial (chain_id <> ''): the planner uses it only when the
+		// query names that condition too (a bound chain id does not prove it).
+		add("chain_id = ? AND chain_id <> ''", f.ChainID)
+	}
+	if f.Unchained {
+		where = append(where, "chain_id = ''")
 	}
 	var lastSeq int64
 	var lastTime time.Time
@@ -540,8 +545,8 @@ func (s *Store) ScanAudit(ctx context.Context, f store.AuditFilter, fn func(stor
 func (s *Store) ChainHeads(ctx context.Context) ([]store.ChainHead, error) {
 	return list(ctx, s, "list audit chain heads", func(sc scanner) (store.ChainHead, error) {
 		var h store.ChainHead
-		return h, sc.Scan(&h.ChainID, &h.Seq, &h.Hash, timeCol{&h.UpdatedAt})
-	}, `SELECT chain_id, seq, hash, updated_at FROM audit_chain_heads ORDER BY chain_id`)
+		return h, sc.Scan(&h.ChainID, &h.Seq, &h.Hash, timeCol{&h.UpdatedAt}, &h.BaseSeq, &h.BaseHash, &h.BaseMAC)
+	}, `SELECT chain_id, seq, hash, updated_at, base_seq, base_hash, base_mac FROM audit_chain_heads ORDER BY chain_id`)
 }
 
 // GetAudit implements store.Store.

@@ -49,6 +49,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Ping", testPing},
 		{"Federation", testFederation},
 		{"DeploymentKeys", testDeploymentKeys},
+		{"DeploymentKeyReplace", testDeploymentKeyReplace},
+		{"AuditPrune", testAuditPrune},
 		{"AuditScanAndChains", testAuditScan},
 		{"BiomeOwners", testBiomeOwners},
 	})

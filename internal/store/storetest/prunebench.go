@@ -1,0 +1,120 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/xemahq/xema/internal/audit"
+	"github.com/xemahq/xema/internal/store"
+)
+
+// BenchAppendDuringPrune measures what a prune costs the audit hot path: a log of `records`
+// chained records (written straight through AppendAudits, links computed as the gateway's
+// chain does) is pruned with audit.Prune while `writers` goroutines append through an
+// audit.Log; the append latency percentiles during the prune are reported beside those of
+// the same writers for as long before it (the baseline, same process, same machine load).
+// It runs once whatever b.N is: run it with -benchtime 1x.
+func BenchAppendDuringPrune(b *testing.B, s store.Store, records, writers int) {
+	ctx := context.Background()
+	key := []byte("bench chain key")
+	old := time.Now().Add(-100 * 24 * time.Hour)
+	fillStart := time.Now()
+	var prev string
+	const batch = 1000
+	for start := 0; start < records; start += batch {
+		rs := make([]store.AuditRecord, 0, batch)
+		for i := start; i < min(start+batch, records); i++ {
+			r := auditRecord(fmt.Sprintf("inv_fill_%08d", i))
+			r.Time = store.Stamp(old.Add(time.Duration(i) * time.Millisecond))
+			r.Chain = store.ChainLink{ChainID: "ch_fill", Seq: int64(i + 1)}
+			r.Chain.Hash = audit.LinkHash(key, prev, r)
+			prev = r.Chain.Hash
+			rs = append(rs, r)
+		}
+		if err := s.AppendAudits(ctx, rs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Logf("filled %d records in %v", records, time.Since(fillStart).Round(time.Second))
+
+	l := &audit.Log{Store: s, Chain: audit.NewChain(key)}
+	defer l.Close()
+	var phase atomic.Int32 // 0 baseline, 1 during the prune, 2 stop
+	var mu sync.Mutex
+	lat := [2][]time.Duration{}
+	var wg sync.WaitGroup
+	var n atomic.Int64
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				p := phase.Load()
+				if p == 2 {
+					return
+				}
+				r := auditRecord(fmt.Sprintf("inv_live_%d_%d", w, i))
+				r.Time = time.Now()
+				t0 := time.Now()
+				if err := l.Append(ctx, r); err != nil {
+					b.Error(err)
+					return
+				}
+				d := time.Since(t0)
+				n.Add(1)
+				mu.Lock()
+				lat[p] = append(lat[p], d)
+				mu.Unlock()
+			}
+		}()
+	}
+	// The baseline runs as long as the prune will: first the prune, timed, while phase 1
+	// records; then phase 0 for as long. A baseline taken first would be the same.
+	phase.Store(1)
+	pruneStart := time.Now()
+	res, err := audit.Prune(ctx, s, [][]byte{key}, audit.PruneOptions{Before: old.Add(time.Duration(records) * time.Millisecond)})
+	took := time.Since(pruneStart)
+	if err != nil {
+		b.Fatal(err)
+	}
+	phase.Store(0)
+	time.Sleep(took) // the baseline: as long as the prune took, same writers
+	phase.Store(2)
+	wg.Wait()
+	if res.Deleted != int64(records) {
+		b.Fatalf("pruned %d records, want %d", res.Deleted, records)
+	}
+	pct := func(ds []time.Duration, p float64) time.Duration {
+		if len(ds) == 0 {
+			return 0
+		}
+		slices.Sort(ds)
+		return ds[min(len(ds)-1, int(float64(len(ds))*p))]
+	}
+	during, base := lat[1], lat[0]
+	b.Logf("prune of %d records took %v (%.0f records/s); appends during it: %d, p50 %v, p99 %v, max %v; baseline (no prune, as long): %d, p50 %v, p99 %v, max %v",
+		records, took.Round(time.Millisecond), float64(records)/took.Seconds(), len(during), pct(during, 0.5), pct(during, 0.99), pct(during, 1),
+		len(base), pct(base, 0.5), pct(base, 0.99), pct(base, 1))
+	b.ReportMetric(float64(pct(during, 0.99).Microseconds()), "p99-during-µs")
+	b.ReportMetric(float64(pct(base, 0.99).Microseconds()), "p99-baseline-µs")
+	b.ReportMetric(took.Seconds(), "prune-s")
+	if v, err := audit.Verify(ctx, s, [][]byte{key}, time.Time{}); err != nil || !v.Verified {
+		b.Fatalf("verify after the prune: %+v, %v", v, err)
+	}
+}
+
+// PruneBenchRecords is the log size of BenchAppendDuringPrune: $XEMA_PRUNE_BENCH_RECORDS, or
+// 1,000,000.
+func PruneBenchRecords() int {
+	if n, err := strconv.Atoi(os.Getenv("XEMA_PRUNE_BENCH_RECORDS")); err == nil && n > 0 {
+		return n
+	}
+	return 1_000_000
+}
