@@ -63,6 +63,11 @@ type Error struct {
 	RetryAfter int `json:"retryAfter,omitempty"`
 	// ProviderStatus is the HTTP status a provider answered, when there was one.
 	ProviderStatus int `json:"providerStatus,omitempty"`
+	// ProviderBody is the provider's own error body, passed on as its text so the caller learns
+	// the provider's reason; the gateway vouches for none of it. ProviderBodyTruncated says it
+	// was cut to its bound.
+	ProviderBody          string `json:"providerBody,omitempty"`
+	ProviderBodyTruncated bool   `json:"providerBodyTruncated,omitempty"`
 	// Outcome is how a runner ended, told when the call ran but its ending is not the answer
 	// (the outcome record failed, a shutdown cut it off).
 	Outcome string `json:"outcome,omitempty"`

@@ -579,7 +579,7 @@ func providerError(err error) *fault.Error {
 	}
 	v, total := capViolations(re.Violations)
 	return &fault.Error{Kind: kind, Code: re.Code, Message: re.Message, ProviderStatus: re.ProviderStatus, Violations: v,
-		ViolationCount: max(total, re.ViolationCount)}
+		ViolationCount: max(total, re.ViolationCount), ProviderBody: re.ProviderBody, ProviderBodyTruncated: re.ProviderBodyTruncated}
 }
 
 // fail audits a call that ends before running and returns the answer for the caller.

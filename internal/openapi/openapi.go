@@ -531,11 +531,13 @@ func typeSchemas() (map[string]any, error) {
 	errAny["description"] = "every error answer: a code and a human message, never a stack trace"
 	props := errAny["properties"].(map[string]any)
 	for name, desc := range map[string]string{
-		"auditId":        "the audit record of the refused call, when one was written",
-		"violations":     "INVALID_INPUT, INVALID_MANIFEST, INVALID_OUTPUT: each problem with its JSON pointer",
-		"retryAfter":     "seconds (also the Retry-After header)",
-		"providerStatus": "the provider's HTTP status",
-		"outcome":        "OUTCOME_NOT_RECORDED: how the call ended, as far as the gateway knows",
+		"auditId":               "the audit record of the refused call, when one was written",
+		"violations":            "INVALID_INPUT, INVALID_MANIFEST, INVALID_OUTPUT: each problem with its JSON pointer",
+		"retryAfter":            "seconds (also the Retry-After header)",
+		"providerStatus":        "the provider's HTTP status",
+		"providerBody":          "PROVIDER_ERROR: the provider's own error body (JSON or plain text, at most 4 KiB), not the gateway's words",
+		"providerBodyTruncated": "providerBody was cut to its bound",
+		"outcome":               "OUTCOME_NOT_RECORDED: how the call ended, as far as the gateway knows",
 	} {
 		if p, ok := props[name].(map[string]any); ok {
 			p["description"] = desc

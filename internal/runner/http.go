@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/kernel"
@@ -18,6 +20,9 @@ import (
 
 // MaxResponseBytes bounds what the gateway reads from a provider.
 const MaxResponseBytes = 4 << 20
+
+// MaxErrorBodyBytes bounds the provider's error body passed on to the caller (providerBody).
+const MaxErrorBodyBytes = 4 << 10
 
 // DefaultTimeout applies when an invocation declares no timeoutMs.
 const DefaultTimeout = 10 * time.Second
@@ -110,8 +115,9 @@ func (h HTTP) Run(ctx context.Context, call kernel.Call) (json.RawMessage, error
 			Message: "provider answered a redirect; redirects are not followed"}
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		pb, cut := errorBody(resp.Header.Get("Content-Type"), body, token)
 		return nil, &fault.Error{Code: CodeProviderError, ProviderStatus: resp.StatusCode,
-			Message: fmt.Sprintf("provider answered HTTP %d", resp.StatusCode)}
+			Message: fmt.Sprintf("provider answered HTTP %d", resp.StatusCode), ProviderBody: pb, ProviderBodyTruncated: cut}
 	}
 	if len(body) > MaxResponseBytes {
 		return nil, &fault.Error{Code: CodeBadResponse, Message: fmt.Sprintf("provider answer exceeds %d bytes", MaxResponseBytes)}
@@ -120,4 +126,27 @@ func (h HTTP) Run(ctx context.Context, call kernel.Call) (json.RawMessage, error
 		return nil, &fault.Error{Code: CodeBadResponse, Message: "provider answered with a body that is not JSON"}
 	}
 	return body, nil
+}
+
+// errorBody is what of a provider's error body the caller sees: its text when its Content-Type
+// is JSON or plain text and it is UTF-8, cut to MaxErrorBodyBytes (cut says so). Any other
+// type, and a body quoting the gateway's service token (a provider echoing its request
+// headers), is passed on as nothing.
+func errorBody(contentType string, body []byte, token string) (text string, cut bool) {
+	mt, _, err := mime.ParseMediaType(contentType)
+	isJSON := mt == "application/json" || strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")
+	if err != nil || !isJSON && mt != "text/plain" || len(body) == 0 || bytes.Contains(body, []byte(token)) {
+		return "", false
+	}
+	if len(body) > MaxErrorBodyBytes {
+		body, cut = body[:MaxErrorBodyBytes], true
+		// The cut may split a character: drop its leading bytes, at most UTFMax-1 of them.
+		for i := 1; i < utf8.UTFMax && !utf8.Valid(body); i++ {
+			body = body[:len(body)-1]
+		}
+	}
+	if !utf8.Valid(body) {
+		return "", false
+	}
+	return string(body), cut
 }

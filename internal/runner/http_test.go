@@ -144,3 +144,49 @@ func TestAudience(t *testing.T) {
 		}
 	}
 }
+
+// A provider's error body reaches the caller as providerBody only when it is JSON or plain
+// text, bounded and cut at a character, and never when it echoes the gateway's token.
+func TestHTTPRunnerErrorBody(t *testing.T) {
+	long := strings.Repeat("a", MaxErrorBodyBytes-1) + "é" + "tail" // é straddles the bound
+	cases := []struct {
+		name, contentType, body string
+		want                    string
+		cut                     bool
+	}{
+		{"json", "application/json", `{"error":"no such ticket"}`, `{"error":"no such ticket"}`, false},
+		{"problem json", "application/problem+json; charset=utf-8", `{"title":"gone"}`, `{"title":"gone"}`, false},
+		{"plain text", "text/plain; charset=utf-8", "no such ticket", "no such ticket", false},
+		{"html is not passed on", "text/html", "<h1>no</h1>", "", false},
+		{"no content type", "", `{"error":"x"}`, "", false},
+		{"bad content type", "application/json; =", `{"error":"x"}`, "", false},
+		{"binary", "application/octet-stream", "\x00\x01", "", false},
+		{"not utf-8", "text/plain", "caf\xe9", "", false},
+		{"echoed token", "application/json", `{"authorization":"Bearer s3cret-token"}`, "", false},
+		{"bounded at a character", "text/plain", long, strings.Repeat("a", MaxErrorBodyBytes-1), true},
+		{"exactly the bound", "text/plain", strings.Repeat("b", MaxErrorBodyBytes), strings.Repeat("b", MaxErrorBodyBytes), false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header()["Content-Type"] = []string{tc.contentType}
+				w.Header().Set("X-Secret", "header-value")
+				w.WriteHeader(http.StatusNotFound)
+				_, _ = io.WriteString(w, tc.body)
+			}))
+			defer srv.Close()
+			_, err := HTTP{Client: srv.Client(), URL: srv.URL, Tokens: staticToken("s3cret-token")}.Run(context.Background(), kernel.Call{Input: json.RawMessage(`{}`)})
+			var fe *fault.Error
+			if !errors.As(err, &fe) || fe.Code != CodeProviderError || fe.ProviderStatus != http.StatusNotFound {
+				t.Fatalf("err = %v, want PROVIDER_ERROR 404", err)
+			}
+			if fe.ProviderBody != tc.want || fe.ProviderBodyTruncated != tc.cut {
+				t.Fatalf("providerBody = %q (truncated %v), want %q (truncated %v)", fe.ProviderBody, fe.ProviderBodyTruncated, tc.want, tc.cut)
+			}
+			raw, _ := json.Marshal(fe)
+			if strings.Contains(string(raw), "header-value") || strings.Contains(string(raw), "s3cret-token") {
+				t.Fatalf("answer %s carries a header or the token", raw)
+			}
+		})
+	}
+}

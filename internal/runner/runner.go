@@ -1,6 +1,8 @@
 // Package runner executes an authorized, validated call: in-process (kernel handlers) or
 // over HTTP to a contribution's declared invocation. Every failure is a typed *fault.Error so the
-// gateway can answer and audit it without leaking provider internals.
+// gateway can answer and audit it without leaking provider internals: of a provider's answer
+// only its status and, for an error, its own JSON or plain-text body (bounded, marked as its
+// own) reach the caller.
 package runner
 
 import (

@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -380,7 +381,8 @@ func TestAttackNoOrgRecords(t *testing.T) {
 }
 
 // TestAttackMaliciousProvider: a provider answering a redirect, a huge body, a slow drip or
-// leaking internal text gets a typed 502 and nothing of it reaches the caller.
+// leaking internal text gets a typed 502 and nothing of it reaches the caller, but for a JSON or
+// plain-text error body, passed on only as the provider's own (providerBody, ≤ 4 KiB).
 func TestAttackMaliciousProvider(t *testing.T) {
 	g := startGateway(t, "")
 	var target atomic.Int32
@@ -422,6 +424,15 @@ func TestAttackMaliciousProvider(t *testing.T) {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusInternalServerError)
 			_, _ = w.Write([]byte(`{"error":"db password hunter2 at 10.0.0.7"}`))
+		case "secret-html":
+			w.Header().Set("Content-Type", "text/html")
+			w.Header().Set("X-Debug", "hunter2")
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = w.Write([]byte(`<pre>db password hunter2 at 10.0.0.7</pre>`))
+		case "echo-token":
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = w.Write([]byte(`{"error":"bad token","got":"` + r.Header.Get("Authorization") + `"}`))
 		default:
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = w.Write([]byte(`{"ticketId":"3f1c2a9e-8b4d-4c57-9a61-2b7e0f4d5c88"}`))
@@ -435,14 +446,31 @@ func TestAttackMaliciousProvider(t *testing.T) {
 	})
 	g.install(acme.alice, dir)
 	expect(t, g.post("/v1/capabilities/invoke", acme.bot, findCall()), http.StatusOK)
-	for _, m := range []string{"redirect", "huge", "drip", "secret"} {
+	for _, m := range []string{"redirect", "huge", "drip", "secret", "secret-html", "echo-token"} {
 		modeV.Store(m)
 		start := time.Now()
 		r := g.post("/v1/capabilities/invoke", acme.bot, findCall())
 		if r.Status != http.StatusBadGateway && r.Status != http.StatusGatewayTimeout {
 			t.Errorf("%s: %d %.300s", m, r.Status, r.Raw)
 		}
-		if len(r.Raw) > 64<<10 || strings.Contains(string(r.Raw), "hunter2") || strings.Contains(string(r.Raw), second.URL) {
+		raw := string(r.Raw)
+		if m == "secret" { // the provider's own JSON error body, marked as its own and nowhere else
+			pb := str(r.Body, "providerBody")
+			if pb != `{"error":"db password hunter2 at 10.0.0.7"}` || strings.Contains(str(r.Body, "message"), "hunter2") {
+				t.Errorf("secret: the provider's JSON error body is not passed on as providerBody alone: %.300s", r.Raw)
+			}
+			rest := maps.Clone(r.Body)
+			delete(rest, "providerBody")
+			b, err := json.Marshal(rest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw = string(b)
+		}
+		if m == "echo-token" && (str(r.Body, "providerBody") != "" || strings.Contains(raw, "Bearer")) {
+			t.Errorf("echo-token: a body quoting the gateway's service token reaches the caller: %.300s", r.Raw)
+		}
+		if len(r.Raw) > 64<<10 || strings.Contains(raw, "hunter2") || strings.Contains(raw, second.URL) {
 			t.Errorf("%s: the provider's answer reaches the caller (%d bytes): %.300s", m, len(r.Raw), r.Raw)
 		}
 		if d := time.Since(start); d > 10*time.Second {
