@@ -256,6 +256,28 @@ func TestOpenAPI(t *testing.T) {
 		// The bundle: only --bundle-reader subjects.
 		check("GET", "/v1/bundles/xema.tar.gz", g.get("/v1/bundles/xema.tar.gz", admin))
 
+		// The console's reads, a held call by id, and the grant's lifecycle (revoke last).
+		noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		if resp, err := noFollow.Get(g.URL + "/"); err != nil {
+			t.Fatal(err)
+		} else {
+			resp.Body.Close()
+			check("GET", "/", response{Status: resp.StatusCode, Header: resp.Header})
+		}
+		check("GET", "/v1/me", g.get("/v1/me", admin))
+		check("GET", "/v1/stats", g.get("/v1/stats?window=1h", admin))
+		check("GET", "/v1/stats", g.get("/v1/stats?window=1y", admin))
+		check("GET", "/v1/catalog/{ref}", g.get("/v1/catalog/"+url.PathEscape("kb:page.read@1"), admin))
+		check("GET", "/v1/catalog/{ref}", g.get("/v1/catalog/"+url.PathEscape("kb:nope@1"), admin))
+		check("GET", "/v1/approvals/{id}", g.get("/v1/approvals/"+str(held.Body, "approvalId"), admin))
+		check("GET", "/v1/approvals/{id}", g.get("/v1/approvals/apr_unknown", admin))
+		grantID := g.activeGrant(admin, id)
+		narrow := map[string]any{"customize": map[string]any{commentRef: map[string]any{"subjects": []string{"agent:support-bot"}}}}
+		check("POST", "/v1/grants/{id}/change", g.post("/v1/grants/"+grantID+"/change?dryRun=true&since=1h", admin, narrow))
+		check("POST", "/v1/grants/{id}/change", g.post("/v1/grants/"+grantID+"/change", agent, narrow))
+		check("DELETE", "/v1/grants/{id}", g.send("DELETE", "/v1/grants/"+grantID, admin, nil))
+		check("DELETE", "/v1/grants/{id}", g.send("DELETE", "/v1/grants/"+grantID, admin, nil))
+
 		paths, _ := d.doc["paths"].(map[string]any)
 		for p, ops := range paths {
 			for m := range ops.(map[string]any) {
