@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"debug/elf"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -40,6 +41,16 @@ var (
 	imageOnce sync.Once
 	imageErr  error
 )
+
+// containerMasterKey is the master key every container of a run shares: the deployment keys
+// in the one PostgreSQL are wrapped under it, so each replica needs the same one.
+var containerMasterKey = func() string {
+	k := make([]byte, 32)
+	if _, err := rand.Read(k); err != nil {
+		panic(err)
+	}
+	return base64.StdEncoding.EncodeToString(k)
+}()
 
 // podman runs the podman CLI with the repo's containers.conf unless CONTAINERS_CONF is set.
 type podman struct{ t testing.TB }
@@ -210,7 +221,7 @@ func startContainer(t *testing.T, p podman, config, dsn string) *container {
 		_, _ = p.run("rm", "-f", "-t", "0", c.name)
 		p.must("run", "-d", "--name", c.name, "--network", "host", "--read-only", "--read-only-tmpfs=false",
 			"--mount", "type=volume,src="+c.volume+",dst=/data", "-v", config+":/etc/xema/config.yaml:ro",
-			"-e", "XEMA_STORE="+dsn, imageName,
+			"-e", "XEMA_STORE="+dsn, "-e", "XEMA_MASTER_KEY="+containerMasterKey, imageName,
 			"serve", "--config", "/etc/xema/config.yaml", "--addr", fmt.Sprintf("127.0.0.1:%d", c.port))
 		c.gw = &gateway{t: t, URL: fmt.Sprintf("http://127.0.0.1:%d", c.port)}
 		switch err := c.waitReady(); {
