@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/xemahq/xema/internal/admin"
 	"github.com/xemahq/xema/internal/client"
@@ -29,11 +30,10 @@ func newGrantCmd() *cobra.Command {
 	root.PersistentFlags().StringVar(&format, "format", "text", "text or json")
 
 	var c struct {
-		biome, version, digest, profile          string
-		envs, subjects, resources, rates, quotas []string
-		approval, noApproval                     []string
-		dryRun                                   bool
-		since                                    string
+		biome, version, digest, profile string
+		customizeFlags
+		dryRun bool
+		since  string
 	}
 	create := &cobra.Command{
 		Use:   "create",
@@ -51,7 +51,7 @@ func newGrantCmd() *cobra.Command {
 			}
 			// The flags first: a usage error costs no request.
 			req := grant.Request{BiomeID: c.biome, Version: c.version, DigestHash: c.digest, Profile: c.profile}
-			if req.Customize, err = customization(c.envs, c.subjects, c.resources, c.rates, c.quotas, c.approval, c.noApproval); err != nil {
+			if req.Customize, err = c.customization(); err != nil {
 				return &exitError{code: 2, err: err}
 			}
 			if c.since != "" && !c.dryRun {
@@ -92,13 +92,7 @@ func newGrantCmd() *cobra.Command {
 	fl.StringVar(&c.version, "version", "", "biome version (required)")
 	fl.StringVar(&c.digest, "digest", "", "the digest hash you reviewed (default: the gateway's digest of the version)")
 	fl.StringVar(&c.profile, "profile", "", "permission profile (default: the biome's defaultProfile)")
-	fl.StringArrayVar(&c.envs, "env", nil, "REF=ENV[,ENV...]: environments of one capability")
-	fl.StringArrayVar(&c.subjects, "subject", nil, "REF=SUBJECT[,SUBJECT...]: subjects (agent:x, group:g, role:r, user:u) of one capability")
-	fl.StringArrayVar(&c.resources, "resource", nil, "REF=GLOB[,GLOB...]: resource globs of one capability")
-	fl.StringArrayVar(&c.rates, "rate", nil, "REF=N/PER: rate limit of one capability, e.g. 60/1m")
-	fl.StringArrayVar(&c.quotas, "quota", nil, "REF=N/PER: quota of one capability, e.g. 1000/24h")
-	fl.StringArrayVar(&c.approval, "require-approval", nil, "REF: calls of this capability wait for a person")
-	fl.StringArrayVar(&c.noApproval, "no-approval", nil, "REF: calls of this capability do not wait for a person")
+	c.customizeFlags.add(fl)
 	fl.BoolVar(&c.dryRun, "dry-run", false, "record nothing: print the grant it would record and its impact over the org's recorded calls")
 	fl.StringVar(&c.since, "since", "", "with --dry-run: replay the calls recorded since then until now: RFC 3339, or a duration ago such as 24h (default 168h)")
 	_ = create.MarkFlagRequired("biome")
@@ -180,11 +174,10 @@ func newGrantRevokeCmd(api *adminFlags, format *string) *cobra.Command {
 // first (POST /v1/grants/{id}/change?dryRun=true), and records the change only with --yes.
 func newGrantChangeCmd(api *adminFlags, format *string) *cobra.Command {
 	var c struct {
-		profile                                  string
-		envs, subjects, resources, rates, quotas []string
-		approval, noApproval                     []string
-		clearCustomize, yes                      bool
-		since                                    string
+		profile string
+		customizeFlags
+		clearCustomize, yes bool
+		since               string
 	}
 	cmd := &cobra.Command{
 		Use:   "change GRANT_ID",
@@ -205,7 +198,7 @@ printed first; nothing is recorded without --yes.`,
 			if c.profile != "" {
 				body["profile"] = c.profile
 			}
-			custom, err := customization(c.envs, c.subjects, c.resources, c.rates, c.quotas, c.approval, c.noApproval)
+			custom, err := c.customization()
 			if err != nil {
 				return &exitError{code: 2, err: err}
 			}
@@ -253,13 +246,7 @@ printed first; nothing is recorded without --yes.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&c.profile, "profile", "", "the new permission profile (default: the grant's own)")
-	fl.StringArrayVar(&c.envs, "env", nil, "REF=ENV[,ENV...]: environments of one capability")
-	fl.StringArrayVar(&c.subjects, "subject", nil, "REF=SUBJECT[,SUBJECT...]: subjects (agent:x, group:g, role:r, user:u) of one capability")
-	fl.StringArrayVar(&c.resources, "resource", nil, "REF=GLOB[,GLOB...]: resource globs of one capability")
-	fl.StringArrayVar(&c.rates, "rate", nil, "REF=N/PER: rate limit of one capability, e.g. 60/1m")
-	fl.StringArrayVar(&c.quotas, "quota", nil, "REF=N/PER: quota of one capability, e.g. 1000/24h")
-	fl.StringArrayVar(&c.approval, "require-approval", nil, "REF: calls of this capability wait for a person")
-	fl.StringArrayVar(&c.noApproval, "no-approval", nil, "REF: calls of this capability do not wait for a person")
+	c.customizeFlags.add(fl)
 	fl.BoolVar(&c.clearCustomize, "clear-customize", false, "drop the grant's customization")
 	fl.BoolVar(&c.yes, "yes", false, "record the change after showing it")
 	fl.StringVar(&c.since, "since", "", "replay the calls recorded since then until now for the impact: RFC 3339, or a duration ago such as 24h (default 168h)")
@@ -319,7 +306,23 @@ func dryRunGrant(cmd *cobra.Command, cl *client.Client, req grant.Request, since
 }
 
 // customization builds the grant's per-capability customization from REF=VALUE flags.
-func customization(envs, subjects, resources, rates, quotas, approval, noApproval []string) (map[string]grant.Customization, error) {
+// customizeFlags are the per-capability customization flags grant create and grant change share.
+type customizeFlags struct {
+	envs, subjects, resources, rates, quotas, approval, noApproval []string
+}
+
+func (c *customizeFlags) add(fl *pflag.FlagSet) {
+	fl.StringArrayVar(&c.envs, "env", nil, "REF=ENV[,ENV...]: environments of one capability")
+	fl.StringArrayVar(&c.subjects, "subject", nil, "REF=SUBJECT[,SUBJECT...]: subjects (agent:x, group:g, role:r, user:u) of one capability")
+	fl.StringArrayVar(&c.resources, "resource", nil, "REF=GLOB[,GLOB...]: resource globs of one capability")
+	fl.StringArrayVar(&c.rates, "rate", nil, "REF=N/PER: rate limit of one capability, e.g. 60/1m")
+	fl.StringArrayVar(&c.quotas, "quota", nil, "REF=N/PER: quota of one capability, e.g. 1000/24h")
+	fl.StringArrayVar(&c.approval, "require-approval", nil, "REF: calls of this capability wait for a person")
+	fl.StringArrayVar(&c.noApproval, "no-approval", nil, "REF: calls of this capability do not wait for a person")
+}
+
+func (c *customizeFlags) customization() (map[string]grant.Customization, error) {
+	envs, subjects, resources, rates, quotas, approval, noApproval := c.envs, c.subjects, c.resources, c.rates, c.quotas, c.approval, c.noApproval
 	out := map[string]grant.Customization{}
 	at := func(ref string) grant.Customization { return out[ref] }
 	pairs := func(flag string, vals []string, set func(ref, v string) error) error {
