@@ -135,7 +135,7 @@ func (h HTTP) Run(ctx context.Context, call kernel.Call) (json.RawMessage, error
 func errorBody(contentType string, body []byte, token string) (text string, cut bool) {
 	mt, _, err := mime.ParseMediaType(contentType)
 	isJSON := mt == "application/json" || strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")
-	if err != nil || !isJSON && mt != "text/plain" || len(body) == 0 || bytes.Contains(body, []byte(token)) {
+	if err != nil || !isJSON && mt != "text/plain" || len(body) == 0 || token != "" && bytes.Contains(body, []byte(token)) {
 		return "", false
 	}
 	if len(body) > MaxErrorBodyBytes {

@@ -147,6 +147,14 @@ func TestAudience(t *testing.T) {
 
 // A provider's error body reaches the caller as providerBody only when it is JSON or plain
 // text, bounded and cut at a character, and never when it echoes the gateway's token.
+// A provider called without a service token still has its error body passed on: an empty
+// token is contained in every body, so it must not count as an echo.
+func TestErrorBodyWithoutToken(t *testing.T) {
+	if got, _ := errorBody("application/json", []byte(`{"error":"no such ticket"}`), ""); got != `{"error":"no such ticket"}` {
+		t.Fatalf("errorBody without a token: %q", got)
+	}
+}
+
 func TestHTTPRunnerErrorBody(t *testing.T) {
 	long := strings.Repeat("a", MaxErrorBodyBytes-1) + "é" + "tail" // é straddles the bound
 	cases := []struct {
