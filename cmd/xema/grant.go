@@ -92,7 +92,7 @@ func newGrantCmd() *cobra.Command {
 	fl.StringVar(&c.version, "version", "", "biome version (required)")
 	fl.StringVar(&c.digest, "digest", "", "the digest hash you reviewed (default: the gateway's digest of the version)")
 	fl.StringVar(&c.profile, "profile", "", "permission profile (default: the biome's defaultProfile)")
-	c.customizeFlags.add(fl)
+	c.add(fl)
 	fl.BoolVar(&c.dryRun, "dry-run", false, "record nothing: print the grant it would record and its impact over the org's recorded calls")
 	fl.StringVar(&c.since, "since", "", "with --dry-run: replay the calls recorded since then until now: RFC 3339, or a duration ago such as 24h (default 168h)")
 	_ = create.MarkFlagRequired("biome")
@@ -246,7 +246,7 @@ printed first; nothing is recorded without --yes.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&c.profile, "profile", "", "the new permission profile (default: the grant's own)")
-	c.customizeFlags.add(fl)
+	c.add(fl)
 	fl.BoolVar(&c.clearCustomize, "clear-customize", false, "drop the grant's customization")
 	fl.BoolVar(&c.yes, "yes", false, "record the change after showing it")
 	fl.StringVar(&c.since, "since", "", "replay the calls recorded since then until now for the impact: RFC 3339, or a duration ago such as 24h (default 168h)")
