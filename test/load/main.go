@@ -8,6 +8,11 @@
 //   - direct: the no-op provider itself, what the funnel adds to;
 //   - bare proxy: the same call through a pass-through of its own process (this binary
 //     again), the two HTTP hops of a gateway with no funnel;
+//   - the audited floor: the bare proxy writing a decision record durable before it
+//     forwards and an outcome record durable before it answers to an append-only file
+//     journal, group-committed with fdatasync, each HMAC-chained to the one before (no
+//     database, not audit.Log): the physical cost of the funnel's audit guarantee, against
+//     which the funnel's RPS, CPU per call and p99 are printed as ratios;
 //   - bare proxy + the audit log: the same pass-through writing the two audit records a
 //     call the funnel writes, through the gateway's audit log on the same engine: what the
 //     audit guarantee alone costs;
@@ -153,16 +158,21 @@ func runEngine(cfg config, engine, dsn, proxyDSN, noopURL string) error {
 	}
 	defer opa.stop()
 
-	proxy, err := startProxy(dir, noopURL, "", "")
+	proxy, err := startProxy(dir, "proxy", proxyConfig{upstream: noopURL})
 	if err != nil {
 		return err
 	}
 	defer proxy.stop()
+	floor, err := startProxy(dir, "floor", proxyConfig{upstream: noopURL, journal: filepath.Join(dir, "floor.journal")})
+	if err != nil {
+		return err
+	}
+	defer floor.stop()
 	auditedDir := filepath.Join(dir, "audited-proxy")
 	if err := os.Mkdir(auditedDir, 0o700); err != nil {
 		return err
 	}
-	audited, err := startProxy(dir, noopURL, proxyDSN, auditedDir)
+	audited, err := startProxy(dir, "audited-proxy", proxyConfig{upstream: noopURL, dsn: proxyDSN, dir: auditedDir})
 	if err != nil {
 		return err
 	}
@@ -171,6 +181,7 @@ func runEngine(cfg config, engine, dsn, proxyDSN, noopURL string) error {
 	targets := []target{
 		directTarget(noopURL),
 		proxyTarget(proxy),
+		floorTarget(floor),
 		auditedProxyTarget(audited),
 		funnelTarget(gw, "funnel, cached (the same call)", false),
 		funnelTarget(gw, "funnel, cache-defeating (a distinct resource per call)", true),
@@ -210,8 +221,16 @@ func runEngine(cfg config, engine, dsn, proxyDSN, noopURL string) error {
 		return err
 	}
 	f, miss, o := results["funnel"], results["funnel-miss"], results["opa"]
-	bare, withAudit := results["proxy"], results["proxy-audited"]
+	bare, withAudit, fl := results["proxy"], results["proxy-audited"], results["floor"]
 	fmt.Printf("\ngateway memory after the run: VmHWM %s, VmRSS %s\n", hwm, rss)
+	for _, g := range []struct {
+		name string
+		r    result
+	}{{"cached", f}, {"cache-defeating", miss}} {
+		fmt.Printf("%s funnel ÷ the audited floor: RPS %.2f×, CPU per call %.2f× (%s ÷ %s), p99 %.2f× (%s ÷ %s)\n", g.name,
+			g.r.rps()/fl.rps(), float64(g.r.cpu)/float64(g.r.n)/(float64(fl.cpu)/float64(fl.n)), g.r.cpuPerCall(), fl.cpuPerCall(),
+			float64(g.r.pct(99))/float64(fl.pct(99)), g.r.pct(99), fl.pct(99))
+	}
 	fmt.Printf("funnel ÷ bare proxy (RPS): cached %.2f×, cache-defeating %.2f×\n", f.rps()/bare.rps(), miss.rps()/bare.rps())
 	fmt.Printf("funnel ÷ bare proxy + the audit log (RPS): cached %.2f×, cache-defeating %.2f×\n", f.rps()/withAudit.rps(), miss.rps()/withAudit.rps())
 	fmt.Printf("funnel ÷ stock OPA (RPS): cached %.2f×, cache-defeating %.2f×; funnel p99 cached %s, cache-defeating %s\n",
