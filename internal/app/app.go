@@ -575,15 +575,17 @@ func (a *App) grantImpact(ctx context.Context, candidate store.Grant, since time
 // window first); the impact says when it stopped there.
 const MaxDryRunDecisions = 20_000
 
-// PolicyData compiles data.xema from st as a gateway serving it now would (with the built-in
-// environments and profiles), for tools that decide without a gateway (xema replay).
-func PolicyData(ctx context.Context, st store.Store) (map[string]any, string, error) {
+// PolicyData compiles data.xema from st as a gateway serving it now with the named
+// environments envs would (and the built-in profiles), for tools that decide without a
+// gateway (xema replay): a deployment's environments beyond the defaults must be named, or
+// its recorded calls in them would replay as denied in an undefined environment.
+func PolicyData(ctx context.Context, st store.Store, envs grant.Environments) (map[string]any, string, error) {
 	cat := catalog.New(st)
 	snap, err := cat.Reload(ctx)
 	if err != nil {
 		return nil, "", err
 	}
-	return compileData(ctx, cat, snap, grant.DefaultEnvironments(), grant.Builtin())
+	return compileData(ctx, cat, snap, envs, grant.Builtin())
 }
 
 func compileData(ctx context.Context, cat *catalog.Catalog, snap *catalog.Snapshot, envs grant.Environments,
