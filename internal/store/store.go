@@ -284,6 +284,10 @@ type AuditPartitioner interface {
 	EnsureAuditPartitions(ctx context.Context, from, to time.Time) (int, error)
 }
 
+// AuditPartitionsAhead is how many days of audit partitions, today's included, an
+// AuditPartitioner's store keeps created ahead of time (at open, and hourly while serving).
+const AuditPartitionsAhead = 7
+
 // Store is the one storage interface both engines implement.
 type Store interface {
 	FederationStore

@@ -17,10 +17,6 @@ import (
 // legacy partition of the rows from before the migration, and a DEFAULT partition for any
 // row no day partition covers, so an append never fails for a missing partition.
 
-// PartitionsAhead is how many days of partitions, today's included, Open and the gateway's
-// maintenance keep created ahead of time.
-const PartitionsAhead = 7
-
 // dropLockWait bounds how long a partition's drop waits for its lock on audit_log: appends
 // queue behind a waiting ACCESS EXCLUSIVE request, so a drop that cannot have the lock at
 // once (a long transaction on the log) gives up and the prune deletes in batches meanwhile.

@@ -116,9 +116,9 @@ func TestAuditPartitionsPrune(t *testing.T) {
 		t.Fatalf("prune = %+v, want %d records deleted and archived over 2 chains", res, want)
 	}
 	got := partitions(t, s.Store)
-	for d := first; d.Before(today.Add(PartitionsAhead * 24 * time.Hour)); d = d.Add(24 * time.Hour) {
+	for d := first; d.Before(today.Add(store.AuditPartitionsAhead * 24 * time.Hour)); d = d.Add(24 * time.Hour) {
 		has := slices.Contains(got, partName(d))
-		if dropped := d.Add(24 * time.Hour).Compare(before) <= 0; has == dropped {
+		if dropped := d.Add(24*time.Hour).Compare(before) <= 0; has == dropped {
 			t.Errorf("partition %s: present %v, want %v (partitions %v)", partName(d), has, !dropped, got)
 		}
 	}
@@ -202,7 +202,7 @@ func TestAuditPartitionDropRefused(t *testing.T) {
 	}
 }
 
-// TestAuditPartitionsAhead: Open creates the next PartitionsAhead days' partitions; an
+// TestAuditPartitionsAhead: Open creates the next store.AuditPartitionsAhead days' partitions; an
 // append for a day without one lands in the DEFAULT partition, and creating that day's
 // later skips it (its rows stay where they are) without failing; every partition refuses
 // TRUNCATE, update and delete as the log does.
@@ -211,7 +211,7 @@ func TestAuditPartitionsAhead(t *testing.T) {
 	ctx := context.Background()
 	today := day(time.Now())
 	got := partitions(t, s.Store)
-	for i := range PartitionsAhead {
+	for i := range store.AuditPartitionsAhead {
 		if p := partName(today.Add(time.Duration(i) * 24 * time.Hour)); !slices.Contains(got, p) {
 			t.Errorf("partition %s not created at Open: %v", p, got)
 		}

@@ -59,7 +59,7 @@ var asyncCommit = map[string]string{"synchronous_commit": "off", "application_na
 const counterSessions = "xema-counters"
 
 // Open connects to the server at dsn (postgres://...), applies pending migrations and
-// creates the audit log's partitions of the next PartitionsAhead days. It keeps two pools:
+// creates the audit log's partitions of the next store.AuditPartitionsAhead days. It keeps two pools:
 // one for everything, one for the counters (asyncCommit).
 func Open(ctx context.Context, dsn string) (*Store, error) {
 	pool, db, err := connect(ctx, dsn, nil)
@@ -79,7 +79,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	}
 	s := &Store{Store: sqlstore.New(db, Dialect).WithCounters(counters), pool: pool, counterPool: counterPool}
 	now := time.Now()
-	if _, err := s.EnsureAuditPartitions(ctx, now, now.Add((PartitionsAhead-1)*24*time.Hour)); err != nil {
+	if _, err := s.EnsureAuditPartitions(ctx, now, now.Add((store.AuditPartitionsAhead-1)*24*time.Hour)); err != nil {
 		_ = s.Close() // the partitions' error is the one to report
 		return nil, fmt.Errorf("open postgres store: %w", err)
 	}
