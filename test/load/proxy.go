@@ -29,8 +29,8 @@ import (
 // The audited proxy is the bare proxy plus what the funnel's audit guarantee writes: a
 // decision record committed before the call goes on and an outcome record committed before
 // the answer, through the gateway's own group-committed, hash-chained audit log on the same
-// engine. Nothing else of the funnel runs: its row is what that guarantee alone costs on
-// this machine, about the most a funnel keeping it can reach (within the machine's noise).
+// engine. Nothing else of the funnel runs: its row is what the gateway's audit log costs on
+// this engine, against the audited floor (journal.go), what the guarantee itself costs.
 
 // proxyConfig is the hidden flags that make the harness's binary the bare proxy.
 type proxyConfig struct {
