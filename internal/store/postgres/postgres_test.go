@@ -28,6 +28,17 @@ func (s rawStore) ExecRaw(ctx context.Context, q string) error {
 	return err
 }
 
+func TestAuditRollupsAcrossRestart(t *testing.T) {
+	url := testpg.NewDatabase(t)
+	storetest.AuditRollupsAcrossRestart(t, func() store.Store {
+		s, err := Open(context.Background(), url)
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		return s
+	})
+}
+
 func open(t testing.TB) store.Store {
 	t.Helper()
 	s, err := Open(context.Background(), testpg.NewDatabase(t))

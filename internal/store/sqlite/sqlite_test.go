@@ -49,6 +49,17 @@ func TestConformance(t *testing.T) {
 
 func BenchmarkStore(b *testing.B) { storetest.Bench(b, open) }
 
+func TestAuditRollupsAcrossRestart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "xema.db")
+	storetest.AuditRollupsAcrossRestart(t, func() store.Store {
+		s, err := Open(context.Background(), path)
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		return s
+	})
+}
+
 func TestOpen(t *testing.T) {
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "nested", "data")
