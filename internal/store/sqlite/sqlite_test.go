@@ -194,3 +194,9 @@ func TestPageSize(t *testing.T) {
 func BenchmarkAppendDuringPrune(b *testing.B) {
 	storetest.BenchAppendDuringPrune(b, open(b), storetest.PruneBenchRecords(), 16)
 }
+
+// BenchmarkAuditStats: go test -run '^$' -bench AuditStats -benchtime 1x
+// (XEMA_STATS_BENCH_RECORDS sets the log's size, default 200,000).
+func BenchmarkAuditStats(b *testing.B) {
+	storetest.BenchAuditStats(b, open(b), storetest.StatsBenchRecords())
+}
