@@ -57,3 +57,7 @@ CREATE INDEX audit_log_unchained ON audit_log (org, time) WHERE chain_id = '';
 -- writer does this by itself).
 CREATE TABLE audit_rollup_lock (id integer PRIMARY KEY CHECK (id = 1));
 INSERT INTO audit_rollup_lock (id) VALUES (1);
+
+-- When each credential was last sealed under another key (xema credential rotate-key): the
+-- console's "last rotated". NULL: sealed under the key it was created under.
+ALTER TABLE credentials ADD COLUMN rotated_at timestamptz;

@@ -52,3 +52,7 @@ CREATE TABLE audit_rollup_stale (
 -- Records of no chain (written before chains, or by hand) are not folded: the overview
 -- reads them in its range through this index, which holds none of the gateway's records.
 CREATE INDEX audit_log_unchained ON audit_log (org, time) WHERE chain_id = '';
+
+-- When each credential was last sealed under another key (xema credential rotate-key): the
+-- console's "last rotated". NULL: sealed under the key it was created under.
+ALTER TABLE credentials ADD COLUMN rotated_at INTEGER;
