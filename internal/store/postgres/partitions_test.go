@@ -329,7 +329,8 @@ func TestAuditPartitionUpgrade(t *testing.T) {
 	if got := dump(); !reflect.DeepEqual(got, rowsBefore) {
 		t.Fatalf("rows after the migration:\n%v\nbefore:\n%v", got, rowsBefore)
 	}
-	if got := indexes(); !slices.Equal(got, indexesBefore) {
+	// Every index is kept (later migrations may add more).
+	if got := indexes(); slices.ContainsFunc(indexesBefore, func(w string) bool { return !slices.Contains(got, w) }) {
 		t.Fatalf("indexes after the migration %v, before %v", got, indexesBefore)
 	}
 	if got := partitions(t, s); !slices.Contains(got, "audit_log_legacy") || !slices.Contains(got, "audit_log_default") {
