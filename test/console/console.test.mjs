@@ -222,6 +222,7 @@ await step("providers list bindings and credentials, never a secret", async () =
   await nav("Providers").click();
   const creds = await page.getByRole("table", { name: "Credentials" }).textContent();
   expect(creds.includes("scm-bot") && creds.includes("gitea"), "credentials: " + creds);
+  expect(creds.includes("Last rotated") && /never/.test(await page.locator("td.rotated").first().textContent()), "the credential's last rotation: " + creds);
   const binds = await page.getByRole("table", { name: "Bindings" }).textContent();
   expect(binds.includes("connector:scm.*"), "bindings: " + binds);
   expect(!(await page.content()).includes(env("SECRET")), "a secret on the providers page");
@@ -260,10 +261,18 @@ await step("grants: change one with its diff and impact first, revoke another", 
   const changed = page.getByRole("region", { name: /^Grant / }).filter({ hasText: "ticketing 1.1.0" });
   await changed.filter({ hasText: "superseded" }).waitFor();
   await changed.filter({ hasText: "read-only-assistant" }).filter({ hasText: "active" }).waitFor();
-  // Revoke the demo biome's grant: asked first, then recorded.
+  // Revoke the demo biome's grant: its dry run first (the bot's reads would now be denied),
+  // then the confirmation records it.
   const demo = page.getByRole("region", { name: /^Grant / }).filter({ hasText: "demo 1.0.0" }).filter({ hasText: "active" });
   await demo.getByRole("button", { name: "Revoke" }).click();
   await demo.getByText(/are denied from now on/).waitFor();
+  const revokeImpact = await demo.locator(".grant-revoke-impact").textContent();
+  expect(/\d+ considered; [1-9]\d* would now be denied/.test(revokeImpact), "the revoke's impact: " + revokeImpact);
+  const losing = await demo.getByRole("table", { name: "Callers who would lose access" }).textContent();
+  expect(losing.includes("agent:support-bot"), "the callers who would lose access: " + losing);
+  const recent = await demo.getByRole("table", { name: "Recent calls that would now be denied" }).textContent();
+  expect(recent.includes("kb:page.read@1"), "the calls that would now be denied: " + recent);
+  await shot("grants-revoke");
   await demo.getByRole("button", { name: "Confirm revoke" }).click();
   await page.getByRole("region", { name: /^Grant / }).filter({ hasText: "demo 1.0.0" }).filter({ hasText: "revoked" }).waitFor();
   await page.reload();
