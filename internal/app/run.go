@@ -96,6 +96,7 @@ func (a *App) runLoops(ctx context.Context) {
 	go a.Policy.WatchExtra(ctx, a.cfg.PolicyDirPoll)
 	go a.PruneRateCounters(ctx, time.Minute)
 	go a.PruneAudit(ctx, auditPruneEvery)
+	go a.MaintainAuditPartitions(ctx, time.Hour)
 	go a.RollUpAudit(ctx, rollupEvery)
 	go a.unauth.Run(ctx)
 	go a.Federation.ResyncEvery(ctx, a.cfg.MCPResyncEvery)

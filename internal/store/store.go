@@ -301,6 +301,19 @@ type RevisionSubscriber interface {
 	SubscribeRevisions(ctx context.Context, onConnect func(), onRevision func(rev int64)) error
 }
 
+// AuditPartitioner is a store whose audit log is partitioned by time (PostgreSQL: one
+// partition per UTC day, and a default one for rows no day partition covers, so an append
+// never fails for want of one). EnsureAuditPartitions creates the partitions of the days
+// from `from` to `to` (both included) that do not exist yet, and returns how many it
+// created; the gateway's maintenance keeps the next days' created ahead of time.
+type AuditPartitioner interface {
+	EnsureAuditPartitions(ctx context.Context, from, to time.Time) (int, error)
+}
+
+// AuditPartitionsAhead is how many days of audit partitions, today's included, an
+// AuditPartitioner's store keeps created ahead of time (at open, and hourly while serving).
+const AuditPartitionsAhead = 7
+
 // Store is the one storage interface both engines implement.
 type Store interface {
 	FederationStore
@@ -384,7 +397,9 @@ type Store interface {
 	// DeletePrunedAudit deletes at most limit records beneath the checkpoints (chained ones
 	// at or below their chain's base, unchained ones older than the boundary), each call its
 	// own short transaction so appends go on between calls; it returns how many, 0 when none
-	// remain. The schema refuses every other delete.
+	// remain. The schema refuses every other delete. An engine whose log is partitioned by
+	// time (AuditPartitioner) drops instead a whole partition lying beneath the checkpoints,
+	// one a call, and returns its count, which may exceed limit.
 	DeletePrunedAudit(ctx context.Context, limit int) (int64, error)
 
 	ObligationStore
