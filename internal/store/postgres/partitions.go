@@ -115,6 +115,17 @@ func (s *Store) dropPartition(ctx context.Context, part string) (int64, error) {
 		if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+part).Scan(&rows); err != nil {
 			return err
 		}
+		// The overview's rollups count again every bucket before the partition's end (a day
+		// boundary, so no bucket straddles it): the older partitions are gone already.
+		if _, err := tx.Exec(ctx, Dialect.RollupLock); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO audit_rollup_stale (org, grain, bucket)
+			SELECT DISTINCT org, grain, bucket FROM audit_rollup
+			WHERE bucket < CAST(EXTRACT(EPOCH FROM audit_log_partition_end($1::regclass)) * 1000000 AS bigint)
+			ON CONFLICT (org, grain, bucket) DO NOTHING`, part); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = %d`, dropLockWait.Milliseconds())); err != nil {
 			return err
 		}

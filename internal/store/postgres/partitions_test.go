@@ -329,7 +329,8 @@ func TestAuditPartitionUpgrade(t *testing.T) {
 	if got := dump(); !reflect.DeepEqual(got, rowsBefore) {
 		t.Fatalf("rows after the migration:\n%v\nbefore:\n%v", got, rowsBefore)
 	}
-	if got := indexes(); !slices.Equal(got, indexesBefore) {
+	// Open applies the later migrations too: 0019's index of unchained records is theirs.
+	if got := slices.DeleteFunc(indexes(), func(ix string) bool { return strings.HasPrefix(ix, "audit_log_unchained ") }); !slices.Equal(got, indexesBefore) {
 		t.Fatalf("indexes after the migration %v, before %v", got, indexesBefore)
 	}
 	if got := partitions(t, s); !slices.Contains(got, "audit_log_legacy") || !slices.Contains(got, "audit_log_default") {
