@@ -34,6 +34,7 @@ import (
 	"github.com/xemahq/xema/internal/federation"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/grant"
+	"github.com/xemahq/xema/internal/idempotency"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/insight"
 	"github.com/xemahq/xema/internal/kernel"
@@ -170,6 +171,8 @@ type App struct {
 	Gateway   *gateway.Gateway
 	// Tools answers the meta-tools (search, describe, plan, preflight, explain, whoami).
 	Tools *metatool.Tools
+	// Idempotency keeps the answers of calls made with an idempotency key, in the store.
+	Idempotency *idempotency.Keys
 	// Bindings resolves connector capabilities through org-level provider bindings.
 	Bindings  *binding.Service
 	Approvals *approval.Service
@@ -322,9 +325,10 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Tokens: cfg.Tokens, HTTP: a.HTTP, InputHashKey: keys.InputHash,
 		Resolvers: []gateway.Resolver{a.Bindings, a.Federation}, Limiter: limiter,
 		Approvals: &approval.Queue{Store: st, TTL: cfg.ApprovalTTL, Now: cfg.Now, Notify: notifier}, Outbound: capacity.NewSlots(cfg.MaxInflight),
-		PerProvider: capacity.NewProviderSlots(cfg.MaxPerProvider), Unauth: a.unauth, Spool: a.Spool, Idempotency: st}); err != nil {
+		PerProvider: capacity.NewProviderSlots(cfg.MaxPerProvider), Unauth: a.unauth, Spool: a.Spool}); err != nil {
 		return nil, a.closeWith(err)
 	}
+	a.Idempotency = &idempotency.Keys{Funnel: a.Gateway, Store: st, Spool: a.Spool}
 	if a.Tools, err = metatool.New(metatool.Deps{Catalog: a.Catalog, Policy: eng, Runners: a.Gateway, CursorKey: keys.Cursor}); err != nil {
 		return nil, a.closeWith(err)
 	}

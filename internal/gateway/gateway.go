@@ -64,8 +64,6 @@ type Deps struct {
 	// Spool keeps the outcome records the audit log could not take, and writes them once
 	// the store is back; nil keeps none (the answer still says the call ran).
 	Spool *spool.Spool
-	// Idempotency keeps the answers of calls made with an idempotency key; nil refuses keys.
-	Idempotency store.IdempotencyStore
 }
 
 // Snapshots hands out the catalog serving now (catalog.Catalog).
