@@ -19,6 +19,7 @@ import (
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
+	"github.com/xemahq/xema/internal/outage"
 	"github.com/xemahq/xema/internal/spool"
 	"github.com/xemahq/xema/internal/store"
 )
@@ -59,6 +60,8 @@ type Keys struct {
 	Store store.IdempotencyStore
 	// Spool keeps the answers the store could not take, and writes them once it is back.
 	Spool *spool.Spool
+	// Outages logs the key store's outages, which readiness reads; nil logs none.
+	Outages *outage.Tracker
 }
 
 // Invoke is the funnel's Invoke under an idempotency key: the same key from the same caller
@@ -80,10 +83,10 @@ func (k *Keys) Invoke(ctx context.Context, ec identity.ExecContext, req gateway.
 		CreatedAt: now, ExpiresAt: now.Add(TTL)}
 	stored, claimed, err := k.Store.ClaimIdempotency(ctx, rec)
 	if err != nil {
-		gateway.DependencyFailed("idempotency store", err)
-		return answer.Answer{}, fault.New(fault.Unavailable, gateway.CodeStoreUnavailable,
-			"idempotency store unavailable; the call was denied (fail closed)")
+		k.Outages.Failed(outage.IdempotencyStore, err)
+		return answer.Answer{}, gateway.Unavailable(gateway.CodeStoreUnavailable, outage.IdempotencyStore)
 	}
+	k.Outages.OK(outage.IdempotencyStore)
 	if !claimed {
 		switch {
 		case stored.InputHash != rec.InputHash:
