@@ -591,15 +591,17 @@ func (a *App) grantImpact(ctx context.Context, candidate store.Grant, since time
 // window first); the impact says when it stopped there.
 const MaxDryRunDecisions = 20_000
 
-// PolicyData compiles data.xema from st as a gateway serving it now would (with the built-in
-// environments and profiles), for tools that decide without a gateway (xema replay).
-func PolicyData(ctx context.Context, st store.Store) (map[string]any, string, error) {
+// PolicyData compiles data.xema from st as a gateway serving it now with the named
+// environments envs would (and the built-in profiles), for tools that decide without a
+// gateway (xema replay): a deployment's environments beyond the defaults must be named, or
+// its recorded calls in them would replay as denied in an undefined environment.
+func PolicyData(ctx context.Context, st store.Store, envs grant.Environments) (map[string]any, string, error) {
 	cat := catalog.New(st)
 	snap, err := cat.Reload(ctx)
 	if err != nil {
 		return nil, "", err
 	}
-	return compileData(ctx, cat, snap, grant.DefaultEnvironments(), grant.Builtin())
+	return compileData(ctx, cat, snap, envs, grant.Builtin())
 }
 
 func compileData(ctx context.Context, cat *catalog.Catalog, snap *catalog.Snapshot, envs grant.Environments,
@@ -660,6 +662,26 @@ func (a *App) PruneAudit(ctx context.Context, every time.Duration) {
 		return
 	}
 	periodic.Every(ctx, every, func(now time.Time) { a.pruneAudit(ctx, now) })
+}
+
+// MaintainAuditPartitions keeps the audit log's partitions of the next
+// store.AuditPartitionsAhead days created, every `every`, on a store partitioned by time
+// (PostgreSQL). Replicas may all do it: each creates only the days missing, taking turns. A
+// failure only costs speed: appends for a day without its partition land in the DEFAULT one.
+func (a *App) MaintainAuditPartitions(ctx context.Context, every time.Duration) {
+	p, ok := a.Store.(store.AuditPartitioner)
+	if !ok {
+		return
+	}
+	periodic.Every(ctx, every, func(now time.Time) {
+		n, err := p.EnsureAuditPartitions(ctx, now, now.Add((store.AuditPartitionsAhead-1)*24*time.Hour))
+		switch {
+		case err != nil && ctx.Err() == nil:
+			slog.Warn("audit partitions not created; appends go to the default partition meanwhile", "err", err)
+		case n > 0:
+			slog.Info("created audit partitions ahead of time", "partitions", n)
+		}
+	})
 }
 
 // pruneAudit is one tick of PruneAudit.
