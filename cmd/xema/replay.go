@@ -5,14 +5,18 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/xemahq/xema/internal/app"
+	"github.com/xemahq/xema/internal/grant"
 	"github.com/xemahq/xema/internal/policy"
 	"github.com/xemahq/xema/internal/replay"
 	"github.com/xemahq/xema/internal/store"
@@ -48,13 +52,15 @@ func (f *storeFlags) open(ctx context.Context) (store.Store, error) {
 func newReplayCmd() *cobra.Command {
 	var sf storeFlags
 	var until time.Duration
-	var since, untilAt, policyDir, bundleFile, format, org string
+	var since, untilAt, policyDir, bundleFile, format, org, config string
+	var environments []string
 	cmd := &cobra.Command{
 		Use:   "replay",
 		Short: "Re-decide recorded calls with a candidate policy and report what would change",
 		Long: `replay re-evaluates every decision the audit log recorded in the window with a candidate
 policy: the built-in Rego plus --policy-dir (platform Rego added or changed) over the store's
-current grants, or a whole --bundle. It reports the calls whose decision would change. It reads
+current grants and the deployment's named environments (--environments, or xema serve's
+--config file), or a whole --bundle. It reports the calls whose decision would change. It reads
 the store and writes nothing, so it runs beside a serving gateway. Calls never authorized
 (unauthenticated, unknown ref) are not considered; decisions recorded before the policy input
 was kept are counted as not replayable.`,
@@ -69,6 +75,9 @@ was kept are counted as not replayable.`,
 			}
 			if policyDir != "" && bundleFile != "" {
 				return &exitError{code: 2, err: fmt.Errorf("--policy-dir and --bundle: give one candidate")}
+			}
+			if bundleFile != "" && (len(environments) > 0 || config != "") {
+				return &exitError{code: 2, err: fmt.Errorf("--bundle carries its own data, environments included: drop --environments and --config")}
 			}
 			now := time.Now()
 			w := replay.Window{Org: org}
@@ -92,7 +101,11 @@ was kept are counted as not replayable.`,
 				return err
 			}
 			defer st.Close()
-			d, err := candidate(ctx, st, policyDir, bundleFile)
+			envs, err := deploymentEnvironments(environments, config)
+			if err != nil {
+				return &exitError{code: 2, err: err}
+			}
+			d, err := candidate(ctx, st, envs, policyDir, bundleFile)
 			if err != nil {
 				return &exitError{code: 2, err: err}
 			}
@@ -100,6 +113,10 @@ was kept are counted as not replayable.`,
 			rep, err := replay.Run(ctx, st, d, w)
 			if err != nil {
 				return err
+			}
+			if unknown := undefinedEnvironments(rep, envs); len(unknown) > 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: recorded calls in environments replay does not define (%s) re-decide as denied; "+
+					"name the deployment's environments with --environments or --config\n", strings.Join(unknown, ", "))
 			}
 			if format == "json" {
 				return writeJSON(cmd.OutOrStdout(), rep)
@@ -117,12 +134,57 @@ was kept are counted as not replayable.`,
 	f.StringVar(&bundleFile, "bundle", "", "candidate bundle file in OPA's format (gzipped tar) replacing the whole policy")
 	f.StringVar(&org, "org", "", "only this org's calls (default: every org)")
 	f.StringVar(&format, "format", "text", "text or json")
+	f.StringSliceVar(&environments, "environments", nil, "NAME=KIND[,...]: the deployment's named environments beyond the defaults, as given to xema serve")
+	f.StringVar(&config, "config", "", "xema serve's YAML config file: its environments are the deployment's (--environments overrides)")
 	return cmd
+}
+
+// deploymentEnvironments are the named environments replay decides with: --environments, else
+// the environments of xema serve's --config file, else the defaults. A deployment's recorded
+// calls in an environment replay did not know would re-decide as denied (undefined).
+func deploymentEnvironments(flag []string, config string) (grant.Environments, error) {
+	if len(flag) == 0 && config != "" {
+		raw, err := os.ReadFile(config)
+		if err != nil {
+			return grant.Environments{}, fmt.Errorf("--config: %w", err)
+		}
+		var doc map[string]any
+		if err := yaml.Unmarshal(raw, &doc); err != nil {
+			return grant.Environments{}, fmt.Errorf("--config %s: %w", config, err)
+		}
+		// Only the environments key: the rest configures serve (and may name secrets replay
+		// has no use for).
+		fs := pflag.NewFlagSet("environments", pflag.ContinueOnError)
+		fs.StringSliceVar(&flag, "environments", nil, "")
+		if v, ok := doc["environments"]; ok {
+			if err := applyKey(fs, "environments", v); err != nil {
+				return grant.Environments{}, fmt.Errorf("--config %s: environments: %w", config, err)
+			}
+		}
+	}
+	envs, err := grant.ParseEnvironments(flag)
+	if err != nil {
+		return grant.Environments{}, fmt.Errorf("--environments: %w", err)
+	}
+	return envs, nil
+}
+
+// undefinedEnvironments are the environments of changed calls that envs does not name: the
+// sign of a replay run without the deployment's environments.
+func undefinedEnvironments(rep *replay.Report, envs grant.Environments) []string {
+	var out []string
+	for _, c := range rep.Changes {
+		if _, ok := envs.Lookup(c.Environment); !ok && !slices.Contains(out, c.Environment) {
+			out = append(out, printable(c.Environment))
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // candidate is the policy replay decides with: a bundle file, or the built-in Rego (plus
 // platform Rego) over the store's current data.
-func candidate(ctx context.Context, st store.Store, policyDir, bundleFile string) (replay.Decider, error) {
+func candidate(ctx context.Context, st store.Store, envs grant.Environments, policyDir, bundleFile string) (replay.Decider, error) {
 	if bundleFile != "" {
 		f, err := os.Open(bundleFile)
 		if err != nil {
@@ -135,7 +197,7 @@ func candidate(ctx context.Context, st store.Store, policyDir, bundleFile string
 	if err != nil {
 		return nil, fmt.Errorf("--policy-dir: %w", err)
 	}
-	data, rev, err := app.PolicyData(ctx, st)
+	data, rev, err := app.PolicyData(ctx, st, envs)
 	if err != nil {
 		return nil, err
 	}
@@ -156,6 +218,12 @@ func printReplay(out io.Writer, rep *replay.Report, took time.Duration) {
 		fmt.Fprintf(out, "; the window reaches pruned records: calls before %s are not replayed", rep.PrunedBefore)
 	}
 	fmt.Fprintln(out)
+	if rep.Candidate != "" {
+		fmt.Fprintf(out, "candidate policy revision %s\n", printable(rep.Candidate))
+	}
+	for _, r := range rep.Revisions {
+		fmt.Fprintf(out, "recorded under revision %s: %d decision(s), %d changed\n", printable(r.Revision), r.Considered, r.Changed)
+	}
 	if len(rep.Changes) == 0 {
 		return
 	}
@@ -177,7 +245,7 @@ func printReplay(out io.Writer, rep *replay.Report, took time.Duration) {
 	for _, k := range keys {
 		fmt.Fprintf(tw, "%s\t%d\n", k, groups[k])
 	}
-	fmt.Fprintln(tw, "\nAUDIT ID\tTIME\tREF\tSUBJECT\tENVIRONMENT\tBEFORE\tAFTER")
+	fmt.Fprintln(tw, "\nAUDIT ID\tTIME\tREVISION\tREF\tSUBJECT\tENVIRONMENT\tBEFORE\tAFTER")
 	side := func(s replay.Side) string {
 		if s.Allow {
 			return "allow"
@@ -185,7 +253,7 @@ func printReplay(out io.Writer, rep *replay.Report, took time.Duration) {
 		return "deny " + strings.Join(s.Reasons, ",")
 	}
 	for _, c := range rep.Changes {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", printable(c.AuditID), printable(c.Time), printable(c.Ref), printable(c.Subject),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", printable(c.AuditID), printable(c.Time), printable(c.Revision), printable(c.Ref), printable(c.Subject),
 			printable(c.Environment), printable(side(c.Before)), printable(side(c.After)))
 	}
 	tw.Flush()

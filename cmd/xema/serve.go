@@ -24,13 +24,13 @@ import (
 	"github.com/xemahq/xema/internal/console"
 	"github.com/xemahq/xema/internal/egress"
 	"github.com/xemahq/xema/internal/federation"
-	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/masterkey"
 	"github.com/xemahq/xema/internal/oauth"
 	"github.com/xemahq/xema/internal/secretbox"
 	"github.com/xemahq/xema/internal/server"
 	"github.com/xemahq/xema/internal/telemetry"
+	"github.com/xemahq/xema/internal/unauth"
 )
 
 // newServeCmd is `xema serve`; every one of its flags may also be set by --config.
@@ -94,7 +94,7 @@ func newServeCmd() *cobra.Command {
 	notifyF.addTo(f)
 	f.DurationVar(&cfg.ApprovalTTL, "approval-ttl", 24*time.Hour, "how long a call held for human approval may wait before it expires and never runs")
 	f.DurationVar(&cfg.MCPResyncEvery, "mcp-resync-every", 0, "how often to sync every external MCP server's tools (0: only on its tools/list_changed)")
-	f.DurationVar(&cfg.UnauthAuditInterval, "unauth-audit-interval", gateway.DefaultUnauthInterval, "unauthenticated attempts are audited in one record per route, reason and source per interval of this length")
+	f.DurationVar(&cfg.UnauthAuditInterval, "unauth-audit-interval", unauth.DefaultInterval, "unauthenticated attempts are audited in one record per route, reason and source per interval of this length")
 	f.StringVar(&mf.file, "master-key-file", "", "file of the master key wrapping the deployment's keys (also "+masterkey.EnvKeyFile+", or inline in "+
 		masterkey.EnvKey+"); default: DATA_DIR/"+masterkey.FileName+", generated at first start (development only: it lies beside the data)")
 	f.Var(retention{&cfg.AuditRetain}, "audit-retain", "remove audit records older than this (90d, 720h; 0 keeps everything), checked every 10 minutes in small batches")
@@ -408,7 +408,7 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 		return err
 	}
 	a.KeysReady = ids.KeysReady
-	srv := &server.Server{Gateway: a.Gateway, Environments: a.Environments(), Audit: a.Store, Approvals: a.Approvals, OperatorOrg: cfg.OperatorOrg, Auth: ids, Ready: a.Ready,
+	srv := &server.Server{Gateway: a.Gateway, Tools: a.Tools, Environments: a.Environments(), Audit: a.Store, Approvals: a.Approvals, OperatorOrg: cfg.OperatorOrg, Auth: ids, Ready: a.Ready,
 		Bundles: a.Policy, Mounts: map[string]http.Handler{}, BundleReaders: bundleReaders, BodyReadTimeout: lim.read - lim.readHeader,
 		CORSOrigins: web.corsOrigins, PublicURL: web.publicURL, ConsoleOIDC: consoleOIDC, MetricsReaders: web.metricsReaders}
 	if idCfg.Issuer != "" {

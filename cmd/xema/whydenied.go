@@ -10,6 +10,7 @@ import (
 
 	"github.com/xemahq/xema/internal/audit"
 	"github.com/xemahq/xema/internal/gateway"
+	"github.com/xemahq/xema/internal/metatool"
 )
 
 // newWhyDeniedCmd is `xema why-denied`.
@@ -88,7 +89,7 @@ func printDenial(w io.Writer, d denial) {
 		switch {
 		case r.Code == gateway.CodeRateLimited || r.Code == gateway.CodeQuotaExceeded:
 			steps = append(steps, fmt.Sprintf("wait and retry: %s (the call's answer carries Retry-After)", r.Detail))
-		case len(d.Suggestions) == 0 && gateway.GrantLiftable(r.Code):
+		case len(d.Suggestions) == 0 && metatool.GrantLiftable(r.Code):
 			steps = append(steps, fmt.Sprintf("ask an org admin for a wider grant: POST /v1/capabilities/explain with capabilityRef %s and denialCode %s names it", d.Capability, r.Code))
 		}
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/xemahq/xema/internal/approval"
 	"github.com/xemahq/xema/internal/audit"
 	"github.com/xemahq/xema/internal/binding"
+	"github.com/xemahq/xema/internal/capacity"
 	"github.com/xemahq/xema/internal/catalog"
 	"github.com/xemahq/xema/internal/credential"
 	"github.com/xemahq/xema/internal/decisionlog"
@@ -38,6 +39,7 @@ import (
 	"github.com/xemahq/xema/internal/kernel"
 	"github.com/xemahq/xema/internal/manifest"
 	"github.com/xemahq/xema/internal/masterkey"
+	"github.com/xemahq/xema/internal/metatool"
 	"github.com/xemahq/xema/internal/notify"
 	"github.com/xemahq/xema/internal/periodic"
 	"github.com/xemahq/xema/internal/policy"
@@ -48,6 +50,7 @@ import (
 	"github.com/xemahq/xema/internal/spool"
 	"github.com/xemahq/xema/internal/store"
 	"github.com/xemahq/xema/internal/store/engine"
+	"github.com/xemahq/xema/internal/unauth"
 )
 
 // KernelBiome is the built-in biome the Go-registered capabilities belong to.
@@ -90,7 +93,7 @@ type Config struct {
 	// the only command lines the gateway runs.
 	MCPStdio []federation.StdioServer
 	// UnauthAuditInterval is how long one aggregate record of unauthenticated attempts
-	// (route, reason, source) stays open; 0 means gateway.DefaultUnauthInterval.
+	// (route, reason, source) stays open; 0 means unauth.DefaultInterval.
 	UnauthAuditInterval time.Duration
 	// Tokens mints the gateway's outbound service tokens (the server identity's); nil sends
 	// none (a provider needing one is answered NO_SERVICE_TOKEN).
@@ -165,6 +168,8 @@ type App struct {
 	Policy    *policy.Engine
 	Publisher *catalog.Publisher
 	Gateway   *gateway.Gateway
+	// Tools answers the meta-tools (search, describe, plan, preflight, explain, whoami).
+	Tools *metatool.Tools
 	// Bindings resolves connector capabilities through org-level provider bindings.
 	Bindings  *binding.Service
 	Approvals *approval.Service
@@ -185,7 +190,7 @@ type App struct {
 	// Audit is the one audit log of the process (the funnel's and the approvals' records:
 	// one writer batches both); unauth aggregates unauthenticated attempts into it.
 	Audit  *audit.Log
-	unauth *gateway.UnauthAggregator
+	unauth *unauth.Aggregator
 	// Replica is this process's id in approval leases and the write probe.
 	Replica string
 	// KeysReady reports whether the identity provider's keys are available (set by serve).
@@ -312,12 +317,15 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	// Built in order, no back-pointers: the funnel over the approval queue, then the
 	// approval service over the funnel.
-	a.unauth = &gateway.UnauthAggregator{Audit: a.Audit, Revision: eng.Revision, Interval: cfg.UnauthAuditInterval}
+	a.unauth = &unauth.Aggregator{Audit: a.Audit, Revision: eng.Revision, Interval: cfg.UnauthAuditInterval}
 	if a.Gateway, err = gateway.New(gateway.Deps{Catalog: a.Catalog, Policy: eng, Audit: a.Audit, Kernel: a.Kernel,
-		Tokens: cfg.Tokens, HTTP: a.HTTP, CursorKey: keys.Cursor, InputHashKey: keys.InputHash,
+		Tokens: cfg.Tokens, HTTP: a.HTTP, InputHashKey: keys.InputHash,
 		Resolvers: []gateway.Resolver{a.Bindings, a.Federation}, Limiter: limiter,
-		Approvals: &approval.Queue{Store: st, TTL: cfg.ApprovalTTL, Now: cfg.Now, Notify: notifier}, Outbound: gateway.NewSlots(cfg.MaxInflight),
-		PerProvider: gateway.NewProviderSlots(cfg.MaxPerProvider), Unauth: a.unauth, Spool: a.Spool, Idempotency: st}); err != nil {
+		Approvals: &approval.Queue{Store: st, TTL: cfg.ApprovalTTL, Now: cfg.Now, Notify: notifier}, Outbound: capacity.NewSlots(cfg.MaxInflight),
+		PerProvider: capacity.NewProviderSlots(cfg.MaxPerProvider), Unauth: a.unauth, Spool: a.Spool, Idempotency: st}); err != nil {
+		return nil, a.closeWith(err)
+	}
+	if a.Tools, err = metatool.New(metatool.Deps{Catalog: a.Catalog, Policy: eng, Runners: a.Gateway, CursorKey: keys.Cursor}); err != nil {
 		return nil, a.closeWith(err)
 	}
 	a.Approvals = &approval.Service{Store: st, Policy: eng, Runner: a.Gateway, Audit: a.Audit, Replica: a.Replica, Spool: a.Spool,
@@ -330,7 +338,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		now = time.Now
 	}
 	if err := insight.Register(a.Kernel, &insight.Service{Store: st, Catalog: a.Catalog, Revision: eng.Revision,
-		Covering: a.covering, OperationReads: a.Gateway.OperationReads, Now: now}); err != nil {
+		Covering: a.covering, OperationReads: a.Tools.OperationReads, Now: now}); err != nil {
 		return nil, a.closeWith(err)
 	}
 	if err := a.publishKernel(ctx); err != nil {
@@ -575,15 +583,17 @@ func (a *App) grantImpact(ctx context.Context, candidate store.Grant, since time
 // window first); the impact says when it stopped there.
 const MaxDryRunDecisions = 20_000
 
-// PolicyData compiles data.xema from st as a gateway serving it now would (with the built-in
-// environments and profiles), for tools that decide without a gateway (xema replay).
-func PolicyData(ctx context.Context, st store.Store) (map[string]any, string, error) {
+// PolicyData compiles data.xema from st as a gateway serving it now with the named
+// environments envs would (and the built-in profiles), for tools that decide without a
+// gateway (xema replay): a deployment's environments beyond the defaults must be named, or
+// its recorded calls in them would replay as denied in an undefined environment.
+func PolicyData(ctx context.Context, st store.Store, envs grant.Environments) (map[string]any, string, error) {
 	cat := catalog.New(st)
 	snap, err := cat.Reload(ctx)
 	if err != nil {
 		return nil, "", err
 	}
-	return compileData(ctx, cat, snap, grant.DefaultEnvironments(), grant.Builtin())
+	return compileData(ctx, cat, snap, envs, grant.Builtin())
 }
 
 func compileData(ctx context.Context, cat *catalog.Catalog, snap *catalog.Snapshot, envs grant.Environments,

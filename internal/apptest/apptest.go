@@ -6,6 +6,7 @@ package apptest
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -52,7 +53,13 @@ type Options struct {
 	Contributions []string
 	// Notify is who is told of held calls.
 	Notify notify.Config
+	// Copies installs the comment capability under that many more refs as well
+	// (ticket:comment<i>.add@1, CopyRef), each a key of its own for the policy.
+	Copies int
 }
+
+// CopyRef is the ref of the i-th copy of the comment capability (Options.Copies).
+func CopyRef(i int) string { return fmt.Sprintf("ticket:comment%d.add@1", i) }
 
 // New starts a fixture; it closes with the test.
 func New(t testing.TB, o Options) *Fixture {
@@ -97,6 +104,9 @@ func New(t testing.TB, o Options) *Fixture {
 			t.Fatal(err)
 		}
 	}
+	if err := writeCopies(dir, o.Copies); err != nil {
+		t.Fatal(err)
+	}
 	b, problems, err := manifest.LoadDir(dir)
 	if err != nil || len(problems) > 0 {
 		t.Fatalf("load biome: %v %v", err, problems)
@@ -111,6 +121,42 @@ func New(t testing.TB, o Options) *Fixture {
 		t.Fatal(err)
 	}
 	return &Fixture{App: a, Provider: prov, Now: &now, biomeID: res.BiomeID, version: res.Version, digest: res.Digest.Hash}
+}
+
+// writeCopies adds n copies of dir's comment contribution under CopyRef(i) and names them
+// in its biome.json.
+func writeCopies(dir string, n int) error {
+	if n == 0 {
+		return nil
+	}
+	comment, err := os.ReadFile(filepath.Join(dir, "contributions", "comment.capability.contribution.json"))
+	if err != nil {
+		return err
+	}
+	var biome map[string]any
+	raw, err := os.ReadFile(filepath.Join(dir, "biome.json"))
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(raw, &biome); err != nil {
+		return err
+	}
+	requires, _ := biome["requiresCapabilities"].([]any)
+	hints, _ := biome["permissionHints"].([]any)
+	for i := range n {
+		c := strings.Replace(string(comment), "ticket:comment.add@1", CopyRef(i), 1)
+		if err := os.WriteFile(filepath.Join(dir, "contributions", fmt.Sprintf("comment%d.capability.contribution.json", i)), []byte(c), 0o644); err != nil {
+			return err
+		}
+		requires = append(requires, CopyRef(i))
+		hints = append(hints, map[string]any{"capability": CopyRef(i), "reason": "A copy of the comment capability."})
+	}
+	biome["requiresCapabilities"], biome["permissionHints"] = requires, hints
+	raw, err = json.Marshal(biome)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "biome.json"), raw, 0o644)
 }
 
 // staticToken is the gateway's outbound token in these tests; providers ignore it.

@@ -4,6 +4,7 @@ package cpubench
 
 import (
 	"runtime"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -27,4 +28,20 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// ReportFirstAndWarm reports the p50 and p99 latencies of first calls and of warm ones, in
+// µs, and the ratio of their p99s (the first-call benchmarks of the policy and the funnel).
+func ReportFirstAndWarm(b *testing.B, first, warm []time.Duration) {
+	b.ReportMetric(quantileMicros(first, 0.5), "first-p50-µs")
+	b.ReportMetric(quantileMicros(first, 0.99), "first-p99-µs")
+	b.ReportMetric(quantileMicros(warm, 0.5), "warm-p50-µs")
+	b.ReportMetric(quantileMicros(warm, 0.99), "warm-p99-µs")
+	b.ReportMetric(quantileMicros(first, 0.99)/quantileMicros(warm, 0.99), "p99-ratio")
+}
+
+func quantileMicros(ds []time.Duration, q float64) float64 {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return float64(s[min(len(s)-1, int(q*float64(len(s))))].Microseconds())
 }

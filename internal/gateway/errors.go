@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/xemahq/xema/internal/audit"
@@ -11,7 +12,6 @@ import (
 
 // Error codes the funnel answers with (the HTTP layer maps Status, MCP maps isError).
 const (
-	CodeUnauthenticated   = "UNAUTHENTICATED"
 	CodeUnknownCapability = "UNKNOWN_CAPABILITY"
 	CodeInvalidInput      = "INVALID_INPUT"
 	CodeDenied            = "DENIED"
@@ -22,6 +22,18 @@ const (
 	CodeStoreUnavailable  = "STORE_UNAVAILABLE"
 	// CodeInvalidOutput: the provider answered an output its capability's outputSchema refuses.
 	CodeInvalidOutput = "INVALID_OUTPUT"
+)
+
+// ObligationApproval is the obligation a decision carries when a person must approve the call.
+const ObligationApproval = "approval"
+
+// Answers of the obligations step.
+const (
+	CodeQuotaExceeded       = "QUOTA_EXCEEDED"
+	CodePendingApproval     = "PENDING_APPROVAL"
+	CodeApprovalUnavailable = "APPROVAL_UNAVAILABLE"
+	// StatePendingApproval is the `status` of the 202 answer of a held call.
+	StatePendingApproval = "pending-approval"
 )
 
 // Denial is the answer of a call the policy refused (403) or a limit refused (429): the
@@ -45,7 +57,8 @@ type Held struct {
 	ApprovalID string `json:"approvalId"`
 }
 
-func unknownCapability(ref string) *fault.Error {
+// UnknownCapability answers a ref the caller's catalog has no capability for (404).
+func UnknownCapability(ref string) *fault.Error {
 	return &fault.Error{Kind: fault.NotFound, Code: CodeUnknownCapability,
 		Message: fmt.Sprintf("no capability %q", ref)}
 }
@@ -87,4 +100,59 @@ func invalidOutput(ref string, v []inputschema.Violation) error {
 	return &outputError{answer: &fault.Error{Kind: fault.Provider, Code: CodeInvalidOutput, ViolationCount: total, Violations: v,
 		Message: fmt.Sprintf("the provider of %s answered an output that does not match its outputSchema at %s: %s (%d violation(s)); the output was not passed on",
 			ref, at, v[0].Message, total)}}
+}
+
+// Answer codes of a call that ran (or may have run) but whose ending is not what it asked.
+const (
+	// CodeOutcomeNotRecorded: the runner ran; its outcome record could not be written. The
+	// outcome is spooled and written once the store is back; the decision record's auditId
+	// is in the answer. Never a denial: retrying without an Idempotency-Key may run the call
+	// again.
+	CodeOutcomeNotRecorded = "OUTCOME_NOT_RECORDED"
+	// CodeInterrupted: the gateway shut down (its --shutdown-timeout passed) while the call
+	// ran; it may have reached its provider. Its outcome is recorded as interrupted.
+	CodeInterrupted = "INTERRUPTED_BY_SHUTDOWN"
+	// OutcomeAdmitted is the outcome of a decision record: admitted to run, the outcome
+	// record (audit.OutcomeID) tells how it ended. A decision record without an outcome
+	// record is a call whose ending is unknown (the gateway stopped), never one known to
+	// have been dispatched.
+	OutcomeAdmitted = "admitted"
+	// OutcomeNotDispatched closes a decision record whose call never reached its runner.
+	OutcomeNotDispatched = "not-dispatched"
+)
+
+// outcomeNotRecorded answers a call that ran when its outcome record failed.
+func outcomeNotRecorded(auditID, outcome string, spooled bool) *fault.Error {
+	where := "kept in memory and written once the store is back (lost if the gateway stops first)"
+	if spooled {
+		where = "spooled to disk and written once the store is back"
+	}
+	return &fault.Error{Kind: fault.Internal, Code: CodeOutcomeNotRecorded, AuditID: auditID, Outcome: outcome,
+		Message: fmt.Sprintf("the call ran (its runner ended %q) but its outcome could not be recorded; the outcome is %s. "+
+			"This is not a denial: retry only with the same Idempotency-Key", outcome, where)}
+}
+
+// ranUnrecorded says err answers a call that ran to its end (outcome ok) whose outcome record
+// failed: its output is still the caller's.
+func ranUnrecorded(err error) bool {
+	var e *fault.Error
+	return errors.As(err, &e) && e.Code == CodeOutcomeNotRecorded && e.Outcome == "ok"
+}
+
+func interrupted(auditID string) *fault.Error {
+	return &fault.Error{Kind: fault.Unavailable, Code: CodeInterrupted, AuditID: auditID, Outcome: CodeInterrupted,
+		Message: "the gateway shut down while the call ran; it may have reached its provider (its outcome is recorded as interrupted)"}
+}
+
+// MaxViolations is the most violations one answer lists; ViolationCount carries the total.
+const MaxViolations = 100
+
+// capViolations bounds the violations an answer carries; the total is returned for
+// ViolationCount. The producers (schema validation, handlers) may find many more (one per
+// unknown property of a 1 MiB body); the answer stays small.
+func capViolations(vs []inputschema.Violation) ([]inputschema.Violation, int) {
+	if len(vs) > MaxViolations {
+		return vs[:MaxViolations:MaxViolations], len(vs)
+	}
+	return vs, len(vs)
 }

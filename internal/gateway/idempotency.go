@@ -11,8 +11,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/xemahq/xema/internal/audit"
-
+	"github.com/xemahq/xema/internal/capacity"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/spool"
@@ -50,7 +49,7 @@ type Answer struct {
 // notRun are the codes of answers given before anything ran: a retry under the same key
 // must run the call, so their key is released rather than stored.
 var notRun = map[string]bool{CodeAuditUnavailable: true, CodeStoreUnavailable: true, CodePolicyUnavailable: true,
-	CodeCapacityExceeded: true, CodeRateLimited: true, CodeQuotaExceeded: true, CodeApprovalUnavailable: true}
+	capacity.CodeExceeded: true, CodeRateLimited: true, CodeQuotaExceeded: true, CodeApprovalUnavailable: true}
 
 // InvokeIdempotent is Invoke under an idempotency key: the same key from the same caller (org
 // and subject) in the same decision context within IdempotencyTTL returns the first call's
@@ -63,8 +62,8 @@ var notRun = map[string]bool{CodeAuditUnavailable: true, CodeStoreUnavailable: t
 func (g *Gateway) InvokeIdempotent(ctx context.Context, ec identity.ExecContext, req Request, key string,
 	encode func(*Result, error) (Answer, string)) (Answer, error) {
 	if len(key) == 0 || len(key) > MaxIdempotencyKey || !printable(key) {
-		return Answer{}, badRequest(CodeInvalidIdempotencyKey,
-			fmt.Sprintf("an idempotency key is 1 to %d printable ASCII characters", MaxIdempotencyKey))
+		return Answer{}, fault.New(fault.Invalid, CodeInvalidIdempotencyKey,
+			"an idempotency key is 1 to %d printable ASCII characters", MaxIdempotencyKey)
 	}
 	if g.d.Idempotency == nil {
 		return Answer{}, &fault.Error{Kind: fault.Unavailable, Code: CodeStoreUnavailable,
@@ -115,25 +114,6 @@ func auditIDOf(body json.RawMessage) string {
 	_ = json.Unmarshal(body, &v)
 	return v.AuditID
 }
-
-// Replay decides a retry under an idempotency key whose first call has its answer stored:
-// route, validate and authorize again under the policy serving now, as that call would be
-// today. A nil result and error mean the stored answer may be returned; the replay is then
-// audited as its own record (outcome "replayed"). A refusal is audited and returned, never the
-// stored answer. Every record links to parentAuditID, the first call's record. Limits are not
-// counted and nothing runs: the replay returns an answer, it does not make a call.
-func (g *Gateway) Replay(ctx context.Context, ec identity.ExecContext, req Request, parentAuditID string) (*Result, error) {
-	c := g.begin(ec, req)
-	c.rec.ID, c.rec.ParentID = audit.NewID("rpl_"), parentAuditID
-	if res, err := g.admit(ctx, c); res != nil || err != nil {
-		return res, err
-	}
-	return nil, g.record(ctx, c, audit.DecisionAllowed, OutcomeReplayed)
-}
-
-// OutcomeReplayed is the outcome of a replay's record: admitted again, the stored answer of
-// its parent returned, nothing run.
-const OutcomeReplayed = "replayed"
 
 // scopeHash identifies what a call asked and in which decision context: its ref, its input
 // (whitespace aside), and every verified claim the policy decides on beyond org and subject

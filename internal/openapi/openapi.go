@@ -28,6 +28,7 @@ import (
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/grant"
 	"github.com/xemahq/xema/internal/insight"
+	"github.com/xemahq/xema/internal/metatool"
 	"github.com/xemahq/xema/schemas"
 )
 
@@ -477,21 +478,21 @@ func typeSchemas() (map[string]any, error) {
 	types := map[string]reflect.Type{
 		"InvokeRequest":    reflect.TypeFor[gateway.Request](),
 		"InvokeResult":     reflect.TypeFor[gateway.Result](),
-		"SearchRequest":    reflect.TypeFor[gateway.SearchRequest](),
-		"SearchResult":     reflect.TypeFor[gateway.SearchResult](),
-		"DescribeRequest":  reflect.TypeFor[gateway.DescribeRequest](),
-		"Description":      reflect.TypeFor[gateway.Description](),
-		"PlanRequest":      reflect.TypeFor[gateway.PlanRequest](),
-		"PlanResult":       reflect.TypeFor[gateway.PlanResult](),
-		"PreflightRequest": reflect.TypeFor[gateway.PreflightRequest](),
-		"PreflightResult":  reflect.TypeFor[gateway.PreflightResult](),
-		"ExplainRequest":   reflect.TypeFor[gateway.ExplainRequest](),
-		"ExplainResult":    reflect.TypeFor[gateway.ExplainResult](),
+		"SearchRequest":    reflect.TypeFor[metatool.SearchRequest](),
+		"SearchResult":     reflect.TypeFor[metatool.SearchResult](),
+		"DescribeRequest":  reflect.TypeFor[metatool.DescribeRequest](),
+		"Description":      reflect.TypeFor[metatool.Description](),
+		"PlanRequest":      reflect.TypeFor[metatool.PlanRequest](),
+		"PlanResult":       reflect.TypeFor[metatool.PlanResult](),
+		"PreflightRequest": reflect.TypeFor[metatool.PreflightRequest](),
+		"PreflightResult":  reflect.TypeFor[metatool.PreflightResult](),
+		"ExplainRequest":   reflect.TypeFor[metatool.ExplainRequest](),
+		"ExplainResult":    reflect.TypeFor[metatool.ExplainResult](),
 		"AuditRecord":      reflect.TypeFor[audit.Record](),
 		"WhyDenied":        reflect.TypeFor[audit.Denial](),
 		"Invocation":       reflect.TypeFor[approval.View](),
 		"ProfileSet":       reflect.TypeFor[grant.Profiles](),
-		"Caller":           reflect.TypeFor[gateway.Caller](),
+		"Caller":           reflect.TypeFor[metatool.Caller](),
 	}
 	out := map[string]any{}
 	for name, t := range types {

@@ -3,7 +3,6 @@ package policy
 import (
 	"context"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -150,16 +149,7 @@ func BenchmarkFirstCall(b *testing.B) {
 			warm = append(warm, call(i, "other"))
 		}
 	}
-	p := func(ds []time.Duration, q float64) float64 {
-		s := slices.Clone(ds)
-		slices.Sort(s)
-		return float64(s[min(len(s)-1, int(q*float64(len(s))))].Microseconds())
-	}
-	b.ReportMetric(p(first, 0.5), "first-p50-µs")
-	b.ReportMetric(p(first, 0.99), "first-p99-µs")
-	b.ReportMetric(p(warm, 0.5), "warm-p50-µs")
-	b.ReportMetric(p(warm, 0.99), "warm-p99-µs")
-	b.ReportMetric(p(first, 0.99)/p(warm, 0.99), "p99-ratio")
+	cpubench.ReportFirstAndWarm(b, first, warm)
 }
 
 // BenchmarkDecisionCache runs the engine with its decision cache on (the default): "hit"

@@ -409,6 +409,16 @@ func (f *fastPath) waitIdle(ctx context.Context) error {
 	}
 }
 
+// WaitPrepared waits until the serving bundle's background preparation has nothing left to
+// do, or ctx ends: a benchmark's warm calls follow it.
+func (e *Engine) WaitPrepared(ctx context.Context) error {
+	c := e.serving.Load()
+	if c == nil || c.fast == nil {
+		return nil
+	}
+	return c.fast.waitIdle(ctx)
+}
+
 // holds evaluates a residual of clean.
 func holds(ctx context.Context, q *rego.PreparedEvalQuery, input ast.Value) (bool, error) {
 	opts, stop := evalOptions(ctx, input)

@@ -48,7 +48,7 @@ func settle(t testing.TB, e *Engine) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if err := e.serving.Load().fast.waitIdle(ctx); err != nil {
+	if err := e.WaitPrepared(ctx); err != nil {
 		t.Fatalf("the fast path's worker never went idle: %v", err)
 	}
 }

@@ -36,22 +36,34 @@ type Side struct {
 	Reasons []string `json:"reasons"`
 }
 
-// Change is one recorded call the candidate decides otherwise.
+// Change is one recorded call the candidate decides otherwise. Revision is the policy
+// revision that decided it when it was recorded.
 type Change struct {
 	AuditID     string `json:"auditId"`
 	Ref         string `json:"ref"`
 	Subject     string `json:"subject"`
 	Environment string `json:"environment"`
 	Time        string `json:"time"`
+	Revision    string `json:"revision"`
 	Before      Side   `json:"before"`
 	After       Side   `json:"after"`
+}
+
+// RevisionCount is how many of the decisions replayed one recorded policy revision made, and
+// how many of those the candidate decides otherwise.
+type RevisionCount struct {
+	Revision   string `json:"revision"`
+	Considered int    `json:"considered"`
+	Changed    int    `json:"changed"`
 }
 
 // Report is the outcome of a replay. Considered counts the decisions re-evaluated;
 // NotReplayable the decision records written before the policy input was kept (never
 // guessed).
 type Report struct {
-	Considered    int `json:"considered"`
+	// Candidate is the candidate policy's revision (a Decider with a Revision method).
+	Candidate     string `json:"candidateRevision,omitempty"`
+	Considered    int    `json:"considered"`
 	AllowToDeny   int `json:"allowToDeny"`
 	DenyToAllow   int `json:"denyToAllow"`
 	NotReplayable int `json:"notReplayable"`
@@ -59,8 +71,27 @@ type Report struct {
 	Truncated bool `json:"truncated,omitempty"`
 	// PrunedBefore is set when the window reaches before the audit retention's boundary:
 	// the calls recorded before it were pruned and are not replayed.
-	PrunedBefore string   `json:"prunedBefore,omitempty"`
-	Changes      []Change `json:"changes"`
+	PrunedBefore string `json:"prunedBefore,omitempty"`
+	// Revisions are the recorded revisions of the decisions replayed, oldest first: a policy
+	// change shows as calls decided under another revision.
+	Revisions []RevisionCount `json:"revisions"`
+	Changes   []Change        `json:"changes"`
+}
+
+// revisioned is a Decider that names its revision (policy.Engine).
+type revisioned interface{ Revision() string }
+
+// count adds one decision recorded under rev (changed or not) to the report's revisions.
+func (rep *Report) count(rev string, changed bool) {
+	i := slices.IndexFunc(rep.Revisions, func(c RevisionCount) bool { return c.Revision == rev })
+	if i < 0 {
+		rep.Revisions = append(rep.Revisions, RevisionCount{Revision: rev})
+		i = len(rep.Revisions) - 1
+	}
+	rep.Revisions[i].Considered++
+	if changed {
+		rep.Revisions[i].Changed++
+	}
 }
 
 // errLimit stops a scan at Window.Limit.
@@ -70,7 +101,10 @@ var errLimit = errors.New("replay limit reached")
 // are both unchanged is not a change; one whose reasons alone change is listed with equal
 // allow flags.
 func Run(ctx context.Context, st store.Store, d Decider, w Window) (*Report, error) {
-	rep := &Report{Changes: []Change{}}
+	rep := &Report{Changes: []Change{}, Revisions: []RevisionCount{}}
+	if r, ok := d.(revisioned); ok {
+		rep.Candidate = r.Revision()
+	}
 	pruned, err := st.PruneBoundary(ctx)
 	if err != nil {
 		return nil, err
@@ -104,7 +138,9 @@ func Run(ctx context.Context, st store.Store, d Decider, w Window) (*Report, err
 		}
 		rep.Considered++
 		after := Side{Allow: dec.Allow, Reasons: codes(dec.Reasons)}
-		if before.Allow == after.Allow && slices.Equal(before.Reasons, after.Reasons) {
+		changed := before.Allow != after.Allow || !slices.Equal(before.Reasons, after.Reasons)
+		rep.count(r.BundleRevision, changed)
+		if !changed {
 			return nil
 		}
 		switch {
@@ -114,7 +150,8 @@ func Run(ctx context.Context, st store.Store, d Decider, w Window) (*Report, err
 			rep.DenyToAllow++
 		}
 		rep.Changes = append(rep.Changes, Change{AuditID: r.ID, Ref: r.Ref, Subject: r.SubjectRef,
-			Environment: r.Environment, Time: r.Time.UTC().Format(time.RFC3339Nano), Before: before, After: after})
+			Environment: r.Environment, Time: r.Time.UTC().Format(time.RFC3339Nano), Revision: r.BundleRevision,
+			Before: before, After: after})
 		return nil
 	})
 	if err != nil && !errors.Is(err, errLimit) {

@@ -120,7 +120,7 @@ func (s *Server) auditSearch(c echo.Context) error {
 	switch q["omit"] {
 	case "":
 	case omitPeopleReads:
-		f.Omit = &store.AuditOmit{SubjectKind: "user", Refs: s.Gateway.OperationReads(ec.Org)}
+		f.Omit = &store.AuditOmit{SubjectKind: "user", Refs: s.Tools.OperationReads(ec.Org)}
 	default:
 		return badParam("omit", "want "+omitPeopleReads)
 	}
@@ -139,7 +139,7 @@ func (s *Server) auditSearch(c echo.Context) error {
 	queryKey := strings.Join([]string{"audit", ec.Org, ec.Subject.Ref, strconv.FormatBool(isOrgAdmin(ec)),
 		f.Ref, f.SubjectRef, f.Decision, f.ReasonCode, f.ParentID, q["since"], q["until"], q["omit"], strconv.Itoa(f.Limit)}, "\x00")
 	if cur := q["cursor"]; cur != "" {
-		pos, err := s.Gateway.OpenPosition(cur, queryKey)
+		pos, err := s.Tools.OpenPosition(cur, queryKey)
 		if err != nil {
 			return badParam("cursor", "not a cursor this query issued")
 		}
@@ -171,7 +171,7 @@ func (s *Server) auditSearch(c echo.Context) error {
 	if len(recs) > want {
 		recs = recs[:want]
 		last := recs[len(recs)-1]
-		page.NextCursor = s.Gateway.SealPosition(strconv.FormatInt(last.Time.UnixMicro(), 10)+"|"+last.ID, queryKey)
+		page.NextCursor = s.Tools.SealPosition(strconv.FormatInt(last.Time.UnixMicro(), 10)+"|"+last.ID, queryKey)
 	}
 	for _, r := range recs {
 		page.Records = append(page.Records, audit.View(r))

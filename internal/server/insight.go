@@ -49,5 +49,5 @@ func (s *Server) capability(c echo.Context) error {
 // me is GET /v1/me. It reads nothing but the verified token and the policy's answer for the
 // caller, so it is not audited (like the audit search).
 func (s *Server) me(c echo.Context) error {
-	return c.JSON(http.StatusOK, s.Gateway.Whoami(c.Request().Context(), execOf(c)))
+	return c.JSON(http.StatusOK, s.Tools.Whoami(c.Request().Context(), execOf(c)))
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
+	"github.com/xemahq/xema/internal/metatool"
+	"github.com/xemahq/xema/internal/unauth"
 )
 
 // Version is reported to MCP clients as serverInfo.version: the module version and commit
@@ -33,11 +35,11 @@ func (s *Server) MCPHandler() http.Handler {
 		Capabilities: &mcp.ServerCapabilities{Logging: &mcp.LoggingCapabilities{}, //nolint:staticcheck // deprecated in 2026-07-28, still in the protocol versions clients speak
 			Extensions: map[string]any{TasksExtension: map[string]any{}}}})
 	s.addTasks(srv)
-	gw := s.Gateway
-	addTool(srv, "xema_capabilities_search", "Find the capabilities you are armed and authorized to invoke. All arguments are optional; anchor with resourceType (or a resource noun in query); page with cursor from nextCursor.", searchSchema, gw.Search)
+	gw, tools := s.Gateway, s.Tools
+	addTool(srv, "xema_capabilities_search", "Find the capabilities you are armed and authorized to invoke. All arguments are optional; anchor with resourceType (or a resource noun in query); page with cursor from nextCursor.", searchSchema, tools.Search)
 	addTool(srv, "xema_capabilities_describe", "Full input/output schemas, examples and side effects of up to 50 refs.", describeSchema,
-		func(ctx context.Context, ec identity.ExecContext, req gateway.DescribeRequest) (describeResult, error) {
-			d, err := gw.Describe(ctx, ec, req)
+		func(ctx context.Context, ec identity.ExecContext, req metatool.DescribeRequest) (describeResult, error) {
+			d, err := tools.Describe(ctx, ec, req)
 			return describeResult{Capabilities: d}, err
 		})
 	addTool(srv, "xema_capabilities_invoke", "Invoke a capability: {ref, input}; input must match the described inputSchema exactly. "+
@@ -65,9 +67,9 @@ func (s *Server) MCPHandler() http.Handler {
 			}
 			return ans.Body, nil
 		})
-	addTool(srv, "xema_capabilities_plan", "Shortest runnable sequence of capabilities to a goal capability from the resource types you hold.", planSchema, gw.Plan)
-	addTool(srv, "xema_capabilities_preflight", "Check whether a call to ref could succeed now: requirements and blockers.", preflightSchema, gw.Preflight)
-	addTool(srv, "xema_capabilities_explain", "Turn a denial code into the grant that would unlock the capability.", explainSchema, gw.Explain)
+	addTool(srv, "xema_capabilities_plan", "Shortest runnable sequence of capabilities to a goal capability from the resource types you hold.", planSchema, tools.Plan)
+	addTool(srv, "xema_capabilities_preflight", "Check whether a call to ref could succeed now: requirements and blockers.", preflightSchema, tools.Preflight)
+	addTool(srv, "xema_capabilities_explain", "Turn a denial code into the grant that would unlock the capability.", explainSchema, tools.Explain)
 
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{Stateless: true})
 	return s.authenticateMCP(auth.RequireBearerToken(s.verifyMCP, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h))
@@ -125,7 +127,7 @@ func (e answerError) Error() string { return string(e.ans.Body) }
 
 // describeResult wraps describe's array: MCP structured content is an object.
 type describeResult struct {
-	Capabilities []gateway.Description `json:"capabilities"`
+	Capabilities []metatool.Description `json:"capabilities"`
 }
 
 // verifyMCP hands the SDK's bearer middleware the caller authenticateMCP verified.
@@ -145,7 +147,7 @@ func addTool[Req, Res any](srv *mcp.Server, name, description string, schema jso
 		func(ctx context.Context, call *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			ec, ok := execOfExtra(call.Extra)
 			if !ok {
-				return toolError(&fault.Error{Kind: fault.Unauthenticated, Code: gateway.CodeUnauthenticated, Message: "no verified caller"}), nil
+				return toolError(&fault.Error{Kind: fault.Unauthenticated, Code: unauth.CodeUnauthenticated, Message: "no verified caller"}), nil
 			}
 			var req Req
 			args := call.Params.Arguments
@@ -204,16 +206,16 @@ var (
 		"domain":{"type":"string","description":"Only refs of this domain, e.g. connector."},
 		"resourceType":{"type":"string","description":"Anchor: walk this resource type's capability-graph neighbourhood."},
 		"mutating":{"type":"boolean","description":"true: only capabilities that write; false: only reads."},
-		"limit":{"type":"integer","minimum":1,"maximum":` + strconv.Itoa(gateway.MaxSearchLimit) + `},
+		"limit":{"type":"integer","minimum":1,"maximum":` + strconv.Itoa(metatool.MaxSearchLimit) + `},
 		"cursor":{"type":"string","description":"nextCursor of the previous page of the same query."}}}`)
 	describeSchema = json.RawMessage(`{"type":"object","additionalProperties":false,"required":["refs"],"properties":{
-		"refs":{"type":"array","minItems":1,"maxItems":` + strconv.Itoa(gateway.MaxDescribeRefs) + `,"items":{"type":"string"}}}}`)
+		"refs":{"type":"array","minItems":1,"maxItems":` + strconv.Itoa(metatool.MaxDescribeRefs) + `,"items":{"type":"string"}}}}`)
 	invokeSchema = json.RawMessage(`{"type":"object","additionalProperties":false,"required":["ref","input"],"properties":{
 		"ref":{"type":"string"},"input":{"type":"object","description":"Exactly the shape describe returns as inputSchema."},
 		"idempotencyKey":{"type":"string","minLength":1,"maxLength":255,"description":"Retry-safe key: the same key within 24 h returns the first call's answer."}}}`)
 	planSchema = json.RawMessage(`{"type":"object","additionalProperties":false,"required":["goalCapabilityRef"],"properties":{
 		"goalCapabilityRef":{"type":"string"},"fromResourceTypes":{"type":"array","items":{"type":"string"}},
-		"maxDepth":{"type":"integer","minimum":1,"maximum":` + strconv.Itoa(gateway.MaxPlanDepth) + `}}}`)
+		"maxDepth":{"type":"integer","minimum":1,"maximum":` + strconv.Itoa(metatool.MaxPlanDepth) + `}}}`)
 	preflightSchema = json.RawMessage(`{"type":"object","additionalProperties":false,"required":["ref"],"properties":{"ref":{"type":"string"}}}`)
 	explainSchema   = json.RawMessage(`{"type":"object","additionalProperties":false,"required":["capabilityRef","denialCode"],"properties":{
 		"capabilityRef":{"type":"string"},"denialCode":{"type":"string"}}}`)

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/xemahq/xema/internal/gateway"
+	"github.com/xemahq/xema/internal/metatool"
 )
 
 // TestMetaToolSchemaLimits: the MCP meta-tools' input schemas are JSON and declare the
@@ -17,9 +17,9 @@ func TestMetaToolSchemaLimits(t *testing.T) {
 		key    string
 		want   int
 	}{
-		{"search", searchSchema, "limit", "maximum", gateway.MaxSearchLimit},
-		{"describe", describeSchema, "refs", "maxItems", gateway.MaxDescribeRefs},
-		{"plan", planSchema, "maxDepth", "maximum", gateway.MaxPlanDepth},
+		{"search", searchSchema, "limit", "maximum", metatool.MaxSearchLimit},
+		{"describe", describeSchema, "refs", "maxItems", metatool.MaxDescribeRefs},
+		{"plan", planSchema, "maxDepth", "maximum", metatool.MaxPlanDepth},
 	} {
 		var s struct {
 			Properties map[string]map[string]any `json:"properties"`

@@ -10,7 +10,7 @@ import (
 )
 
 func (s *Server) metaRoutes(g *echo.Group) {
-	gw := s.Gateway
+	gw := s.Tools
 	g.POST("/capabilities/search", metaRoute(gw.Search))
 	g.POST("/capabilities/describe", metaRoute(gw.Describe))
 	g.POST("/capabilities/plan", metaRoute(gw.Plan))

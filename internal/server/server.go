@@ -26,8 +26,10 @@ import (
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/grant"
 	"github.com/xemahq/xema/internal/identity"
+	"github.com/xemahq/xema/internal/metatool"
 	"github.com/xemahq/xema/internal/store"
 	"github.com/xemahq/xema/internal/telemetry"
+	"github.com/xemahq/xema/internal/unauth"
 	"github.com/xemahq/xema/schemas"
 )
 
@@ -54,6 +56,8 @@ type AuditReader interface {
 // Server holds the routes' dependencies.
 type Server struct {
 	Gateway *gateway.Gateway
+	// Tools answers the meta-tools other than invoke (search, describe, plan, preflight, explain, whoami).
+	Tools *metatool.Tools
 	// Environments are the named environments grants and tokens may name (GET /v1/profiles).
 	Environments grant.Environments
 	// Audit reads the audit records (why-denied, the audit search).
@@ -233,7 +237,7 @@ func (s *Server) verify(r *http.Request) (identity.ExecContext, error) {
 	_, step := telemetry.Start(r.Context(), telemetry.StepAuthenticate)
 	ec, err := s.Auth.Authenticate(r)
 	if err != nil {
-		step.End(gateway.CodeUnauthenticated, telemetry.AttrReason.String(identity.Reason(err)))
+		step.End(unauth.CodeUnauthenticated, telemetry.AttrReason.String(identity.Reason(err)))
 		return ec, err
 	}
 	step.End("", attribute.String("xema.subject_kind", ec.Subject.Kind))
@@ -255,7 +259,7 @@ func (s *Server) unauthenticated(r *http.Request, route string, err error) *faul
 		return faultOf(aerr)
 	}
 	slog.Debug("unauthenticated request", "route", route, "reason", reason, "auditId", id)
-	return &fault.Error{Kind: fault.Unauthenticated, Code: gateway.CodeUnauthenticated, Message: err.Error(), AuditID: id}
+	return &fault.Error{Kind: fault.Unauthenticated, Code: unauth.CodeUnauthenticated, Message: err.Error(), AuditID: id}
 }
 
 func execOf(c echo.Context) identity.ExecContext {

@@ -79,6 +79,28 @@ func TestNamedEnvironments(t *testing.T) {
 			!strings.Contains(string(bad.Raw), "prod") || !strings.Contains(string(bad.Raw), "staging") {
 			t.Fatalf("a grant naming an unknown environment: %d %s", bad.Status, bad.Raw)
 		}
+
+		// Replay decides with the deployment's environments: from serve's config file or
+		// --environments, the recorded calls in prod and staging re-decide as they were.
+		replay := func(args ...string) (string, int) {
+			return g.cli(t, append(append([]string{"replay", "--since", "1h", "--format", "json"}, args...), g.storeArgs()...)...)
+		}
+		for _, args := range [][]string{{"--config", cfg}, {"--environments", "prod=project,staging=project"}} {
+			out, code := replay(args...)
+			if code != 0 || !strings.Contains(out, `"changes": []`) || strings.Contains(out, `"considered": 0,`) {
+				t.Fatalf("replay %v (exit %d): want no change\n%s", args, code, out)
+			}
+		}
+		// Without them the calls in prod and staging re-decide as denied, and replay says why.
+		if out, err := g.run(append([]string{"replay", "--since", "1h", "--format", "json"}, g.storeArgs()...)...); err != nil || !strings.Contains(out, "ENVIRONMENT_NOT_ALLOWED") ||
+			!strings.Contains(out, "recorded calls in environments replay does not define (prod, staging)") {
+			t.Fatalf("replay without the deployment's environments (%v): want changes and a warning naming prod and staging\n%s", err, out)
+		}
+		for _, args := range [][]string{{"--environments", "prod=nope"}, {"--environments", "prod"}, {"--config", "/nonexistent.yaml"}} {
+			if out, code := replay(args...); code != 2 {
+				t.Errorf("replay %v: exit %d, want 2: %s", args, code, out)
+			}
+		}
 	})
 }
 

@@ -1,4 +1,6 @@
-package gateway
+// Package unauth audits the requests refused at authentication (no, expired, forged or foreign
+// token) in aggregate, so a flood of them adds a bounded number of audit rows.
+package unauth
 
 import (
 	"context"
@@ -13,17 +15,20 @@ import (
 	"github.com/xemahq/xema/internal/store"
 )
 
-// Defaults of an UnauthAggregator.
+// CodeUnauthenticated is the answer code (401) of a request refused at authentication.
+const CodeUnauthenticated = "UNAUTHENTICATED"
+
+// Defaults of an Aggregator.
 const (
-	DefaultUnauthInterval   = 10 * time.Second
-	DefaultUnauthMaxBuckets = 1024
+	DefaultInterval   = 10 * time.Second
+	DefaultMaxBuckets = 1024
 )
 
 // OverflowSource is the source of the one bucket every attempt goes to while the aggregator
 // holds its maximum of buckets.
 const OverflowSource = "other"
 
-// UnauthAggregator audits unauthenticated attempts in aggregate: one bucket per (route,
+// Aggregator audits unauthenticated attempts in aggregate: one bucket per (route,
 // reason, source address) per interval, so a flood adds a bounded number of rows instead of
 // one per request, while every attempt is still counted.
 //
@@ -41,18 +46,23 @@ const OverflowSource = "other"
 //
 // Memory is bounded: at most MaxBuckets buckets are open; beyond that, attempts of new keys
 // are counted into one overflow bucket (route "*", reason "*", source OverflowSource).
-type UnauthAggregator struct {
-	Audit *audit.Log
+type Aggregator struct {
+	Audit Appender
 	// Revision names the policy revision recorded with each row (may be nil).
 	Revision func() string
-	// Interval is how long one bucket stays open; 0 means DefaultUnauthInterval.
+	// Interval is how long one bucket stays open; 0 means DefaultInterval.
 	Interval time.Duration
-	// MaxBuckets bounds the open buckets; 0 means DefaultUnauthMaxBuckets.
+	// MaxBuckets bounds the open buckets; 0 means DefaultMaxBuckets.
 	MaxBuckets int
 
 	mu     sync.Mutex
 	open   map[bucketKey]*bucket
 	closed bool
+}
+
+// Appender commits audit records (audit.Log).
+type Appender interface {
+	Append(ctx context.Context, rec store.AuditRecord) error
 }
 
 type bucketKey struct{ route, reason, source string }
@@ -66,23 +76,24 @@ type bucket struct {
 	err    error         // of that write; read after ready
 }
 
-func (a *UnauthAggregator) interval() time.Duration {
+func (a *Aggregator) interval() time.Duration {
 	if a.Interval > 0 {
 		return a.Interval
 	}
-	return DefaultUnauthInterval
+	return DefaultInterval
 }
 
-func (a *UnauthAggregator) maxBuckets() int {
+func (a *Aggregator) maxBuckets() int {
 	if a.MaxBuckets > 0 {
 		return a.MaxBuckets
 	}
-	return DefaultUnauthMaxBuckets
+	return DefaultMaxBuckets
 }
 
 // Record counts one refused attempt and returns the id of the aggregate record it is
-// counted in; that record is written before Record returns.
-func (a *UnauthAggregator) Record(ctx context.Context, route, reason, source string) (string, error) {
+// counted in; that record is written before Record returns. An error is the audit log's
+// (or ctx's, while another attempt's write of the record is under way).
+func (a *Aggregator) Record(ctx context.Context, route, reason, source string) (string, error) {
 	now := time.Now()
 	key := bucketKey{route, reason, source}
 	a.mu.Lock()
@@ -110,7 +121,7 @@ func (a *UnauthAggregator) Record(ctx context.Context, route, reason, source str
 		case <-b.ready:
 			return b.id, b.err
 		case <-ctx.Done():
-			return "", unavailable(CodeAuditUnavailable, "audit log", ctx.Err())
+			return "", ctx.Err()
 		}
 	}
 	b = &bucket{id: audit.NewID("unauth_"), key: key, opened: now, count: 1, ready: make(chan struct{})}
@@ -124,7 +135,6 @@ func (a *UnauthAggregator) Record(ctx context.Context, route, reason, source str
 	b.err = a.Audit.Append(wctx, a.openingRecord(b))
 	cancel()
 	if b.err != nil {
-		b.err = unavailable(CodeAuditUnavailable, "audit log", b.err)
 		a.mu.Lock()
 		if a.open[key] == b {
 			delete(a.open, key) // the next attempt opens a bucket again
@@ -147,22 +157,22 @@ func isReady(b *bucket) bool {
 }
 
 // single writes one attempt as a bucket of its own, opening record only.
-func (a *UnauthAggregator) single(ctx context.Context, key bucketKey, now time.Time) (string, error) {
+func (a *Aggregator) single(ctx context.Context, key bucketKey, now time.Time) (string, error) {
 	b := &bucket{id: audit.NewID("unauth_"), key: key, opened: now, count: 1}
 	if err := a.Audit.Append(ctx, a.openingRecord(b)); err != nil {
-		return "", unavailable(CodeAuditUnavailable, "audit log", err)
+		return "", err
 	}
 	return b.id, nil
 }
 
 // Run closes the buckets whose interval ended, until ctx ends.
-func (a *UnauthAggregator) Run(ctx context.Context) {
+func (a *Aggregator) Run(ctx context.Context) {
 	periodic.Every(ctx, a.interval()/4, func(now time.Time) { a.flush(now, false) })
 }
 
 // Close stops aggregating and writes the closing record of every open bucket. Call it
 // after the HTTP server stopped and before the audit log closes.
-func (a *UnauthAggregator) Close() {
+func (a *Aggregator) Close() {
 	a.mu.Lock()
 	a.closed = true
 	a.mu.Unlock()
@@ -170,7 +180,7 @@ func (a *UnauthAggregator) Close() {
 }
 
 // flush closes the buckets whose interval ended (all of them with everything set).
-func (a *UnauthAggregator) flush(now time.Time, everything bool) {
+func (a *Aggregator) flush(now time.Time, everything bool) {
 	var due []*bucket
 	a.mu.Lock()
 	for k, b := range a.open {
@@ -188,7 +198,7 @@ func (a *UnauthAggregator) flush(now time.Time, everything bool) {
 }
 
 // closeBucket writes the closing record of b, removed from the map (so its count is final).
-func (a *UnauthAggregator) closeBucket(b *bucket, now time.Time) {
+func (a *Aggregator) closeBucket(b *bucket, now time.Time) {
 	if b.err != nil || b.count <= 1 {
 		return
 	}
@@ -206,7 +216,7 @@ func (a *UnauthAggregator) closeBucket(b *bucket, now time.Time) {
 		"auditId", b.id, "attempts", b.count)
 }
 
-func (a *UnauthAggregator) openingRecord(b *bucket) store.AuditRecord {
+func (a *Aggregator) openingRecord(b *bucket) store.AuditRecord {
 	rec := a.base(b)
 	rec.ID, rec.Time = b.id, b.opened
 	rec.Detail = aggregateDetail(audit.Aggregate{Route: b.key.route, Reason: b.key.reason, Source: b.key.source,
@@ -214,13 +224,13 @@ func (a *UnauthAggregator) openingRecord(b *bucket) store.AuditRecord {
 	return rec
 }
 
-func (a *UnauthAggregator) base(b *bucket) store.AuditRecord {
+func (a *Aggregator) base(b *bucket) store.AuditRecord {
 	rev := ""
 	if a.Revision != nil {
 		rev = a.Revision()
 	}
 	return store.AuditRecord{Ref: b.key.route, Decision: audit.DecisionUnauthenticated, Outcome: "not-run",
-		Reasons:        reasonsJSON([]policy.Reason{{Code: CodeUnauthenticated, Detail: b.key.reason}}),
+		Reasons:        Reasons(b.key.reason),
 		BundleRevision: rev}
 }
 
@@ -230,3 +240,10 @@ func aggregateDetail(ag audit.Aggregate) json.RawMessage {
 }
 
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+// Reasons are the reasons of an unauthenticated attempt's record: its code, and the
+// verifier's reason (never anything of the token) as the detail.
+func Reasons(reason string) json.RawMessage {
+	raw, _ := json.Marshal([]policy.Reason{{Code: CodeUnauthenticated, Detail: reason}}) // strings encode
+	return raw
+}

@@ -1,4 +1,4 @@
-package gateway_test
+package metatool_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/kernel"
 	"github.com/xemahq/xema/internal/manifest"
+	"github.com/xemahq/xema/internal/metatool"
 	"github.com/xemahq/xema/internal/policy"
 	"github.com/xemahq/xema/internal/policy/policyfixture"
 	"github.com/xemahq/xema/internal/store"
@@ -30,10 +31,10 @@ func (discardAudit) Append(context.Context, store.AuditRecord) error { return ni
 
 const searchBiomes = 20
 
-// searchGateway is a funnel over n published capabilities in 20 biomes of org acme, each
+// searchTools are the meta-tools over n published capabilities in 20 biomes of org acme, each
 // biome granted to its own agent (agent:a0 … agent:a19): a caller is authorized for 5 % of
 // the catalog. The policy is the real one over data in the contract's layout.
-func searchGateway(b *testing.B, n int) *gateway.Gateway {
+func searchTools(b *testing.B, n int) *metatool.Tools {
 	b.Helper()
 	data := policyfixture.Data(b)
 	caps, grants := make(map[string]any, n), make(map[string]any, n)
@@ -58,16 +59,23 @@ func searchGateway(b *testing.B, n int) *gateway.Gateway {
 			Manifest: manifest.Manifest{Ref: ref, Title: fmt.Sprintf("Read page %d", i), Summary: "Reads one knowledge-base page",
 				EffectClass: "read", RiskTier: "low",
 				InputSchema: map[string]any{"type": "object", "properties": map[string]any{
-					"pageId": map[string]any{"type": "string", gateway.ResourceTypeAnnotation: "kb.page"}}}},
+					"pageId": map[string]any{"type": "string", metatool.ResourceTypeAnnotation: "kb.page"}}}},
 		})
 	}
 	data["capabilities"], data["grants"] = caps, grants
-	return gatewayOver(b, data, entries, 4*n)
+	return toolsOver(b, data, entries, 4*n)
 }
 
-// gatewayOver is a funnel over entries and the real policy with data (indexed as grant.Build
-// does), its engine's decision cache of cacheSize entries (negative: off).
-func gatewayOver(tb testing.TB, data map[string]any, entries []*catalog.Entry, cacheSize int) *gateway.Gateway {
+// toolsOver are the meta-tools over entries and the real policy with data, its engine's
+// decision cache of cacheSize entries (negative: off).
+func toolsOver(tb testing.TB, data map[string]any, entries []*catalog.Entry, cacheSize int) *metatool.Tools {
+	tb.Helper()
+	return toolsDeciding(tb, entries, engineOver(tb, data, cacheSize))
+}
+
+// engineOver is the real policy over data (indexed as grant.Build does), its decision cache
+// of cacheSize entries (negative: off).
+func engineOver(tb testing.TB, data map[string]any, cacheSize int) *policy.Engine {
 	tb.Helper()
 	ctx := context.Background()
 	data, err := grant.WithIndex(data)
@@ -81,12 +89,22 @@ func gatewayOver(tb testing.TB, data map[string]any, entries []*catalog.Entry, c
 	if err := eng.Load(ctx, data, "bench"); err != nil {
 		tb.Fatal(err)
 	}
-	gw, err := gateway.New(gateway.Deps{Catalog: fixedCatalog{catalog.SnapshotOf(1, entries)}, Policy: eng,
-		Audit: discardAudit{}, Kernel: kernel.New(), HTTP: http.DefaultClient, CursorKey: []byte("bench")})
+	return eng
+}
+
+// toolsDeciding are the meta-tools over entries, asking dec, beside a funnel over the same.
+func toolsDeciding(tb testing.TB, entries []*catalog.Entry, dec metatool.Decider) *metatool.Tools {
+	tb.Helper()
+	cat := fixedCatalog{catalog.SnapshotOf(1, entries)}
+	gw, err := gateway.New(gateway.Deps{Catalog: cat, Policy: dec, Audit: discardAudit{}, Kernel: kernel.New(), HTTP: http.DefaultClient})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return gw
+	tools, err := metatool.New(metatool.Deps{Catalog: cat, Policy: dec, Runners: gw, CursorKey: []byte("bench")})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return tools
 }
 
 // caller is agent:a0 of acme; session distinguishes callers (a new session is a cold
@@ -122,9 +140,9 @@ func (l latencies) report(b *testing.B) {
 func BenchmarkSearch(b *testing.B) {
 	ctx := context.Background()
 	for _, n := range []int{10_000, 100_000} {
-		gw := searchGateway(b, n)
-		req := gateway.SearchRequest{Query: "page", Limit: 20}
-		check := func(b *testing.B, res *gateway.SearchResult, err error) {
+		gw := searchTools(b, n)
+		req := metatool.SearchRequest{Query: "page", Limit: 20}
+		check := func(b *testing.B, res *metatool.SearchResult, err error) {
 			if err != nil || res.ConsideredCount != n/searchBiomes || len(res.Capabilities) != 20 {
 				b.Fatalf("search: %d considered, %d shown, %v; want %d and 20", res.ConsideredCount, len(res.Capabilities), err, n/searchBiomes)
 			}
@@ -161,12 +179,12 @@ func BenchmarkSearch(b *testing.B) {
 func BenchmarkDescribe(b *testing.B) {
 	ctx := context.Background()
 	for _, n := range []int{10_000, 100_000} {
-		gw := searchGateway(b, n)
+		gw := searchTools(b, n)
 		var refs []string
 		for i := 0; len(refs) < 20; i += searchBiomes {
 			refs = append(refs, fmt.Sprintf("b0:page%d.read@1", i))
 		}
-		req := gateway.DescribeRequest{Refs: refs}
+		req := metatool.DescribeRequest{Refs: refs}
 		for _, warm := range []bool{true, false} {
 			b.Run(fmt.Sprintf("caps=%d/warm=%v", n, warm), func(b *testing.B) {
 				lat := make(latencies, 0, b.N)

@@ -1,4 +1,4 @@
-package gateway
+package unauth
 
 import (
 	"context"
@@ -12,9 +12,9 @@ import (
 	"github.com/xemahq/xema/internal/store/sqlite"
 )
 
-// TestUnauthAggregatorBoundsRows floods attempts and checks that every id resolves when
+// TestAggregatorBoundsRows floods attempts and checks that every id resolves when
 // answered, the rows are bounded by the buckets, and the counts sum to the attempts.
-func TestUnauthAggregatorBoundsRows(t *testing.T) {
+func TestAggregatorBoundsRows(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		attempts   int
@@ -30,7 +30,7 @@ func TestUnauthAggregatorBoundsRows(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			st, log := unauthLog(t)
-			agg := &UnauthAggregator{Audit: log, Interval: time.Hour, MaxBuckets: tc.maxBuckets}
+			agg := &Aggregator{Audit: log, Interval: time.Hour, MaxBuckets: tc.maxBuckets}
 			var mu sync.Mutex
 			ids := map[string]bool{}
 			var wg sync.WaitGroup
@@ -91,13 +91,13 @@ func TestUnauthAggregatorBoundsRows(t *testing.T) {
 	}
 }
 
-// TestUnauthAggregatorIntervals: a new interval opens a new bucket; the flusher closes the
+// TestAggregatorIntervals: a new interval opens a new bucket; the flusher closes the
 // old one with its count.
-func TestUnauthAggregatorIntervals(t *testing.T) {
+func TestAggregatorIntervals(t *testing.T) {
 	ctx := context.Background()
 	st, log := unauthLog(t)
 	defer log.Close()
-	agg := &UnauthAggregator{Audit: log, Interval: time.Hour}
+	agg := &Aggregator{Audit: log, Interval: time.Hour}
 	first, _ := agg.Record(ctx, "/mcp", "expired", "1.2.3.4")
 	again, _ := agg.Record(ctx, "/mcp", "expired", "1.2.3.4")
 	other, _ := agg.Record(ctx, "/mcp", "bad_signature", "1.2.3.4")

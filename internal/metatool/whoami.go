@@ -1,4 +1,4 @@
-package gateway
+package metatool
 
 import (
 	"context"
@@ -19,16 +19,16 @@ type Caller struct {
 }
 
 // Whoami describes the caller.
-func (g *Gateway) Whoami(ctx context.Context, ec identity.ExecContext) Caller {
+func (m *Tools) Whoami(ctx context.Context, ec identity.ExecContext) Caller {
 	return Caller{Subject: ec.Subject, Org: ec.Org, OrgRole: ec.OrgRole, Environment: ec.Environment, Project: ec.Project,
-		Operations: g.operations(ctx, ec)}
+		Operations: m.operations(ctx, ec)}
 }
 
 // operations returns the refs of the gateway's own capabilities (kernel runners) the caller
 // may invoke, as search decides them, sorted: what a console may offer this caller.
-func (g *Gateway) operations(ctx context.Context, ec identity.ExecContext) []string {
-	snap := g.d.Catalog.Snapshot()
-	authz := g.authorizer(snap, ec)
+func (m *Tools) operations(ctx context.Context, ec identity.ExecContext) []string {
+	snap := m.d.Catalog.Snapshot()
+	authz := m.authorizer(snap, ec)
 	authz.cut(ctx)
 	out := []string{}
 	for _, e := range snap.AllFor(ec.Org) {
@@ -41,9 +41,9 @@ func (g *Gateway) operations(ctx context.Context, ec identity.ExecContext) []str
 
 // OperationReads returns the refs of the gateway's own capabilities that only read (effect
 // class read): a person's page loads through the console are calls of these.
-func (g *Gateway) OperationReads(org string) []string {
+func (m *Tools) OperationReads(org string) []string {
 	out := []string{}
-	for _, e := range g.d.Catalog.Snapshot().AllFor(org) {
+	for _, e := range m.d.Catalog.Snapshot().AllFor(org) {
 		if builtIn(e) && e.Manifest.EffectClass == "read" {
 			out = append(out, e.Ref())
 		}

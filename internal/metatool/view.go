@@ -1,4 +1,4 @@
-package gateway
+package metatool
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/xemahq/xema/internal/bounded"
 	"github.com/xemahq/xema/internal/catalog"
+	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
 )
 
@@ -30,8 +31,8 @@ type orgView struct {
 }
 
 // view is org's view of snap, built on first use and dropped with the snapshot.
-func (g *Gateway) view(snap *catalog.Snapshot, org string) *orgView {
-	return snap.Derived("gateway.orgView\x00"+org, func() any {
+func (m *Tools) view(snap *catalog.Snapshot, org string) *orgView {
+	return snap.Derived("metatool.orgView\x00"+org, func() any {
 		entries := snap.AllFor(org)
 		index := make(map[string]int, len(entries))
 		text := make([]searchText, len(entries))
@@ -146,7 +147,7 @@ func (s *authorizedSet) admitted() []int {
 
 // authorizer answers whether one caller may invoke entries of one view.
 type authorizer struct {
-	g    *Gateway
+	m    *Tools
 	ec   identity.ExecContext
 	view *orgView
 	set  *authorizedSet // nil: nothing is remembered (the policy is not deterministic)
@@ -155,17 +156,17 @@ type authorizer struct {
 // authorizer returns the caller's authorizer over org's view of snap. Answers are
 // remembered only while the engine caches decisions: a policy calling a non-deterministic
 // built-in (or a cache turned off) is asked every time.
-func (g *Gateway) authorizer(snap *catalog.Snapshot, ec identity.ExecContext) authorizer {
-	v := g.view(snap, ec.Org)
-	a := authorizer{g: g, ec: ec, view: v}
-	if !g.d.Policy.CacheStats().Enabled {
+func (m *Tools) authorizer(snap *catalog.Snapshot, ec identity.ExecContext) authorizer {
+	v := m.view(snap, ec.Org)
+	a := authorizer{m: m, ec: ec, view: v}
+	if !m.d.Policy.CacheStats().Enabled {
 		return a
 	}
-	caller, err := json.Marshal(policyInput(ec, "", ""))
+	caller, err := json.Marshal(gateway.PolicyInput(ec, "", ""))
 	if err != nil {
 		return a
 	}
-	key := g.d.Policy.Revision() + "\x00" + string(caller)
+	key := m.d.Policy.Revision() + "\x00" + string(caller)
 	if s, ok := v.authorized.Get(key, nil); ok {
 		a.set = s
 		return a
@@ -210,7 +211,7 @@ func (a authorizer) cut(ctx context.Context) {
 	if a.set == nil || !a.set.needsCut() {
 		return
 	}
-	sets, err := a.g.d.Policy.Searchable(ctx, policyInput(a.ec, "", ""))
+	sets, err := a.m.d.Policy.Searchable(ctx, gateway.PolicyInput(a.ec, "", ""))
 	if err != nil {
 		return
 	}
@@ -239,7 +240,7 @@ func (a authorizer) admitted() []int {
 
 // decide asks the policy; decided is false when it could not answer (then: not allowed).
 func (a authorizer) decide(ctx context.Context, e *catalog.Entry) (allowed, decided bool) {
-	d, err := a.g.d.Policy.Decide(ctx, policyInput(a.ec, e.Ref(), ""))
+	d, err := a.m.d.Policy.Decide(ctx, gateway.PolicyInput(a.ec, e.Ref(), ""))
 	if err != nil {
 		return false, false
 	}

@@ -1,88 +1,13 @@
-package gateway
+package metatool
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"strings"
 
-	"github.com/xemahq/xema/internal/fault"
+	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/policy"
-	"github.com/xemahq/xema/internal/store"
 )
-
-// PreflightRequest is `{ref}`.
-type PreflightRequest struct {
-	Ref string `json:"ref"`
-}
-
-// Requirement is one condition a call needs; Met says whether it holds now.
-type Requirement struct {
-	Kind   string `json:"kind"` // grant | runner | lifecycle | binding | approval
-	Detail string `json:"detail"`
-	Met    bool   `json:"met"`
-}
-
-// Blocker is a requirement that does not hold, with the denial code it would produce.
-type Blocker struct {
-	Code   string `json:"code"`
-	Detail string `json:"detail"`
-}
-
-// PreflightResult is `{ready, requirements, blockers}`.
-type PreflightResult struct {
-	Ready        bool          `json:"ready"`
-	Requirements []Requirement `json:"requirements"`
-	Blockers     []Blocker     `json:"blockers"`
-}
-
-// Preflight checks, without running anything, whether a call to ref could succeed now.
-func (g *Gateway) Preflight(ctx context.Context, ec identity.ExecContext, req PreflightRequest) (*PreflightResult, error) {
-	e, ok := g.d.Catalog.Snapshot().For(ec.Org, req.Ref)
-	if !ok {
-		return nil, unknownCapability(req.Ref)
-	}
-	d, err := g.d.Policy.Decide(ctx, policyInput(ec, e.Ref(), ""))
-	if err != nil {
-		return nil, unavailable(CodePolicyUnavailable, "policy", err)
-	}
-	res := &PreflightResult{Requirements: []Requirement{}, Blockers: []Blocker{}}
-	add := func(kind, detail string, met bool, code string) {
-		res.Requirements = append(res.Requirements, Requirement{Kind: kind, Detail: detail, Met: met})
-		if !met {
-			res.Blockers = append(res.Blockers, Blocker{Code: code, Detail: detail})
-		}
-	}
-	lifecycleOK := e.Capability.Lifecycle == store.LifecyclePublished || e.Capability.Lifecycle == store.LifecycleDeprecated
-	add("lifecycle", fmt.Sprintf("%s is %s", e.Ref(), e.Capability.Lifecycle), lifecycleOK, "NOT_PUBLISHED")
-	_, runErr := g.resolve(ctx, ec, e)
-	runnerCode, runnerDetail := CodeNoRunner, "a runner serves "+e.Ref()
-	var re *fault.Error
-	if errors.As(runErr, &re) {
-		runnerCode, runnerDetail = re.Code, re.Message // e.g. MISSING_BINDING, MISSING_CREDENTIAL
-	}
-	add("runner", runnerDetail, runErr == nil, runnerCode)
-	grantDetail := "the policy admits this caller in " + ec.Environment
-	if !d.Allow {
-		codes := make([]string, 0, len(d.Reasons))
-		for _, r := range d.Reasons {
-			codes = append(codes, r.Code)
-		}
-		grantDetail = fmt.Sprintf("the policy denies this caller in %s (%s)", ec.Environment, strings.Join(codes, ", "))
-	}
-	add("grant", grantDetail, d.Allow, CodeDenied)
-	for _, r := range d.Reasons {
-		res.Blockers = append(res.Blockers, Blocker{Code: r.Code, Detail: r.Detail})
-	}
-	for _, o := range d.Obligations {
-		if o.Kind == obligationApproval {
-			res.Requirements = append(res.Requirements, Requirement{Kind: "approval", Detail: "each call waits for a human approval", Met: true})
-		}
-	}
-	res.Ready = len(res.Blockers) == 0
-	return res, nil
-}
 
 // ExplainRequest is `{capabilityRef, denialCode}`.
 type ExplainRequest struct {
@@ -125,21 +50,21 @@ func GrantLiftable(code string) bool { return grantReasons[code] }
 // Explain turns a denial code into what would unlock the capability for this caller in its
 // current environment: the exact grant when a grant is what is missing, the org role when
 // the capability is held by role (humanBaseline), never what the caller already holds.
-func (g *Gateway) Explain(ctx context.Context, ec identity.ExecContext, req ExplainRequest) (*ExplainResult, error) {
+func (m *Tools) Explain(ctx context.Context, ec identity.ExecContext, req ExplainRequest) (*ExplainResult, error) {
 	if req.DenialCode == "" {
-		return nil, badRequest("INVALID_ARGUMENT", "missing required field /denialCode")
+		return nil, invalidArgument("missing required field /denialCode")
 	}
-	if !g.d.Policy.KnownReasonCode(req.DenialCode) {
-		return nil, badRequest("INVALID_ARGUMENT", fmt.Sprintf("/denialCode: %q is not a reason code a denial can carry; known: %s",
-			req.DenialCode, strings.Join(g.d.Policy.ReasonCodes(), ", ")))
+	if !m.d.Policy.KnownReasonCode(req.DenialCode) {
+		return nil, invalidArgument("/denialCode: %q is not a reason code a denial can carry; known: %s",
+			req.DenialCode, strings.Join(m.d.Policy.ReasonCodes(), ", "))
 	}
-	e, ok := g.d.Catalog.Snapshot().For(ec.Org, req.CapabilityRef)
+	e, ok := m.d.Catalog.Snapshot().For(ec.Org, req.CapabilityRef)
 	if !ok {
-		return nil, unknownCapability(req.CapabilityRef)
+		return nil, gateway.UnknownCapability(req.CapabilityRef)
 	}
-	d, err := g.d.Policy.Decide(ctx, policyInput(ec, e.Ref(), ""))
+	d, err := m.d.Policy.Decide(ctx, gateway.PolicyInput(ec, e.Ref(), ""))
 	if err != nil {
-		return nil, unavailable(CodePolicyUnavailable, "policy", err)
+		return nil, policyUnavailable(err)
 	}
 	res := &ExplainResult{
 		Domain: domainOf(e.Ref()), DenialCode: req.DenialCode,

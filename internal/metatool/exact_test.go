@@ -1,4 +1,4 @@
-package gateway_test
+package metatool_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/manifest"
+	"github.com/xemahq/xema/internal/metatool"
 	"github.com/xemahq/xema/internal/policy/policyfixture"
 	"github.com/xemahq/xema/internal/store"
 )
@@ -102,14 +103,9 @@ func exactCorpus(t *testing.T) (map[string]any, []*catalog.Entry) {
 func TestSearchShowsExactlyWhatDecideAllows(t *testing.T) {
 	ctx := context.Background()
 	data, entries := exactCorpus(t)
-	dec := &decider{Decider: gatewayOver(t, data, entries, 0).Deps().Policy}
-	d := gatewayOver(t, data, entries, 0).Deps()
-	d.Policy = dec
-	gw, err := gateway.New(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reference := gatewayOver(t, data, entries, -1)
+	dec := &decider{Decider: engineOver(t, data, 0)}
+	gw := toolsDeciding(t, entries, dec)
+	reference := toolsOver(t, data, entries, -1)
 	exec := func(subject, env, orgRole string, f func(*identity.ExecContext)) identity.ExecContext {
 		kind, _, _ := strings.Cut(subject, ":")
 		ec := identity.ExecContext{Subject: identity.Subject{Kind: kind, Ref: subject},
@@ -141,7 +137,7 @@ func TestSearchShowsExactlyWhatDecideAllows(t *testing.T) {
 		ec := callers[name]
 		var want []string
 		for _, e := range entries {
-			_, err := reference.Describe(ctx, ec, gateway.DescribeRequest{Refs: []string{e.Ref()}})
+			_, err := reference.Describe(ctx, ec, metatool.DescribeRequest{Refs: []string{e.Ref()}})
 			var f *fault.Error
 			switch {
 			case err == nil:
@@ -156,7 +152,7 @@ func TestSearchShowsExactlyWhatDecideAllows(t *testing.T) {
 		first.Session = "describe first"
 		var described []string
 		for _, e := range entries {
-			if _, err := gw.Describe(ctx, first, gateway.DescribeRequest{Refs: []string{e.Ref()}}); err == nil {
+			if _, err := gw.Describe(ctx, first, metatool.DescribeRequest{Refs: []string{e.Ref()}}); err == nil {
 				described = append(described, e.Ref())
 			}
 		}
@@ -165,7 +161,7 @@ func TestSearchShowsExactlyWhatDecideAllows(t *testing.T) {
 			t.Errorf("%s: describe first admits %v; a decision per ref allows %v", name, described, want)
 		}
 		decided := len(dec.allowed)
-		res, err := gw.Search(ctx, ec, gateway.SearchRequest{Limit: gateway.MaxSearchLimit})
+		res, err := gw.Search(ctx, ec, metatool.SearchRequest{Limit: metatool.MaxSearchLimit})
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -183,7 +179,7 @@ func TestSearchShowsExactlyWhatDecideAllows(t *testing.T) {
 			t.Errorf("%s: search shows %v; a decision per ref allows %v", name, got, want)
 		}
 		if len(want) > 0 {
-			if _, err := gw.Describe(ctx, ec, gateway.DescribeRequest{Refs: want}); err != nil {
+			if _, err := gw.Describe(ctx, ec, metatool.DescribeRequest{Refs: want}); err != nil {
 				t.Errorf("%s: describe %v after the search: %v", name, want, err)
 			}
 		}

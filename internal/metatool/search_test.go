@@ -1,4 +1,4 @@
-package gateway_test
+package metatool_test
 
 import (
 	"context"
@@ -6,14 +6,17 @@ import (
 	"testing"
 
 	"github.com/xemahq/xema/internal/apptest"
-	"github.com/xemahq/xema/internal/gateway"
+	"github.com/xemahq/xema/internal/metatool"
 	"github.com/xemahq/xema/internal/policy"
 )
+
+// commentRef is a capability of the fixture the bot is granted.
+const commentRef = "ticket:comment.add@1"
 
 // decider is the fixture's policy engine seen through a test's lens: it counts decisions
 // and search sets asked for, can deny everything, and can claim another revision or a non-deterministic policy.
 type decider struct {
-	gateway.Decider
+	metatool.Decider
 	calls       int
 	allowed     []string // the refs of the decisions that allowed, in order
 	denyAll     bool
@@ -66,9 +69,7 @@ func TestSearchRemembersAuthorizedSets(t *testing.T) {
 	ctx := context.Background()
 	f := apptest.New(t, apptest.Options{})
 	dec := &decider{Decider: f.App.Policy}
-	d := f.App.Gateway.Deps()
-	d.Policy = dec
-	gw, err := gateway.New(d)
+	gw, err := metatool.New(metatool.Deps{Catalog: f.App.Catalog, Policy: dec, Runners: f.App.Gateway})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func TestSearchRemembersAuthorizedSets(t *testing.T) {
 		if who != bot.Subject.Ref {
 			ec.Subject.Ref, ec.Armed = who, []string{}
 		}
-		res, err := gw.Search(ctx, ec, gateway.SearchRequest{Query: "comment", Limit: gateway.MaxSearchLimit})
+		res, err := gw.Search(ctx, ec, metatool.SearchRequest{Query: "comment", Limit: metatool.MaxSearchLimit})
 		if err != nil {
 			t.Fatal(err)
 		}
