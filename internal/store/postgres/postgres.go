@@ -39,9 +39,10 @@ var Dialect = sqlstore.Dialect{
 	ModifyingCTE:   true,
 	ReasonCodeMatch: `EXISTS (SELECT 1 FROM json_array_elements(CASE WHEN json_typeof(reasons) = 'array' THEN reasons ELSE '[]'::json END) e
 		WHERE e->>'code' = ?)`,
-	ReasonElements:    `json_array_elements(CASE WHEN json_typeof(a.reasons) = 'array' THEN a.reasons ELSE '[]'::json END) e`,
-	ReasonElementCode: `e->>'code'`,
-	MicrosOf:          func(col string) string { return "CAST(EXTRACT(EPOCH FROM " + col + ") * 1000000 AS BIGINT)" },
+	Greatest:   "GREATEST",
+	Least:      "LEAST",
+	RollupLock: `SELECT id FROM audit_rollup_lock WHERE id = 1 FOR UPDATE`,
+	SnapshotTx: &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true},
 }
 
 // asyncCommit is the session setting of the pool the rate and quota counters use
