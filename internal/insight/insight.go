@@ -280,7 +280,7 @@ func policyOf(current string, spans []store.RevisionSpan) Policy {
 }
 
 func unavailable(what string, err error) error {
-	return &fault.Error{Kind: fault.Unavailable, Code: "STORE_UNAVAILABLE", Message: what + " unavailable; nothing was counted", Err: err}
+	return fault.Wrap(err, fault.Unavailable, fault.CodeStoreUnavailable, "%s unavailable; nothing was counted", what)
 }
 
 // CapabilityView is the answer of catalog:capability.get@1.
