@@ -64,9 +64,9 @@ type Report struct {
 	// Candidate is the candidate policy's revision (a Decider with a Revision method).
 	Candidate     string `json:"candidateRevision,omitempty"`
 	Considered    int    `json:"considered"`
-	AllowToDeny   int `json:"allowToDeny"`
-	DenyToAllow   int `json:"denyToAllow"`
-	NotReplayable int `json:"notReplayable"`
+	AllowToDeny   int    `json:"allowToDeny"`
+	DenyToAllow   int    `json:"denyToAllow"`
+	NotReplayable int    `json:"notReplayable"`
 	// Truncated is true when Window.Limit stopped the replay before the window's end.
 	Truncated bool `json:"truncated,omitempty"`
 	// PrunedBefore is set when the window reaches before the audit retention's boundary:
@@ -97,10 +97,16 @@ func (rep *Report) count(rev string, changed bool) {
 // errLimit stops a scan at Window.Limit.
 var errLimit = errors.New("replay limit reached")
 
+// Store is the audit log as a replay reads it (store.Store).
+type Store interface {
+	PruneBoundary(ctx context.Context) (store.PruneBoundary, error)
+	ScanAudit(ctx context.Context, f store.AuditFilter, fn func(store.AuditRecord) error) error
+}
+
 // Run replays every decision record of the window with d. A call whose allow and reason codes
 // are both unchanged is not a change; one whose reasons alone change is listed with equal
 // allow flags.
-func Run(ctx context.Context, st store.Store, d Decider, w Window) (*Report, error) {
+func Run(ctx context.Context, st Store, d Decider, w Window) (*Report, error) {
 	rep := &Report{Changes: []Change{}, Revisions: []RevisionCount{}}
 	if r, ok := d.(revisioned); ok {
 		rep.Candidate = r.Revision()
