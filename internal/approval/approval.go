@@ -155,9 +155,17 @@ type Runner interface {
 		dispatching func(ctx context.Context) error) (*gateway.Result, error)
 }
 
+// Store is the approvals' table as the Service reads and moves them (store.Store).
+type Store interface {
+	GetApproval(ctx context.Context, id string) (store.Approval, error)
+	ListApprovals(ctx context.Context, f store.ApprovalFilter) ([]store.Approval, error)
+	TransitionApproval(ctx context.Context, t store.ApprovalTransition) (store.Approval, error)
+	StaleApprovals(ctx context.Context, holder string, now time.Time, limit int) ([]store.Approval, error)
+}
+
 // Service decides and runs calls waiting for approval.
 type Service struct {
-	Store  store.Store
+	Store  Store
 	Policy *policy.Engine
 	Runner Runner
 	Audit  *audit.Log

@@ -33,9 +33,16 @@ var descriptors embed.FS
 // Contributions are the capabilities' descriptors (the OpenAPI document's bodies).
 var Contributions fs.FS = descriptors
 
+// Store is what the overview and coverage read (store.Store).
+type Store interface {
+	AuditStats(ctx context.Context, q store.AuditStatsQuery) (store.AuditStats, error)
+	ApprovalsWaiting(ctx context.Context, org string, now time.Time) (int64, time.Time, error)
+	ListGrants(ctx context.Context) ([]store.Grant, error)
+}
+
 // Service answers both capabilities.
 type Service struct {
-	Store   store.Store
+	Store   Store
 	Catalog *catalog.Catalog
 	// Revision is the serving policy's revision.
 	Revision func() string
