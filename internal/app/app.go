@@ -3,6 +3,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -14,6 +15,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -545,8 +547,39 @@ func (a *App) grantImpact(ctx context.Context, candidate store.Grant, since time
 	if err != nil {
 		return catalog.Impact{}, fmt.Errorf("dry run: %w", err)
 	}
-	return catalog.Impact{Considered: rep.Considered, AllowToDeny: rep.AllowToDeny, DenyToAllow: rep.DenyToAllow,
-		Since: since.UTC().Format(time.RFC3339), Truncated: rep.Truncated, PrunedBefore: rep.PrunedBefore}, nil
+	imp := catalog.Impact{Considered: rep.Considered, AllowToDeny: rep.AllowToDeny, DenyToAllow: rep.DenyToAllow,
+		Since: since.UTC().Format(time.RFC3339), Truncated: rep.Truncated, PrunedBefore: rep.PrunedBefore}
+	imp.Losing, imp.Recent = losing(rep.Changes)
+	return imp, nil
+}
+
+// MaxImpactCallers and MaxImpactCalls bound the callers and calls a dry run names.
+const (
+	MaxImpactCallers = 20
+	MaxImpactCalls   = 10
+)
+
+// losing names, of a replay's changes (oldest first), the callers whose calls would now be denied (most
+// calls first) and the newest of those calls.
+func losing(changes []replay.Change) ([]catalog.ImpactCaller, []catalog.ImpactCall) {
+	calls := map[string]int{}
+	var recent []catalog.ImpactCall
+	for _, c := range changes {
+		if !c.Before.Allow || c.After.Allow {
+			continue
+		}
+		calls[c.Subject]++
+		recent = append(recent, catalog.ImpactCall{AuditID: c.AuditID, Ref: c.Ref, Subject: c.Subject, Environment: c.Environment, Time: c.Time})
+	}
+	callers := make([]catalog.ImpactCaller, 0, len(calls))
+	for s, n := range calls {
+		callers = append(callers, catalog.ImpactCaller{Subject: s, Calls: n})
+	}
+	slices.SortFunc(callers, func(a, b catalog.ImpactCaller) int {
+		return cmp.Or(cmp.Compare(b.Calls, a.Calls), cmp.Compare(a.Subject, b.Subject))
+	})
+	slices.Reverse(recent) // the replay reads the window oldest first
+	return callers[:min(len(callers), MaxImpactCallers)], recent[:min(len(recent), MaxImpactCalls)]
 }
 
 // MaxDryRunDecisions bounds the recorded calls a grant's dry run replays (the oldest of the
