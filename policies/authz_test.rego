@@ -267,7 +267,10 @@ test_environment_undefined if {
 
 test_subject_not_covered if {
 	d := with_grants({"kb:page.read@1": {"demo": org_grant({"subjects": {"agent:other": true, "group:ops": true, "role:admin": true}})}})
-	codes(decide_with(agent, d)) == {"SUBJECT_NOT_COVERED"}
+	dec := decide_with(agent, d)
+	codes(dec) == {"SUBJECT_NOT_COVERED"}
+	# The grant exists: the request names the caller it must also cover.
+	dec.suggestions == [{"kind": "request-grant", "capability": "kb:page.read@1", "environment": agent.environment, "subject": agent.subject.ref}]
 }
 
 test_audience_incompatible_environment if {

@@ -73,7 +73,11 @@ func (s *Server) whyDenied(c echo.Context) error {
 		return &fault.Error{Kind: fault.Conflict, Code: "NOT_A_DENIAL",
 			Message: "audit record " + rec.ID + " is not a denial: its decision is " + rec.Decision}
 	}
-	return c.JSON(http.StatusOK, d)
+	x, err := s.Tools.WhyDenied(rec.Org, d)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, x)
 }
 
 func (s *Server) mayRead(ec identity.ExecContext, rec store.AuditRecord) bool {
