@@ -656,6 +656,26 @@ func (a *App) PruneAudit(ctx context.Context, every time.Duration) {
 	periodic.Every(ctx, every, func(now time.Time) { a.pruneAudit(ctx, now) })
 }
 
+// MaintainAuditPartitions keeps the audit log's partitions of the next
+// store.AuditPartitionsAhead days created, every `every`, on a store partitioned by time
+// (PostgreSQL). Replicas may all do it: each creates only the days missing, taking turns. A
+// failure only costs speed: appends for a day without its partition land in the DEFAULT one.
+func (a *App) MaintainAuditPartitions(ctx context.Context, every time.Duration) {
+	p, ok := a.Store.(store.AuditPartitioner)
+	if !ok {
+		return
+	}
+	periodic.Every(ctx, every, func(now time.Time) {
+		n, err := p.EnsureAuditPartitions(ctx, now, now.Add((store.AuditPartitionsAhead-1)*24*time.Hour))
+		switch {
+		case err != nil && ctx.Err() == nil:
+			slog.Warn("audit partitions not created; appends go to the default partition meanwhile", "err", err)
+		case n > 0:
+			slog.Info("created audit partitions ahead of time", "partitions", n)
+		}
+	})
+}
+
 // pruneAudit is one tick of PruneAudit.
 func (a *App) pruneAudit(ctx context.Context, now time.Time) {
 	res, err := audit.Prune(ctx, a.Store, a.chainKeys, audit.PruneOptions{Before: now.Add(-a.cfg.AuditRetain), Now: now})

@@ -87,11 +87,17 @@ func (a *App) Run(ctx context.Context, l Listener) error {
 // is a few thousand records at most for a busy gateway, a few batches.
 const auditPruneEvery = 10 * time.Minute
 
+// rollupEvery is how often the overview's rollups fold the new audit records: the records
+// of the last pass's interval are what GET /v1/stats reads from the log itself.
+const rollupEvery = 2 * time.Second
+
 func (a *App) runLoops(ctx context.Context) {
 	go a.Watch(ctx, a.cfg.ReloadEvery)
 	go a.Policy.WatchExtra(ctx, a.cfg.PolicyDirPoll)
 	go a.PruneRateCounters(ctx, time.Minute)
 	go a.PruneAudit(ctx, auditPruneEvery)
+	go a.MaintainAuditPartitions(ctx, time.Hour)
+	go a.RollUpAudit(ctx, rollupEvery)
 	go a.unauth.Run(ctx)
 	go a.Federation.ResyncEvery(ctx, a.cfg.MCPResyncEvery)
 	go a.Maintain(ctx, 15*time.Second)

@@ -58,11 +58,18 @@ type Metadata struct {
 	KeyID     string `json:"keyId"`
 	CreatedBy string `json:"createdBy"`
 	CreatedAt string `json:"createdAt"`
+	// RotatedAt is when the secret was last sealed under a new key (xema credential
+	// rotate-key); absent when never.
+	RotatedAt string `json:"rotatedAt,omitempty"`
 }
 
 func metadataOf(c store.Credential) Metadata {
-	return Metadata{ID: c.ID, Org: c.Org, Name: c.Name, Provider: c.Provider, KeyID: c.KeyID,
+	m := Metadata{ID: c.ID, Org: c.Org, Name: c.Name, Provider: c.Provider, KeyID: c.KeyID,
 		CreatedBy: c.CreatedBy, CreatedAt: c.CreatedAt.Format(time.RFC3339)}
+	if !c.RotatedAt.IsZero() {
+		m.RotatedAt = c.RotatedAt.Format(time.RFC3339)
+	}
+	return m
 }
 
 // Vault seals, stores and opens credentials.
@@ -178,7 +185,7 @@ func (v *Vault) Rotate(ctx context.Context, prune bool) (string, int, error) {
 	if err != nil {
 		return "", 0, err
 	}
-	n, err := v.Store.ResealCredentials(ctx, func(c store.Credential) (string, string, error) {
+	n, err := v.Store.ResealCredentials(ctx, time.Now(), func(c store.Credential) (string, string, error) {
 		pt, err := kr.Open(c.Sealed, aad(c.ID))
 		if err != nil {
 			return "", "", err

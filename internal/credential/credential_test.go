@@ -109,6 +109,9 @@ func TestRotate(t *testing.T) {
 		}
 		ids = append(ids, m.ID)
 	}
+	if m, err := v.Get(ctx, ids[0]); err != nil || m.RotatedAt != "" {
+		t.Fatalf("a credential never rotated says rotated at %q (%v)", m.RotatedAt, err)
+	}
 	oldKey, _ := os.ReadFile(filepath.Join(dir, credential.KeyFileName))
 	kid, n, err := v.Rotate(ctx, true)
 	if err != nil || n != 3 {
@@ -120,8 +123,8 @@ func TestRotate(t *testing.T) {
 	}
 	for i, id := range ids {
 		m, err := v.Get(ctx, id)
-		if err != nil || m.KeyID != kid {
-			t.Fatalf("credential %s: key %s (%v), want %s", id, m.KeyID, err, kid)
+		if err != nil || m.KeyID != kid || m.RotatedAt == "" || m.RotatedAt < m.CreatedAt {
+			t.Fatalf("credential %s: key %s rotated at %q (%v), want %s rotated after its creation %s", id, m.KeyID, m.RotatedAt, err, kid, m.CreatedAt)
 		}
 		got, err := v.Open(ctx, id)
 		if err != nil || got.Reveal() != fmt.Sprint(secret, i) {

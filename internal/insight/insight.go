@@ -121,6 +121,9 @@ type Overview struct {
 	Held          Held       `json:"held"`
 	Runners       []Runner   `json:"runners"`
 	Policy        Policy     `json:"policy"`
+	// Uncounted is how many records the rollups have not caught up with beyond what this
+	// answer read past them: 0 but just after a start over a large log.
+	Uncounted int64 `json:"uncounted"`
 }
 
 // Bucket is one time bucket of the chart.
@@ -191,7 +194,8 @@ func (s *Service) Overview(ctx context.Context, org, name string) (Overview, err
 	if !ok {
 		return Overview{}, fault.New(fault.Invalid, "INVALID_ARGUMENT", "/window: %q is not one of 1h, 24h, 7d", name)
 	}
-	until := s.Now().UTC().Truncate(time.Microsecond)
+	// The window ends with the bucket in progress: whole buckets are what the rollups hold.
+	until := s.Now().UTC().Truncate(w.bucket).Add(w.bucket)
 	since := until.Add(-w.span)
 	st, err := s.Store.AuditStats(ctx, store.AuditStatsQuery{Org: org, Since: since, Until: until, Bucket: w.bucket, Top: TopN,
 		Calls: callDecisions, Omit: &store.AuditOmit{SubjectKind: "user", Refs: s.OperationReads(org)}})
@@ -244,6 +248,7 @@ func (s *Service) Overview(ctx context.Context, org, name string) (Overview, err
 		out.Held.OldestSince = stamp(oldest)
 	}
 	out.Policy = policyOf(s.Revision(), st.Revisions)
+	out.Uncounted = st.Uncounted
 	return out, nil
 }
 

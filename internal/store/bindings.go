@@ -17,6 +17,8 @@ type Credential struct {
 	KeyID     string // id of the key Sealed is sealed under
 	CreatedBy string
 	CreatedAt time.Time
+	// RotatedAt is when Sealed was last sealed under another key (zero: never).
+	RotatedAt time.Time
 }
 
 // Binding is an org-level provider binding: the provider, base URL and credential that
@@ -49,7 +51,8 @@ type BindingStore interface {
 	DeleteCredential(ctx context.Context, id string) error
 	// ResealCredentials replaces every credential's sealed value with reseal's result in one
 	// transaction (key rotation): either all are resealed or none is.
-	ResealCredentials(ctx context.Context, reseal func(Credential) (sealed, keyID string, err error)) (int, error)
+	// A credential whose key id changes has RotatedAt set to at.
+	ResealCredentials(ctx context.Context, at time.Time, reseal func(Credential) (sealed, keyID string, err error)) (int, error)
 
 	// PutBinding stores a new binding: a stored ID, or another binding with the same org,
 	// project, environment, ref pattern and conversation, is ErrConflict; an unknown

@@ -203,11 +203,26 @@ type AuditOmit struct {
 	Refs        []string
 }
 
+// AuditStatsGrains are the bucket widths AuditStats answers (the overview's 1 h by minute,
+// 24 h by quarter hour, 7 d by hour), each with how far back from the last
+// AdvanceAuditRollups's now its rollups are kept: a range reaching further back is answered
+// from what is kept.
+var AuditStatsGrains = map[time.Duration]time.Duration{
+	time.Minute:      3 * time.Hour,
+	15 * time.Minute: 49 * time.Hour,
+	time.Hour:        8 * 24 * time.Hour,
+}
+
+// AuditStatsTail bounds the records AuditStats reads past the rollups' watermarks (those
+// the background pass has not folded yet); the rest are answered as Uncounted.
+const AuditStatsTail = 20000
+
 // AuditStatsQuery selects one org's records in [Since, Until) for AuditStats.
 type AuditStatsQuery struct {
 	Org          string
 	Since, Until time.Time
-	// Bucket is the width of the series' buckets, counted from Since.
+	// Bucket is the width of the series' buckets, one of AuditStatsGrains; Since and Until
+	// are multiples of it (Unix time).
 	Bucket time.Duration
 	// Top bounds the refs and reason codes answered, the most frequent first.
 	Top int
@@ -221,7 +236,8 @@ type AuditStatsQuery struct {
 // AuditStats are the counts of one org's records in a time range, each one the size of a
 // search of the same range (ListAudit): a call is a record of one of the query's Calls
 // decisions whose runner is empty (an outcome record repeats its call's decision with the
-// runner that ran it).
+// runner that ran it). Records beneath a prune checkpoint, still being deleted, are not
+// counted.
 type AuditStats struct {
 	// Series counts calls by time bucket (0 is the one starting at Since) and decision.
 	Series []BucketCount
@@ -233,6 +249,16 @@ type AuditStats struct {
 	// Revisions are the policy revisions the range's records were decided under, with the
 	// first and last record of each.
 	Revisions []RevisionSpan
+	// Uncounted is how many records, of any org and time, were appended past the rollups'
+	// watermarks beyond the AuditStatsTail this answer read: they are not in it.
+	Uncounted int64
+}
+
+// RollupProgress is what one AdvanceAuditRollups did.
+type RollupProgress struct {
+	Folded    int64 // records read past the watermarks
+	Recounted int   // stale buckets counted again
+	Left      int64 // records past the watermarks still (of any org)
 }
 
 // BucketCount is the number of calls with one decision in one time bucket.
@@ -274,6 +300,19 @@ type AuditPosition struct {
 type RevisionSubscriber interface {
 	SubscribeRevisions(ctx context.Context, onConnect func(), onRevision func(rev int64)) error
 }
+
+// AuditPartitioner is a store whose audit log is partitioned by time (PostgreSQL: one
+// partition per UTC day, and a default one for rows no day partition covers, so an append
+// never fails for want of one). EnsureAuditPartitions creates the partitions of the days
+// from `from` to `to` (both included) that do not exist yet, and returns how many it
+// created; the gateway's maintenance keeps the next days' created ahead of time.
+type AuditPartitioner interface {
+	EnsureAuditPartitions(ctx context.Context, from, to time.Time) (int, error)
+}
+
+// AuditPartitionsAhead is how many days of audit partitions, today's included, an
+// AuditPartitioner's store keeps created ahead of time (at open, and hourly while serving).
+const AuditPartitionsAhead = 7
 
 // Store is the one storage interface both engines implement.
 type Store interface {
@@ -326,10 +365,15 @@ type Store interface {
 	// ListAudit returns the records of one org matching q, newest first (time, then id,
 	// descending), at most q.Limit of them (MaxAuditPage when 0 or larger).
 	ListAudit(ctx context.Context, q AuditQuery) ([]AuditRecord, error)
-	// AuditStats counts one org's records of a time range (the overview's figures), reading
-	// only the range's rows through the (org, time) index: its cost grows with the records
-	// in the range, never with the whole log.
+	// AuditStats counts one org's records of a time range (the overview's figures) from the
+	// rollups, the records past their watermarks (at most AuditStatsTail) and the range's
+	// unchained records: its cost grows with the range's buckets and distinct refs, never
+	// with the number of records.
 	AuditStats(ctx context.Context, q AuditStatsQuery) (AuditStats, error)
+	// AdvanceAuditRollups folds at most limit records past the rollups' watermarks into
+	// them, counts again the buckets a prune removed records of, and drops the buckets older
+	// than their grain keeps (AuditStatsGrains) from now. Replicas take turns.
+	AdvanceAuditRollups(ctx context.Context, now time.Time, limit int) (RollupProgress, error)
 	// ApprovalsWaiting counts org's pending approvals not expired at now, and the oldest's
 	// creation time (zero when none).
 	ApprovalsWaiting(ctx context.Context, org string, now time.Time) (int64, time.Time, error)
@@ -353,7 +397,9 @@ type Store interface {
 	// DeletePrunedAudit deletes at most limit records beneath the checkpoints (chained ones
 	// at or below their chain's base, unchained ones older than the boundary), each call its
 	// own short transaction so appends go on between calls; it returns how many, 0 when none
-	// remain. The schema refuses every other delete.
+	// remain. The schema refuses every other delete. An engine whose log is partitioned by
+	// time (AuditPartitioner) drops instead a whole partition lying beneath the checkpoints,
+	// one a call, and returns its count, which may exceed limit.
 	DeletePrunedAudit(ctx context.Context, limit int) (int64, error)
 
 	ObligationStore

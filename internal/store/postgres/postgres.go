@@ -39,9 +39,10 @@ var Dialect = sqlstore.Dialect{
 	ModifyingCTE:   true,
 	ReasonCodeMatch: `EXISTS (SELECT 1 FROM json_array_elements(CASE WHEN json_typeof(reasons) = 'array' THEN reasons ELSE '[]'::json END) e
 		WHERE e->>'code' = ?)`,
-	ReasonElements:    `json_array_elements(CASE WHEN json_typeof(a.reasons) = 'array' THEN a.reasons ELSE '[]'::json END) e`,
-	ReasonElementCode: `e->>'code'`,
-	MicrosOf:          func(col string) string { return "CAST(EXTRACT(EPOCH FROM " + col + ") * 1000000 AS BIGINT)" },
+	Greatest:   "GREATEST",
+	Least:      "LEAST",
+	RollupLock: `SELECT id FROM audit_rollup_lock WHERE id = 1 FOR UPDATE`,
+	SnapshotTx: &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true},
 }
 
 // asyncCommit is the session setting of the pool the rate and quota counters use
@@ -58,8 +59,9 @@ var asyncCommit = map[string]string{"synchronous_commit": "off", "application_na
 // counterSessions names the counter pool's sessions (pg_stat_activity.application_name).
 const counterSessions = "xema-counters"
 
-// Open connects to the server at dsn (postgres://...) and applies pending migrations. It
-// keeps two pools: one for everything, one for the counters (asyncCommit).
+// Open connects to the server at dsn (postgres://...), applies pending migrations and
+// creates the audit log's partitions of the next store.AuditPartitionsAhead days. It keeps two pools:
+// one for everything, one for the counters (asyncCommit).
 func Open(ctx context.Context, dsn string) (*Store, error) {
 	pool, db, err := connect(ctx, dsn, nil)
 	if err != nil {
@@ -76,7 +78,13 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
-	return &Store{Store: sqlstore.New(db, Dialect).WithCounters(counters), pool: pool, counterPool: counterPool}, nil
+	s := &Store{Store: sqlstore.New(db, Dialect).WithCounters(counters), pool: pool, counterPool: counterPool}
+	now := time.Now()
+	if _, err := s.EnsureAuditPartitions(ctx, now, now.Add((store.AuditPartitionsAhead-1)*24*time.Hour)); err != nil {
+		_ = s.Close() // the partitions' error is the one to report
+		return nil, fmt.Errorf("open postgres store: %w", err)
+	}
+	return s, nil
 }
 
 // Migrate applies pending migrations on the server at dsn and returns their versions.

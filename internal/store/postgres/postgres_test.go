@@ -28,6 +28,17 @@ func (s rawStore) ExecRaw(ctx context.Context, q string) error {
 	return err
 }
 
+func TestAuditRollupsAcrossRestart(t *testing.T) {
+	url := testpg.NewDatabase(t)
+	storetest.AuditRollupsAcrossRestart(t, func() store.Store {
+		s, err := Open(context.Background(), url)
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		return s
+	})
+}
+
 func open(t testing.TB) store.Store {
 	t.Helper()
 	s, err := Open(context.Background(), testpg.NewDatabase(t))
@@ -355,4 +366,10 @@ func waitingOnLock(t *testing.T, s *Store, done <-chan error, q string, args ...
 // (XEMA_PRUNE_BENCH_RECORDS sets the log's size, default 1,000,000).
 func BenchmarkAppendDuringPrune(b *testing.B) {
 	storetest.BenchAppendDuringPrune(b, open(b), storetest.PruneBenchRecords(), 16)
+}
+
+// BenchmarkAuditStats: go test -run '^$' -bench AuditStats -benchtime 1x
+// (XEMA_STATS_BENCH_RECORDS sets the log's size, default 200,000).
+func BenchmarkAuditStats(b *testing.B) {
+	storetest.BenchAuditStats(b, open(b), storetest.StatsBenchRecords())
 }

@@ -37,9 +37,8 @@ var Dialect = sqlstore.Dialect{
 	AfterPruneBatch: `PRAGMA incremental_vacuum(256)`,
 	ReasonCodeMatch: `EXISTS (SELECT 1 FROM json_each(CASE WHEN json_type(reasons) = 'array' THEN reasons ELSE '[]' END) e
 		WHERE json_extract(e.value, '$.code') = ?)`,
-	ReasonElements:    `json_each(CASE WHEN json_type(a.reasons) = 'array' THEN a.reasons ELSE '[]' END) e`,
-	ReasonElementCode: `json_extract(e.value, '$.code')`,
-	MicrosOf:          func(col string) string { return col },
+	Greatest: "max",
+	Least:    "min",
 }
 
 // busyTimeout is how long a writer waits for another one before the store is unavailable.

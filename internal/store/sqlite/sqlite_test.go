@@ -49,6 +49,17 @@ func TestConformance(t *testing.T) {
 
 func BenchmarkStore(b *testing.B) { storetest.Bench(b, open) }
 
+func TestAuditRollupsAcrossRestart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "xema.db")
+	storetest.AuditRollupsAcrossRestart(t, func() store.Store {
+		s, err := Open(context.Background(), path)
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		return s
+	})
+}
+
 func TestOpen(t *testing.T) {
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "nested", "data")
@@ -182,4 +193,10 @@ func TestPageSize(t *testing.T) {
 // (XEMA_PRUNE_BENCH_RECORDS sets the log's size, default 1,000,000).
 func BenchmarkAppendDuringPrune(b *testing.B) {
 	storetest.BenchAppendDuringPrune(b, open(b), storetest.PruneBenchRecords(), 16)
+}
+
+// BenchmarkAuditStats: go test -run '^$' -bench AuditStats -benchtime 1x
+// (XEMA_STATS_BENCH_RECORDS sets the log's size, default 200,000).
+func BenchmarkAuditStats(b *testing.B) {
+	storetest.BenchAuditStats(b, open(b), storetest.StatsBenchRecords())
 }

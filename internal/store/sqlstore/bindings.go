@@ -4,17 +4,18 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"time"
 
 	"github.com/xemahq/xema/internal/store"
 )
 
 var _ store.BindingStore = (*Store)(nil)
 
-const credentialColumns = `id, org, name, provider, sealed, key_id, created_by, created_at`
+const credentialColumns = `id, org, name, provider, sealed, key_id, created_by, created_at, rotated_at`
 
 func scanCredential(sc scanner) (store.Credential, error) {
 	var c store.Credential
-	err := sc.Scan(&c.ID, &c.Org, &c.Name, &c.Provider, &c.Sealed, &c.KeyID, &c.CreatedBy, timeCol{&c.CreatedAt})
+	err := sc.Scan(&c.ID, &c.Org, &c.Name, &c.Provider, &c.Sealed, &c.KeyID, &c.CreatedBy, timeCol{&c.CreatedAt}, nullTimeCol{&c.RotatedAt})
 	return c, err
 }
 
@@ -24,7 +25,7 @@ func (s *Store) PutCredential(ctx context.Context, c store.Credential) error {
 	if err := c.Validate(); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	if _, err := s.exec(ctx, s.db, `INSERT INTO credentials (`+credentialColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+	if _, err := s.exec(ctx, s.db, `INSERT INTO credentials (`+credentialColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL)`,
 		c.ID, c.Org, c.Name, c.Provider, c.Sealed, c.KeyID, c.CreatedBy, s.d.TimeArg(store.Stamp(c.CreatedAt))); err != nil {
 		return s.fail(op, err)
 	}
@@ -69,7 +70,7 @@ func (s *Store) DeleteCredential(ctx context.Context, id string) error {
 }
 
 // ResealCredentials implements store.BindingStore.
-func (s *Store) ResealCredentials(ctx context.Context, reseal func(store.Credential) (string, string, error)) (int, error) {
+func (s *Store) ResealCredentials(ctx context.Context, at time.Time, reseal func(store.Credential) (string, string, error)) (int, error) {
 	const op = "reseal credentials"
 	n := 0
 	err := s.inTx(ctx, op, func(tx *sql.Tx) error {
@@ -95,7 +96,9 @@ func (s *Store) ResealCredentials(ctx context.Context, reseal func(store.Credent
 			if err != nil {
 				return fmt.Errorf("%s: credential %q: %w", op, c.ID, err)
 			}
-			if _, err := s.exec(ctx, tx, `UPDATE credentials SET sealed = ?, key_id = ? WHERE id = ?`, sealed, kid, c.ID); err != nil {
+			if _, err := s.exec(ctx, tx, `UPDATE credentials SET sealed = ?, key_id = ?,
+				rotated_at = CASE WHEN key_id <> ? THEN ? ELSE rotated_at END WHERE id = ?`,
+				sealed, kid, kid, s.d.TimeArg(store.Stamp(at)), c.ID); err != nil {
 				return s.fail(op, err)
 			}
 			n++

@@ -4,6 +4,7 @@
 package sqlstore
 
 import (
+	"database/sql"
 	"database/sql/driver"
 	"fmt"
 	"strconv"
@@ -32,13 +33,15 @@ type Dialect struct {
 	// ReasonCodeMatch is a boolean SQL expression with one '?' (a reason code), true when
 	// one element of the audit_log row's reasons array has that code.
 	ReasonCodeMatch string
-	// ReasonElements is a FROM item of the elements of the reasons array of the audit_log row
-	// aliased a, named e (none when reasons is not an array), and ReasonElementCode the code
-	// of one element e: AuditStats counts denials by reason code with them.
-	ReasonElements, ReasonElementCode string
-	// MicrosOf is a time column as Unix microseconds (an integer expression), for the time
-	// buckets of AuditStats.
-	MicrosOf func(col string) string
+	// Greatest and Least are the engine's two-argument maximum and minimum, for the
+	// rollups' extremes.
+	Greatest, Least string
+	// RollupLock, when set, runs first in the rollup pass's transaction and in a prune's
+	// delete, so that they take turns across replicas (SQLite's one writer needs none).
+	RollupLock string
+	// SnapshotTx are the options of AuditStats's read transaction: one snapshot for the
+	// rollups, their watermarks and the records past them.
+	SnapshotTx *sql.TxOptions
 	// InsertOrFail: the audit batch's INSERT resolves its constraints with FAIL (SQLite's
 	// INSERT OR FAIL, with the FAIL of the append-only trigger, migration 0011): no part of
 	// the statement can roll back alone, so the engine keeps no statement journal for it (5 %

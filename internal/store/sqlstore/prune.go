@@ -161,11 +161,9 @@ func (s *Store) deletePruned(ctx context.Context, limit int) (int64, error) {
 		if h.BaseSeq == 0 || total >= int64(limit) {
 			continue
 		}
-		n, err := s.exec(ctx, s.db, `DELETE FROM audit_log WHERE id IN
-			(SELECT id FROM audit_log WHERE chain_id = ? AND chain_id <> '' AND chain_seq <= ? ORDER BY chain_seq LIMIT ?)`,
-			h.ChainID, h.BaseSeq, int64(limit)-total)
+		n, err := s.deleteChained(ctx, h.ChainID, h.BaseSeq, int64(limit)-total)
 		if err != nil {
-			return total, s.fail(op, err)
+			return total, err
 		}
 		total += n
 	}
@@ -182,4 +180,43 @@ func (s *Store) deletePruned(ctx context.Context, limit int) (int64, error) {
 		return total, s.fail(op, err)
 	}
 	return total + n, nil
+}
+
+// deleteChained deletes at most limit records of chain at or below base and marks their
+// buckets stale for the rollups (audit_rollup.go), in one transaction.
+func (s *Store) deleteChained(ctx context.Context, chain string, base, limit int64) (int64, error) {
+	const op = "delete pruned audit records"
+	var n int64
+	err := s.inTx(ctx, op, func(tx *sql.Tx) error {
+		n = 0
+		if err := s.lockRollups(ctx, tx, op); err != nil {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, s.d.bind(`DELETE FROM audit_log WHERE id IN
+			(SELECT id FROM audit_log WHERE chain_id = ? AND chain_id <> '' AND chain_seq <= ? ORDER BY chain_seq LIMIT ?)
+			RETURNING org, time`), chain, base, limit)
+		if err != nil {
+			return s.fail(op, err)
+		}
+		deleted := map[orgTime]bool{}
+		for rows.Next() {
+			var d orgTime
+			var at time.Time
+			if err := rows.Scan(&d.org, timeCol{&at}); err != nil {
+				rows.Close()
+				return s.fail(op, err)
+			}
+			d.at = at.UnixMicro()
+			deleted[d] = true
+			n++
+		}
+		if err := rows.Close(); err != nil {
+			return s.fail(op, err)
+		}
+		if err := rows.Err(); err != nil {
+			return s.fail(op, err)
+		}
+		return s.markStale(ctx, tx, op, deleted)
+	})
+	return n, err
 }

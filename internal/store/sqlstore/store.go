@@ -289,7 +289,12 @@ func (s *Store) ListBiomeVersions(ctx context.Context, id string) ([]store.Biome
 
 // list runs a query and scans each row with scan.
 func list[T any](ctx context.Context, s *Store, op string, scan func(scanner) (T, error), q string, args ...any) ([]T, error) {
-	rows, err := s.db.QueryContext(ctx, s.d.bind(q), args...)
+	return listOn(ctx, s, s.db, op, scan, q, args...)
+}
+
+// listOn is list on c (a transaction).
+func listOn[T any](ctx context.Context, s *Store, c conn, op string, scan func(scanner) (T, error), q string, args ...any) ([]T, error) {
+	rows, err := c.QueryContext(ctx, s.d.bind(q), args...)
 	if err != nil {
 		return nil, s.fail(op, err)
 	}

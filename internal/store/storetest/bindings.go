@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/xemahq/xema/internal/store"
 )
@@ -169,7 +170,7 @@ func testResealAtomic(t *testing.T, s store.Store) {
 		mustPutCredential(t, s, credential(id, "acme"))
 	}
 	boom := errors.New("boom")
-	_, err := s.ResealCredentials(ctx, func(c store.Credential) (string, string, error) {
+	_, err := s.ResealCredentials(ctx, t0, func(c store.Credential) (string, string, error) {
 		if c.ID == "cred_c" {
 			return "", "", boom
 		}
@@ -182,8 +183,9 @@ func testResealAtomic(t *testing.T, s store.Store) {
 			t.Fatalf("GetCredential: %v", err)
 		}
 		equal(t, "key id after failed reseal of "+id, c.KeyID, "k1")
+		equal(t, "never rotated: "+id, c.RotatedAt, time.Time{})
 	}
-	n, err := s.ResealCredentials(ctx, func(c store.Credential) (string, string, error) {
+	n, err := s.ResealCredentials(ctx, t0.Add(time.Hour), func(c store.Credential) (string, string, error) {
 		return "sb1.k2." + c.ID, "k2", nil
 	})
 	if err != nil {
@@ -196,5 +198,15 @@ func testResealAtomic(t *testing.T, s store.Store) {
 			t.Fatalf("GetCredential: %v", err)
 		}
 		equal(t, "resealed "+id, fmt.Sprint(c.KeyID, " ", c.Sealed), "k2 sb1.k2."+id)
+		equal(t, "rotated "+id, c.RotatedAt, t0.Add(time.Hour))
+	}
+	// Sealed again under the same key: not a rotation.
+	if _, err := s.ResealCredentials(ctx, t0.Add(2*time.Hour), func(c store.Credential) (string, string, error) {
+		return "sb1.k2.again." + c.ID, "k2", nil
+	}); err != nil {
+		t.Fatalf("ResealCredentials under the same key: %v", err)
+	}
+	if c, err := s.GetCredential(ctx, "cred_a"); err != nil || !c.RotatedAt.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("after a reseal under the same key: %+v, %v; want rotated at %v still", c.RotatedAt, err, t0.Add(time.Hour))
 	}
 }

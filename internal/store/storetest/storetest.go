@@ -43,6 +43,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"AuditBatch", testAuditBatch},
 		{"ListAudit", testListAudit},
 		{"AuditStats", testAuditStats},
+		{"AuditRollups", testAuditRollups},
 		{"ApprovalsWaiting", testApprovalsWaiting},
 		{"RevisionBumpsOnPolicyData", testRevision},
 		{"ConcurrentPublish", testConcurrentPublish},

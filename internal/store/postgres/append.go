@@ -1,0 +1,123 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/xemahq/xema/internal/store"
+)
+
+// appendBatch writes a group-committed batch in one statement, so in one round trip and
+// one implicit transaction (one commit, one WAL flush): the records, each chain's new head
+// and the saved counters, each column passed as one array. Its text is the same whatever
+// the batch's size, so the server parses and plans it once per connection. Every part or
+// none: a stored id (23505), a JSON document that does not parse (22P02), a NULL or empty
+// required column (23502, 23514) fails the whole statement.
+const appendBatch = `WITH records AS (
+	INSERT INTO audit_log (id, time, ref, subject_kind, subject_ref, environment, decision, reasons, suggestions,
+		obligations, bundle_revision, input_hash, runner, outcome, latency_micros, parent_id, detail, org,
+		policy_input, chain_id, chain_seq, chain_hash)
+	SELECT id, time, ref, subject_kind, subject_ref, environment, decision, reasons::json, suggestions::json,
+		obligations::json, bundle_revision, input_hash, runner, outcome, latency_micros, parent_id, detail::json, org,
+		policy_input::json, chain_id, chain_seq, chain_hash
+	FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
+		$9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::bigint[], $16::text[], $17::text[],
+		$18::text[], $19::text[], $20::text[], $21::bigint[], $22::text[])
+		AS r (id, time, ref, subject_kind, subject_ref, environment, decision, reasons, suggestions,
+		obligations, bundle_revision, input_hash, runner, outcome, latency_micros, parent_id, detail, org,
+		policy_input, chain_id, chain_seq, chain_hash)
+), heads AS (
+	INSERT INTO audit_chain_heads AS h (chain_id, seq, hash, updated_at)
+	SELECT chain_id, seq, hash, $26 FROM unnest($23::text[], $24::bigint[], $25::text[]) AS l (chain_id, seq, hash)
+	ON CONFLICT (chain_id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, updated_at = excluded.updated_at
+	WHERE excluded.seq > h.seq
+), counts AS (
+	INSERT INTO rate_counters AS c (key, window_no, count, expires_at)
+	SELECT * FROM unnest($27::text[], $28::bigint[], $29::bigint[], $30::timestamptz[])
+	ON CONFLICT (key, window_no) DO UPDATE SET count = excluded.count WHERE excluded.count > c.count
+)
+SELECT 1`
+
+// AppendAudits implements store.Store (see AppendAuditsWithUsage).
+func (s *Store) AppendAudits(ctx context.Context, rs []store.AuditRecord) error {
+	return s.AppendAuditsWithUsage(ctx, rs, nil)
+}
+
+// AppendAuditsWithUsage implements store.Store: the records, their chains' heads and the
+// counters in one statement (appendBatch).
+func (s *Store) AppendAuditsWithUsage(ctx context.Context, rs []store.AuditRecord, usage []store.UsageCount) error {
+	if len(rs) == 0 {
+		return s.SaveUsage(ctx, usage)
+	}
+	op := fmt.Sprintf("append %d audit records (first %q)", len(rs), rs[0].ID)
+	for i, r := range rs {
+		if err := r.Validate(); err != nil {
+			return fmt.Errorf("%s: record %d: %w", op, i, err)
+		}
+	}
+	for i, c := range usage {
+		if err := c.Validate(); err != nil {
+			return fmt.Errorf("%s: counter %d: %w", op, i, err)
+		}
+	}
+	if _, err := s.pool.Exec(ctx, appendBatch, batchArgs(rs, usage)...); err != nil {
+		return fmt.Errorf("%s: %w", op, wrap(err))
+	}
+	return nil
+}
+
+// batchArgs are appendBatch's arguments: the records' columns, the last link of each chain,
+// the time of the heads' update, the counters' columns.
+func batchArgs(rs []store.AuditRecord, usage []store.UsageCount) []any {
+	n := len(rs)
+	var (
+		text  = make([][]string, 14) // the text columns, in the order of the loop below
+		docs  = make([][][]byte, 5)  // reasons, suggestions, obligations, detail, policy_input: nil is NULL
+		times = make([]time.Time, n)
+		lat   = make([]int64, n)
+		seqs  = make([]int64, n)
+	)
+	for i := range text {
+		text[i] = make([]string, n)
+	}
+	for i := range docs {
+		docs[i] = make([][]byte, n)
+	}
+	type link struct {
+		seq  int64
+		hash string
+	}
+	heads := map[string]link{}
+	for i, r := range rs {
+		for j, v := range [...]string{r.ID, r.Ref, r.SubjectKind, r.SubjectRef, r.Environment, r.Decision, r.BundleRevision,
+			r.InputHash, r.Runner, r.Outcome, r.ParentID, r.Org, r.Chain.ChainID, r.Chain.Hash} {
+			text[j][i] = v
+		}
+		for j, d := range [...][]byte{r.Reasons, r.Suggestions, r.Obligations, r.Detail, r.PolicyInput} {
+			if len(d) > 0 {
+				docs[j][i] = d
+			}
+		}
+		times[i], lat[i], seqs[i] = store.Stamp(r.Time), r.LatencyMicros, r.Chain.Seq
+		if r.Chain.ChainID != "" && r.Chain.Seq > heads[r.Chain.ChainID].seq {
+			heads[r.Chain.ChainID] = link{r.Chain.Seq, r.Chain.Hash}
+		}
+	}
+	hID, hSeq, hHash := make([]string, 0, len(heads)), make([]int64, 0, len(heads)), make([]string, 0, len(heads))
+	for id, l := range heads {
+		hID, hSeq, hHash = append(hID, id), append(hSeq, l.seq), append(hHash, l.hash)
+	}
+	cKey, cWin, cCount, cExp := make([]string, len(usage)), make([]int64, len(usage)), make([]int64, len(usage)), make([]time.Time, len(usage))
+	for i, c := range usage {
+		cKey[i], cWin[i], cCount[i], cExp[i] = c.Key, c.Window, c.Count, c.Expires.UTC()
+	}
+	return []any{
+		text[0], times, text[1], text[2], text[3], text[4], text[5], // id, time, ref, subject_kind, subject_ref, environment, decision
+		docs[0], docs[1], docs[2], // reasons, suggestions, obligations
+		text[6], text[7], text[8], text[9], lat, text[10], docs[3], text[11], // bundle_revision … org
+		docs[4], text[12], seqs, text[13], // policy_input, chain_id, chain_seq, chain_hash
+		hID, hSeq, hHash, store.Stamp(time.Time{}),
+		cKey, cWin, cCount, cExp,
+	}
+}
