@@ -401,6 +401,9 @@ test_builtin_capability_suggests_no_grant if {
 	not "request-grant" in kinds(member)
 	bot := decide_with(object.union(agent, {"ref": "biome:install@1", "environment": "org"}), builtin)
 	not "request-grant" in kinds(bot)
+	some r in bot.reasons
+	r.code == "MISSING_GRANT"
+	r.detail == "biome:install@1 is the gateway's own (biome xema): never granted, held only by people of an org role"
 	# Another biome's capability still gets the suggestion.
 	"request-grant" in kinds(decide(object.union(agent, {"ref": "biome:install@1", "environment": "org"})))
 }
