@@ -48,7 +48,7 @@ func (m *Tools) Explain(ctx context.Context, ec identity.ExecContext, req Explai
 	}
 	d, err := m.d.Policy.Decide(ctx, gateway.PolicyInput(ec, e.Ref(), ""))
 	if err != nil {
-		return nil, policyUnavailable(err)
+		return nil, m.policyUnavailable(err)
 	}
 	c := explain.For(e, policy.Subject{Kind: ec.Subject.Kind, Ref: ec.Subject.Ref}, ec.Environment, d)
 	c.Asked = req.DenialCode
