@@ -71,7 +71,11 @@ func (s *Server) whyDenied(c echo.Context) error {
 	if !ok {
 		return fault.New(fault.Conflict, CodeNotADenial, "audit record %s is not a denial: its decision is %s", rec.ID, rec.Decision)
 	}
-	return c.JSON(http.StatusOK, d)
+	x, err := s.Tools.WhyDenied(rec.Org, d)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, x)
 }
 
 func (s *Server) mayRead(ec identity.ExecContext, rec store.AuditRecord) bool {

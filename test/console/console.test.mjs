@@ -141,7 +141,8 @@ await step("find a denial by ref and read its why-denied", async () => {
   await page.getByRole("heading", { name: "Why it was denied" }).waitFor();
   const reasons = await page.getByRole("list", { name: "Reasons" }).textContent();
   expect(reasons.includes("ENVIRONMENT_NOT_ALLOWED"), "reasons: " + reasons);
-  await page.getByRole("list", { name: "Suggestions" }).waitFor();
+  const next = await page.getByRole("list", { name: "Suggestions" }).textContent();
+  expect(next.includes(env("DENIED_NEXT")), `the console's next steps ${next} lack the denial's own: ${env("DENIED_NEXT")}`);
   await page.reload();
   await page.getByRole("heading", { name: "Why it was denied" }).waitFor();
   await shot("audit-record");

@@ -809,7 +809,9 @@ async function viewAuditRecord(id) {
     api("GET", "/v1/audit?limit=100&parent=" + encodeURIComponent(id)).catch(() => ({ records: [] })),
   ]);
   const reasons = (why ? why.reasons : r.reasons) || [];
-  const suggestions = (why ? why.suggestions : r.suggestions) || [];
+  // A denial's next steps are the gateway's own words (package explain): the same as the
+  // call's answer, why-denied in the CLI and explain say.
+  const next = why ? (why.next || []) : (r.suggestions || []).map(suggestionText);
   show(`Audit record ${id}`,
     h("dl", {},
       h("dt", {}, "Decision"), h("dd", {}, h("span", { class: "tag " + decisionClass(r.decision) }, r.decision)),
@@ -824,7 +826,7 @@ async function viewAuditRecord(id) {
     h("h2", {}, why ? "Why it was denied" : "Reasons"),
     reasons.length ? h("ul", { "aria-label": "Reasons" }, reasons.map((x) => h("li", {}, h("code", {}, x.code), " — ", x.detail || ""))) : h("p", {}, "No reason recorded."),
     h("h2", {}, "What to do next"),
-    suggestions.length ? h("ul", { "aria-label": "Suggestions" }, suggestions.map((s) => h("li", {}, suggestionText(s)))) : h("p", {}, "No suggestion."),
+    next.length ? h("ul", { "aria-label": "Suggestions" }, next.map((s) => h("li", {}, s))) : h("p", {}, "No suggestion."),
     h("h2", {}, "Linked records"),
     (children.records || []).length ? h("ul", {}, children.records.map((c) => h("li", {}, link("/console/audit/" + encodeURIComponent(c.auditId), c.auditId), ` — ${c.decision}${c.outcome ? ", " + c.outcome : ""} by ${c.subject.ref} `, when(c.time))))
       : h("p", {}, "None."));
