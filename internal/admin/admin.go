@@ -111,7 +111,16 @@ const (
 	MaxDryRunWindow     = 30 * 24 * time.Hour
 )
 
-// splitDryRun takes dryRun and since out of a biome:install@1 or biome:grant.change@1 input
+// RevokeDryRunView answers a revoke's dry run: the grant, still active, and what revoking it
+// would deny of the org's recorded calls.
+type RevokeDryRunView struct {
+	GrantView
+	DryRun bool           `json:"dryRun"`
+	Impact catalog.Impact `json:"impact"`
+}
+
+// splitDryRun takes dryRun and since out of a biome:install@1, biome:grant.change@1 or
+// biome:grant.revoke@1 input
 // (the rest is decoded strictly); window is nil unless dryRun is true.
 func splitDryRun(input json.RawMessage) (req json.RawMessage, window *time.Duration, err error) {
 	var obj map[string]json.RawMessage
@@ -240,11 +249,22 @@ func Register(reg *kernel.Registry, pub *catalog.Publisher) error {
 			return map[string]any{"grants": views}, nil
 		},
 		"contributions/grant-revoke.json": func(ctx context.Context, call kernel.Call) (any, error) {
+			raw, window, err := splitDryRun(call.Input)
+			if err != nil {
+				return nil, err
+			}
 			var in struct {
 				GrantID string `json:"grantId"`
 			}
-			if err := json.Unmarshal(call.Input, &in); err != nil {
+			if err := json.Unmarshal(raw, &in); err != nil {
 				return nil, fmt.Errorf("decode validated input: %w", err)
+			}
+			if window != nil {
+				st, imp, err := pub.RevokeDryRun(ctx, call.Exec.Org, in.GrantID, call.Exec.Subject.Ref, time.Now().Add(-*window))
+				if err != nil {
+					return nil, err
+				}
+				return RevokeDryRunView{GrantView: ViewState(st), DryRun: true, Impact: imp}, nil
 			}
 			st, err := pub.Revoke(ctx, call.Exec.Org, in.GrantID, call.Exec.Subject.Ref)
 			if err != nil {

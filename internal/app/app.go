@@ -3,6 +3,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -14,6 +15,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -34,6 +36,7 @@ import (
 	"github.com/xemahq/xema/internal/federation"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/grant"
+	"github.com/xemahq/xema/internal/idempotency"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/insight"
 	"github.com/xemahq/xema/internal/kernel"
@@ -41,6 +44,7 @@ import (
 	"github.com/xemahq/xema/internal/masterkey"
 	"github.com/xemahq/xema/internal/metatool"
 	"github.com/xemahq/xema/internal/notify"
+	"github.com/xemahq/xema/internal/outage"
 	"github.com/xemahq/xema/internal/periodic"
 	"github.com/xemahq/xema/internal/policy"
 	"github.com/xemahq/xema/internal/ratelimit"
@@ -170,6 +174,8 @@ type App struct {
 	Gateway   *gateway.Gateway
 	// Tools answers the meta-tools (search, describe, plan, preflight, explain, whoami).
 	Tools *metatool.Tools
+	// Idempotency keeps the answers of calls made with an idempotency key, in the store.
+	Idempotency *idempotency.Keys
 	// Bindings resolves connector capabilities through org-level provider bindings.
 	Bindings  *binding.Service
 	Approvals *approval.Service
@@ -191,6 +197,8 @@ type App struct {
 	// one writer batches both); unauth aggregates unauthenticated attempts into it.
 	Audit  *audit.Log
 	unauth *unauth.Aggregator
+	// outages is the outage log every part reports to and readiness reads.
+	outages *outage.Tracker
 	// Replica is this process's id in approval leases and the write probe.
 	Replica string
 	// KeysReady reports whether the identity provider's keys are available (set by serve).
@@ -317,15 +325,17 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	// Built in order, no back-pointers: the funnel over the approval queue, then the
 	// approval service over the funnel.
+	a.outages = outage.New()
 	a.unauth = &unauth.Aggregator{Audit: a.Audit, Revision: eng.Revision, Interval: cfg.UnauthAuditInterval}
 	if a.Gateway, err = gateway.New(gateway.Deps{Catalog: a.Catalog, Policy: eng, Audit: a.Audit, Kernel: a.Kernel,
 		Tokens: cfg.Tokens, HTTP: a.HTTP, InputHashKey: keys.InputHash,
 		Resolvers: []gateway.Resolver{a.Bindings, a.Federation}, Limiter: limiter,
 		Approvals: &approval.Queue{Store: st, TTL: cfg.ApprovalTTL, Now: cfg.Now, Notify: notifier}, Outbound: capacity.NewSlots(cfg.MaxInflight),
-		PerProvider: capacity.NewProviderSlots(cfg.MaxPerProvider), Unauth: a.unauth, Spool: a.Spool, Idempotency: st}); err != nil {
+		PerProvider: capacity.NewProviderSlots(cfg.MaxPerProvider), Unauth: a.unauth, Spool: a.Spool, Outages: a.outages}); err != nil {
 		return nil, a.closeWith(err)
 	}
-	if a.Tools, err = metatool.New(metatool.Deps{Catalog: a.Catalog, Policy: eng, Runners: a.Gateway, CursorKey: keys.Cursor}); err != nil {
+	a.Idempotency = &idempotency.Keys{Funnel: a.Gateway, Store: st, Spool: a.Spool, Outages: a.outages}
+	if a.Tools, err = metatool.New(metatool.Deps{Catalog: a.Catalog, Policy: eng, Runners: a.Gateway, CursorKey: keys.Cursor, Outages: a.outages}); err != nil {
 		return nil, a.closeWith(err)
 	}
 	a.Approvals = &approval.Service{Store: st, Policy: eng, Runner: a.Gateway, Audit: a.Audit, Replica: a.Replica, Spool: a.Spool,
@@ -575,8 +585,39 @@ func (a *App) grantImpact(ctx context.Context, candidate store.Grant, since time
 	if err != nil {
 		return catalog.Impact{}, fmt.Errorf("dry run: %w", err)
 	}
-	return catalog.Impact{Considered: rep.Considered, AllowToDeny: rep.AllowToDeny, DenyToAllow: rep.DenyToAllow,
-		Since: since.UTC().Format(time.RFC3339), Truncated: rep.Truncated, PrunedBefore: rep.PrunedBefore}, nil
+	imp := catalog.Impact{Considered: rep.Considered, AllowToDeny: rep.AllowToDeny, DenyToAllow: rep.DenyToAllow,
+		Since: since.UTC().Format(time.RFC3339), Truncated: rep.Truncated, PrunedBefore: rep.PrunedBefore}
+	imp.Losing, imp.Recent = losing(rep.Changes)
+	return imp, nil
+}
+
+// MaxImpactCallers and MaxImpactCalls bound the callers and calls a dry run names.
+const (
+	MaxImpactCallers = 20
+	MaxImpactCalls   = 10
+)
+
+// losing names, of a replay's changes (oldest first), the callers whose calls would now be denied (most
+// calls first) and the newest of those calls.
+func losing(changes []replay.Change) ([]catalog.ImpactCaller, []catalog.ImpactCall) {
+	calls := map[string]int{}
+	var recent []catalog.ImpactCall
+	for _, c := range changes {
+		if !c.Before.Allow || c.After.Allow {
+			continue
+		}
+		calls[c.Subject]++
+		recent = append(recent, catalog.ImpactCall{AuditID: c.AuditID, Ref: c.Ref, Subject: c.Subject, Environment: c.Environment, Time: c.Time})
+	}
+	callers := make([]catalog.ImpactCaller, 0, len(calls))
+	for s, n := range calls {
+		callers = append(callers, catalog.ImpactCaller{Subject: s, Calls: n})
+	}
+	slices.SortFunc(callers, func(a, b catalog.ImpactCaller) int {
+		return cmp.Or(cmp.Compare(b.Calls, a.Calls), cmp.Compare(a.Subject, b.Subject))
+	})
+	slices.Reverse(recent) // the replay reads the window oldest first
+	return callers[:min(len(callers), MaxImpactCallers)], recent[:min(len(recent), MaxImpactCalls)]
 }
 
 // MaxDryRunDecisions bounds the recorded calls a grant's dry run replays (the oldest of the

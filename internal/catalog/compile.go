@@ -13,7 +13,11 @@ import (
 // environments, profiles and revision), with extra grants counted as if recorded: a dry run
 // of a grant compiles the data it would make without storing it.
 func (c *Catalog) CompileInput(ctx context.Context, snap *Snapshot, extra ...store.Grant) (grant.Input, error) {
-	in := grant.Input{Grants: append(slices.Clone(snap.grants), extra...)}
+	// An extra grant stands in for the stored grant of its id (a revoke's dry run).
+	in := grant.Input{Grants: slices.DeleteFunc(slices.Clone(snap.grants), func(g store.Grant) bool {
+		return slices.ContainsFunc(extra, func(x store.Grant) bool { return x.ID == g.ID })
+	})}
+	in.Grants = append(in.Grants, extra...)
 	for _, e := range snap.sorted {
 		in.Capabilities = append(in.Capabilities, e.Capability)
 	}

@@ -113,6 +113,25 @@ func (p *Publisher) Revoke(ctx context.Context, org, id, by string) (GrantState,
 	return GrantState{Grant: g, Status: GrantRevoked}, nil
 }
 
+// RevokeDryRun answers org's active grant id and the impact of revoking it over org's calls
+// recorded since since; it changes nothing.
+func (p *Publisher) RevokeDryRun(ctx context.Context, org, id, by string, since time.Time) (GrantState, Impact, error) {
+	if p.Impact == nil {
+		return GrantState{}, Impact{}, fault.New(fault.NotImplemented, "DRY_RUN_UNAVAILABLE", "this gateway cannot replay calls")
+	}
+	st, err := p.state(ctx, org, id)
+	if err != nil {
+		return GrantState{}, Impact{}, err
+	}
+	if st.Status != GrantActive {
+		return GrantState{}, Impact{}, notActive(st, "revoke")
+	}
+	revoked := st.Grant
+	revoked.RevokedBy, revoked.RevokedAt = by, time.Now().UTC()
+	imp, err := p.Impact(ctx, revoked, since)
+	return st, imp, err
+}
+
 // GrantChange is a change of an active grant: the fields given replace the grant's own.
 type GrantChange struct {
 	GrantID   string          `json:"grantId"`

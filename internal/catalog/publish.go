@@ -301,6 +301,25 @@ type Impact struct {
 	// PrunedBefore is set when Since reaches before the audit retention's boundary: calls
 	// recorded before it were pruned and are not counted.
 	PrunedBefore string `json:"prunedBefore,omitempty"`
+	// Losing are the callers whose recorded calls would now be denied, most calls first, and
+	// Recent the newest of those calls: who and what the change takes away.
+	Losing []ImpactCaller `json:"losing,omitempty"`
+	Recent []ImpactCall   `json:"recent,omitempty"`
+}
+
+// ImpactCaller is one caller whose recorded calls a dry run would now deny.
+type ImpactCaller struct {
+	Subject string `json:"subject"`
+	Calls   int    `json:"calls"`
+}
+
+// ImpactCall is one recorded call a dry run would now deny.
+type ImpactCall struct {
+	AuditID     string `json:"auditId"`
+	Ref         string `json:"ref"`
+	Subject     string `json:"subject"`
+	Environment string `json:"environment"`
+	Time        string `json:"time"`
 }
 
 // DryRun validates a grant exactly as Install does and answers the grant it would record with

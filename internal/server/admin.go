@@ -21,12 +21,24 @@ func (s *Server) adminRoutes(g *echo.Group) {
 	g.GET("/biomes", s.lookupRoute(admin.RefBiomeList))
 	g.GET("/biomes/:id/:version", s.lookupRoute(admin.RefBiomeGet))
 	g.GET("/grants", s.lookupRoute(admin.RefGrantList))
-	g.DELETE("/grants/:id", s.invokeAs(admin.RefGrantRevoke, http.StatusOK, grantID))
+	g.DELETE("/grants/:id", s.revokeGrant)
 	g.POST("/grants/:id/change", s.changeGrant)
 }
 
-func grantID(c echo.Context) (json.RawMessage, error) {
-	return json.Marshal(map[string]string{"grantId": c.Param("id")})
+// revokeGrant is DELETE /v1/grants/{id}: biome:grant.revoke@1; ?dryRun=true (and
+// ?since=DURATION) answers the grant and what revoking it would deny of the org's recorded
+// calls, recording nothing. Both answer 200.
+func (s *Server) revokeGrant(c echo.Context) error {
+	input := map[string]json.RawMessage{}
+	if _, err := dryRunQuery(c, input); err != nil {
+		return err
+	}
+	input["grantId"], _ = json.Marshal(c.Param("id")) // a string always encodes
+	raw, err := json.Marshal(input)
+	if err != nil {
+		return fmt.Errorf("encode grant revoke: %w", err)
+	}
+	return s.kernelCall(c, admin.RefGrantRevoke, raw, http.StatusOK)
 }
 
 // changeGrant is POST /v1/grants/{id}/change: biome:grant.change@1 with the body (profile,

@@ -11,6 +11,7 @@
 //   ACME_TOKEN      an administrator of org acme
 //   AGENT_TOKEN     an agent's token (no console view but the audit log and the catalog)
 //   SECRET          a credential's secret, which no page may show
+//   APPROVER_TOKEN  a member of the org (not an administrator) whom the grant lets decide held calls
 //   SCREENSHOTS     directory for the screenshots of docs/console.md
 //   CHROMIUM        the browser (default /usr/bin/chromium)
 // It prints one "ok - NAME" line per step and closes with "N passed, N failed".
@@ -222,6 +223,7 @@ await step("providers list bindings and credentials, never a secret", async () =
   await nav("Providers").click();
   const creds = await page.getByRole("table", { name: "Credentials" }).textContent();
   expect(creds.includes("scm-bot") && creds.includes("gitea"), "credentials: " + creds);
+  expect(creds.includes("Last rotated") && /never/.test(await page.locator("td.rotated").first().textContent()), "the credential's last rotation: " + creds);
   const binds = await page.getByRole("table", { name: "Bindings" }).textContent();
   expect(binds.includes("connector:scm.*"), "bindings: " + binds);
   expect(!(await page.content()).includes(env("SECRET")), "a secret on the providers page");
@@ -260,10 +262,18 @@ await step("grants: change one with its diff and impact first, revoke another", 
   const changed = page.getByRole("region", { name: /^Grant / }).filter({ hasText: "ticketing 1.1.0" });
   await changed.filter({ hasText: "superseded" }).waitFor();
   await changed.filter({ hasText: "read-only-assistant" }).filter({ hasText: "active" }).waitFor();
-  // Revoke the demo biome's grant: asked first, then recorded.
+  // Revoke the demo biome's grant: its dry run first (the bot's reads would now be denied),
+  // then the confirmation records it.
   const demo = page.getByRole("region", { name: /^Grant / }).filter({ hasText: "demo 1.0.0" }).filter({ hasText: "active" });
   await demo.getByRole("button", { name: "Revoke" }).click();
   await demo.getByText(/are denied from now on/).waitFor();
+  const revokeImpact = await demo.locator(".grant-revoke-impact").textContent();
+  expect(/\d+ considered; [1-9]\d* would now be denied/.test(revokeImpact), "the revoke's impact: " + revokeImpact);
+  const losing = await demo.getByRole("table", { name: "Callers who would lose access" }).textContent();
+  expect(losing.includes("agent:support-bot"), "the callers who would lose access: " + losing);
+  const recent = await demo.getByRole("table", { name: "Recent calls that would now be denied" }).textContent();
+  expect(recent.includes("kb:page.read@1"), "the calls that would now be denied: " + recent);
+  await shot("grants-revoke");
   await demo.getByRole("button", { name: "Confirm revoke" }).click();
   await page.getByRole("region", { name: /^Grant / }).filter({ hasText: "demo 1.0.0" }).filter({ hasText: "revoked" }).waitFor();
   await page.reload();
@@ -288,6 +298,27 @@ await step("an administrator of another org sees their org", async () => {
   const who = await page.locator("#who").textContent();
   expect(who.includes("user:bob") && who.includes("org acme") && !who.includes("default"), "header: " + who);
   await page.getByRole("heading", { name: "Calls in the last 24h: 0" }).waitFor(); // another org's calls are not theirs
+  await page.getByRole("button", { name: "Sign out" }).click();
+});
+
+// A member who may decide held calls (the grant covers them) but is no org administrator:
+// the approvals queue is the administrators' (approval:list@1), so every view but the audit
+// log and the catalog answers with a sentence, never a raw denial.
+await step("an approver who is a member sees the views they may use, and a sentence elsewhere", async () => {
+  await page.goto(`${base}/console/login`);
+  await page.getByLabel("Token").fill(env("APPROVER_TOKEN"));
+  await page.keyboard.press("Enter");
+  await page.locator("#who").filter({ hasText: "user:carol" }).waitFor();
+  const links = await page.getByRole("navigation", { name: "Console" }).getByRole("link").allTextContents();
+  expect(JSON.stringify(links) === JSON.stringify(["Audit", "Catalog"]), "the approver's navigation: " + links);
+  for (const path of ["/console/", "/console/approvals", "/console/grants", "/console/providers"]) {
+    await page.goto(base + path);
+    const note = await page.getByRole("note").textContent();
+    expect(/may not/.test(note), `${path}: the sentence: ` + note);
+    const text = await page.locator("main").textContent();
+    expect(!text.includes("DENIED") && !text.includes("MISSING_GRANT") && !text.includes("HUMAN_BASELINE"), `${path}: a raw denial: ` + text);
+  }
+  await shot("approver");
   await page.getByRole("button", { name: "Sign out" }).click();
 });
 

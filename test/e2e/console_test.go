@@ -54,6 +54,7 @@ func TestConsole(t *testing.T) {
 	connectorSetup(t, g, admin, map[string]any{"name": "scm-bot", "provider": "gitea", "secret": secret},
 		map[string]any{"refPattern": "connector:scm.*", "provider": "gitea", "baseUrl": prov.URL, "config": map[string]any{"repository": "xema/app"}})
 	acme := g.token("--subject", "user:bob", "--org-role", "org_admin", "--env", "org", "--org", "acme")
+	approver := g.token("--subject", "user:carol", "--org-role", "org_member", "--env", "project")
 	// A newer version, submitted and not yet granted: its digest shows the diff.
 	v2 := g.post("/v1/biomes", admin, submission(t, biomeDir(t, "ticketing-v2", prov.URL)))
 	expect(t, v2, http.StatusCreated)
@@ -63,7 +64,7 @@ func TestConsole(t *testing.T) {
 	cmd := exec.CommandContext(ctx, node, "console.test.mjs")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "XEMA_URL="+g.URL, "XEMA_TOKEN="+admin, "HELD_APPROVE="+toApprove, "HELD_REJECT="+toReject,
-		"ACME_TOKEN="+acme, "AGENT_TOKEN="+bot, "SECRET="+secret,
+		"ACME_TOKEN="+acme, "AGENT_TOKEN="+bot, "APPROVER_TOKEN="+approver, "SECRET="+secret,
 		"DENIED_REF=workflow:run.start@1", "DENIED_AUDIT="+str(den.Body, "auditId"),
 		"BIOME_ID="+str(v2.Body, "biomeId"), "BIOME_VERSION="+str(v2.Body, "version"),
 		"SCREENSHOTS="+filepath.Join(repoRoot(t), "docs", "console"), "CHROMIUM="+chromium)

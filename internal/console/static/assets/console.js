@@ -1141,23 +1141,53 @@ function changeForm(g, profiles, box) {
     h("div", { class: "row" }, review, confirm, h("button", { type: "button", onclick: () => box.replaceChildren() }, "Cancel")), preview);
 }
 
-// revokeForm asks before a grant ends: its callers lose what it covers.
+// revokeForm shows, before a grant ends, what revoking it would deny of the org's recorded
+// calls (a dry run: which callers, the newest calls), then asks for the confirmation.
 function revokeForm(g, box) {
-  const out = h("div", {});
-  return h("div", { role: "group", "aria-label": `Revoke grant ${g.grantId}` },
+  const out = h("div", { "aria-live": "polite" });
+  const path = "/v1/grants/" + encodeURIComponent(g.grantId);
+  const confirm = h("button", { type: "button", class: "danger", hidden: true, onclick: async () => {
+    try {
+      await api("DELETE", path);
+      say(`Grant ${g.grantId} revoked`);
+      await viewGrants();
+    } catch (err) {
+      out.append(errorBox(err));
+    }
+  } }, "Confirm revoke");
+  const review = async () => {
+    out.replaceChildren(h("p", { class: "muted" }, "Replaying this org's recorded calls without the grant..."));
+    try {
+      const dry = await api("DELETE", path + "?dryRun=true");
+      const i = dry.impact || {};
+      out.replaceChildren(h("h3", {}, "What revoking would deny"),
+        h("p", { class: "grant-revoke-impact", role: "status" }, "Replayed over this org's calls since ", when(i.since), `: ${i.considered} considered; `,
+          h("span", { class: i.allowToDeny ? "tag bad" : "tag ok" }, `${i.allowToDeny} would now be denied`), ".",
+          i.truncated ? " The replay stopped at its bound: older calls were not replayed." : null,
+          i.prunedBefore ? [" Calls before ", when(i.prunedBefore), " were pruned and are not counted."] : null),
+        (i.losing || []).length ? table2("Callers who would lose access", ["Caller", "Calls now denied"],
+          i.losing.map((c) => h("tr", {}, h("td", {}, h("code", {}, c.subject)), h("td", {}, String(c.calls))))) : null,
+        (i.recent || []).length ? table2("Recent calls that would now be denied", ["When", "Capability", "Caller", "Environment", "Record"],
+          i.recent.map((c) => h("tr", {}, h("td", {}, when(c.time)), h("td", {}, refLink(c.ref)), h("td", {}, h("code", {}, c.subject)),
+            h("td", {}, c.environment), h("td", {}, link("/console/audit/" + encodeURIComponent(c.auditId), "audit record"))))) : null);
+      confirm.hidden = false;
+      confirm.focus();
+    } catch (err) {
+      out.replaceChildren(errorBox(err));
+    }
+  };
+  const group = h("div", { role: "group", "aria-label": `Revoke grant ${g.grantId}` },
     h("p", { class: "notice" }, `Revoking ends grant ${g.grantId}: the calls it covers (${g.biomeId} ${g.version}, profile ${g.profile}) are denied from now on, `,
       "on every replica, and calls held under it are denied when someone tries to approve them."),
-    h("div", { class: "row" },
-      h("button", { type: "button", class: "danger", onclick: async () => {
-        try {
-          await api("DELETE", "/v1/grants/" + encodeURIComponent(g.grantId));
-          say(`Grant ${g.grantId} revoked`);
-          await viewGrants();
-        } catch (err) {
-          out.replaceChildren(errorBox(err));
-        }
-      } }, "Confirm revoke"),
-      h("button", { type: "button", onclick: () => box.replaceChildren() }, "Cancel")), out);
+    out,
+    h("div", { class: "row" }, confirm, h("button", { type: "button", onclick: () => box.replaceChildren() }, "Cancel")));
+  review();
+  return group;
+}
+
+// table2 is a labelled table of cols and rows.
+function table2(label, cols, rows) {
+  return h("table", { "aria-label": label }, h("thead", {}, h("tr", {}, cols.map((x) => h("th", { scope: "col" }, x)))), h("tbody", {}, rows));
 }
 
 render();
