@@ -79,7 +79,8 @@ func TestAuditPartitionsPrune(t *testing.T) {
 	ctx := context.Background()
 	today := day(time.Now())
 	first := today.Add(-5 * 24 * time.Hour)
-	empty := first.Add(-2 * 24 * time.Hour) // two days without records, dropped first
+	// Two days without records, dropped first.
+	empty := first.Add(-2 * 24 * time.Hour)
 	if n, err := s.EnsureAuditPartitions(ctx, empty, today); err != nil || n != 7 { // today's exists since Open
 		t.Fatalf("EnsureAuditPartitions = %d, %v; want the 7 past days", n, err)
 	}
