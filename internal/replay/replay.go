@@ -64,9 +64,9 @@ type Report struct {
 	// Candidate is the candidate policy's revision (a Decider with a Revision method).
 	Candidate     string `json:"candidateRevision,omitempty"`
 	Considered    int    `json:"considered"`
-	AllowToDeny   int `json:"allowToDeny"`
-	DenyToAllow   int `json:"denyToAllow"`
-	NotReplayable int `json:"notReplayable"`
+	AllowToDeny   int    `json:"allowToDeny"`
+	DenyToAllow   int    `json:"denyToAllow"`
+	NotReplayable int    `json:"notReplayable"`
 	// Truncated is true when Window.Limit stopped the replay before the window's end.
 	Truncated bool `json:"truncated,omitempty"`
 	// PrunedBefore is set when the window reaches before the audit retention's boundary:
