@@ -408,7 +408,7 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 		return err
 	}
 	a.KeysReady = ids.KeysReady
-	srv := &server.Server{Gateway: a.Gateway, Tools: a.Tools, Environments: a.Environments(), Audit: a.Store, Approvals: a.Approvals, OperatorOrg: cfg.OperatorOrg, Auth: ids, Ready: a.Ready,
+	srv := &server.Server{Gateway: a.Gateway, Tools: a.Tools, Idempotency: a.Idempotency, Environments: a.Environments(), Audit: a.Store, Approvals: a.Approvals, OperatorOrg: cfg.OperatorOrg, Auth: ids, Ready: a.Ready,
 		Bundles: a.Policy, Mounts: map[string]http.Handler{}, BundleReaders: bundleReaders, BodyReadTimeout: lim.read - lim.readHeader,
 		CORSOrigins: web.corsOrigins, PublicURL: web.publicURL, ConsoleOIDC: consoleOIDC, MetricsReaders: web.metricsReaders}
 	if idCfg.Issuer != "" {

@@ -13,6 +13,24 @@ import (
 	"github.com/xemahq/xema/internal/gateway"
 )
 
+// Answer is an invocation's answer as sent: status and JSON body. MCP sends the same body,
+// as an isError tool result unless the call ran.
+type Answer struct {
+	Status int
+	Body   json.RawMessage
+	// Replayed is true when the answer is the stored one of an earlier call.
+	Replayed bool
+	// RetryAfter is the Retry-After seconds of a refusal a retry may pass (never stored:
+	// such answers are not run, so their key is released).
+	RetryAfter int
+}
+
+// Ran says the call ran: the body is its {output, auditId, obligations}.
+func (a Answer) Ran() bool { return a.Status == http.StatusOK }
+
+// Held says the call waits for a person's approval: the body is its gateway.Held.
+func (a Answer) Held() bool { return a.Status == http.StatusAccepted }
+
 // statuses maps what went wrong (fault.Kind) to the HTTP status answered.
 var statuses = map[fault.Kind]int{
 	fault.Internal:         http.StatusInternalServerError,
@@ -53,7 +71,7 @@ func Fault(err error) *fault.Error {
 // Of is Invoke's answer, with its code ("" for a call that ran). An error comes first: a
 // call that ran but whose outcome was not recorded answers OUTCOME_NOT_RECORDED, not its
 // output.
-func Of(res *gateway.Result, err error) (gateway.Answer, string) {
+func Of(res *gateway.Result, err error) (Answer, string) {
 	var (
 		status, retry int
 		body          any
@@ -74,11 +92,11 @@ func Of(res *gateway.Result, err error) (gateway.Answer, string) {
 		status, body = http.StatusOK, res
 	}
 	raw, _ := json.Marshal(body) // every answer type encodes
-	return gateway.Answer{Status: status, Body: raw, RetryAfter: retry}, code
+	return Answer{Status: status, Body: raw, RetryAfter: retry}, code
 }
 
 // Error is the answer of a domain error: its kind's status, the error as the body.
-func Error(e *fault.Error) gateway.Answer {
+func Error(e *fault.Error) Answer {
 	raw, _ := json.Marshal(e)
-	return gateway.Answer{Status: Status(e.Kind), Body: raw, RetryAfter: e.RetryAfter}
+	return Answer{Status: Status(e.Kind), Body: raw, RetryAfter: e.RetryAfter}
 }

@@ -36,6 +36,7 @@ import (
 	"github.com/xemahq/xema/internal/federation"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/grant"
+	"github.com/xemahq/xema/internal/idempotency"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/insight"
 	"github.com/xemahq/xema/internal/kernel"
@@ -43,6 +44,7 @@ import (
 	"github.com/xemahq/xema/internal/masterkey"
 	"github.com/xemahq/xema/internal/metatool"
 	"github.com/xemahq/xema/internal/notify"
+	"github.com/xemahq/xema/internal/outage"
 	"github.com/xemahq/xema/internal/periodic"
 	"github.com/xemahq/xema/internal/policy"
 	"github.com/xemahq/xema/internal/ratelimit"
@@ -172,6 +174,8 @@ type App struct {
 	Gateway   *gateway.Gateway
 	// Tools answers the meta-tools (search, describe, plan, preflight, explain, whoami).
 	Tools *metatool.Tools
+	// Idempotency keeps the answers of calls made with an idempotency key, in the store.
+	Idempotency *idempotency.Keys
 	// Bindings resolves connector capabilities through org-level provider bindings.
 	Bindings  *binding.Service
 	Approvals *approval.Service
@@ -193,6 +197,8 @@ type App struct {
 	// one writer batches both); unauth aggregates unauthenticated attempts into it.
 	Audit  *audit.Log
 	unauth *unauth.Aggregator
+	// outages is the outage log every part reports to and readiness reads.
+	outages *outage.Tracker
 	// Replica is this process's id in approval leases and the write probe.
 	Replica string
 	// KeysReady reports whether the identity provider's keys are available (set by serve).
@@ -319,15 +325,17 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	// Built in order, no back-pointers: the funnel over the approval queue, then the
 	// approval service over the funnel.
+	a.outages = outage.New()
 	a.unauth = &unauth.Aggregator{Audit: a.Audit, Revision: eng.Revision, Interval: cfg.UnauthAuditInterval}
 	if a.Gateway, err = gateway.New(gateway.Deps{Catalog: a.Catalog, Policy: eng, Audit: a.Audit, Kernel: a.Kernel,
 		Tokens: cfg.Tokens, HTTP: a.HTTP, InputHashKey: keys.InputHash,
 		Resolvers: []gateway.Resolver{a.Bindings, a.Federation}, Limiter: limiter,
 		Approvals: &approval.Queue{Store: st, TTL: cfg.ApprovalTTL, Now: cfg.Now, Notify: notifier}, Outbound: capacity.NewSlots(cfg.MaxInflight),
-		PerProvider: capacity.NewProviderSlots(cfg.MaxPerProvider), Unauth: a.unauth, Spool: a.Spool, Idempotency: st}); err != nil {
+		PerProvider: capacity.NewProviderSlots(cfg.MaxPerProvider), Unauth: a.unauth, Spool: a.Spool, Outages: a.outages}); err != nil {
 		return nil, a.closeWith(err)
 	}
-	if a.Tools, err = metatool.New(metatool.Deps{Catalog: a.Catalog, Policy: eng, Runners: a.Gateway, CursorKey: keys.Cursor}); err != nil {
+	a.Idempotency = &idempotency.Keys{Funnel: a.Gateway, Store: st, Spool: a.Spool, Outages: a.outages}
+	if a.Tools, err = metatool.New(metatool.Deps{Catalog: a.Catalog, Policy: eng, Runners: a.Gateway, CursorKey: keys.Cursor, Outages: a.outages}); err != nil {
 		return nil, a.closeWith(err)
 	}
 	a.Approvals = &approval.Service{Store: st, Policy: eng, Runner: a.Gateway, Audit: a.Audit, Replica: a.Replica, Spool: a.Spool,

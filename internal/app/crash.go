@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/xemahq/xema/internal/atomicfile"
-	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/notify"
+	"github.com/xemahq/xema/internal/outage"
 	"github.com/xemahq/xema/internal/periodic"
 )
 
@@ -100,7 +100,7 @@ func (a *App) probeStore(ctx context.Context) error {
 	if err := a.probeCached(ctx); err != nil {
 		return err
 	}
-	if what, failed := gateway.RecentFailure(RecentFailureWindow, "audit log", "rate limiter", "idempotency store"); failed {
+	if what, failed := a.outages.Recent(RecentFailureWindow, outage.AuditLog, outage.RateLimiter, outage.IdempotencyStore); failed {
 		return fmt.Errorf("store refused a write of the %s within the last %v", what, RecentFailureWindow)
 	}
 	return nil
@@ -121,10 +121,10 @@ func (a *App) probeCached(ctx context.Context) error {
 	switch {
 	case err != nil && !r.down:
 		r.down = true
-		gateway.DependencyFailed("store write probe", err)
+		a.outages.Failed(outage.StoreProbe, err)
 	case err == nil && r.down:
 		r.down = false
-		gateway.DependencyOK("store write probe")
+		a.outages.OK(outage.StoreProbe)
 	}
 	if err != nil {
 		r.err = fmt.Errorf("store cannot take a write: %w", err)

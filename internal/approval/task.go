@@ -11,7 +11,6 @@ import (
 
 	"github.com/xemahq/xema/internal/answer"
 	"github.com/xemahq/xema/internal/fault"
-	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/store"
 )
@@ -26,7 +25,7 @@ type Task struct {
 	ExpiresAt time.Time
 	// End is the call's final answer once it reached an end: what the run answered when it
 	// ran, else the typed error of why it never will. Nil while it waits or runs.
-	End *gateway.Answer
+	End *answer.Answer
 }
 
 // Waiting says the call waits for a decision; otherwise it runs or has ended.
@@ -102,14 +101,14 @@ func (s *Service) own(ctx context.Context, ec identity.ExecContext, id string) (
 
 // endOf is the final answer of a held call that reached an end: the answer its run gave,
 // or the typed error of a call that never ran (or whose end was recorded without one).
-func endOf(a store.Approval) (gateway.Answer, bool) {
+func endOf(a store.Approval) (answer.Answer, bool) {
 	switch a.Status {
 	case store.ApprovalPending, store.ApprovalApproved, store.ApprovalRunning, store.ApprovalDispatched:
-		return gateway.Answer{}, false
+		return answer.Answer{}, false
 	}
 	var st storedAnswer
 	if len(a.Answer) > 0 && json.Unmarshal(a.Answer, &st) == nil && st.Status != 0 {
-		return gateway.Answer{Status: st.Status, Body: st.Body}, true
+		return answer.Answer{Status: st.Status, Body: st.Body}, true
 	}
 	var e *fault.Error
 	switch a.Status {
@@ -125,7 +124,7 @@ func endOf(a store.Approval) (gateway.Answer, bool) {
 		e.Outcome = a.Outcome
 	case store.ApprovalDone: // ended before answers were kept
 		raw, _ := json.Marshal(map[string]any{"output": a.Output, "auditId": a.AuditID}) // a document and a string encode
-		return gateway.Answer{Status: http.StatusOK, Body: raw}, true
+		return answer.Answer{Status: http.StatusOK, Body: raw}, true
 	default: // failed, without its answer
 		e = fault.New(fault.Provider, cmp.Or(a.Outcome, "INTERNAL"), "the call of approval %s failed: %s", a.ID, a.Outcome)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/xemahq/xema/internal/audit"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/inputschema"
+	"github.com/xemahq/xema/internal/outage"
 )
 
 // Error codes the funnel answers with (the HTTP layer maps Status, MCP maps isError).
@@ -69,10 +70,10 @@ func invalidInput(v []inputschema.Violation) *fault.Error {
 		Message: fmt.Sprintf("input does not match the capability's schema (%d violation(s))", total), Violations: v}
 }
 
-func unavailable(code, what string, err error) *fault.Error {
-	deps.fail(what, err)
-	return &fault.Error{Kind: fault.Unavailable, Code: code,
-		Message: fmt.Sprintf("%s unavailable; the call was denied (fail closed)", what)}
+// Unavailable answers a call refused because dep failed (fail closed); the caller reports the
+// failure to the outage log.
+func Unavailable(code string, dep outage.Dep) *fault.Error {
+	return fault.New(fault.Unavailable, code, "%s unavailable; the call was denied (fail closed)", dep)
 }
 
 func reasonsJSON(v any) json.RawMessage {

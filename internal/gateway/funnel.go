@@ -16,6 +16,7 @@ import (
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/inputschema"
 	"github.com/xemahq/xema/internal/kernel"
+	"github.com/xemahq/xema/internal/outage"
 	"github.com/xemahq/xema/internal/policy"
 	"github.com/xemahq/xema/internal/ratelimit"
 	"github.com/xemahq/xema/internal/runner"
@@ -207,9 +208,10 @@ func (g *Gateway) authorize(ctx context.Context, c *call, entry *catalog.Entry, 
 	d, err := g.d.Policy.Decide(ctx, in)
 	if err != nil {
 		step.End(CodePolicyUnavailable)
-		return policy.Decision{}, unavailable(CodePolicyUnavailable, "policy", err)
+		g.d.Outages.Failed(outage.Policy, err)
+		return policy.Decision{}, Unavailable(CodePolicyUnavailable, outage.Policy)
 	}
-	deps.ok("policy")
+	g.d.Outages.OK(outage.Policy)
 	verdict, reason := "allow", ""
 	if !d.Allow {
 		verdict = "deny"
@@ -256,9 +258,10 @@ func (g *Gateway) obligations(ctx context.Context, c *call) (res *Result, err er
 		key := ratelimit.Key{Org: c.exec.Org, Ref: c.entry.Ref(), Subject: c.exec.Subject.Ref, Environment: c.exec.Environment}
 		usage, err := g.d.Limiter.Take(ctx, key, obs)
 		if err != nil {
-			return nil, g.fail(ctx, c, audit.DecisionError, unavailable(CodeStoreUnavailable, "rate limiter", err))
+			g.d.Outages.Failed(outage.RateLimiter, err)
+			return nil, g.fail(ctx, c, audit.DecisionError, Unavailable(CodeStoreUnavailable, outage.RateLimiter))
 		}
-		deps.ok("rate limiter")
+		g.d.Outages.OK(outage.RateLimiter)
 		if usage != nil {
 			return g.limited(ctx, c, usage)
 		}
@@ -302,7 +305,8 @@ func (g *Gateway) hold(ctx context.Context, c *call) (*Result, error) {
 		BiomeVersion: c.entry.Capability.BiomeVersion, RiskTier: c.entry.Manifest.RiskTier,
 		PolicyRevision: c.rec.BundleRevision, Exec: c.exec, Input: c.req.Input}
 	if err := g.d.Approvals.Hold(ctx, p); err != nil {
-		e := unavailable(CodeStoreUnavailable, "approval store", err)
+		g.d.Outages.Failed(outage.ApprovalStore, err)
+		e := Unavailable(CodeStoreUnavailable, outage.ApprovalStore)
 		e.AuditID = c.rec.ID
 		return nil, e
 	}
@@ -392,11 +396,11 @@ func (g *Gateway) run(ctx context.Context, c *call, entry *catalog.Entry, r runn
 	outcome.Time = time.Now()
 	// The run happened: its outcome is written even if the caller has gone.
 	if err := g.appendAudit(context.WithoutCancel(ctx), outcome); err != nil {
-		deps.fail("audit log", err)
+		g.d.Outages.Failed(outage.AuditLog, err)
 		spooled := g.d.Spool.Add(spool.Entry{Audit: &outcome})
 		return out, outcomeNotRecorded(c.rec.ID, outcome.Outcome, spooled)
 	}
-	deps.ok("audit log")
+	g.d.Outages.OK(outage.AuditLog)
 	if answer != nil {
 		answer.AuditID = c.rec.ID
 		return nil, answer
@@ -459,9 +463,9 @@ func (g *Gateway) record(ctx context.Context, c *call, decision, outcome string)
 	c.rec.Time = time.Now()
 	c.rec.LatencyMicros = time.Since(c.start).Microseconds()
 	if err := g.appendAudit(ctx, c.rec); err != nil {
-		return unavailable(CodeAuditUnavailable, "audit log", err)
+		return g.auditUnavailable(err)
 	}
-	deps.ok("audit log")
+	g.d.Outages.OK(outage.AuditLog)
 	ref, reason := c.req.Ref, c.reason
 	if decision == audit.DecisionNotFound {
 		ref = telemetry.UnknownRef
@@ -471,6 +475,12 @@ func (g *Gateway) record(ctx context.Context, c *call, decision, outcome string)
 	}
 	telemetry.Decision(ref, decision, reason)
 	return nil
+}
+
+// auditUnavailable reports the audit log's failure and refuses what needed the record.
+func (g *Gateway) auditUnavailable(err error) *fault.Error {
+	g.d.Outages.Failed(outage.AuditLog, err)
+	return Unavailable(CodeAuditUnavailable, outage.AuditLog)
 }
 
 // appendAudit is the audit step: one record appended (and committed) to the audit log.
@@ -496,7 +506,7 @@ func (g *Gateway) RecordUnauthenticated(ctx context.Context, route, reason, sour
 	if g.d.Unauth != nil {
 		id, err := g.d.Unauth.Record(ctx, route, reason, source)
 		if err != nil {
-			return "", unavailable(CodeAuditUnavailable, "audit log", err)
+			return "", g.auditUnavailable(err)
 		}
 		return id, nil
 	}
@@ -505,7 +515,7 @@ func (g *Gateway) RecordUnauthenticated(ctx context.Context, route, reason, sour
 		Reasons: unauth.Reasons(reason), BundleRevision: g.d.Policy.Revision(), Outcome: "not-run",
 	}
 	if err := g.appendAudit(ctx, rec); err != nil {
-		return "", unavailable(CodeAuditUnavailable, "audit log", err)
+		return "", g.auditUnavailable(err)
 	}
 	return rec.ID, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/xemahq/xema/internal/catalog"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/kernel"
+	"github.com/xemahq/xema/internal/outage"
 	"github.com/xemahq/xema/internal/policy"
 	"github.com/xemahq/xema/internal/ratelimit"
 	"github.com/xemahq/xema/internal/runner"
@@ -61,11 +62,12 @@ type Deps struct {
 	PerProvider *capacity.ProviderSlots
 	// Unauth audits unauthenticated attempts in aggregate; nil writes one record each.
 	Unauth *unauth.Aggregator
+	// Outages logs the outages of the dependencies a call needs (policy, audit log, rate
+	// limiter, approval store), which readiness reads; nil logs none.
+	Outages *outage.Tracker
 	// Spool keeps the outcome records the audit log could not take, and writes them once
 	// the store is back; nil keeps none (the answer still says the call ran).
 	Spool *spool.Spool
-	// Idempotency keeps the answers of calls made with an idempotency key; nil refuses keys.
-	Idempotency store.IdempotencyStore
 }
 
 // Snapshots hands out the catalog serving now (catalog.Catalog).

@@ -64,7 +64,7 @@ func (m *Tools) Explain(ctx context.Context, ec identity.ExecContext, req Explai
 	}
 	d, err := m.d.Policy.Decide(ctx, gateway.PolicyInput(ec, e.Ref(), ""))
 	if err != nil {
-		return nil, policyUnavailable(err)
+		return nil, m.policyUnavailable(err)
 	}
 	res := &ExplainResult{
 		Domain: domainOf(e.Ref()), DenialCode: req.DenialCode,

@@ -13,6 +13,7 @@ import (
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
+	"github.com/xemahq/xema/internal/outage"
 	"github.com/xemahq/xema/internal/policy"
 	"github.com/xemahq/xema/internal/runner"
 	"github.com/xemahq/xema/internal/store"
@@ -22,7 +23,7 @@ import (
 type Tools struct{ d Deps }
 
 // Deps are the parts the meta-tools read, each behind the small interface they use of it;
-// all are required.
+// Catalog, Policy and Runners are required.
 type Deps struct {
 	Catalog gateway.Snapshots
 	Policy  Decider
@@ -30,6 +31,8 @@ type Deps struct {
 	Runners Runners
 	// CursorKey signs search and listing cursors; replicas sharing it accept each other's.
 	CursorKey []byte
+	// Outages logs the policy's outages; nil logs none.
+	Outages *outage.Tracker
 }
 
 // Decider is the policy engine as the meta-tools ask it (policy.Engine).
@@ -110,7 +113,7 @@ func invalidArgument(format string, args ...any) *fault.Error {
 }
 
 // policyUnavailable answers a meta-tool the policy could not decide (fail closed).
-func policyUnavailable(err error) *fault.Error {
-	gateway.DependencyFailed("policy", err)
-	return fault.New(fault.Unavailable, gateway.CodePolicyUnavailable, "policy unavailable; the call was denied (fail closed)")
+func (m *Tools) policyUnavailable(err error) *fault.Error {
+	m.d.Outages.Failed(outage.Policy, err)
+	return gateway.Unavailable(gateway.CodePolicyUnavailable, outage.Policy)
 }

@@ -45,7 +45,7 @@ func (m *Tools) Preflight(ctx context.Context, ec identity.ExecContext, req Pref
 	}
 	d, err := m.d.Policy.Decide(ctx, gateway.PolicyInput(ec, e.Ref(), ""))
 	if err != nil {
-		return nil, policyUnavailable(err)
+		return nil, m.policyUnavailable(err)
 	}
 	res := &PreflightResult{Requirements: []Requirement{}, Blockers: []Blocker{}}
 	add := func(kind, detail string, met bool, code string) {

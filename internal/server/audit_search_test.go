@@ -30,7 +30,7 @@ func auditSearchServer(t *testing.T, callers tokens) *httptest.Server {
 			t.Fatal(err)
 		}
 	}
-	srv := httptest.NewServer((&server.Server{Gateway: f.App.Gateway, Tools: f.App.Tools, Audit: f.App.Store, Approvals: f.App.Approvals, OperatorOrg: identity.DefaultOrg,
+	srv := httptest.NewServer((&server.Server{Gateway: f.App.Gateway, Tools: f.App.Tools, Idempotency: f.App.Idempotency, Audit: f.App.Store, Approvals: f.App.Approvals, OperatorOrg: identity.DefaultOrg,
 		Ready: f.App.Ready, Mounts: map[string]http.Handler{}, Auth: callers}).Handler())
 	t.Cleanup(srv.Close)
 	return srv

@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/xemahq/xema/internal/answer"
 	"github.com/xemahq/xema/internal/buildinfo"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
@@ -51,18 +52,18 @@ func (s *Server) MCPHandler() http.Handler {
 				return nil, &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: "missing required field /input"}
 			}
 			call := gateway.Request{Ref: req.Ref, Input: req.Input}
-			var ans gateway.Answer
+			var ans answer.Answer
 			if req.IdempotencyKey == nil {
 				ans, _ = answerOf(gw.Invoke(ctx, ec, call))
-			} else if ans, err = gw.InvokeIdempotent(ctx, ec, call, *req.IdempotencyKey, answerOf); err != nil {
+			} else if ans, err = s.Idempotency.Invoke(ctx, ec, call, *req.IdempotencyKey); err != nil {
 				return nil, err
 			} else {
 				ans = s.replayNow(ctx, ec, ans)
 			}
-			if ans.Status == http.StatusAccepted {
+			if ans.Held() {
 				s.offerTask(ctx, ec, ans)
 			}
-			if ans.Status != http.StatusOK {
+			if !ans.Ran() {
 				return nil, answerError{ans}
 			}
 			return ans.Body, nil
@@ -121,7 +122,7 @@ type mcpInvoke struct {
 
 // answerError is an invoke answered other than 200 (a denial, a hold, an error, or one
 // stored under an idempotency key), answered as an isError result with its body.
-type answerError struct{ ans gateway.Answer }
+type answerError struct{ ans answer.Answer }
 
 func (e answerError) Error() string { return string(e.ans.Body) }
 
@@ -191,9 +192,9 @@ func toolError(err error) *mcp.CallToolResult {
 
 // answerResult is an answer as a tool result: the body as text and, for a 200, as
 // structured content; isError otherwise.
-func answerResult(ans gateway.Answer) *mcp.CallToolResult {
+func answerResult(ans answer.Answer) *mcp.CallToolResult {
 	text := []mcp.Content{&mcp.TextContent{Text: string(ans.Body)}}
-	if ans.Status != http.StatusOK {
+	if !ans.Ran() {
 		return &mcp.CallToolResult{IsError: true, Content: text}
 	}
 	return &mcp.CallToolResult{Content: text, StructuredContent: ans.Body}

@@ -25,6 +25,7 @@ import (
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/grant"
+	"github.com/xemahq/xema/internal/idempotency"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/metatool"
 	"github.com/xemahq/xema/internal/store"
@@ -58,6 +59,8 @@ type Server struct {
 	Gateway *gateway.Gateway
 	// Tools answers the meta-tools other than invoke (search, describe, plan, preflight, explain, whoami).
 	Tools *metatool.Tools
+	// Idempotency keeps the answers of calls made with an Idempotency-Key.
+	Idempotency *idempotency.Keys
 	// Environments are the named environments grants and tokens may name (GET /v1/profiles).
 	Environments grant.Environments
 	// Audit reads the audit records (why-denied, the audit search).
@@ -343,7 +346,7 @@ func (s *Server) invoke(c echo.Context) error {
 		return &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: "missing required field /input"}
 	}
 	if key := c.Request().Header.Get(IdempotencyHeader); key != "" {
-		ans, err := s.Gateway.InvokeIdempotent(c.Request().Context(), execOf(c), req, key, answerOf)
+		ans, err := s.Idempotency.Invoke(c.Request().Context(), execOf(c), req, key)
 		if err != nil {
 			return err
 		}

@@ -31,7 +31,7 @@ func (t tokens) Authenticate(r *http.Request) (identity.ExecContext, error) {
 func TestInvokeAnswersAtTheEdge(t *testing.T) {
 	f := apptest.New(t, apptest.Options{Customize: map[string]any{"ticket:comment.add@1": map[string]any{
 		"requiresApproval": true, "environments": []string{"project"}}}})
-	srv := httptest.NewServer((&server.Server{Gateway: f.App.Gateway, Tools: f.App.Tools, Audit: f.App.Store, Approvals: f.App.Approvals, OperatorOrg: identity.DefaultOrg,
+	srv := httptest.NewServer((&server.Server{Gateway: f.App.Gateway, Tools: f.App.Tools, Idempotency: f.App.Idempotency, Audit: f.App.Store, Approvals: f.App.Approvals, OperatorOrg: identity.DefaultOrg,
 		Ready: f.App.Ready, Mounts: map[string]http.Handler{}, Auth: tokens{
 			"bot":    apptest.Exec("agent:support-bot", "project", ""),
 			"public": apptest.Exec("agent:support-bot", "public-session", ""),
@@ -99,7 +99,7 @@ func TestInvokeAnswersAtTheEdge(t *testing.T) {
 func TestRefusalsOnEveryRoute(t *testing.T) {
 	f := apptest.New(t, apptest.Options{Customize: map[string]any{"ticket:comment.add@1": map[string]any{
 		"rateLimit": map[string]any{"requests": 1, "per": "1m"}}}})
-	srv := httptest.NewServer((&server.Server{Gateway: f.App.Gateway, Tools: f.App.Tools, Audit: f.App.Store, Approvals: f.App.Approvals, OperatorOrg: identity.DefaultOrg,
+	srv := httptest.NewServer((&server.Server{Gateway: f.App.Gateway, Tools: f.App.Tools, Idempotency: f.App.Idempotency, Audit: f.App.Store, Approvals: f.App.Approvals, OperatorOrg: identity.DefaultOrg,
 		Ready: f.App.Ready, Mounts: map[string]http.Handler{}, Auth: tokens{"bot": apptest.Exec("agent:support-bot", "project", "")}}).Handler())
 	defer srv.Close()
 	call := func(method, path, body string) (*http.Response, map[string]any) {

@@ -6,7 +6,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/xemahq/xema/internal/answer"
-	"github.com/xemahq/xema/internal/gateway"
 )
 
 // The answer mapping is package answer's: the approval and idempotency stores keep the same
@@ -18,7 +17,7 @@ var (
 )
 
 // writeAnswer sends ans, with its Retry-After and replay headers.
-func writeAnswer(c echo.Context, ans gateway.Answer) error {
+func writeAnswer(c echo.Context, ans answer.Answer) error {
 	if ans.RetryAfter > 0 {
 		c.Response().Header().Set("Retry-After", strconv.Itoa(ans.RetryAfter))
 	}

@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/xemahq/xema/internal/answer"
 	"github.com/xemahq/xema/internal/approval"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
@@ -134,7 +134,7 @@ func declaresTasks(p mcp.Params) bool {
 }
 
 // offerTask leaves the task of a held answer in the request's slot, if it has one.
-func (s *Server) offerTask(ctx context.Context, ec identity.ExecContext, ans gateway.Answer) {
+func (s *Server) offerTask(ctx context.Context, ec identity.ExecContext, ans answer.Answer) {
 	slot, ok := ctx.Value(heldSlotKey{}).(*heldSlot)
 	if !ok {
 		return
@@ -145,8 +145,8 @@ func (s *Server) offerTask(ctx context.Context, ec identity.ExecContext, ans gat
 }
 
 // heldTask is the task of a held call's answer (202 with its approvalId); nil for any other.
-func (s *Server) heldTask(ctx context.Context, ec identity.ExecContext, ans gateway.Answer) (*approval.Task, error) {
-	if ans.Status != http.StatusAccepted || s.Approvals == nil {
+func (s *Server) heldTask(ctx context.Context, ec identity.ExecContext, ans answer.Answer) (*approval.Task, error) {
+	if !ans.Held() || s.Approvals == nil {
 		return nil, nil
 	}
 	var h gateway.Held
@@ -163,7 +163,7 @@ func (s *Server) heldTask(ctx context.Context, ec identity.ExecContext, ans gate
 // replayNow is an idempotent retry's answer: a replayed hold answers where the held call
 // stands now, and its final answer once it ended, so a client without the extension learns
 // the outcome by retrying, and the call never runs twice.
-func (s *Server) replayNow(ctx context.Context, ec identity.ExecContext, ans gateway.Answer) gateway.Answer {
+func (s *Server) replayNow(ctx context.Context, ec identity.ExecContext, ans answer.Answer) answer.Answer {
 	if !ans.Replayed {
 		return ans
 	}
@@ -175,7 +175,7 @@ func (s *Server) replayNow(ctx context.Context, ec identity.ExecContext, ans gat
 	case err != nil || t == nil:
 		return ans
 	case t.End != nil:
-		return gateway.Answer{Status: t.End.Status, Body: t.End.Body, Replayed: true}
+		return answer.Answer{Status: t.End.Status, Body: t.End.Body, Replayed: true}
 	case !t.Waiting():
 		var h gateway.Held
 		_ = json.Unmarshal(ans.Body, &h) // heldTask decoded it

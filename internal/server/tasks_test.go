@@ -83,7 +83,7 @@ func (m mcpModern) call(token, method string, params map[string]any, tasks bool)
 
 // mcpServer serves f's gateway with its MCP endpoint, callers named by tokens.
 func mcpServer(f *apptest.Fixture, auth tokens) *httptest.Server {
-	s := &server.Server{Gateway: f.App.Gateway, Tools: f.App.Tools, Audit: f.App.Store, Approvals: f.App.Approvals, OperatorOrg: identity.DefaultOrg,
+	s := &server.Server{Gateway: f.App.Gateway, Tools: f.App.Tools, Idempotency: f.App.Idempotency, Audit: f.App.Store, Approvals: f.App.Approvals, OperatorOrg: identity.DefaultOrg,
 		Ready: f.App.Ready, Mounts: map[string]http.Handler{}, Auth: auth}
 	s.Mounts["/mcp"] = s.MCPHandler()
 	return httptest.NewServer(s.Handler())

@@ -109,21 +109,22 @@ func (s *Store) dropPartition(ctx context.Context, part string) (int64, error) {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(7305916248)`); err != nil {
 			return err
 		}
-		// Counted before the lock, so appends do not wait for the count: only records
-		// beneath the checkpoints can be added to or removed from it meanwhile (another
-		// prune's deletes), and the drop then removes what is there.
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+part).Scan(&rows); err != nil {
-			return err
-		}
-		// The overview's rollups count again every bucket before the partition's end (a day
-		// boundary, so no bucket straddles it): the older partitions are gone already.
+		// The overview's rollups count the dropped records no longer: every bucket before
+		// the partition's end is counted again from the records left, as after a batched
+		// delete (sqlstore's markStale), the rollup pass taking turns with this.
 		if _, err := tx.Exec(ctx, Dialect.RollupLock); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO audit_rollup_stale (org, grain, bucket)
 			SELECT DISTINCT org, grain, bucket FROM audit_rollup
-			WHERE bucket < CAST(EXTRACT(EPOCH FROM audit_log_partition_end($1::regclass)) * 1000000 AS bigint)
-			ON CONFLICT (org, grain, bucket) DO NOTHING`, part); err != nil {
+			WHERE bucket < (extract(epoch FROM audit_log_partition_end($1::regclass)) * 1000000)::bigint
+			ON CONFLICT DO NOTHING`, part); err != nil {
+			return err
+		}
+		// Counted before the lock, so appends do not wait for the count: only records
+		// beneath the checkpoints can be added to or removed from it meanwhile (another
+		// prune's deletes), and the drop then removes what is there.
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+part).Scan(&rows); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = %d`, dropLockWait.Milliseconds())); err != nil {

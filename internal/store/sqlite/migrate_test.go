@@ -48,7 +48,8 @@ func TestAuditRebuildKeepsRecordsAndGuards(t *testing.T) {
 		return slices.DeleteFunc(gs, func(g string) bool { return strings.HasPrefix(g, "trigger audit_log_no_delete") })
 	}
 	guardsBefore = keep(guardsBefore)
-	if got := keep(auditGuards(t, db)); !slices.Equal(got, guardsBefore) {
+	// Every index and trigger is kept (later migrations may add indexes).
+	if got := keep(auditGuards(t, db)); slices.ContainsFunc(guardsBefore, func(w string) bool { return !slices.Contains(got, w) }) {
 		t.Fatalf("indexes and triggers after the rebuild %v, before %v", got, guardsBefore)
 	}
 	for _, q := range []string{

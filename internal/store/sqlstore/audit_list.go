@@ -70,8 +70,11 @@ func (s *Store) auditRange(where []string, args []any, since, until time.Time) (
 
 // auditKeyset appends the keyset condition of a (time, id) page: rows before (op "<", the
 // newest-first order of ListAudit) or after (op ">", the oldest-first order of ScanAudit)
-// the row at t, id.
+// the row at t, id. The redundant bound on time alone lets the time index serve the
+// condition as a range, in order: without it PostgreSQL's planner read every row after t
+// into a bitmap and sorted them for each page of a partitioned log (0.4 s a page of a
+// 2,000,000-record day; 8 ms with it), a scan of the log growing with the square of its size.
 func (s *Store) auditKeyset(where []string, args []any, op string, t time.Time, id string) ([]string, []any) {
 	at := s.d.TimeArg(t.UTC().Truncate(time.Microsecond)) // not store.Stamp: a zero t stays zero
-	return append(where, "(time "+op+" ? OR (time = ? AND id "+op+" ?))"), append(args, at, at, id)
+	return append(where, "time "+op+"= ? AND (time "+op+" ? OR (time = ? AND id "+op+" ?))"), append(args, at, at, at, id)
 }

@@ -1,33 +1,26 @@
-package gateway_test
+package idempotency_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
+	"sync/atomic"
 	"testing"
 
 	"github.com/xemahq/xema/internal/apptest"
+	"github.com/xemahq/xema/internal/capacity"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
+	"github.com/xemahq/xema/internal/idempotency"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/store"
 )
 
-// encodeForTest renders a result as its status and auditId, the way the edge would.
-func encodeForTest(res *gateway.Result, err error) (gateway.Answer, string) {
-	var ge *fault.Error
-	switch {
-	case errors.As(err, &ge):
-		body, _ := json.Marshal(map[string]string{"code": ge.Code, "auditId": ge.AuditID})
-		return gateway.Answer{Status: http.StatusBadGateway, Body: body}, ge.Code
-	case res.Denial != nil:
-		body, _ := json.Marshal(map[string]string{"code": res.Denial.Code, "auditId": res.AuditID})
-		return gateway.Answer{Status: http.StatusForbidden, Body: body}, res.Denial.Code
-	}
-	body, _ := json.Marshal(map[string]string{"auditId": res.AuditID})
-	return gateway.Answer{Status: http.StatusOK, Body: body}, ""
-}
+const commentRef = "ticket:comment.add@1"
+
+var comment = json.RawMessage(`{"ticketId":"3f1c2a9e-8b4d-4c57-9a61-2b7e0f4d5c88","text":"hi"}`)
 
 // TestIdempotencyScope: a key replays only for the caller that made the first call in the
 // same decision context (environment, armed set, project, session, groups, roles, org role);
@@ -41,17 +34,18 @@ func TestIdempotencyScope(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"commentId":"c1"}`))
 	}})
-	gw, ctx := f.App.Gateway, context.Background()
+	keys, ctx := f.App.Idempotency, context.Background()
 	first := apptest.Exec("agent:support-bot", "project", "")
 	first.Project, first.Session = "p1", "s1"
 	first.Groups, first.Roles, first.Armed = []string{"a", "b"}, []string{"r1", "r2"}, []string{"ticket:*", "kb:*"}
 	req := gateway.Request{Ref: commentRef, Input: comment}
 	const key = "scope-key-1"
 
-	ans, err := gw.InvokeIdempotent(ctx, first, req, key, encodeForTest)
+	ans, err := keys.Invoke(ctx, first, req, key)
 	if err != nil || ans.Status != http.StatusOK || ans.Replayed || runs != 1 {
 		t.Fatalf("first call: %+v %v (runs %d)", ans, err, runs)
 	}
+	firstAns := ans
 	var firstBody struct{ AuditID string }
 	_ = json.Unmarshal(ans.Body, &firstBody)
 
@@ -59,8 +53,8 @@ func TestIdempotencyScope(t *testing.T) {
 	same.Groups, same.Roles, same.Armed = []string{"b", "a"}, []string{"r2", "r1"}, []string{"kb:*", "ticket:*"}
 	spaced := gateway.Request{Ref: commentRef, Input: json.RawMessage(" " + string(comment) + "\n")}
 	for name, ec := range map[string]identity.ExecContext{"the same context": first, "sets reordered": same} {
-		ans, err := gw.InvokeIdempotent(ctx, ec, spaced, key, encodeForTest)
-		if err != nil || !ans.Replayed || string(ans.Body) != string(mustBody(t, firstBody.AuditID)) || runs != 1 {
+		ans, err := keys.Invoke(ctx, ec, spaced, key)
+		if err != nil || !ans.Replayed || !bytes.Equal(ans.Body, firstAns.Body) || ans.Status != firstAns.Status || runs != 1 {
 			t.Fatalf("%s: %+v %v (runs %d): want the first answer replayed", name, ans, err, runs)
 		}
 	}
@@ -81,10 +75,10 @@ func TestIdempotencyScope(t *testing.T) {
 		"roles":       other(func(ec *identity.ExecContext) { ec.Roles = []string{"r1", "r2", "admin"} }),
 		"org role":    other(func(ec *identity.ExecContext) { ec.OrgRole = "org_admin" }),
 	} {
-		_, err := gw.InvokeIdempotent(ctx, ec, req, key, encodeForTest)
+		_, err := keys.Invoke(ctx, ec, req, key)
 		var ge *fault.Error
-		if !errors.As(err, &ge) || ge.Code != gateway.CodeIdempotencyKeyReused || ge.Kind != fault.Unprocessable {
-			t.Errorf("another %s under the key: %v, want %s", name, err, gateway.CodeIdempotencyKeyReused)
+		if !errors.As(err, &ge) || ge.Code != idempotency.CodeKeyReused || ge.Kind != fault.Unprocessable {
+			t.Errorf("another %s under the key: %v, want %s", name, err, idempotency.CodeKeyReused)
 		}
 	}
 	if runs != 1 {
@@ -109,11 +103,46 @@ func TestIdempotencyScope(t *testing.T) {
 	}
 }
 
-func mustBody(t *testing.T, auditID string) []byte {
-	t.Helper()
-	b, err := json.Marshal(map[string]string{"auditId": auditID})
+// TestBusyProviderReleasesTheKey: a call refused PROVIDER_BUSY never ran, so its key is
+// released and a retry under it runs, rather than replaying the 503 for a day.
+func TestBusyProviderReleasesTheKey(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	var runs atomic.Int32
+	f := apptest.New(t, apptest.Options{Provider: func(w http.ResponseWriter, _ *http.Request) {
+		if runs.Add(1) == 1 {
+			close(entered)
+			<-release
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"commentId":"c1"}`))
+	}})
+	d := f.App.Gateway.Deps()
+	d.PerProvider = capacity.NewProviderSlots(1)
+	gw, err := gateway.New(d)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return b
+	keys := &idempotency.Keys{Funnel: gw, Store: f.App.Store, Spool: f.App.Spool}
+	ctx, bot := context.Background(), apptest.Exec("agent:support-bot", "project", "")
+	req := gateway.Request{Ref: commentRef, Input: comment}
+	done := make(chan error, 1)
+	go func() {
+		_, err := keys.Invoke(ctx, bot, req, "holds-the-slot")
+		done <- err
+	}()
+	<-entered
+	busy, err := keys.Invoke(ctx, bot, req, "busy-key")
+	var body struct{ Code string }
+	_ = json.Unmarshal(busy.Body, &body)
+	if err != nil || busy.Status != http.StatusServiceUnavailable || body.Code != capacity.CodeProviderBusy {
+		t.Fatalf("second call while the provider is busy: %+v %v; want 503 %s", busy, err, capacity.CodeProviderBusy)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	retry, err := keys.Invoke(ctx, bot, req, "busy-key")
+	if err != nil || !retry.Ran() || retry.Replayed || runs.Load() != 2 {
+		t.Fatalf("retry under the key: %+v %v (runs %d); want it run", retry, err, runs.Load())
+	}
 }
