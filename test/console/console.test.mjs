@@ -312,9 +312,9 @@ await step("an approver who is a member sees the queue they may decide, and a se
   await page.locator("#who").filter({ hasText: "user:carol" }).waitFor();
   const links = await page.getByRole("navigation", { name: "Console" }).getByRole("link").allTextContents();
   expect(JSON.stringify(links) === JSON.stringify(["Approvals", "Audit", "Catalog"]), "the approver's navigation: " + links);
-  await page.getByRole("heading", { name: "Approvals" }).waitFor();
+  await page.getByRole("heading", { name: "Held calls" }).waitFor();
   const queue = await page.locator("main").textContent();
-  expect(!queue.includes("DENIED") && !queue.includes("HUMAN_BASELINE"), "the approver's queue: " + queue);
+  expect(queue.includes("The calls you may decide") && !queue.includes("DENIED") && !queue.includes("HUMAN_BASELINE"), "the approver's queue: " + queue);
   await shot("approver");
   for (const path of ["/console/grants", "/console/providers", "/console/biomes"]) {
     await page.goto(base + path);

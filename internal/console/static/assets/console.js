@@ -678,9 +678,11 @@ async function viewApprovals() {
   const outputs = await Promise.all(list.map((a) => (a.status === "done" ? api("GET", "/v1/invocations/" + encodeURIComponent(a.approvalId)).catch(() => null) : null)));
   const next = new URLSearchParams(q);
   next.set("cursor", page.nextCursor || "");
+  const admin = viewer.orgRole === "org_admin" || viewer.orgRole === "org_owner";
   show("Held calls", form,
+    admin ? null : h("p", { class: "muted" }, "The calls you may decide: an org administrator sees the whole queue."),
     h("h2", {}, status === "pending" ? `Pending (${list.length}${page.nextCursor ? "+" : ""})` : `Status ${status} (${list.length}${page.nextCursor ? "+" : ""})`),
-    list.length ? list.map((a, i) => approvalCard(a, outputs[i])) : h("p", {}, status === "pending" ? "No call is waiting for a decision." : "None."),
+    list.length ? list.map((a, i) => approvalCard(a, outputs[i])) : h("p", {}, status === "pending" ? (admin ? "No call is waiting for a decision." : "No call is waiting for your decision.") : "None."),
     h("div", { class: "row" },
       q.get("cursor") ? link("/console/approvals?" + new URLSearchParams([...q].filter(([k]) => k !== "cursor")), "First page") : null,
       page.nextCursor ? link("/console/approvals?" + next, "Next page") : null));
