@@ -975,6 +975,7 @@ async function viewOverview() {
     ? [" since ", when(pol.changedAt), " (it replaced ", h("code", {}, pol.previous), ")."]
     : pol.seen.length ? [" decided every call of this window (the first ", when(pol.seen[0].first), ")."] : ": no call was decided in this window.");
   show("Overview", windows,
+    st.uncounted ? h("p", { class: "notice", role: "status" }, `${st.uncounted} recent audit records are not counted yet: the overview's rollups are catching up with the log.`) : null,
     h("section", { "aria-labelledby": "calls-h" }, h("h2", { id: "calls-h" }, `Calls in the last ${win}: ${t.calls}`),
       h("p", { class: "muted" }, "Counted from the audit log, from ", when(st.since), " to ", when(st.until),
         "; people's reads through the console are left out, as in the audit view."),
