@@ -63,14 +63,17 @@ $(OPA):
 	$(GO) build -o $@ github.com/open-policy-agent/opa
 
 # The go benchmarks of the funnel's steps (a fixed count each, so the whole stays short),
-# then the load harness on both engines (test/load: funnel vs the direct no-op provider vs
-# stock OPA, cached and cache-defeating, CPU per call and RSS of the gateway). ~3 minutes.
+# then the load harness on both engines (test/load: the funnel, cached and cache-defeating,
+# against the direct no-op provider, the bare proxy, the audited floor, the bare proxy on the
+# gateway's audit log and stock OPA; CPU per call of each process, the gateway's RSS and
+# profile, and the funnel ÷ floor ratios of RPS, CPU per call and p99, then their ranges over
+# 3 more alternating rounds of the floor and the funnel). ~5 minutes.
 BENCH := BenchmarkDecision|BenchmarkTake|BenchmarkAppend|BenchmarkVerify|BenchmarkBoundBody|BenchmarkValidate$$|BenchmarkLinkHash
 BENCH_PKGS := ./internal/policy ./internal/ratelimit ./internal/audit ./internal/identity ./internal/server ./internal/inputschema
 bench: build $(OPA)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime 200x -benchmem $(BENCH_PKGS)
 	$(GO) test -run '^$$' -bench 'BenchmarkSearch$$|BenchmarkDescribe|BenchmarkSearchable' -benchtime 5x ./internal/gateway ./internal/policy
-	$(GO) run ./test/load -xema $(BIN) -opa $(OPA) -engines sqlite,postgres -workers 16 -duration 5s -warmup 1s -cpuprofile bin/bench-profiles
+	$(GO) run ./test/load -xema $(BIN) -opa $(OPA) -engines sqlite,postgres -workers 16 -duration 5s -warmup 1s -rounds 3 -cpuprofile bin/bench-profiles
 
 # Stock OPA (a tool dependency in go.mod) runs the Rego tests; coverage must stay at 90% or more.
 policy-test:

@@ -8,6 +8,11 @@
 //   - direct: the no-op provider itself, what the funnel adds to;
 //   - bare proxy: the same call through a pass-through of its own process (this binary
 //     again), the two HTTP hops of a gateway with no funnel;
+//   - the audited floor: the bare proxy writing a decision record durable before it
+//     forwards and an outcome record durable before it answers to an append-only file
+//     journal, group-committed with fdatasync, each HMAC-chained to the one before (no
+//     database, not audit.Log): the physical cost of the funnel's audit guarantee, against
+//     which the funnel's RPS, CPU per call and p99 are printed as ratios;
 //   - bare proxy + the audit log: the same pass-through writing the two audit records a
 //     call the funnel writes, through the gateway's audit log on the same engine: what the
 //     audit guarantee alone costs;
@@ -33,6 +38,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -49,6 +55,7 @@ func main() {
 	flag.IntVar(&cfg.count, "count", 200000, "at most this many requests per target")
 	flag.DurationVar(&cfg.duration, "duration", 5*time.Second, "at most this long per target")
 	flag.DurationVar(&cfg.warmup, "warmup", time.Second, "unmeasured warm-up per target")
+	flag.IntVar(&cfg.rounds, "rounds", 1, "after the table, measure the floor and the funnel this many more times, alternating, and print the ranges of their ratios (1: none)")
 	flag.StringVar(&cfg.profileDir, "cpuprofile", "", "directory: write the gateway's CPU and allocation profiles of each funnel target there (xema serve --pprof)")
 	var proxy proxyConfig
 	proxy.register(flag.CommandLine)
@@ -68,7 +75,7 @@ func main() {
 
 type config struct {
 	xema, opa, engines, store, profileDir string
-	workers, count                        int
+	workers, count, rounds                int
 	duration, warmup                      time.Duration
 }
 
@@ -153,16 +160,21 @@ func runEngine(cfg config, engine, dsn, proxyDSN, noopURL string) error {
 	}
 	defer opa.stop()
 
-	proxy, err := startProxy(dir, noopURL, "", "")
+	proxy, err := startProxy(dir, "proxy", proxyConfig{upstream: noopURL})
 	if err != nil {
 		return err
 	}
 	defer proxy.stop()
+	floor, err := startProxy(dir, "floor", proxyConfig{upstream: noopURL, journal: filepath.Join(dir, "floor.journal")})
+	if err != nil {
+		return err
+	}
+	defer floor.stop()
 	auditedDir := filepath.Join(dir, "audited-proxy")
 	if err := os.Mkdir(auditedDir, 0o700); err != nil {
 		return err
 	}
-	audited, err := startProxy(dir, noopURL, proxyDSN, auditedDir)
+	audited, err := startProxy(dir, "audited-proxy", proxyConfig{upstream: noopURL, dsn: proxyDSN, dir: auditedDir})
 	if err != nil {
 		return err
 	}
@@ -171,6 +183,7 @@ func runEngine(cfg config, engine, dsn, proxyDSN, noopURL string) error {
 	targets := []target{
 		directTarget(noopURL),
 		proxyTarget(proxy),
+		floorTarget(floor),
 		auditedProxyTarget(audited),
 		funnelTarget(gw, "funnel, cached (the same call)", false),
 		funnelTarget(gw, "funnel, cache-defeating (a distinct resource per call)", true),
@@ -181,19 +194,9 @@ func runEngine(cfg config, engine, dsn, proxyDSN, noopURL string) error {
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	results := map[string]result{}
 	for _, tg := range targets {
-		if _, err := drive(tg, cfg.workers, 1<<30, cfg.warmup); err != nil {
-			return fmt.Errorf("%s warm-up: %w", tg.name, err)
-		}
-		m, err := gw.startMeasure(tg, cfg.profileDir, engine, cfg.duration)
+		r, err := measureTarget(cfg, gw, tg, engine, cfg.profileDir)
 		if err != nil {
 			return err
-		}
-		r, err := drive(tg, cfg.workers, cfg.count, cfg.duration)
-		if err != nil {
-			return fmt.Errorf("%s: %w", tg.name, err)
-		}
-		if err := m.finish(&r); err != nil {
-			return fmt.Errorf("%s: %w", tg.name, err)
 		}
 		results[tg.kind] = r
 		fmt.Printf("| %s | %d | %.0f | %s | %s | %.2f× | %s | %.0f µs | %s | %d | %s | %s | %s | %s |\n", tg.name, r.n, r.rps(), r.pct(50), r.pct(99),
@@ -210,13 +213,87 @@ func runEngine(cfg config, engine, dsn, proxyDSN, noopURL string) error {
 		return err
 	}
 	f, miss, o := results["funnel"], results["funnel-miss"], results["opa"]
-	bare, withAudit := results["proxy"], results["proxy-audited"]
+	bare, withAudit, fl := results["proxy"], results["proxy-audited"], results["floor"]
 	fmt.Printf("\ngateway memory after the run: VmHWM %s, VmRSS %s\n", hwm, rss)
+	for _, g := range []struct {
+		name string
+		r    result
+	}{{"cached", f}, {"cache-defeating", miss}} {
+		rps, cpu, p99 := floorRatios(g.r, fl)
+		fmt.Printf("%s funnel ÷ the audited floor: RPS %.2f×, CPU per call %.2f× (%s ÷ %s), p99 %.2f× (%s ÷ %s)\n", g.name,
+			rps, cpu, g.r.cpuPerCall(), fl.cpuPerCall(), p99, g.r.pct(99), fl.pct(99))
+	}
 	fmt.Printf("funnel ÷ bare proxy (RPS): cached %.2f×, cache-defeating %.2f×\n", f.rps()/bare.rps(), miss.rps()/bare.rps())
 	fmt.Printf("funnel ÷ bare proxy + the audit log (RPS): cached %.2f×, cache-defeating %.2f×\n", f.rps()/withAudit.rps(), miss.rps()/withAudit.rps())
 	fmt.Printf("funnel ÷ stock OPA (RPS): cached %.2f×, cache-defeating %.2f×; funnel p99 cached %s, cache-defeating %s\n",
 		f.rps()/o.rps(), miss.rps()/o.rps(), f.pct(99), miss.pct(99))
+	if cfg.rounds > 1 {
+		return alternate(cfg, gw, engine, targets[2], targets[4], targets[5])
+	}
 	return nil
+}
+
+// measureTarget warms tg up, then measures it for cfg.duration (with dir, the gateway's
+// profile of the window).
+func measureTarget(cfg config, gw *gateway, tg target, engine, dir string) (result, error) {
+	if _, err := drive(tg, cfg.workers, 1<<30, cfg.warmup); err != nil {
+		return result{}, fmt.Errorf("%s warm-up: %w", tg.name, err)
+	}
+	m, err := gw.startMeasure(tg, dir, engine, cfg.duration)
+	if err != nil {
+		return result{}, err
+	}
+	r, err := drive(tg, cfg.workers, cfg.count, cfg.duration)
+	if err != nil {
+		return result{}, fmt.Errorf("%s: %w", tg.name, err)
+	}
+	if err := m.finish(&r); err != nil {
+		return result{}, fmt.Errorf("%s: %w", tg.name, err)
+	}
+	return r, nil
+}
+
+// floorRatios are the funnel's RPS, CPU per call (of its process) and p99 over the floor's.
+func floorRatios(funnel, floor result) (rps, cpu, p99 float64) {
+	perCall := func(r result) float64 { return float64(r.cpu) / float64(max(r.n, 1)) }
+	return funnel.rps() / floor.rps(), perCall(funnel) / perCall(floor), float64(funnel.pct(99)) / float64(floor.pct(99))
+}
+
+// alternate measures the floor and the two funnel targets again, one after the other,
+// cfg.rounds times, and prints the range and median of each ratio: on a shared machine the
+// load shifts between the windows of one table, and alternating short windows lets it
+// shift under both sides of a ratio alike.
+func alternate(cfg config, gw *gateway, engine string, floor, cached, miss target) error {
+	var ratios [2][3][]float64 // [cached, cache-defeating][RPS, CPU, p99]
+	for range cfg.rounds {
+		fl, err := measureTarget(cfg, gw, floor, engine, "")
+		if err != nil {
+			return err
+		}
+		for i, tg := range []target{cached, miss} {
+			r, err := measureTarget(cfg, gw, tg, engine, "")
+			if err != nil {
+				return err
+			}
+			rps, cpu, p99 := floorRatios(r, fl)
+			ratios[i][0], ratios[i][1], ratios[i][2] = append(ratios[i][0], rps), append(ratios[i][1], cpu), append(ratios[i][2], p99)
+		}
+	}
+	fmt.Printf("\nfunnel ÷ the audited floor over %d alternating rounds (floor, cached, cache-defeating; range, median):\n", cfg.rounds)
+	for i, name := range []string{"cached", "cache-defeating"} {
+		fmt.Printf("%s: RPS %s, CPU per call %s, p99 %s\n", name, spread(ratios[i][0]), spread(ratios[i][1]), spread(ratios[i][2]))
+	}
+	return nil
+}
+
+// spread is "min–max× (median m×)" of vs.
+func spread(vs []float64) string {
+	s := slices.Sorted(slices.Values(vs))
+	mid := s[len(s)/2]
+	if len(s)%2 == 0 {
+		mid = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return fmt.Sprintf("%.2f–%.2f× (median %.2f×)", s[0], s[len(s)-1], mid)
 }
 
 // startMeasure begins one measured window: the machine's CPU time and, for a target with a

@@ -29,8 +29,8 @@ import (
 // The audited proxy is the bare proxy plus what the funnel's audit guarantee writes: a
 // decision record committed before the call goes on and an outcome record committed before
 // the answer, through the gateway's own group-committed, hash-chained audit log on the same
-// engine. Nothing else of the funnel runs: its row is what that guarantee alone costs on
-// this machine, about the most a funnel keeping it can reach (within the machine's noise).
+// engine. Nothing else of the funnel runs: its row is what the gateway's audit log costs on
+// this engine, against the audited floor (journal.go), what the guarantee itself costs.
 
 // proxyConfig is the hidden flags that make the harness's binary the bare proxy.
 type proxyConfig struct {
@@ -38,6 +38,8 @@ type proxyConfig struct {
 	// dir, when set, makes it the audited proxy, on the store of dsn ("": SQLite under dir,
 	// the embedded default).
 	dsn, dir string
+	// journal, when set, makes it the audited floor, writing its records to this file.
+	journal string
 }
 
 func (c *proxyConfig) register(fs *flag.FlagSet) {
@@ -45,16 +47,25 @@ func (c *proxyConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.upstream, "bare-proxy-upstream", "", "internal: the bare proxy's upstream URL")
 	fs.StringVar(&c.dsn, "bare-proxy-store", "", "internal: the audited proxy's store DSN")
 	fs.StringVar(&c.dir, "bare-proxy-dir", "", "internal: the audited proxy's data directory")
+	fs.StringVar(&c.journal, "bare-proxy-journal", "", "internal: the audited floor's journal file")
 }
 
 func (c proxyConfig) args() []string {
-	return []string{"-bare-proxy-listen", c.listen, "-bare-proxy-upstream", c.upstream, "-bare-proxy-store", c.dsn, "-bare-proxy-dir", c.dir}
+	return []string{"-bare-proxy-listen", c.listen, "-bare-proxy-upstream", c.upstream, "-bare-proxy-store", c.dsn, "-bare-proxy-dir", c.dir, "-bare-proxy-journal", c.journal}
 }
 
-// serveProxy runs the bare proxy, audited when c.dir is set, until the process is stopped.
+// serveProxy runs the bare proxy, audited when c.dir is set, the audited floor when
+// c.journal is, until the process is stopped.
 func serveProxy(c proxyConfig) error {
 	ctx := context.Background()
 	var log *audit.Log
+	var jn *journal
+	if c.journal != "" {
+		var err error
+		if jn, err = openJournal(c.journal, []byte("load-floor-chain-key")); err != nil {
+			return err
+		}
+	}
 	if c.dir != "" {
 		st, err := engine.Open(ctx, c.dsn, c.dir)
 		if err != nil {
@@ -76,6 +87,15 @@ func serveProxy(c proxyConfig) error {
 			return
 		}
 		var rec store.AuditRecord
+		var id string
+		began := time.Now()
+		if jn != nil {
+			id = audit.NewID("inv_")
+			if err := jn.append(decisionRecord(id, audit.InputHash([]byte("load-proxy-input-key"), body), began)); err != nil {
+				http.Error(w, "journal: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
 		if log != nil {
 			rec = proxyRecord(body)
 			if err := log.Append(r.Context(), rec); err != nil {
@@ -93,6 +113,12 @@ func serveProxy(c proxyConfig) error {
 		if err != nil {
 			http.Error(w, "upstream body: "+err.Error(), http.StatusBadGateway)
 			return
+		}
+		if jn != nil {
+			if err := jn.append(outcomeRecord(id, resp.StatusCode, time.Since(began), time.Now())); err != nil {
+				http.Error(w, "journal: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
 		}
 		if log != nil {
 			outcome := rec
@@ -135,23 +161,18 @@ type proxyProc struct {
 	url string
 }
 
-// startProxy starts this binary again as the bare proxy in front of upstream; with a
-// storeDir, audited on the store of dsn ("" is SQLite under storeDir).
-func startProxy(dir, upstream, dsn, storeDir string) (*proxyProc, error) {
+// startProxy starts this binary again as the bare proxy of c (its listen address
+// chosen here), logging to name.log under dir.
+func startProxy(dir, name string, c proxyConfig) (*proxyProc, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("bare proxy: %w", err)
 	}
-	addr, err := freeAddr()
-	if err != nil {
+	if c.listen, err = freeAddr(); err != nil {
 		return nil, err
 	}
-	c, logName := proxyConfig{listen: addr, upstream: upstream, dsn: dsn, dir: storeDir}, "proxy.log"
-	if storeDir != "" {
-		logName = "audited-proxy.log"
-	}
-	p := &proxyProc{cmd: exec.Command(self, c.args()...), url: "http://" + addr + "/"}
-	if err := start(p.cmd, filepath.Join(dir, logName)); err != nil {
+	p := &proxyProc{cmd: exec.Command(self, c.args()...), url: "http://" + c.listen + "/"}
+	if err := start(p.cmd, filepath.Join(dir, name+".log")); err != nil {
 		return nil, err
 	}
 	if err := waitOK(p.url); err != nil {
@@ -174,5 +195,12 @@ func proxyTarget(p *proxyProc) target {
 func auditedProxyTarget(p *proxyProc) target {
 	tg := directTarget(p.url)
 	tg.name, tg.kind, tg.pid = "bare proxy + the audit log (a decision and an outcome record a call, as the funnel commits them)", "proxy-audited", p.cmd.Process.Pid
+	return tg
+}
+
+// floorTarget is the direct target's call through the audited floor.
+func floorTarget(p *proxyProc) target {
+	tg := directTarget(p.url)
+	tg.name, tg.kind, tg.pid = "**the audited floor** (bare proxy + two durable chained records a call in an fdatasync'd file journal)", "floor", p.cmd.Process.Pid
 	return tg
 }
