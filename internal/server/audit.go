@@ -81,14 +81,9 @@ func (s *Server) whyDenied(c echo.Context) error {
 func (s *Server) mayRead(ec identity.ExecContext, rec store.AuditRecord) bool {
 	switch rec.Org {
 	case "":
-		return s.OperatorOrg != "" && ec.Org == s.OperatorOrg && isOrgAdmin(ec)
+		return s.OperatorOrg != "" && ec.Org == s.OperatorOrg && ec.OrgAdmin()
 	case ec.Org:
-		return rec.SubjectRef == ec.Subject.Ref || isOrgAdmin(ec)
+		return rec.SubjectRef == ec.Subject.Ref || ec.OrgAdmin()
 	}
 	return false
-}
-
-// isOrgAdmin: who may read other subjects' audit records.
-func isOrgAdmin(ec identity.ExecContext) bool {
-	return ec.OrgRole == "org_owner" || ec.OrgRole == "org_admin"
 }
