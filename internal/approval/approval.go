@@ -155,9 +155,17 @@ type Runner interface {
 		dispatching func(ctx context.Context) error) (*gateway.Result, error)
 }
 
+// Store is the approvals' table as the Service reads and moves them (store.Store).
+type Store interface {
+	GetApproval(ctx context.Context, id string) (store.Approval, error)
+	ListApprovals(ctx context.Context, f store.ApprovalFilter) ([]store.Approval, error)
+	TransitionApproval(ctx context.Context, t store.ApprovalTransition) (store.Approval, error)
+	StaleApprovals(ctx context.Context, holder string, now time.Time, limit int) ([]store.Approval, error)
+}
+
 // Service decides and runs calls waiting for approval.
 type Service struct {
-	Store  store.Store
+	Store  Store
 	Policy *policy.Engine
 	Runner Runner
 	Audit  *audit.Log
@@ -322,8 +330,7 @@ func decodeCursor(c string) (*store.ApprovalKey, error) {
 	if c == "" {
 		return nil, nil
 	}
-	bad := &fault.Error{Kind: fault.Invalid, Code: CodeInvalidCursor,
-		Message: "cursor is not one the gateway wrote; pass nextCursor of the previous page as it was"}
+	bad := fault.New(fault.Invalid, CodeInvalidCursor, "cursor is not one the gateway wrote; pass nextCursor of the previous page as it was")
 	raw, err := base64.RawURLEncoding.DecodeString(c)
 	if err != nil {
 		return nil, bad
@@ -461,7 +468,7 @@ func (s *Service) run(ctx context.Context, a store.Approval) (store.Approval, *g
 	done, err := s.move(context.WithoutCancel(ctx), a, end)
 	if err != nil {
 		var re *fault.Error
-		if end.From == store.ApprovalDispatched && errors.As(err, &re) && re.Code == gateway.CodeStoreUnavailable {
+		if end.From == store.ApprovalDispatched && errors.As(err, &re) && re.Code == fault.CodeStoreUnavailable {
 			t := end
 			t.ID, t.At = a.ID, s.now()
 			s.Spool.Add(spool.Entry{Approval: &t})
@@ -737,14 +744,13 @@ func (s *Service) audit(ctx context.Context, a store.Approval, by identity.ExecC
 // run. Its requester may read it, and so may whoever the policy admits to approval:list@1
 // (org administrators); anyone else learns nothing, as for an unknown id.
 func (s *Service) Invocation(ctx context.Context, ec identity.ExecContext, id string) (View, error) {
-	notFound := &fault.Error{Kind: fault.NotFound, Code: CodeNotFound, Message: fmt.Sprintf("no invocation %q", id)}
+	notFound := fault.New(fault.NotFound, CodeNotFound, "no invocation %q", id)
 	a, err := s.Store.GetApproval(ctx, id)
 	if errors.Is(err, store.ErrNotFound) || err == nil && a.Org != ec.Org {
 		return View{}, notFound
 	}
 	if err != nil {
-		return View{}, &fault.Error{Kind: fault.Unavailable, Code: gateway.CodeStoreUnavailable,
-			Message: "store unavailable; nothing was read (fail closed)"}
+		return View{}, fault.New(fault.Unavailable, fault.CodeStoreUnavailable, "store unavailable; nothing was read (fail closed)")
 	}
 	if a.RequesterRef != ec.Subject.Ref {
 		in := approverInput(ec, a)
@@ -758,8 +764,7 @@ func (s *Service) Invocation(ctx context.Context, ec identity.ExecContext, id st
 }
 
 func unavailable(err error) *fault.Error {
-	return &fault.Error{Kind: fault.Unavailable, Code: gateway.CodeStoreUnavailable,
-		Message: "approval store unavailable; nothing was changed (fail closed)", Err: err}
+	return fault.Wrap(err, fault.Unavailable, fault.CodeStoreUnavailable, "approval store unavailable; nothing was changed (fail closed)")
 }
 
 func codeOf(err error) string {
@@ -767,7 +772,7 @@ func codeOf(err error) string {
 	if errors.As(err, &ge) {
 		return ge.Code
 	}
-	return "INTERNAL"
+	return fault.CodeInternal
 }
 
 // reasonDetails is the policy's reasons as one sentence: each one's detail, else its code.

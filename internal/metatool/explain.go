@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 
-	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/policy"
 )
@@ -58,13 +57,9 @@ func (m *Tools) Explain(ctx context.Context, ec identity.ExecContext, req Explai
 		return nil, invalidArgument("/denialCode: %q is not a reason code a denial can carry; known: %s",
 			req.DenialCode, strings.Join(m.d.Policy.ReasonCodes(), ", "))
 	}
-	e, ok := m.d.Catalog.Snapshot().For(ec.Org, req.CapabilityRef)
-	if !ok {
-		return nil, gateway.UnknownCapability(req.CapabilityRef)
-	}
-	d, err := m.d.Policy.Decide(ctx, gateway.PolicyInput(ec, e.Ref(), ""))
+	e, d, err := m.decide(ctx, ec, req.CapabilityRef)
 	if err != nil {
-		return nil, m.policyUnavailable(err)
+		return nil, err
 	}
 	res := &ExplainResult{
 		Domain: domainOf(e.Ref()), DenialCode: req.DenialCode,
