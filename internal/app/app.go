@@ -533,7 +533,7 @@ func (a *App) grantImpact(ctx context.Context, candidate store.Grant, since time
 	case a.dryRuns <- struct{}{}:
 		defer func() { <-a.dryRuns }()
 	default:
-		return catalog.Impact{}, fault.New(fault.Unavailable, "DRY_RUN_BUSY", "another grant dry run is running; retry shortly")
+		return catalog.Impact{}, fault.New(fault.Unavailable, catalog.CodeDryRunBusy, "another grant dry run is running; retry shortly")
 	}
 	data, rev, err := a.compile(ctx, a.Catalog.Snapshot(), candidate)
 	if err != nil {

@@ -2,14 +2,22 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/xemahq/xema/internal/admin"
+	"github.com/xemahq/xema/internal/catalog"
 	"github.com/xemahq/xema/internal/fault"
+	"github.com/xemahq/xema/internal/gateway"
+	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/store"
 )
 
@@ -99,5 +107,35 @@ func TestGrantDryRunsOneAtATime(t *testing.T) {
 	var fe *fault.Error
 	if !errors.As(err, &fe) || fe.Kind != fault.Unavailable || fe.Code != "DRY_RUN_BUSY" {
 		t.Fatalf("a second dry run: %v, want 503 DRY_RUN_BUSY", err)
+	}
+}
+
+// TestBusyDryRunReleasesItsKey: a grant dry run refused DRY_RUN_BUSY did nothing, so its
+// idempotency key is released and a retry under it (as the answer advises) runs, rather than
+// replaying the 503 for the key's day.
+func TestBusyDryRunReleasesItsKey(t *testing.T) {
+	ctx := context.Background()
+	a, err := New(ctx, Config{DataDir: t.TempDir(), BiomesDir: repoBiomes(t), DevGrants: []string{"demo"}, OperatorOrg: identity.DefaultOrg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	gs, err := a.Publisher.Grants(ctx, identity.DefaultOrg, "demo")
+	if err != nil || len(gs) != 1 {
+		t.Fatalf("the demo's dev grant: %v %v", gs, err)
+	}
+	alice := identity.ExecContext{Subject: identity.Subject{Kind: "user", Ref: "user:alice"}, Environment: "org",
+		OrgRole: "org_admin", Org: identity.DefaultOrg, Armed: []string{"*"}}
+	req := gateway.Request{Ref: admin.RefGrantRevoke, Input: json.RawMessage(fmt.Sprintf(`{"grantId":%q,"dryRun":true}`, gs[0].ID))}
+
+	a.dryRuns <- struct{}{} // another dry run is running
+	busy, err := a.Idempotency.Invoke(ctx, alice, req, "dry-run-key")
+	<-a.dryRuns
+	if err != nil || busy.Status != http.StatusServiceUnavailable || !strings.Contains(string(busy.Body), catalog.CodeDryRunBusy) {
+		t.Fatalf("a dry run while another runs: %d %s %v; want 503 %s", busy.Status, busy.Body, err, catalog.CodeDryRunBusy)
+	}
+	retry, err := a.Idempotency.Invoke(ctx, alice, req, "dry-run-key")
+	if err != nil || !retry.Ran() || retry.Replayed || !strings.Contains(string(retry.Body), `"dryRun":true`) {
+		t.Fatalf("the retry under the key: %d %s replayed=%v %v; want the dry run run", retry.Status, retry.Body, retry.Replayed, err)
 	}
 }

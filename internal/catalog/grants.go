@@ -28,6 +28,8 @@ const (
 	CodeGrantNotFound  = "GRANT_NOT_FOUND"
 	CodeGrantNotActive = "GRANT_NOT_ACTIVE"
 	CodeGrantUnchanged = "GRANT_UNCHANGED"
+	// CodeDryRunBusy (503): another grant dry run is running; nothing was replayed.
+	CodeDryRunBusy = "DRY_RUN_BUSY"
 )
 
 // GrantState is a grant with where it stands in its (org, biome).

@@ -16,6 +16,7 @@ import (
 
 	"github.com/xemahq/xema/internal/answer"
 	"github.com/xemahq/xema/internal/capacity"
+	"github.com/xemahq/xema/internal/catalog"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
@@ -45,7 +46,7 @@ const (
 // must run the call, so their key is released rather than stored.
 var notRun = map[string]bool{gateway.CodeAuditUnavailable: true, fault.CodeStoreUnavailable: true,
 	gateway.CodePolicyUnavailable: true, capacity.CodeExceeded: true, capacity.CodeProviderBusy: true, gateway.CodeRateLimited: true,
-	gateway.CodeQuotaExceeded: true, gateway.CodeApprovalUnavailable: true}
+	gateway.CodeQuotaExceeded: true, gateway.CodeApprovalUnavailable: true, catalog.CodeDryRunBusy: true}
 
 // Funnel is what the layer calls (gateway.Gateway).
 type Funnel interface {

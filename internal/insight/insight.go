@@ -128,8 +128,8 @@ type Overview struct {
 	Held          Held       `json:"held"`
 	Runners       []Runner   `json:"runners"`
 	Policy        Policy     `json:"policy"`
-	// Uncounted is how many records the rollups have not caught up with beyond what this
-	// answer read past them: 0 but just after a start over a large log.
+	// Uncounted is how many of the org's records in the window the rollups have not caught
+	// up with beyond what this answer read past them: 0 but just after a start over a large log.
 	Uncounted int64 `json:"uncounted"`
 }
 

@@ -249,8 +249,8 @@ type AuditStats struct {
 	// Revisions are the policy revisions the range's records were decided under, with the
 	// first and last record of each.
 	Revisions []RevisionSpan
-	// Uncounted is how many records, of any org and time, were appended past the rollups'
-	// watermarks beyond the AuditStatsTail this answer read: they are not in it.
+	// Uncounted is how many of the org's records in the range were appended past the
+	// rollups' watermarks beyond the AuditStatsTail this answer read: they are not in it.
 	Uncounted int64
 }
 

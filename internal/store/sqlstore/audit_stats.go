@@ -13,9 +13,10 @@ import (
 
 // AuditStats implements store.Store, in one snapshot: the range's rollup cells of the
 // org (its buckets times its distinct keys), its stale buckets counted again, the records
-// past the watermarks (at most store.AuditStatsTail, through audit_log_chain) and the
+// past the watermarks (at most store.AuditStatsTail, through audit_log_chain), the
 // range's unchained records (through audit_log_unchained, which holds none of the
-// gateway's records).
+// gateway's records) and, while the pass is behind past that tail, a count of the org's
+// records of the range it left.
 func (s *Store) AuditStats(ctx context.Context, q store.AuditStatsQuery) (store.AuditStats, error) {
 	const op = "audit stats"
 	_, grainKnown := store.AuditStatsGrains[q.Bucket]
@@ -41,6 +42,8 @@ func (s *Store) AuditStats(ctx context.Context, q store.AuditStatsQuery) (store.
 		chains, err = s.pendingChains(ctx, tx, op)
 	}
 	budget := int64(store.AuditStatsTail)
+	var read int64 // the org's records of the range read past the watermarks
+	behind := false
 	for _, c := range chains {
 		if err != nil {
 			break
@@ -49,12 +52,30 @@ func (s *Store) AuditStats(ctx context.Context, q store.AuditStatsQuery) (store.
 		if to > c.from {
 			// The org and range are kept here, not in SQL: a planner given them may read the
 			// window's records through audit_log_org_time instead of the tail's seqs.
-			_, err = s.readKept(ctx, tx, f, grains, func(r rolled) bool {
+			var n int64
+			n, err = s.readKept(ctx, tx, f, grains, func(r rolled) bool {
 				return r.org == q.Org && !r.at.Before(q.Since) && r.at.Before(q.Until)
 			}, op, chainTail, c.id, c.from, to)
+			read += n
 			budget -= to - c.from
 		}
-		uncounted += c.head - to
+		behind = behind || c.head > to
+	}
+	if behind && err == nil {
+		// Uncounted is the org's records of the range left past the tail, never the log's
+		// backlog as a whole, which would tell the org how much every other org called. Counted
+		// through the org's range (as the log was read before the rollups), only while the pass
+		// is behind by more than the tail: never a scan of other orgs' backlog.
+		var past int64
+		err = tx.QueryRowContext(ctx, s.d.bind(`SELECT COUNT(*) FROM audit_log a
+			JOIN audit_chain_heads h ON h.chain_id = a.chain_id LEFT JOIN audit_rollup_chains w ON w.chain_id = a.chain_id
+			WHERE a.org = ? AND a.time >= ? AND a.time < ? AND a.chain_id <> ''
+			AND a.chain_seq > `+s.d.Greatest+`(h.base_seq, COALESCE(w.seq, 0))`),
+			q.Org, s.d.TimeArg(q.Since), s.d.TimeArg(q.Until)).Scan(&past)
+		if err != nil {
+			err = s.fail(op, err)
+		}
+		uncounted = past - read
 	}
 	if err == nil {
 		_, err = s.readInto(ctx, tx, f, grains, op, `SELECT `+rolledColumns+` FROM audit_log a

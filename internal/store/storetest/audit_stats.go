@@ -254,20 +254,29 @@ func testAuditRollups(t *testing.T, s store.Store) {
 	}
 
 	// A head far past the watermark: the answer reads store.AuditStatsTail seqs past it and
-	// says how many it left.
+	// says how many of the org's records in the range it left. Another org's records past
+	// the tail are no part of that count: the backlog of the whole log is not the org's to see.
 	far := l.call("far", "acme", 7200, "kb:page.read@1", "allowed", "r1")
 	far.Chain = store.ChainLink{ChainID: "ch_far", Seq: store.AuditStatsTail + 500, Hash: "hf"}
 	near := l.call("near", "acme", 7200, "kb:page.read@1", "allowed", "r1")
 	near.Chain = store.ChainLink{ChainID: "ch_far", Seq: 1, Hash: "hn"}
-	if err := s.AppendAudits(ctx, []store.AuditRecord{near, far}); err != nil {
+	other := l.call("other", "globex", 7201, "kb:page.read@1", "allowed", "r1")
+	other.Chain = store.ChainLink{ChainID: "ch_far", Seq: store.AuditStatsTail + 501, Hash: "ho"}
+	if err := s.AppendAudits(ctx, []store.AuditRecord{near, far, other}); err != nil {
 		t.Fatal(err)
 	}
 	st := l.stats("acme", 7200, 7260, 10, nil)
-	if st.Uncounted != 500 || len(st.Series) != 1 || st.Series[0].Count != 1 {
-		t.Fatalf("past the tail: uncounted %d, series %+v; want 500 and the near record", st.Uncounted, st.Series)
+	if st.Uncounted != 1 || len(st.Series) != 1 || st.Series[0].Count != 1 {
+		t.Fatalf("past the tail: uncounted %d, series %+v; want 1 (the far record) and the near record", st.Uncounted, st.Series)
 	}
-	if p, err := s.AdvanceAuditRollups(ctx, l.at(7300), 1<<20); err != nil || p.Folded != 2 || p.Left != 0 {
-		t.Fatalf("the pass past the gap = %+v, %v; want 2 records folded, none left", p, err)
+	if g := l.stats("globex", 7200, 7260, 10, nil); g.Uncounted != 1 || len(g.Series) != 0 {
+		t.Fatalf("globex past the tail: uncounted %d, series %+v; want its own one record uncounted, no more", g.Uncounted, g.Series)
+	}
+	if o := l.stats("initech", 7200, 7260, 10, nil); o.Uncounted != 0 {
+		t.Fatalf("an org of no records sees %d records uncounted: another org's backlog", o.Uncounted)
+	}
+	if p, err := s.AdvanceAuditRollups(ctx, l.at(7300), 1<<20); err != nil || p.Folded != 3 || p.Left != 0 {
+		t.Fatalf("the pass past the gap = %+v, %v; want 3 records folded, none left", p, err)
 	}
 	if st := l.stats("acme", 7200, 7260, 10, nil); st.Uncounted != 0 || st.Series[0].Count != 2 {
 		t.Fatalf("after the pass: %+v", st)
