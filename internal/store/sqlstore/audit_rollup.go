@@ -227,7 +227,7 @@ func (s *Store) AdvanceAuditRollups(ctx context.Context, now time.Time, limit in
 		f := newFold()
 		budget := int64(limit)
 		for _, c := range chains {
-			to := c.head
+			to := c.from // past the budget, nothing of this chain is folded
 			if budget > 0 {
 				to = min(c.head, c.from+budget)
 				n, err := s.readInto(ctx, tx, f, grains, op, chainTail, c.id, c.from, to)
@@ -240,8 +240,6 @@ func (s *Store) AdvanceAuditRollups(ctx context.Context, now time.Time, limit in
 					ON CONFLICT (chain_id) DO UPDATE SET seq = excluded.seq`, c.id, to); err != nil {
 					return s.fail(op, err)
 				}
-			} else {
-				to = c.from
 			}
 			p.Left += c.head - to
 		}
