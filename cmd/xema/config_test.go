@@ -137,7 +137,6 @@ func TestTLSFlags(t *testing.T) {
 		err  string
 	}{
 		{"none", webFlags{}, ""},
-		{"cert only", webFlags{tlsCert: "c.pem"}, "both or neither"},
 		{"missing files", webFlags{tlsCert: "/nonexistent/c.pem", tlsKey: "/nonexistent/k.pem"}, "--tls-cert/--tls-key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -15,7 +14,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-	"unicode"
 
 	"github.com/spf13/cobra"
 
@@ -155,13 +153,11 @@ type webFlags struct {
 	metricsAddr     string
 }
 
-// tlsConfig loads --tls-cert and --tls-key; nil when neither is given (plain HTTP).
+// tlsConfig loads --tls-cert and --tls-key (both given, or neither: serveConfig.validate);
+// nil when neither is given (plain HTTP).
 func (w webFlags) tlsConfig() (*tls.Config, error) {
 	if w.tlsCert == "" && w.tlsKey == "" {
 		return nil, nil
-	}
-	if w.tlsCert == "" || w.tlsKey == "" {
-		return nil, errors.New("--tls-cert and --tls-key: give both or neither")
 	}
 	cert, err := tls.LoadX509KeyPair(w.tlsCert, w.tlsKey)
 	if err != nil {
@@ -348,37 +344,12 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return fmt.Errorf("--addr %q: want HOST:PORT", addr)
-	}
-	// Checked before anything opens; 0 would silently mean the default to the verifier.
-	if idCfg.Leeway <= 0 || idCfg.Leeway > identity.MaxLeeway {
-		return &exitError{code: 2, err: fmt.Errorf("--token-leeway %v: want more than 0 and at most %v", idCfg.Leeway, identity.MaxLeeway)}
-	}
-	if err := cfg.Validate(); err != nil {
+	if err := (serveConfig{addr: addr, app: cfg, id: idCfg, lim: lim, web: web}).validate(); err != nil {
 		return &exitError{code: 2, err: err}
-	}
-	if err := lim.check(); err != nil {
-		return &exitError{code: 2, err: err}
-	}
-	if err := web.check(); err != nil {
-		return &exitError{code: 2, err: err}
-	}
-	if idCfg.DefaultOrg != "" && idCfg.Issuer == "" {
-		return &exitError{code: 2, err: errors.New("--default-org: needs --issuer (the development issuer's tokens default to '" + identity.DefaultOrg + "')")}
-	}
-	if strings.ContainsFunc(idCfg.DefaultOrg, unicode.IsControl) || strings.TrimSpace(idCfg.DefaultOrg) != idCfg.DefaultOrg {
-		return &exitError{code: 2, err: errors.New("--default-org: an org name without control characters or surrounding spaces")}
-	}
-	if web.consoleClientID != "" && idCfg.Issuer == "" {
-		return &exitError{code: 2, err: errors.New("--console-client-id: needs --issuer (the development issuer signs in with a pasted token)")}
 	}
 	tlsCfg, err := web.tlsConfig()
 	if err != nil {
 		return &exitError{code: 2, err: err}
-	}
-	if idCfg.MaxTokenTTL <= 0 {
-		return &exitError{code: 2, err: fmt.Errorf("--max-token-ttl %v: want more than 0", idCfg.MaxTokenTTL)}
 	}
 	tracing, err := telemetry.SetupTracing(ctx, buildinfo.Read().Short())
 	if err != nil {

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/xemahq/xema/internal/app"
 	"github.com/xemahq/xema/internal/identity"
+	"github.com/xemahq/xema/internal/masterkey"
+	"github.com/xemahq/xema/internal/secretbox"
 )
 
 func TestServeRefusesTokenLeewayOutOfRange(t *testing.T) {
@@ -125,5 +128,43 @@ func TestConsoleOIDCFlags(t *testing.T) {
 	o, err := (webFlags{consoleClientID: "c", consoleScope: "profile groups", publicURL: "https://x.example"}).consoleOIDC(t.Context(), idCfg)
 	if err != nil || o.Scope != "openid profile groups" || o.TokenEndpoint != iss.URL+"/token" || o.Audience != "xema" || o.PublicURL != "https://x.example" {
 		t.Fatalf("console OIDC: %+v %v", o, err)
+	}
+}
+
+// TestServeConfigNamesTheFlag: every setting serve validates, in one place, is refused with an
+// error naming its flag (or variable), and the defaults pass.
+func TestServeConfigNamesTheFlag(t *testing.T) {
+	ok := serveConfig{addr: "127.0.0.1:0", app: app.Config{OperatorOrg: "default"}, lim: defaultLimits(),
+		id: identity.ServerConfig{Leeway: identity.DefaultLeeway, MaxTokenTTL: identity.DefaultMaxTokenTTL}}
+	if err := ok.validate(); err != nil {
+		t.Fatalf("a valid config: %v", err)
+	}
+	for flag, mutate := range map[string]func(s *serveConfig){
+		"--addr":                  func(s *serveConfig) { s.addr = "8080" },
+		"--token-leeway":          func(s *serveConfig) { s.id.Leeway = 0 },
+		"--max-token-ttl":         func(s *serveConfig) { s.id.MaxTokenTTL = -time.Hour },
+		"--default-org":           func(s *serveConfig) { s.id.DefaultOrg = "acme" },
+		"--console-client-id":     func(s *serveConfig) { s.web.consoleClientID = "c" },
+		"--tls-cert":              func(s *serveConfig) { s.web.tlsKey = "/k.pem" },
+		"--operator-org":          func(s *serveConfig) { s.app.OperatorOrg = "" },
+		"--unauth-audit-interval": func(s *serveConfig) { s.app.UnauthAuditInterval = 2 * time.Hour },
+		"--policy-dir-poll":       func(s *serveConfig) { s.app.PolicyDirPoll = -time.Second },
+		"--mcp-resync-every":      func(s *serveConfig) { s.app.MCPResyncEvery = -time.Second },
+		"--approval-ttl":          func(s *serveConfig) { s.app.ApprovalTTL = -time.Second },
+		"--reload-every":          func(s *serveConfig) { s.app.ReloadEvery = -time.Second },
+		"--audit-retain":          func(s *serveConfig) { s.app.AuditRetain = time.Minute },
+		"--biomes":                func(s *serveConfig) { s.app.BiomesDir = filepath.Join(t.TempDir(), "missing") },
+		"--environments":          func(s *serveConfig) { s.app.Environments = []string{"no-kind"} },
+		"--master-key-file":       func(s *serveConfig) { s.app.MasterKey = masterkey.Source{Inline: "k", File: "/k"} },
+		"--max-connections":       func(s *serveConfig) { s.lim.maxConns = 0 },
+		"--public-url":            func(s *serveConfig) { s.web.publicURL = "/xema" },
+		// Not a flag: both keyring variables set is refused before anything opens.
+		"XEMA_SECRET_KEY_FILE": func(s *serveConfig) { s.app.SecretKeys = secretbox.Source{Inline: "k", File: "/k"} },
+	} {
+		s := ok
+		mutate(&s)
+		if err := s.validate(); err == nil || !strings.Contains(err.Error(), flag) {
+			t.Errorf("%s: %v, want an error naming the flag", flag, err)
+		}
 	}
 }

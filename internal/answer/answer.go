@@ -6,7 +6,6 @@ package answer
 
 import (
 	"encoding/json"
-	"errors"
 	"net/http"
 
 	"github.com/xemahq/xema/internal/fault"
@@ -58,16 +57,6 @@ func Status(k fault.Kind) int {
 	return http.StatusInternalServerError
 }
 
-// Fault is err as the domain's error; anything else is an internal error, whose text is
-// never shown.
-func Fault(err error) *fault.Error {
-	var e *fault.Error
-	if errors.As(err, &e) {
-		return e
-	}
-	return &fault.Error{Kind: fault.Internal, Code: "INTERNAL", Message: "internal error"}
-}
-
 // Of is Invoke's answer, with its code ("" for a call that ran). An error comes first: a
 // call that ran but whose outcome was not recorded answers OUTCOME_NOT_RECORDED, not its
 // output.
@@ -79,7 +68,7 @@ func Of(res *gateway.Result, err error) (Answer, string) {
 	)
 	switch {
 	case err != nil:
-		e := Fault(err)
+		e := fault.Of(err)
 		return Error(e), e.Code
 	case res.Denial != nil:
 		status, body, code = http.StatusForbidden, res.Denial, res.Denial.Code

@@ -126,44 +126,6 @@ type Config struct {
 // Environments are the named environments the gateway knows (the defaults and --environments).
 func (a *App) Environments() grant.Environments { return a.envs }
 
-// Validate checks the configuration before anything opens; each error names the `xema serve`
-// flag of the field.
-func (c Config) Validate() error {
-	if err := c.SecretKeys.Check(); err != nil {
-		return err
-	}
-	if err := c.MasterKey.Check(); err != nil {
-		return err
-	}
-	switch {
-	case c.OperatorOrg == "":
-		return errors.New("--operator-org: want an org name")
-	case c.UnauthAuditInterval < 0 || c.UnauthAuditInterval > time.Hour:
-		return fmt.Errorf("--unauth-audit-interval %v: want 0 (the default) up to 1h", c.UnauthAuditInterval)
-	case c.PolicyDirPoll < 0:
-		return fmt.Errorf("--policy-dir-poll %v: want 0 (off) or more", c.PolicyDirPoll)
-	case c.MCPResyncEvery < 0:
-		return fmt.Errorf("--mcp-resync-every %v: want 0 (off) or more", c.MCPResyncEvery)
-	case c.ApprovalTTL < 0:
-		return fmt.Errorf("--approval-ttl %v: want more than 0", c.ApprovalTTL)
-	case c.ReloadEvery < 0:
-		return fmt.Errorf("--reload-every %v: want more than 0", c.ReloadEvery)
-	case c.AuditRetain < 0 || (c.AuditRetain > 0 && c.AuditRetain < time.Hour):
-		return fmt.Errorf("--audit-retain %v: want 0 (keep everything) or at least 1h", c.AuditRetain)
-	}
-	if c.BiomesDir != "" {
-		// A gateway serving without the biomes it was told to load would answer every call
-		// of them as unknown: refuse to start instead.
-		if _, err := os.ReadDir(c.BiomesDir); err != nil {
-			return fmt.Errorf("--biomes %s: %w", c.BiomesDir, err)
-		}
-	}
-	if _, err := grant.ParseEnvironments(c.Environments); err != nil {
-		return fmt.Errorf("--environments: %w", err)
-	}
-	return nil
-}
-
 // App is a running gateway.
 type App struct {
 	Store     store.Store

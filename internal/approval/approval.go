@@ -155,9 +155,17 @@ type Runner interface {
 		dispatching func(ctx context.Context) error) (*gateway.Result, error)
 }
 
+// Store is the approvals' table as the Service reads and moves them (store.Store).
+type Store interface {
+	GetApproval(ctx context.Context, id string) (store.Approval, error)
+	ListApprovals(ctx context.Context, f store.ApprovalFilter) ([]store.Approval, error)
+	TransitionApproval(ctx context.Context, t store.ApprovalTransition) (store.Approval, error)
+	StaleApprovals(ctx context.Context, holder string, now time.Time, limit int) ([]store.Approval, error)
+}
+
 // Service decides and runs calls waiting for approval.
 type Service struct {
-	Store  store.Store
+	Store  Store
 	Policy *policy.Engine
 	Runner Runner
 	Audit  *audit.Log
@@ -264,8 +272,10 @@ type Page struct {
 	NextCursor string `json:"nextCursor,omitempty"`
 }
 
-// list serves approval:list@1; the policy has admitted only org administrators. Each view
-// says whether the viewer may decide the call and, if not, why.
+// list serves approval:list@1 to the org's members. Each view says whether the viewer may
+// decide the call and, if not, why. An org administrator sees the whole queue; another
+// member only the calls they may decide, so a page is filled from as many reads as it takes
+// (at most memberScans), and the cursor stays a place in the queue's order.
 func (s *Service) list(ctx context.Context, call kernel.Call) (any, error) {
 	var in listInput
 	if err := json.Unmarshal(call.Input, &in); err != nil {
@@ -276,38 +286,61 @@ func (s *Service) list(ctx context.Context, call kernel.Call) (any, error) {
 		return nil, err
 	}
 	limit := cmp.Or(in.Limit, DefaultPage)
-	var as []store.Approval
-	if in.ApprovalID != "" {
-		a, err := s.Store.GetApproval(ctx, in.ApprovalID)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-		case err != nil:
-			return nil, unavailable(err)
-		case a.Org == call.Exec.Org:
-			as = []store.Approval{a}
-		}
-	} else if as, err = s.Store.ListApprovals(ctx, store.ApprovalFilter{Org: call.Exec.Org, Status: in.Status, Biome: in.Biome,
-		Ref: in.Ref, RequesterRef: in.Requester, Limit: limit + 1, After: after}); err != nil {
-		return nil, unavailable(err)
-	}
-	page := Page{Approvals: make([]View, 0, min(len(as), limit))}
-	if len(as) > limit {
-		as = as[:limit]
-		page.NextCursor = encodeCursor(as[limit-1])
-	}
+	wholeQueue := call.Exec.OrgAdmin()
+	page := Page{Approvals: make([]View, 0, limit)}
 	judged := map[string]policy.Decision{}
-	for _, a := range as {
-		v := view(a, false)
-		why, err := s.whyNot(ctx, call.Exec, a, judged)
-		if err != nil {
-			return nil, err
+	for scan := 1; ; scan++ {
+		var as []store.Approval
+		if in.ApprovalID != "" {
+			a, err := s.Store.GetApproval(ctx, in.ApprovalID)
+			switch {
+			case errors.Is(err, store.ErrNotFound):
+			case err != nil:
+				return nil, unavailable(err)
+			case a.Org == call.Exec.Org:
+				as = []store.Approval{a}
+			}
+		} else if as, err = s.Store.ListApprovals(ctx, store.ApprovalFilter{Org: call.Exec.Org, Status: in.Status, Biome: in.Biome,
+			Ref: in.Ref, RequesterRef: in.Requester, Limit: limit + 1, After: after}); err != nil {
+			return nil, unavailable(err)
 		}
-		can := why == nil
-		v.CanDecide, v.WhyNot = &can, why
-		page.Approvals = append(page.Approvals, v)
+		more := len(as) > limit
+		if more {
+			as = as[:limit]
+		}
+		for i, a := range as {
+			why, err := s.whyNot(ctx, call.Exec, a, judged)
+			if err != nil {
+				return nil, err
+			}
+			if why != nil && !wholeQueue {
+				continue
+			}
+			v := view(a, false)
+			can := why == nil
+			v.CanDecide, v.WhyNot = &can, why
+			page.Approvals = append(page.Approvals, v)
+			if len(page.Approvals) == limit {
+				if more || i < len(as)-1 {
+					page.NextCursor = encodeCursor(a)
+				}
+				return page, nil
+			}
+		}
+		if !more || in.ApprovalID != "" {
+			return page, nil
+		}
+		last := as[len(as)-1]
+		if scan == memberScans {
+			page.NextCursor = encodeCursor(last) // a short page: the rest of the queue lies past here
+			return page, nil
+		}
+		after = &store.ApprovalKey{CreatedAt: last.CreatedAt, ID: last.ID}
 	}
-	return page, nil
 }
+
+// memberScans bounds the reads of the queue one page of a member's listing takes.
+const memberScans = 5
 
 // CodeInvalidCursor answers a cursor the gateway did not write.
 const CodeInvalidCursor = "INVALID_CURSOR"
@@ -322,8 +355,7 @@ func decodeCursor(c string) (*store.ApprovalKey, error) {
 	if c == "" {
 		return nil, nil
 	}
-	bad := &fault.Error{Kind: fault.Invalid, Code: CodeInvalidCursor,
-		Message: "cursor is not one the gateway wrote; pass nextCursor of the previous page as it was"}
+	bad := fault.New(fault.Invalid, CodeInvalidCursor, "cursor is not one the gateway wrote; pass nextCursor of the previous page as it was")
 	raw, err := base64.RawURLEncoding.DecodeString(c)
 	if err != nil {
 		return nil, bad
@@ -461,7 +493,7 @@ func (s *Service) run(ctx context.Context, a store.Approval) (store.Approval, *g
 	done, err := s.move(context.WithoutCancel(ctx), a, end)
 	if err != nil {
 		var re *fault.Error
-		if end.From == store.ApprovalDispatched && errors.As(err, &re) && re.Code == gateway.CodeStoreUnavailable {
+		if end.From == store.ApprovalDispatched && errors.As(err, &re) && re.Code == fault.CodeStoreUnavailable {
 			t := end
 			t.ID, t.At = a.ID, s.now()
 			s.Spool.Add(spool.Entry{Approval: &t})
@@ -737,14 +769,13 @@ func (s *Service) audit(ctx context.Context, a store.Approval, by identity.ExecC
 // run. Its requester may read it, and so may whoever the policy admits to approval:list@1
 // (org administrators); anyone else learns nothing, as for an unknown id.
 func (s *Service) Invocation(ctx context.Context, ec identity.ExecContext, id string) (View, error) {
-	notFound := &fault.Error{Kind: fault.NotFound, Code: CodeNotFound, Message: fmt.Sprintf("no invocation %q", id)}
+	notFound := fault.New(fault.NotFound, CodeNotFound, "no invocation %q", id)
 	a, err := s.Store.GetApproval(ctx, id)
 	if errors.Is(err, store.ErrNotFound) || err == nil && a.Org != ec.Org {
 		return View{}, notFound
 	}
 	if err != nil {
-		return View{}, &fault.Error{Kind: fault.Unavailable, Code: gateway.CodeStoreUnavailable,
-			Message: "store unavailable; nothing was read (fail closed)"}
+		return View{}, fault.New(fault.Unavailable, fault.CodeStoreUnavailable, "store unavailable; nothing was read (fail closed)")
 	}
 	if a.RequesterRef != ec.Subject.Ref {
 		in := approverInput(ec, a)
@@ -758,8 +789,7 @@ func (s *Service) Invocation(ctx context.Context, ec identity.ExecContext, id st
 }
 
 func unavailable(err error) *fault.Error {
-	return &fault.Error{Kind: fault.Unavailable, Code: gateway.CodeStoreUnavailable,
-		Message: "approval store unavailable; nothing was changed (fail closed)", Err: err}
+	return fault.Wrap(err, fault.Unavailable, fault.CodeStoreUnavailable, "approval store unavailable; nothing was changed (fail closed)")
 }
 
 func codeOf(err error) string {
@@ -767,7 +797,7 @@ func codeOf(err error) string {
 	if errors.As(err, &ge) {
 		return ge.Code
 	}
-	return "INTERNAL"
+	return fault.CodeInternal
 }
 
 // reasonDetails is the policy's reasons as one sentence: each one's detail, else its code.

@@ -126,7 +126,7 @@ func endOf(a store.Approval) (answer.Answer, bool) {
 		raw, _ := json.Marshal(map[string]any{"output": a.Output, "auditId": a.AuditID}) // a document and a string encode
 		return answer.Answer{Status: http.StatusOK, Body: raw}, true
 	default: // failed, without its answer
-		e = fault.New(fault.Provider, cmp.Or(a.Outcome, "INTERNAL"), "the call of approval %s failed: %s", a.ID, a.Outcome)
+		e = fault.New(fault.Provider, cmp.Or(a.Outcome, fault.CodeInternal), "the call of approval %s failed: %s", a.ID, a.Outcome)
 	}
 	e.AuditID = a.AuditID
 	return answer.Error(e), true

@@ -26,7 +26,7 @@ var ErrClosed = errors.New("audit log closed")
 // transaction, so N callers pay one commit, one fsync, instead of N. The zero value with a
 // Store is ready; Close flushes it.
 type Log struct {
-	Store store.Store
+	Store Writer
 	// MaxBatch bounds the records of one transaction; 0 means DefaultMaxBatch.
 	MaxBatch int
 	// MaxWait is how long the writer lingers for more records before committing a batch
@@ -54,6 +54,13 @@ type Log struct {
 	// Owned by the one running writer, kept across writers so batches reuse their memory.
 	batch []*waiter
 	recs  []store.AuditRecord
+}
+
+// Writer is the store as the log writes to it: appends only (store.Store).
+type Writer interface {
+	// AppendAuditsWithUsage commits a batch of records, and the usage counters with them, in
+	// one transaction.
+	AppendAuditsWithUsage(ctx context.Context, rs []store.AuditRecord, usage []store.UsageCount) error
 }
 
 // UsageJournal is a set of counters written with the audit batches.

@@ -11,7 +11,7 @@ import (
 )
 
 // DefaultPruneBatch is how many records one delete of a prune removes: small enough that an
-// append waiting behind it waits a few milliseconds (measured in BENCHMARKS.md).
+// append waiting behind it waits a few milliseconds (BenchmarkAppendDuringPrune).
 const DefaultPruneBatch = 250
 
 // PruneOptions are what Prune takes.

@@ -35,8 +35,7 @@ func (s *Service) Resolve(ctx context.Context, ec identity.ExecContext, entry *c
 	}
 	bs, err := s.Store.ListBindings(ctx, OrgOf(ec))
 	if err != nil {
-		return nil, false, &fault.Error{Kind: fault.Unavailable, Code: gateway.CodeStoreUnavailable,
-			Message: "bindings unavailable; the call was denied (fail closed)"}
+		return nil, false, fault.New(fault.Unavailable, fault.CodeStoreUnavailable, "bindings unavailable; the call was denied (fail closed)")
 	}
 	if s.conversational(ref) {
 		if !anyConversation(bs, ec, ref) {
@@ -50,11 +49,9 @@ func (s *Service) Resolve(ctx context.Context, ec identity.ExecContext, entry *c
 	}
 	if _, err := s.Store.GetCredential(ctx, b.CredentialID); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			return nil, false, &fault.Error{Kind: fault.Provider, Code: credential.CodeMissingCredential,
-				Message: fmt.Sprintf("binding %s of %s names credential %s, which does not exist; an admin must store it", b.ID, ref, b.CredentialID)}
+			return nil, false, fault.New(fault.Provider, credential.CodeMissingCredential, "binding %s of %s names credential %s, which does not exist; an admin must store it", b.ID, ref, b.CredentialID)
 		}
-		return nil, false, &fault.Error{Kind: fault.Unavailable, Code: gateway.CodeStoreUnavailable,
-			Message: "credentials unavailable; the call was denied (fail closed)"}
+		return nil, false, fault.New(fault.Unavailable, fault.CodeStoreUnavailable, "credentials unavailable; the call was denied (fail closed)")
 	}
 	return &Runner{svc: s, bindings: bs, ref: ref, chosen: &b}, true, nil
 }
@@ -84,8 +81,7 @@ func missingBinding(ec identity.ExecContext, ref string) *fault.Error {
 	if ec.Project != "" {
 		where += ", project " + ec.Project
 	}
-	return &fault.Error{Kind: fault.Provider, Code: CodeMissingBinding,
-		Message: fmt.Sprintf("no provider binding serves %s for %s in environment %s; an org admin must create one (POST /v1/bindings)", ref, where, ec.Environment)}
+	return fault.New(fault.Provider, CodeMissingBinding, "no provider binding serves %s for %s in environment %s; an org admin must create one (POST /v1/bindings)", ref, where, ec.Environment)
 }
 
 // Runner runs one call through a binding's connector.
@@ -116,20 +112,17 @@ func (r *Runner) Run(ctx context.Context, call kernel.Call) (json.RawMessage, er
 	}
 	p, ok := r.svc.Providers[b.Provider]
 	if !ok {
-		return nil, &fault.Error{Kind: fault.Provider, Code: "BINDING_INVALID",
-			Message: fmt.Sprintf("binding %s names provider %q, which this gateway does not have", b.ID, b.Provider)}
+		return nil, fault.New(fault.Provider, connector.CodeBindingInvalid, "binding %s names provider %q, which this gateway does not have", b.ID, b.Provider)
 	}
 	h, ok := p.Handlers[r.ref]
 	if !ok {
-		return nil, &fault.Error{Kind: fault.Provider, Code: "BINDING_INVALID",
-			Message: fmt.Sprintf("binding %s: provider %s does not serve %s", b.ID, b.Provider, r.ref)}
+		return nil, fault.New(fault.Provider, connector.CodeBindingInvalid, "binding %s: provider %s does not serve %s", b.ID, b.Provider, r.ref)
 	}
 	token, err := r.svc.Vault.Open(ctx, b.CredentialID)
 	if err != nil {
 		var re *fault.Error
 		if errors.As(err, &re) && re.Code == credential.CodeNotFound {
-			return nil, &fault.Error{Kind: fault.Provider, Code: credential.CodeMissingCredential,
-				Message: fmt.Sprintf("binding %s names credential %s, which does not exist", b.ID, b.CredentialID)}
+			return nil, fault.New(fault.Provider, credential.CodeMissingCredential, "binding %s names credential %s, which does not exist", b.ID, b.CredentialID)
 		}
 		return nil, err
 	}

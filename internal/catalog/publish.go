@@ -504,8 +504,7 @@ func fromSubmission(biome json.RawMessage, contributions []json.RawMessage) (*ma
 }
 
 func problemsError(code string, problems []manifest.Problem) error {
-	out := &fault.Error{Kind: fault.Invalid, Code: code,
-		Message: fmt.Sprintf("%d problem(s) in the submission", len(problems))}
+	out := fault.New(fault.Invalid, code, "%d problem(s) in the submission", len(problems))
 	for _, pr := range problems {
 		out.Violations = append(out.Violations, inputschema.Violation{Path: pr.File + pr.Path, Message: pr.Message})
 	}

@@ -11,7 +11,7 @@ import (
 
 // TestBiomesBuiltinNewestOnly: each build publishes the built-in biome under its own version
 // at start; the list shows only the newest, marked built in, and every other biome's versions
-// all (issue 29: a row per restart with another build).
+// all (else the list grows a row per restart with another build).
 func TestBiomesBuiltinNewestOnly(t *testing.T) {
 	p, _ := newPublisher(t)
 	ctx := context.Background()

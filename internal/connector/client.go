@@ -64,7 +64,7 @@ func Do(ctx context.Context, t Target, provider string, req Request) (*Response,
 	}
 	hr, err := http.NewRequestWithContext(ctx, req.Method, req.URL, body)
 	if err != nil {
-		return nil, &fault.Error{Code: runner.CodeUnreachable, Message: provider + " request could not be built from the binding's base URL"}
+		return nil, fault.New(fault.Internal, runner.CodeUnreachable, "%s request could not be built from the binding's base URL", provider)
 	}
 	hr.Header.Set("Accept", "application/json")
 	if body != nil {
@@ -75,7 +75,7 @@ func Do(ctx context.Context, t Target, provider string, req Request) (*Response,
 	}
 	client := t.HTTP
 	if client == nil {
-		return nil, &fault.Error{Code: runner.CodeUnreachable, Message: provider + ": no outbound client configured"}
+		return nil, fault.New(fault.Internal, runner.CodeUnreachable, "%s: no outbound client configured", provider)
 	}
 	resp, err := client.Do(hr)
 	if err != nil {
@@ -84,9 +84,9 @@ func Do(ctx context.Context, t Target, provider string, req Request) (*Response,
 			return nil, te
 		}
 		if errors.Is(err, context.DeadlineExceeded) {
-			return nil, &fault.Error{Code: runner.CodeProviderTimeout, Message: provider + " did not answer in time"}
+			return nil, fault.New(fault.Internal, runner.CodeProviderTimeout, "%s did not answer in time", provider)
 		}
-		return nil, &fault.Error{Code: runner.CodeUnreachable, Message: provider + " could not be reached at the binding's base URL"}
+		return nil, fault.New(fault.Internal, runner.CodeUnreachable, "%s could not be reached at the binding's base URL", provider)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))

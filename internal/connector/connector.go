@@ -28,6 +28,9 @@ const (
 	CodeNotMergeable        = "CHANGE_REQUEST_NOT_MERGEABLE"
 	CodeRepositoryNotFound  = "REPOSITORY_NOT_FOUND"
 	CodeConversationGone    = "CONVERSATION_NOT_FOUND"
+	// CodeBindingInvalid: the binding serving the call names what cannot serve it (an
+	// unknown provider or repository, a credential of the wrong shape).
+	CodeBindingInvalid = "BINDING_INVALID"
 )
 
 // Target is what one call of a connector reaches: the binding's base URL and configuration

@@ -47,7 +47,7 @@ func CheckRepositoryConfig(config json.RawMessage) error {
 func BoundRepository(t Target) (Repository, error) {
 	r, err := ParseRepository(t.Config)
 	if err != nil {
-		return Repository{}, &fault.Error{Kind: fault.Provider, Code: "BINDING_INVALID", Message: "the binding's " + err.Error()}
+		return Repository{}, fault.New(fault.Provider, CodeBindingInvalid, "the binding's %s", err.Error())
 	}
 	return r, nil
 }

@@ -215,7 +215,7 @@ func newID() string {
 }
 
 func invalid(path, problem string) error {
-	return &fault.Error{Kind: fault.Invalid, Code: CodeInvalid, Message: path + " " + problem}
+	return fault.New(fault.Invalid, CodeInvalid, "%s %s", path, problem)
 }
 
 func lookupError(id string, err error) error {
@@ -229,6 +229,5 @@ func lookupError(id string, err error) error {
 // never hold a secret).
 func unavailable(err error) error {
 	slog.Error("credential keyring unavailable", "err", err)
-	return &fault.Error{Kind: fault.Unavailable, Code: CodeUnavailable,
-		Message: "the credential keyring is unavailable; the call was not made (fail closed)"}
+	return fault.New(fault.Unavailable, CodeUnavailable, "the credential keyring is unavailable; the call was not made (fail closed)")
 }

@@ -45,11 +45,18 @@ type Keys struct {
 	Chains [][]byte
 }
 
+// Store keeps the per-deployment secrets (store.Store).
+type Store interface {
+	DeploymentKey(ctx context.Context, name string, candidate []byte) ([]byte, error)
+	ListDeploymentKeys(ctx context.Context) ([]store.DeploymentKeyEntry, error)
+	ReplaceDeploymentKey(ctx context.Context, name string, old, next []byte, keep ...store.DeploymentKeyEntry) error
+}
+
 // Load unwraps every per-deployment key of st with w: a key still stored raw (by a version
 // before wrapping) is wrapped in place first, a missing one is generated (the deployment's
 // first start; replicas starting together agree on the first one stored). A key wrapped under
 // another master key fails with masterkey.ErrWrongMasterKey, naming both keys.
-func Load(ctx context.Context, st store.Store, w masterkey.Wrapper) (Keys, error) {
+func Load(ctx context.Context, st Store, w masterkey.Wrapper) (Keys, error) {
 	if err := wrapRaw(ctx, st, w); err != nil {
 		return Keys{}, err
 	}
@@ -74,7 +81,7 @@ func Load(ctx context.Context, st store.Store, w masterkey.Wrapper) (Keys, error
 
 // load returns the unwrapped key name, generating (32 random bytes) and storing it wrapped
 // if none is stored.
-func load(ctx context.Context, st store.Store, w masterkey.Wrapper, name string) ([]byte, error) {
+func load(ctx context.Context, st Store, w masterkey.Wrapper, name string) ([]byte, error) {
 	fresh := make([]byte, 32)
 	if _, err := rand.Read(fresh); err != nil {
 		return nil, fmt.Errorf("deployment key %s: %w", name, err)
@@ -101,7 +108,7 @@ func unwrap(ctx context.Context, w masterkey.Wrapper, name string, wrapped []byt
 
 // ChainKeys returns the audit chain keys of st, the current one first, then the retired
 // ones newest first. It never generates one: a store without a chain key has none.
-func ChainKeys(ctx context.Context, st store.Store, w masterkey.Wrapper) ([][]byte, error) {
+func ChainKeys(ctx context.Context, st Store, w masterkey.Wrapper) ([][]byte, error) {
 	entries, err := st.ListDeploymentKeys(ctx)
 	if err != nil {
 		return nil, err
@@ -147,7 +154,7 @@ func unwrapStored(ctx context.Context, w masterkey.Wrapper, e store.DeploymentKe
 }
 
 // wrapRaw wraps, in place, every key stored raw by a version before wrapping existed.
-func wrapRaw(ctx context.Context, st store.Store, w masterkey.Wrapper) error {
+func wrapRaw(ctx context.Context, st Store, w masterkey.Wrapper) error {
 	entries, err := st.ListDeploymentKeys(ctx)
 	if err != nil {
 		return err
@@ -171,7 +178,7 @@ func wrapRaw(ctx context.Context, st store.Store, w masterkey.Wrapper) error {
 // Rotate replaces the key name with a fresh one, wrapped by w. A chain key is retired under
 // a name of its own (audit-chain@<unix nanoseconds>), never dropped. Consequences[name] says
 // what follows.
-func Rotate(ctx context.Context, st store.Store, w masterkey.Wrapper, name string) error {
+func Rotate(ctx context.Context, st Store, w masterkey.Wrapper, name string) error {
 	if _, ok := Consequences[name]; !ok {
 		return fmt.Errorf("%w: no per-deployment key %q: want one of %s", store.ErrInvalid, name, strings.Join(Names, ", "))
 	}
@@ -216,7 +223,7 @@ func Rotate(ctx context.Context, st store.Store, w masterkey.Wrapper, name strin
 
 // Rewrap wraps every stored key under w's current master key (after a new master key was
 // listed first in the master keyring, or a KMS key rotated) and returns how many changed.
-func Rewrap(ctx context.Context, st store.Store, w masterkey.Wrapper) (int, error) {
+func Rewrap(ctx context.Context, st Store, w masterkey.Wrapper) (int, error) {
 	entries, err := st.ListDeploymentKeys(ctx)
 	if err != nil {
 		return 0, err
@@ -251,7 +258,7 @@ type Entry struct {
 }
 
 // Status lists the stored keys, never their secrets.
-func Status(ctx context.Context, st store.Store) ([]Entry, error) {
+func Status(ctx context.Context, st Store) ([]Entry, error) {
 	entries, err := st.ListDeploymentKeys(ctx)
 	if err != nil {
 		return nil, err

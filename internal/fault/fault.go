@@ -6,6 +6,7 @@
 package fault
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/xemahq/xema/internal/inputschema"
@@ -80,4 +81,29 @@ func (e *Error) Unwrap() error { return e.Err }
 // New is a failure of kind with a code and a message written for the caller.
 func New(kind Kind, code, format string, args ...any) *Error {
 	return &Error{Kind: kind, Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Codes no one package owns: every surface answers them.
+const (
+	// CodeInternal answers a failure that never said what it is; its text is never shown.
+	CodeInternal = "INTERNAL"
+	// CodeStoreUnavailable answers a call the store could not serve (fail closed).
+	CodeStoreUnavailable = "STORE_UNAVAILABLE"
+)
+
+// Of is err as the domain's error; anything else is the opaque internal error, whose text is
+// never shown (the caller logs it).
+func Of(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return New(Internal, CodeInternal, "internal error")
+}
+
+// Wrap is New keeping err, the underlying failure, for the log only.
+func Wrap(err error, kind Kind, code, format string, args ...any) *Error {
+	e := New(kind, code, format, args...)
+	e.Err = err
+	return e
 }

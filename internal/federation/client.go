@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -85,14 +84,13 @@ func (d *dialer) connect(ctx context.Context, srv store.MCPServer, listen bool) 
 		// Only the operator's declaration runs, never a command line from the store.
 		decl, ok := d.stdio[srv.ProviderID]
 		if !ok {
-			return nil, &fault.Error{Kind: fault.Provider, Code: CodeUnknownServer,
-				Message: fmt.Sprintf("stdio MCP server %q is not declared on this gateway", srv.ProviderID)}
+			return nil, fault.New(fault.Provider, CodeUnknownServer, "stdio MCP server %q is not declared on this gateway", srv.ProviderID)
 		}
 		cmd := exec.Command(decl.Command, decl.Args...)
 		cmd.Env = decl.environ()
 		t = &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
 	default:
-		return nil, &fault.Error{Kind: fault.Invalid, Code: CodeInvalidServer, Message: fmt.Sprintf("unknown transport %q", srv.Transport)}
+		return nil, fault.New(fault.Invalid, CodeInvalidServer, "unknown transport %q", srv.Transport)
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(srv.TimeoutMs)*time.Millisecond)
 	defer cancel()
@@ -139,15 +137,14 @@ func sameOrigin(u *url.URL, audience string) bool { return runner.Audience(u.Str
 func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	ts := b.tokens
 	if ts == nil {
-		return nil, &fault.Error{Code: runner.CodeNoToken, Message: "the gateway has no outbound token source"}
+		return nil, fault.New(fault.Internal, runner.CodeNoToken, "the gateway has no outbound token source")
 	}
 	if !sameOrigin(r.URL, b.audience) { // never hand a server's token to another origin
-		return nil, &fault.Error{Kind: fault.Provider, Code: runner.CodeRedirect,
-			Message: "the MCP server's request left its registered origin"}
+		return nil, fault.New(fault.Provider, runner.CodeRedirect, "the MCP server's request left its registered origin")
 	}
 	tok, err := ts.Token(r.Context(), b.audience)
 	if err != nil {
-		return nil, &fault.Error{Code: runner.CodeNoToken, Message: "the gateway could not mint its service token", Err: err}
+		return nil, fault.Wrap(err, fault.Internal, runner.CodeNoToken, "the gateway could not mint its service token")
 	}
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+tok)
@@ -168,15 +165,12 @@ func callError(ctx context.Context, provider, op string, err error) *fault.Error
 	var je *jsonrpc.Error
 	switch {
 	case errors.As(err, &je):
-		return &fault.Error{Kind: fault.Provider, Code: CodeProtocolError, Err: err,
-			Message: fmt.Sprintf("%s answered %s with JSON-RPC error %d", provider, op, je.Code)}
+		return fault.Wrap(err, fault.Provider, CodeProtocolError, "%s answered %s with JSON-RPC error %d", provider, op, je.Code)
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return &fault.Error{Kind: fault.Timeout, Code: CodeTimeout, Err: err,
-			Message: fmt.Sprintf("%s did not answer %s in time", provider, op)}
+		return fault.Wrap(err, fault.Timeout, CodeTimeout, "%s did not answer %s in time", provider, op)
 	}
 	slog.Warn("mcp server unreachable", "provider", provider, "op", op, "err", err)
-	return &fault.Error{Kind: fault.Provider, Code: CodeUnreachable, Err: err,
-		Message: fmt.Sprintf("%s could not be reached for %s (connection failed or the server exited)", provider, op)}
+	return fault.Wrap(err, fault.Provider, CodeUnreachable, "%s could not be reached for %s (connection failed or the server exited)", provider, op)
 }
 
 // pool keeps one client session per server and generation, reconnecting after a session
@@ -276,8 +270,7 @@ func (r toolRunner) Run(ctx context.Context, call kernel.Call) (json.RawMessage,
 		return nil, callError(ctx, r.srv.ProviderID, "tools/call "+r.name, err)
 	}
 	if res.IsError {
-		return nil, &fault.Error{Kind: fault.Provider, Code: CodeToolError,
-			Message: fmt.Sprintf("tool %q of %s reported an error: %s", r.name, r.srv.ProviderID, clip(text(res.Content), 500))}
+		return nil, fault.New(fault.Provider, CodeToolError, "tool %q of %s reported an error: %s", r.name, r.srv.ProviderID, clip(text(res.Content), 500))
 	}
 	var out any = res.Content
 	if res.StructuredContent != nil {
@@ -288,7 +281,7 @@ func (r toolRunner) Run(ctx context.Context, call kernel.Call) (json.RawMessage,
 	}
 	raw, err := json.Marshal(out)
 	if err != nil {
-		return nil, &fault.Error{Code: runner.CodeBadResponse, Message: "the tool's result is not JSON", Err: err}
+		return nil, fault.Wrap(err, fault.Internal, runner.CodeBadResponse, "the tool's result is not JSON")
 	}
 	return raw, nil
 }

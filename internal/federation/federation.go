@@ -597,8 +597,7 @@ func (f *Federation) Resolve(ctx context.Context, _ identity.ExecContext, entry 
 		var err error
 		if srv, err = f.store.GetMCPServer(ctx, c.BiomeID); err != nil {
 			slog.Error("mcp server unreadable", "ref", c.Ref, "provider", c.BiomeID, "err", err)
-			return nil, false, &fault.Error{Kind: fault.Provider, Code: CodeUnknownServer,
-				Message: fmt.Sprintf("%s: its MCP server %q cannot be read", c.Ref, c.BiomeID)}
+			return nil, false, fault.New(fault.Provider, CodeUnknownServer, "%s: its MCP server %q cannot be read", c.Ref, c.BiomeID)
 		}
 		f.remember(srv)
 	}
@@ -607,6 +606,5 @@ func (f *Federation) Resolve(ctx context.Context, _ identity.ExecContext, entry 
 			return toolRunner{pool: f.pool, srv: srv, name: t.Name}, true, nil
 		}
 	}
-	return nil, false, &fault.Error{Kind: fault.Provider, Code: CodeUnknownServer,
-		Message: fmt.Sprintf("%s is not a tool of MCP server %q at version %s", c.Ref, c.BiomeID, version(srv.Generation))}
+	return nil, false, fault.New(fault.Provider, CodeUnknownServer, "%s is not a tool of MCP server %q at version %s", c.Ref, c.BiomeID, version(srv.Generation))
 }

@@ -56,8 +56,7 @@ func translate(provider string, tools []*mcp.Tool) ([]tool, error) {
 			continue
 		}
 		if other, ok := byRef[ref]; ok {
-			return nil, &fault.Error{Kind: fault.Conflict, Code: CodeToolCollision,
-				Message: fmt.Sprintf("tools %q and %q both map to %s; nothing was registered", other, t.Name, ref)}
+			return nil, fault.New(fault.Conflict, CodeToolCollision, "tools %q and %q both map to %s; nothing was registered", other, t.Name, ref)
 		}
 		byRef[ref] = t.Name
 		tt, vs := translateTool(provider, ref, t)

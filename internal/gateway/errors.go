@@ -20,7 +20,6 @@ const (
 	CodeNoRunner          = "NO_RUNNER"
 	CodePolicyUnavailable = "POLICY_UNAVAILABLE"
 	CodeAuditUnavailable  = "AUDIT_UNAVAILABLE"
-	CodeStoreUnavailable  = "STORE_UNAVAILABLE"
 	// CodeInvalidOutput: the provider answered an output its capability's outputSchema refuses.
 	CodeInvalidOutput = "INVALID_OUTPUT"
 )
@@ -60,8 +59,7 @@ type Held struct {
 
 // UnknownCapability answers a ref the caller's catalog has no capability for (404).
 func UnknownCapability(ref string) *fault.Error {
-	return &fault.Error{Kind: fault.NotFound, Code: CodeUnknownCapability,
-		Message: fmt.Sprintf("no capability %q", ref)}
+	return fault.New(fault.NotFound, CodeUnknownCapability, "no capability %q", ref)
 }
 
 func invalidInput(v []inputschema.Violation) *fault.Error {

@@ -67,7 +67,7 @@ func codeOf(err error) string {
 	case errors.As(err, &ge):
 		return ge.Code
 	}
-	return "INTERNAL"
+	return fault.CodeInternal
 }
 
 // RunApproved runs a call a person has approved, as its requester: route, validate and
@@ -263,7 +263,7 @@ func (g *Gateway) obligations(ctx context.Context, c *call) (res *Result, err er
 		usage, err := g.d.Limiter.Take(ctx, key, obs)
 		if err != nil {
 			g.d.Outages.Failed(outage.RateLimiter, err)
-			return nil, g.fail(ctx, c, audit.DecisionError, Unavailable(CodeStoreUnavailable, outage.RateLimiter))
+			return nil, g.fail(ctx, c, audit.DecisionError, Unavailable(fault.CodeStoreUnavailable, outage.RateLimiter))
 		}
 		g.d.Outages.OK(outage.RateLimiter)
 		if usage != nil {
@@ -297,8 +297,7 @@ func (g *Gateway) limited(ctx context.Context, c *call, u *policy.Usage) (*Resul
 // audit record comes first: a call whose request is not audited is never held, so never run.
 func (g *Gateway) hold(ctx context.Context, c *call) (*Result, error) {
 	if g.d.Approvals == nil {
-		return nil, g.fail(ctx, c, audit.DecisionError, &fault.Error{Kind: fault.Unavailable,
-			Code: CodeApprovalUnavailable, Message: "this call requires a human approval and no approval queue is configured"})
+		return nil, g.fail(ctx, c, audit.DecisionError, fault.New(fault.Unavailable, CodeApprovalUnavailable, "this call requires a human approval and no approval queue is configured"))
 	}
 	held := &Held{Code: CodePendingApproval, Status: StatePendingApproval, AuditID: c.rec.ID,
 		ApprovalID: audit.RandomID("apr_"), Message: "this call requires a human approval before it runs"}
@@ -310,7 +309,7 @@ func (g *Gateway) hold(ctx context.Context, c *call) (*Result, error) {
 		PolicyRevision: c.rec.BundleRevision, Exec: c.exec, Input: c.req.Input}
 	if err := g.d.Approvals.Hold(ctx, p); err != nil {
 		g.d.Outages.Failed(outage.ApprovalStore, err)
-		e := Unavailable(CodeStoreUnavailable, outage.ApprovalStore)
+		e := Unavailable(fault.CodeStoreUnavailable, outage.ApprovalStore)
 		e.AuditID = c.rec.ID
 		return nil, e
 	}
@@ -336,8 +335,7 @@ func (g *Gateway) Resolve(ctx context.Context, ec identity.ExecContext, entry *c
 			return run, nil
 		}
 	}
-	return nil, &fault.Error{Kind: fault.Provider, Code: CodeNoRunner,
-		Message: fmt.Sprintf("%s has no runner in this environment", entry.Ref())}
+	return nil, fault.New(fault.Provider, CodeNoRunner, "%s has no runner in this environment", entry.Ref())
 }
 
 // closeUndispatched writes the outcome record of an admitted call that never reached its
@@ -429,7 +427,7 @@ func providerError(err error) *fault.Error {
 	}
 	var re *fault.Error
 	if !errors.As(err, &re) {
-		re = &fault.Error{Code: runner.CodeHandlerFailed, Message: "the runner failed"}
+		re = fault.New(fault.Internal, runner.CodeHandlerFailed, "the runner failed")
 	}
 	kind := re.Kind
 	switch {
@@ -447,10 +445,7 @@ func providerError(err error) *fault.Error {
 
 // fail audits a call that ends before running and returns the answer for the caller.
 func (g *Gateway) fail(ctx context.Context, c *call, decision string, err error) error {
-	var ge *fault.Error
-	if !errors.As(err, &ge) {
-		ge = &fault.Error{Kind: fault.Internal, Code: "INTERNAL", Message: "internal error"}
-	}
+	ge := fault.Of(err)
 	if ge.AuditID == "" {
 		ge.AuditID = c.rec.ID
 	}

@@ -1,6 +1,9 @@
 // Package gateway is the funnel every capability call goes through, in this order:
 // authenticate (done by the transport, which hands in the verified ExecContext) → route →
-// validate → authorize → obligations → resolve → run → audit. Invoke reads as that sequence.
+// validate → authorize → obligations → resolve → run → audit. Invoke (funnel.go) reads as that
+// sequence. Beside it, and not in it: the other meta-tools (package metatool), idempotency keys
+// (package idempotency), outbound capacity (package capacity), the aggregate audit of
+// unauthenticated attempts (package unauth) and the outage log (package outage).
 package gateway
 
 import (

@@ -43,7 +43,7 @@ const (
 
 // notRun are the codes of answers given before anything ran: a retry under the same key
 // must run the call, so their key is released rather than stored.
-var notRun = map[string]bool{gateway.CodeAuditUnavailable: true, gateway.CodeStoreUnavailable: true,
+var notRun = map[string]bool{gateway.CodeAuditUnavailable: true, fault.CodeStoreUnavailable: true,
 	gateway.CodePolicyUnavailable: true, capacity.CodeExceeded: true, capacity.CodeProviderBusy: true, gateway.CodeRateLimited: true,
 	gateway.CodeQuotaExceeded: true, gateway.CodeApprovalUnavailable: true}
 
@@ -75,7 +75,7 @@ func (k *Keys) Invoke(ctx context.Context, ec identity.ExecContext, req gateway.
 		return answer.Answer{}, fault.New(fault.Invalid, CodeInvalidKey, "an idempotency key is 1 to %d printable ASCII characters", MaxKey)
 	}
 	if k.Store == nil {
-		return answer.Answer{}, fault.New(fault.Unavailable, gateway.CodeStoreUnavailable,
+		return answer.Answer{}, fault.New(fault.Unavailable, fault.CodeStoreUnavailable,
 			"idempotency keys are not available on this gateway; the call was not run")
 	}
 	now := time.Now()
@@ -84,7 +84,7 @@ func (k *Keys) Invoke(ctx context.Context, ec identity.ExecContext, req gateway.
 	stored, claimed, err := k.Store.ClaimIdempotency(ctx, rec)
 	if err != nil {
 		k.Outages.Failed(outage.IdempotencyStore, err)
-		return answer.Answer{}, gateway.Unavailable(gateway.CodeStoreUnavailable, outage.IdempotencyStore)
+		return answer.Answer{}, gateway.Unavailable(fault.CodeStoreUnavailable, outage.IdempotencyStore)
 	}
 	k.Outages.OK(outage.IdempotencyStore)
 	if !claimed {

@@ -33,9 +33,16 @@ var descriptors embed.FS
 // Contributions are the capabilities' descriptors (the OpenAPI document's bodies).
 var Contributions fs.FS = descriptors
 
+// Store is what the overview and coverage read (store.Store).
+type Store interface {
+	AuditStats(ctx context.Context, q store.AuditStatsQuery) (store.AuditStats, error)
+	ApprovalsWaiting(ctx context.Context, org string, now time.Time) (int64, time.Time, error)
+	ListGrants(ctx context.Context) ([]store.Grant, error)
+}
+
 // Service answers both capabilities.
 type Service struct {
-	Store   store.Store
+	Store   Store
 	Catalog *catalog.Catalog
 	// Revision is the serving policy's revision.
 	Revision func() string
@@ -280,7 +287,7 @@ func policyOf(current string, spans []store.RevisionSpan) Policy {
 }
 
 func unavailable(what string, err error) error {
-	return &fault.Error{Kind: fault.Unavailable, Code: "STORE_UNAVAILABLE", Message: what + " unavailable; nothing was counted", Err: err}
+	return fault.Wrap(err, fault.Unavailable, fault.CodeStoreUnavailable, "%s unavailable; nothing was counted", what)
 }
 
 // CapabilityView is the answer of catalog:capability.get@1.

@@ -6,7 +6,6 @@ import (
 
 	"github.com/xemahq/xema/internal/audit"
 	"github.com/xemahq/xema/internal/explain"
-	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/policy"
 )
@@ -42,13 +41,9 @@ func (m *Tools) Explain(ctx context.Context, ec identity.ExecContext, req Explai
 		return nil, invalidArgument("/denialCode: %q is not a reason code a denial can carry; known: %s",
 			req.DenialCode, strings.Join(m.d.Policy.ReasonCodes(), ", "))
 	}
-	e, ok := m.d.Catalog.Snapshot().For(ec.Org, req.CapabilityRef)
-	if !ok {
-		return nil, gateway.UnknownCapability(req.CapabilityRef)
-	}
-	d, err := m.d.Policy.Decide(ctx, gateway.PolicyInput(ec, e.Ref(), ""))
+	e, d, err := m.decide(ctx, ec, req.CapabilityRef)
 	if err != nil {
-		return nil, m.policyUnavailable(err)
+		return nil, err
 	}
 	c := explain.For(e, policy.Subject{Kind: ec.Subject.Kind, Ref: ec.Subject.Ref}, ec.Environment, d)
 	c.Asked = req.DenialCode

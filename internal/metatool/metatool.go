@@ -5,8 +5,7 @@ package metatool
 
 import (
 	"context"
-	"fmt"
-	"slices"
+	"errors"
 	"strings"
 
 	"github.com/xemahq/xema/internal/catalog"
@@ -57,15 +56,8 @@ type Runners interface {
 // New builds the meta-tools over d; a part missing is an error, never a nil deref on the
 // first call.
 func New(d Deps) (*Tools, error) {
-	var missing []string
-	for name, set := range map[string]bool{"Catalog": d.Catalog != nil, "Policy": d.Policy != nil, "Runners": d.Runners != nil} {
-		if !set {
-			missing = append(missing, name)
-		}
-	}
-	if len(missing) > 0 {
-		slices.Sort(missing)
-		return nil, fmt.Errorf("metatool: missing %s", strings.Join(missing, ", "))
+	if d.Catalog == nil || d.Policy == nil || d.Runners == nil {
+		return nil, errors.New("metatool: Catalog, Policy and Runners are required")
 	}
 	return &Tools{d: d}, nil
 }
@@ -110,6 +102,20 @@ const (
 
 func invalidArgument(format string, args ...any) *fault.Error {
 	return fault.New(fault.Invalid, CodeInvalidArgument, format, args...)
+}
+
+// decide is the caller's decision on ref, without a resource (preflight, explain): an unknown
+// ref is UNKNOWN_CAPABILITY, no decision POLICY_UNAVAILABLE.
+func (m *Tools) decide(ctx context.Context, ec identity.ExecContext, ref string) (*catalog.Entry, policy.Decision, error) {
+	e, ok := m.d.Catalog.Snapshot().For(ec.Org, ref)
+	if !ok {
+		return nil, policy.Decision{}, gateway.UnknownCapability(ref)
+	}
+	d, err := m.d.Policy.Decide(ctx, gateway.PolicyInput(ec, e.Ref(), ""))
+	if err != nil {
+		return nil, policy.Decision{}, m.policyUnavailable(err)
+	}
+	return e, d, nil
 }
 
 // policyUnavailable answers a meta-tool the policy could not decide (fail closed).

@@ -39,13 +39,9 @@ type PreflightResult struct {
 
 // Preflight checks, without running anything, whether a call to ref could succeed now.
 func (m *Tools) Preflight(ctx context.Context, ec identity.ExecContext, req PreflightRequest) (*PreflightResult, error) {
-	e, ok := m.d.Catalog.Snapshot().For(ec.Org, req.Ref)
-	if !ok {
-		return nil, gateway.UnknownCapability(req.Ref)
-	}
-	d, err := m.d.Policy.Decide(ctx, gateway.PolicyInput(ec, e.Ref(), ""))
+	e, d, err := m.decide(ctx, ec, req.Ref)
 	if err != nil {
-		return nil, m.policyUnavailable(err)
+		return nil, err
 	}
 	res := &PreflightResult{Requirements: []Requirement{}, Blockers: []Blocker{}}
 	add := func(kind, detail string, met bool, code string) {

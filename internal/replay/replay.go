@@ -97,10 +97,16 @@ func (rep *Report) count(rev string, changed bool) {
 // errLimit stops a scan at Window.Limit.
 var errLimit = errors.New("replay limit reached")
 
+// Store is the audit log as a replay reads it (store.Store).
+type Store interface {
+	PruneBoundary(ctx context.Context) (store.PruneBoundary, error)
+	ScanAudit(ctx context.Context, f store.AuditFilter, fn func(store.AuditRecord) error) error
+}
+
 // Run replays every decision record of the window with d. A call whose allow and reason codes
 // are both unchanged is not a change; one whose reasons alone change is listed with equal
 // allow flags.
-func Run(ctx context.Context, st store.Store, d Decider, w Window) (*Report, error) {
+func Run(ctx context.Context, st Store, d Decider, w Window) (*Report, error) {
 	rep := &Report{Changes: []Change{}, Revisions: []RevisionCount{}}
 	if r, ok := d.(revisioned); ok {
 		rep.Candidate = r.Revision()

@@ -80,11 +80,11 @@ func (h HTTP) Run(ctx context.Context, call kernel.Call) (json.RawMessage, error
 
 	token, err := h.Tokens.Token(ctx, Audience(h.URL))
 	if err != nil {
-		return nil, &fault.Error{Code: CodeNoToken, Message: "the gateway could not obtain its service token", Err: err}
+		return nil, fault.Wrap(err, fault.Internal, CodeNoToken, "the gateway could not obtain its service token")
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.URL, bytes.NewReader(call.Input))
 	if err != nil {
-		return nil, &fault.Error{Code: CodeUnreachable, Message: "invalid provider URL", Err: err}
+		return nil, fault.Wrap(err, fault.Internal, CodeUnreachable, "invalid provider URL")
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
@@ -98,17 +98,17 @@ func (h HTTP) Run(ctx context.Context, call kernel.Call) (json.RawMessage, error
 			return nil, te
 		}
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return nil, &fault.Error{Code: CodeProviderTimeout, Message: fmt.Sprintf("provider did not answer within %s", timeout), Err: err}
+			return nil, fault.Wrap(err, fault.Internal, CodeProviderTimeout, "provider did not answer within %s", timeout)
 		}
-		return nil, &fault.Error{Code: CodeUnreachable, Message: "provider unreachable", Err: err}
+		return nil, fault.Wrap(err, fault.Internal, CodeUnreachable, "provider unreachable")
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
 	if err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return nil, &fault.Error{Code: CodeProviderTimeout, Message: fmt.Sprintf("provider did not answer within %s", timeout), Err: err}
+			return nil, fault.Wrap(err, fault.Internal, CodeProviderTimeout, "provider did not answer within %s", timeout)
 		}
-		return nil, &fault.Error{Code: CodeUnreachable, Message: "reading the provider's answer failed", Err: err}
+		return nil, fault.Wrap(err, fault.Internal, CodeUnreachable, "reading the provider's answer failed")
 	}
 	if resp.StatusCode >= 300 && resp.StatusCode <= 399 { // a client that follows redirects is not ours
 		return nil, &fault.Error{Kind: fault.Provider, Code: CodeRedirect, ProviderStatus: resp.StatusCode,
@@ -120,10 +120,10 @@ func (h HTTP) Run(ctx context.Context, call kernel.Call) (json.RawMessage, error
 			Message: fmt.Sprintf("provider answered HTTP %d", resp.StatusCode), ProviderBody: pb, ProviderBodyTruncated: cut}
 	}
 	if len(body) > MaxResponseBytes {
-		return nil, &fault.Error{Code: CodeBadResponse, Message: fmt.Sprintf("provider answer exceeds %d bytes", MaxResponseBytes)}
+		return nil, fault.New(fault.Internal, CodeBadResponse, "provider answer exceeds %d bytes", MaxResponseBytes)
 	}
 	if !json.Valid(body) {
-		return nil, &fault.Error{Code: CodeBadResponse, Message: "provider answered with a body that is not JSON"}
+		return nil, fault.New(fault.Internal, CodeBadResponse, "provider answered with a body that is not JSON")
 	}
 	return body, nil
 }

@@ -9,7 +9,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 
 	"github.com/xemahq/xema/internal/egress"
 	"github.com/xemahq/xema/internal/fault"
@@ -33,12 +32,10 @@ const (
 // mapping applies). what names the destination for the message ("provider", "gitlab").
 func TransportError(what string, err error) *fault.Error {
 	if de, ok := egress.Denied(err); ok {
-		return &fault.Error{Kind: fault.Provider, Code: CodeEgressDenied, Err: err,
-			Message: fmt.Sprintf("%s: the gateway refuses to connect to %s (%s)", what, de.Addr, de.Reason)}
+		return fault.Wrap(err, fault.Provider, CodeEgressDenied, "%s: the gateway refuses to connect to %s (%s)", what, de.Addr, de.Reason)
 	}
 	if egress.Redirected(err) {
-		return &fault.Error{Kind: fault.Provider, Code: CodeRedirect, Err: err,
-			Message: what + " answered a redirect; redirects are not followed"}
+		return fault.Wrap(err, fault.Provider, CodeRedirect, "%s answered a redirect; redirects are not followed", what)
 	}
 	return nil
 }
@@ -72,7 +69,7 @@ func (k Kernel) Run(ctx context.Context, call kernel.Call) (json.RawMessage, err
 	}
 	raw, err := json.Marshal(out)
 	if err != nil {
-		return nil, &fault.Error{Code: CodeHandlerFailed, Message: "handler output is not JSON", Err: err}
+		return nil, fault.Wrap(err, fault.Internal, CodeHandlerFailed, "handler output is not JSON")
 	}
 	return raw, nil
 }

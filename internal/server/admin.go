@@ -9,7 +9,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/xemahq/xema/internal/admin"
-	"github.com/xemahq/xema/internal/fault"
 )
 
 // adminRoutes are thin routes onto kernel capabilities: the body is the capability's input
@@ -54,7 +53,7 @@ func (s *Server) changeGrant(c echo.Context) error {
 		return err
 	}
 	if _, ok := input["grantId"]; ok {
-		return &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: "/grantId: the grant is named by the path, not the body"}
+		return invalidRequest("/grantId: the grant is named by the path, not the body")
 	}
 	input["grantId"], _ = json.Marshal(c.Param("id")) // a string always encodes
 	raw, err := json.Marshal(input)
@@ -86,12 +85,12 @@ func (s *Server) postGrant(c echo.Context) error {
 // for a dry run, 201 for a write. Any other query parameter is refused.
 func dryRunQuery(c echo.Context, input map[string]json.RawMessage) (int, error) {
 	if input == nil { // a body of null
-		return 0, &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: "the body must be a JSON object"}
+		return 0, invalidRequest("the body must be a JSON object")
 	}
 	status := http.StatusCreated
 	for k, vs := range c.QueryParams() {
 		if len(vs) != 1 {
-			return 0, &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: fmt.Sprintf("query parameter %q given %d times, want once", k, len(vs))}
+			return 0, invalidRequest("query parameter %q given %d times, want once", k, len(vs))
 		}
 		switch {
 		case k == "dryRun" && (vs[0] == "true" || vs[0] == "false"):
@@ -102,9 +101,9 @@ func dryRunQuery(c echo.Context, input map[string]json.RawMessage) (int, error) 
 		case k == "since":
 			input["since"], _ = json.Marshal(vs[0]) // a string always encodes
 		case k == "dryRun":
-			return 0, &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: fmt.Sprintf("query parameter dryRun=%q: want true or false", vs[0])}
+			return 0, invalidRequest("query parameter dryRun=%q: want true or false", vs[0])
 		default:
-			return 0, &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: fmt.Sprintf("unknown query parameter %q; want dryRun, since", k)}
+			return 0, invalidRequest("unknown query parameter %q; want dryRun, since", k)
 		}
 	}
 	return status, nil
@@ -117,8 +116,7 @@ func (s *Server) lookupRoute(ref string) echo.HandlerFunc {
 		input := map[string]string{}
 		for k, vs := range c.QueryParams() {
 			if k != "biomeId" || len(vs) != 1 {
-				return &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST",
-					Message: fmt.Sprintf("query parameter %q: only biomeId, once, is accepted", k)}
+				return invalidRequest("query parameter %q: only biomeId, once, is accepted", k)
 			}
 			input[k] = vs[0]
 		}
@@ -143,8 +141,7 @@ func (s *Server) lookupRoute(ref string) echo.HandlerFunc {
 func pathParam(c echo.Context, name string) (string, error) {
 	v, err := url.PathUnescape(c.Param(name))
 	if err != nil {
-		return "", &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST",
-			Message: fmt.Sprintf("path parameter %q: not a valid escape sequence", name)}
+		return "", invalidRequest("path parameter %q: not a valid escape sequence", name)
 	}
 	return v, nil
 }

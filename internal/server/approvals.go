@@ -36,13 +36,11 @@ func (s *Server) listApprovals(c echo.Context) error {
 		case !approvalFilters[k]:
 			unknown = append(unknown, k)
 		case len(vs) != 1:
-			return &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST",
-				Message: fmt.Sprintf("query parameter %q given %d times, want once", k, len(vs))}
+			return invalidRequest("query parameter %q given %d times, want once", k, len(vs))
 		case k == "limit":
 			n, err := strconv.Atoi(vs[0])
 			if err != nil {
-				return &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST",
-					Message: fmt.Sprintf("query parameter limit %q: want a whole number from 1 to 100", vs[0])}
+				return invalidRequest("query parameter limit %q: want a whole number from 1 to 100", vs[0])
 			}
 			input[k] = n
 		default:
@@ -51,8 +49,7 @@ func (s *Server) listApprovals(c echo.Context) error {
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST",
-			Message: fmt.Sprintf("unknown query parameter(s) %s; want status, biome, ref, requester, cursor, limit", strings.Join(unknown, ", "))}
+		return invalidRequest("unknown query parameter(s) %s; want status, biome, ref, requester, cursor, limit", strings.Join(unknown, ", "))
 	}
 	raw, _ := json.Marshal(input) // strings and numbers always encode
 	return s.kernelCall(c, approval.RefList, raw, http.StatusOK)
@@ -73,7 +70,7 @@ func (s *Server) getApproval(c echo.Context) error {
 	}
 	c.Response().Header().Set("X-Xema-Audit-Id", res.AuditID)
 	if len(page.Approvals) == 0 {
-		return &fault.Error{Kind: fault.NotFound, Code: approval.CodeNotFound, Message: fmt.Sprintf("no approval %q", c.Param("id"))}
+		return fault.New(fault.NotFound, approval.CodeNotFound, "no approval %q", c.Param("id"))
 	}
 	return c.JSON(http.StatusOK, page.Approvals[0])
 }
@@ -115,7 +112,7 @@ func (s *Server) kernelCall(c echo.Context, ref string, input json.RawMessage, s
 // invocation is GET /v1/invocations/{id}: a held call's status and, once run, its output.
 func (s *Server) invocation(c echo.Context) error {
 	if s.Approvals == nil {
-		return &fault.Error{Kind: fault.NotFound, Code: approval.CodeNotFound, Message: "no approvals on this gateway"}
+		return fault.New(fault.NotFound, approval.CodeNotFound, "no approvals on this gateway")
 	}
 	v, err := s.Approvals.Invocation(c.Request().Context(), execOf(c), c.Param("id"))
 	if err != nil {

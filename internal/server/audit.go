@@ -8,7 +8,6 @@ import (
 
 	"github.com/xemahq/xema/internal/audit"
 	"github.com/xemahq/xema/internal/fault"
-	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/store"
 )
@@ -27,12 +26,12 @@ func (s *Server) auditRoutes(g *echo.Group) {
 func (s *Server) loadAudit(c echo.Context) (store.AuditRecord, error) {
 	id := c.Param("id")
 	rec, err := s.Audit.GetAudit(c.Request().Context(), id)
-	notFound := &fault.Error{Kind: fault.NotFound, Code: "UNKNOWN_AUDIT_ID", Message: "no audit record " + id}
+	notFound := fault.New(fault.NotFound, CodeUnknownAuditID, "no audit record %s", id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return rec, notFound
 	case err != nil:
-		return rec, &fault.Error{Kind: fault.Unavailable, Code: gateway.CodeStoreUnavailable, Message: "audit log unavailable"}
+		return rec, auditUnavailable()
 	}
 	ec := execOf(c)
 	if !s.mayRead(ec, rec) {
@@ -70,8 +69,7 @@ func (s *Server) whyDenied(c echo.Context) error {
 	}
 	d, ok := audit.WhyDenied(rec)
 	if !ok {
-		return &fault.Error{Kind: fault.Conflict, Code: "NOT_A_DENIAL",
-			Message: "audit record " + rec.ID + " is not a denial: its decision is " + rec.Decision}
+		return fault.New(fault.Conflict, CodeNotADenial, "audit record %s is not a denial: its decision is %s", rec.ID, rec.Decision)
 	}
 	x, err := s.Tools.WhyDenied(rec.Org, d)
 	if err != nil {
@@ -83,14 +81,9 @@ func (s *Server) whyDenied(c echo.Context) error {
 func (s *Server) mayRead(ec identity.ExecContext, rec store.AuditRecord) bool {
 	switch rec.Org {
 	case "":
-		return s.OperatorOrg != "" && ec.Org == s.OperatorOrg && isOrgAdmin(ec)
+		return s.OperatorOrg != "" && ec.Org == s.OperatorOrg && ec.OrgAdmin()
 	case ec.Org:
-		return rec.SubjectRef == ec.Subject.Ref || isOrgAdmin(ec)
+		return rec.SubjectRef == ec.Subject.Ref || ec.OrgAdmin()
 	}
 	return false
-}
-
-// isOrgAdmin: who may read other subjects' audit records.
-func isOrgAdmin(ec identity.ExecContext) bool {
-	return ec.OrgRole == "org_owner" || ec.OrgRole == "org_admin"
 }

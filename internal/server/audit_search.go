@@ -13,8 +13,6 @@ import (
 
 	"github.com/xemahq/xema/internal/approval"
 	"github.com/xemahq/xema/internal/audit"
-	"github.com/xemahq/xema/internal/fault"
-	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/grant"
 	"github.com/xemahq/xema/internal/insight"
 	"github.com/xemahq/xema/internal/store"
@@ -51,8 +49,7 @@ type AuditPage struct {
 }
 
 func badParam(name, msg string) error {
-	return &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST",
-		Message: fmt.Sprintf("query parameter %q: %s", name, msg)}
+	return invalidRequest("query parameter %q: %s", name, msg)
 }
 
 // auditSearch is GET /v1/audit: the caller's org's records newest first, the administrators
@@ -81,8 +78,7 @@ func (s *Server) auditSearch(c echo.Context) error {
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST",
-			Message: fmt.Sprintf("unknown query parameter(s) %s; want %s", strings.Join(unknown, ", "), strings.Join(auditSearchParams, ", "))}
+		return invalidRequest("unknown query parameter(s) %s; want %s", strings.Join(unknown, ", "), strings.Join(auditSearchParams, ", "))
 	}
 	for _, k := range []string{"ref", "subject", "reason", "parent"} {
 		if len(q[k]) > 300 {
@@ -136,7 +132,7 @@ func (s *Server) auditSearch(c echo.Context) error {
 	}
 	// The caller's own scope is part of the query a cursor is bound to: a cursor opens only
 	// for the caller, role and filters that got it.
-	queryKey := strings.Join([]string{"audit", ec.Org, ec.Subject.Ref, strconv.FormatBool(isOrgAdmin(ec)),
+	queryKey := strings.Join([]string{"audit", ec.Org, ec.Subject.Ref, strconv.FormatBool(ec.OrgAdmin()),
 		f.Ref, f.SubjectRef, f.Decision, f.ReasonCode, f.ParentID, q["since"], q["until"], q["omit"], strconv.Itoa(f.Limit)}, "\x00")
 	if cur := q["cursor"]; cur != "" {
 		pos, err := s.Tools.OpenPosition(cur, queryKey)
@@ -150,13 +146,13 @@ func (s *Server) auditSearch(c echo.Context) error {
 		f.Before = &before
 	}
 	page := AuditPage{Records: []audit.Record{}}
-	if ec.Org == "" || (!isOrgAdmin(ec) && ec.Subject.Ref == "") {
+	if ec.Org == "" || (!ec.OrgAdmin() && ec.Subject.Ref == "") {
 		// Fail closed: org "" would be the operator's records of no org (mayRead gives those
 		// to the operator's administrators only), and an empty subject ref would drop the
 		// caller's own-records filter.
 		return c.JSON(http.StatusOK, page)
 	}
-	if !isOrgAdmin(ec) {
+	if !ec.OrgAdmin() {
 		if f.SubjectRef != "" && f.SubjectRef != ec.Subject.Ref {
 			return c.JSON(http.StatusOK, page) // another subject's records: none the caller may read
 		}
@@ -166,7 +162,7 @@ func (s *Server) auditSearch(c echo.Context) error {
 	f.Limit++ // one more tells whether there is a next page
 	recs, err := s.Audit.ListAudit(c.Request().Context(), f)
 	if err != nil {
-		return &fault.Error{Kind: fault.Unavailable, Code: gateway.CodeStoreUnavailable, Message: "audit log unavailable"}
+		return auditUnavailable()
 	}
 	if len(recs) > want {
 		recs = recs[:want]
@@ -178,7 +174,7 @@ func (s *Server) auditSearch(c echo.Context) error {
 	}
 	pruned, err := s.Audit.PruneBoundary(c.Request().Context())
 	if err != nil {
-		return &fault.Error{Kind: fault.Unavailable, Code: gateway.CodeStoreUnavailable, Message: "audit log unavailable"}
+		return auditUnavailable()
 	}
 	if !pruned.Before.IsZero() && (f.Since.IsZero() || f.Since.Before(pruned.Before)) {
 		page.PrunedBefore = pruned.Before.UTC().Format(time.RFC3339)

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"os"
 	"time"
+
+	"github.com/xemahq/xema/internal/fault"
 )
 
 // DefaultBodyReadTimeout bounds reading one request's body when Server.BodyReadTimeout is 0.
@@ -52,12 +54,12 @@ func (s *Server) boundBody(next http.Handler) http.Handler {
 		switch {
 		case err != nil && (errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()):
 			w.Header().Set("Connection", "close")
-			writeJSON(w, http.StatusRequestTimeout, errorBody{Code: "REQUEST_TIMEOUT",
+			writeJSON(w, http.StatusRequestTimeout, errorBody{Code: CodeRequestTimeout,
 				Message: fmt.Sprintf("the request body was not received within %s", timeout)})
 			return
 		case err != nil:
 			w.Header().Set("Connection", "close")
-			writeJSON(w, http.StatusBadRequest, errorBody{Code: "BAD_REQUEST", Message: "reading the body failed"})
+			sendAnswer(w, errorAnswer(fault.New(fault.Invalid, CodeBadRequest, "reading the body failed")))
 			return
 		case len(body) > MaxBodyBytes:
 			tooLarge(w)
@@ -96,8 +98,7 @@ func readBody(body io.Reader, declared int64) ([]byte, error) {
 
 func tooLarge(w http.ResponseWriter) {
 	w.Header().Set("Connection", "close")
-	writeJSON(w, http.StatusRequestEntityTooLarge, errorBody{Code: "BODY_TOO_LARGE",
-		Message: fmt.Sprintf("body exceeds %d bytes", MaxBodyBytes)})
+	sendAnswer(w, errorAnswer(fault.New(fault.TooLarge, CodeBodyTooLarge, "body exceeds %d bytes", MaxBodyBytes)))
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

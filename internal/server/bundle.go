@@ -22,12 +22,11 @@ type BundleSource interface {
 func (s *Server) bundle(c echo.Context) error {
 	ec := execOf(c)
 	if !slices.Contains(s.BundleReaders, ec.Subject.Ref) {
-		return &fault.Error{Kind: fault.Denied, Code: gateway.CodeDenied,
-			Message: "the policy bundle is served only to the subjects the operator names (xema serve --bundle-reader)"}
+		return fault.New(fault.Denied, gateway.CodeDenied, "the policy bundle is served only to the subjects the operator names (xema serve --bundle-reader)")
 	}
 	body, etag := s.Bundles.Bundle()
 	if len(body) == 0 {
-		return &fault.Error{Kind: fault.Unavailable, Code: gateway.CodePolicyUnavailable, Message: "no policy bundle loaded"}
+		return fault.New(fault.Unavailable, gateway.CodePolicyUnavailable, "no policy bundle loaded")
 	}
 	c.Response().Header().Set("ETag", etag)
 	if c.Request().Header.Get("If-None-Match") == etag {

@@ -48,7 +48,7 @@ func (s *Server) challenge(w http.ResponseWriter, r *http.Request) {
 func (s *Server) protectedResource(suffix string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			writeJSON(w, http.StatusMethodNotAllowed, errorBody{Code: "METHOD_NOT_ALLOWED", Message: "GET only"})
+			writeJSON(w, http.StatusMethodNotAllowed, errorBody{Code: CodeMethodNotAllowed, Message: "GET only"})
 			return
 		}
 		base := s.baseURL(r)

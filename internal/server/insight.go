@@ -2,12 +2,10 @@ package server
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/insight"
 )
 
@@ -24,8 +22,7 @@ func (s *Server) stats(c echo.Context) error {
 	window := "24h"
 	for k, vs := range c.QueryParams() {
 		if k != "window" || len(vs) != 1 {
-			return &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST",
-				Message: fmt.Sprintf("query parameter %q: only window (1h, 24h or 7d), once, is accepted", k)}
+			return invalidRequest("query parameter %q: only window (1h, 24h or 7d), once, is accepted", k)
 		}
 		window = vs[0]
 	}
@@ -36,7 +33,7 @@ func (s *Server) stats(c echo.Context) error {
 // capability is GET /v1/catalog/{ref}: catalog:capability.get@1.
 func (s *Server) capability(c echo.Context) error {
 	if len(c.QueryParams()) > 0 {
-		return &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: "no query parameter is accepted"}
+		return invalidRequest("no query parameter is accepted")
 	}
 	ref, err := pathParam(c, "ref")
 	if err != nil {

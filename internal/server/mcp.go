@@ -49,7 +49,7 @@ func (s *Server) MCPHandler() http.Handler {
 		"otherwise PENDING_APPROVAL, and a retry with the same idempotencyKey answers the call's final result once it ran.", invokeSchema,
 		func(ctx context.Context, ec identity.ExecContext, req mcpInvoke) (_ json.RawMessage, err error) {
 			if len(req.Input) == 0 {
-				return nil, &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: "missing required field /input"}
+				return nil, invalidRequest("missing required field /input")
 			}
 			call := gateway.Request{Ref: req.Ref, Input: req.Input}
 			var ans answer.Answer
@@ -90,10 +90,7 @@ func (s *Server) authenticateMCP(next http.Handler) http.Handler {
 			if ge.Kind == fault.Unauthenticated {
 				s.challenge(w, r)
 			}
-			ans := errorAnswer(ge)
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(ans.Status)
-			_, _ = w.Write(ans.Body)
+			sendAnswer(w, errorAnswer(ge))
 			return
 		}
 		if r.Body != nil {
@@ -148,7 +145,7 @@ func addTool[Req, Res any](srv *mcp.Server, name, description string, schema jso
 		func(ctx context.Context, call *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			ec, ok := execOfExtra(call.Extra)
 			if !ok {
-				return toolError(&fault.Error{Kind: fault.Unauthenticated, Code: unauth.CodeUnauthenticated, Message: "no verified caller"}), nil
+				return toolError(fault.New(fault.Unauthenticated, unauth.CodeUnauthenticated, "no verified caller")), nil
 			}
 			var req Req
 			args := call.Params.Arguments
@@ -158,7 +155,7 @@ func addTool[Req, Res any](srv *mcp.Server, name, description string, schema jso
 			dec := json.NewDecoder(bytes.NewReader(args))
 			dec.DisallowUnknownFields()
 			if err := dec.Decode(&req); err != nil {
-				return toolError(&fault.Error{Kind: fault.Invalid, Code: "MALFORMED_ARGUMENTS", Message: "arguments: " + jsonError(err)}), nil
+				return toolError(fault.New(fault.Invalid, CodeMalformedArguments, "arguments: %s", jsonError(err))), nil
 			}
 			res, err := tool(ctx, ec, req)
 			if err != nil {

@@ -165,7 +165,7 @@ func methodAware(e *echo.Echo) echo.HTTPErrorHandler {
 			if len(allow) > 0 && !slices.Contains(allow, c.Request().Method) {
 				slices.Sort(allow)
 				c.Response().Header().Set("Allow", strings.Join(allow, ", "))
-				_ = c.JSON(http.StatusMethodNotAllowed, errorBody{Code: "METHOD_NOT_ALLOWED",
+				_ = c.JSON(http.StatusMethodNotAllowed, errorBody{Code: CodeMethodNotAllowed,
 					Message: fmt.Sprintf("%s %s: this path takes %s", c.Request().Method, c.Request().URL.Path, strings.Join(allow, ", "))})
 				return
 			}
@@ -197,8 +197,7 @@ func routeMatches(pattern, path string) bool {
 
 func (s *Server) metrics(c echo.Context) error {
 	if !slices.Contains(s.MetricsReaders, execOf(c).Subject.Ref) {
-		return &fault.Error{Kind: fault.Denied, Code: gateway.CodeDenied,
-			Message: "metrics are served only to the subjects the operator names (xema serve --metrics-reader), or on --metrics-addr"}
+		return fault.New(fault.Denied, gateway.CodeDenied, "metrics are served only to the subjects the operator names (xema serve --metrics-reader), or on --metrics-addr")
 	}
 	MetricsHandler().ServeHTTP(c.Response(), c.Request())
 	return nil
@@ -212,7 +211,7 @@ func openAPI(c echo.Context) error {
 
 func (s *Server) readyz(c echo.Context) error {
 	if err := s.Ready(c.Request().Context()); err != nil {
-		return c.JSON(http.StatusServiceUnavailable, errorBody{Code: "NOT_READY", Message: err.Error()})
+		return c.JSON(http.StatusServiceUnavailable, errorBody{Code: CodeNotReady, Message: err.Error()})
 	}
 	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
 }
@@ -276,24 +275,22 @@ func bind(c echo.Context, v any) error {
 	ct := c.Request().Header.Get("Content-Type")
 	mt, _, err := mime.ParseMediaType(ct)
 	if err != nil || mt != "application/json" {
-		return &fault.Error{Kind: fault.UnsupportedMedia, Code: "UNSUPPORTED_MEDIA_TYPE",
-			Message: fmt.Sprintf("Content-Type must be application/json, got %q", ct)}
+		return fault.New(fault.UnsupportedMedia, CodeUnsupportedMediaType, "Content-Type must be application/json, got %q", ct)
 	}
 	body, err := io.ReadAll(io.LimitReader(c.Request().Body, MaxBodyBytes+1))
 	if err != nil {
-		return &fault.Error{Kind: fault.Invalid, Code: "BAD_REQUEST", Message: "reading the body failed"}
+		return fault.New(fault.Invalid, CodeBadRequest, "reading the body failed")
 	}
 	if len(body) > MaxBodyBytes {
-		return &fault.Error{Kind: fault.TooLarge, Code: "BODY_TOO_LARGE",
-			Message: fmt.Sprintf("body exceeds %d bytes", MaxBodyBytes)}
+		return fault.New(fault.TooLarge, CodeBodyTooLarge, "body exceeds %d bytes", MaxBodyBytes)
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return &fault.Error{Kind: fault.Invalid, Code: "MALFORMED_JSON", Message: "malformed request body: " + jsonError(err)}
+		return fault.New(fault.Invalid, CodeMalformedJSON, "malformed request body: %s", jsonError(err))
 	}
 	if dec.More() {
-		return &fault.Error{Kind: fault.Invalid, Code: "MALFORMED_JSON", Message: "malformed request body: more than one JSON value"}
+		return fault.New(fault.Invalid, CodeMalformedJSON, "malformed request body: more than one JSON value")
 	}
 	return nil
 }
@@ -329,7 +326,7 @@ func httpError(err error, c echo.Context) {
 		_ = c.JSON(he.Code, errorBody{Code: strings.ToUpper(strings.ReplaceAll(http.StatusText(he.Code), " ", "_")), Message: fmt.Sprint(he.Message)})
 	default:
 		slog.Error("request failed", "path", c.Path(), "err", err)
-		_ = c.JSON(http.StatusInternalServerError, errorBody{Code: "INTERNAL", Message: "internal error"})
+		_ = c.JSON(http.StatusInternalServerError, errorBody{Code: fault.CodeInternal, Message: "internal error"})
 	}
 }
 
@@ -340,10 +337,10 @@ func (s *Server) invoke(c echo.Context) error {
 		return err
 	}
 	if req.Ref == "" {
-		return &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: "missing required field /ref"}
+		return invalidRequest("missing required field /ref")
 	}
 	if len(req.Input) == 0 {
-		return &fault.Error{Kind: fault.Invalid, Code: "INVALID_REQUEST", Message: "missing required field /input"}
+		return invalidRequest("missing required field /input")
 	}
 	if key := c.Request().Header.Get(IdempotencyHeader); key != "" {
 		ans, err := s.Idempotency.Invoke(c.Request().Context(), execOf(c), req, key)

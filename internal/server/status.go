@@ -6,6 +6,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/xemahq/xema/internal/answer"
+	"github.com/xemahq/xema/internal/fault"
 )
 
 // The answer mapping is package answer's: the approval and idempotency stores keep the same
@@ -13,7 +14,7 @@ import (
 var (
 	answerOf    = answer.Of
 	errorAnswer = answer.Error
-	faultOf     = answer.Fault
+	faultOf     = fault.Of
 )
 
 // writeAnswer sends ans, with its Retry-After and replay headers.

@@ -43,9 +43,18 @@ type Entry struct {
 	Idempotency *store.IdempotencyCompletion `json:"idempotency,omitempty"`
 }
 
+// Store is what a drain writes to: the audit log, approval ends and idempotency answers
+// (store.Store).
+type Store interface {
+	GetAudit(ctx context.Context, id string) (store.AuditRecord, error)
+	AppendAudit(ctx context.Context, r store.AuditRecord) error
+	TransitionApproval(ctx context.Context, t store.ApprovalTransition) (store.Approval, error)
+	CompleteIdempotency(ctx context.Context, c store.IdempotencyCompletion) error
+}
+
 // Spool is safe for concurrent use. A nil *Spool keeps nothing (Add reports false).
 type Spool struct {
-	store   store.Store
+	store   Store
 	path    string
 	size    int64
 	mu      sync.Mutex
@@ -62,7 +71,7 @@ type Spool struct {
 
 // Open opens (or creates) dir/FileName, loads the entries a previous process left and
 // preallocates the file. Call Run to drain it.
-func Open(dir string, st store.Store) (*Spool, error) {
+func Open(dir string, st Store) (*Spool, error) {
 	s := &Spool{store: st, path: filepath.Join(dir, FileName), size: DefaultSize, kick: make(chan struct{}, 1)}
 	f, err := os.OpenFile(s.path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {

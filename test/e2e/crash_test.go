@@ -132,7 +132,7 @@ func commentInput(text string) map[string]any {
 	return map[string]any{"ref": commentRef, "input": map[string]any{"ticketId": "3f1c2a9e-8b4d-4c57-9a61-2b7e0f4d5c88", "text": text}}
 }
 
-// crashTotals are the counts of a crash run, reported in BENCHMARKS.md ("Faults").
+// crashTotals are the counts of a crash run, logged for the results page.
 type crashTotals struct {
 	kills, invokes, answered, auditMissing, doubleRuns, replayed, inUse            int
 	approvals, approvalsAnswered, stuck, recoveredPending, interrupted, reapproved int

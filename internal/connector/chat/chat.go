@@ -109,10 +109,9 @@ func slackError(r *connector.Response, code string) error {
 		r.Status = http.StatusTooManyRequests
 		return connector.Failure("slack", r)
 	case "channel_not_found", "is_archived":
-		return &fault.Error{Kind: fault.Provider, Code: connector.CodeConversationGone,
-			Message: "slack does not know the bound channel (" + code + "); an admin must fix the binding"}
+		return fault.New(fault.Provider, connector.CodeConversationGone, "slack does not know the bound channel (%s); an admin must fix the binding", code)
 	}
-	return &fault.Error{Code: runner.CodeProviderError, Message: "slack refused the message (" + code + ")"}
+	return fault.New(fault.Internal, runner.CodeProviderError, "slack refused the message (%s)", code)
 }
 
 // Telegram sends with the Bot API's sendMessage; config {"chatId": "-1001234"}. The base URL
