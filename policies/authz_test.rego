@@ -267,7 +267,10 @@ test_environment_undefined if {
 
 test_subject_not_covered if {
 	d := with_grants({"kb:page.read@1": {"demo": org_grant({"subjects": {"agent:other": true, "group:ops": true, "role:admin": true}})}})
-	codes(decide_with(agent, d)) == {"SUBJECT_NOT_COVERED"}
+	dec := decide_with(agent, d)
+	codes(dec) == {"SUBJECT_NOT_COVERED"}
+	# The grant exists: the request names the caller it must also cover.
+	dec.suggestions == [{"kind": "request-grant", "capability": "kb:page.read@1", "environment": agent.environment, "subject": agent.subject.ref}]
 }
 
 test_audience_incompatible_environment if {
@@ -398,6 +401,9 @@ test_builtin_capability_suggests_no_grant if {
 	not "request-grant" in kinds(member)
 	bot := decide_with(object.union(agent, {"ref": "biome:install@1", "environment": "org"}), builtin)
 	not "request-grant" in kinds(bot)
+	some r in bot.reasons
+	r.code == "MISSING_GRANT"
+	r.detail == "biome:install@1 is the gateway's own (biome xema): never granted, held only by people of an org role"
 	# Another biome's capability still gets the suggestion.
 	"request-grant" in kinds(decide(object.union(agent, {"ref": "biome:install@1", "environment": "org"})))
 }

@@ -11,6 +11,15 @@ grant_required if {
 deny contains {"code": "MISSING_GRANT", "detail": sprintf("%s is not granted to biome %s", [input.ref, grant_biome])} if {
 	grant_required
 	not grant
+	grant_biome != builtin_biome
+}
+
+# The gateway's own capabilities are never granted: say so, rather than name a grant that
+# cannot exist.
+deny contains {"code": "MISSING_GRANT", "detail": sprintf("%s is the gateway's own (biome %s): never granted, held only by people of an org role", [input.ref, builtin_biome])} if {
+	grant_required
+	not grant
+	grant_biome == builtin_biome
 }
 
 # Defence in depth: a grant filed under the caller's org must also name it.

@@ -34,6 +34,12 @@ suggestion contains {"kind": "request-grant", "capability": input.ref, "environm
 	audience_admits(env_kind)
 }
 
+# Granted, but not to this caller: the grant must also name it (or a group or role it has).
+suggestion contains {"kind": "request-grant", "capability": input.ref, "environment": input.environment, "subject": input.subject.ref} if {
+	denied("SUBJECT_NOT_COVERED")
+	grant_could_lift
+}
+
 # A grant is worth asking for only if one can exist and lift the denial: the built-in biome's
 # capabilities are held by role (humanBaseline), never granted, and no grant makes a
 # capability unsafe for agents callable by one.

@@ -1,16 +1,14 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/url"
+	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/xemahq/xema/internal/audit"
-	"github.com/xemahq/xema/internal/gateway"
-	"github.com/xemahq/xema/internal/metatool"
+	"github.com/xemahq/xema/internal/explain"
 )
 
 // newWhyDeniedCmd is `xema why-denied`.
@@ -49,29 +47,12 @@ type reason struct {
 	Detail string `json:"detail"`
 }
 
+// denial is why-denied's answer: the audited denial, explained by the gateway (package
+// explain), whose next steps are printed as they are, so the CLI, the console, explain and the
+// call's own answer say the same.
 type denial struct {
-	audit.Denial
-	Reasons     []reason         `json:"reasons"`
-	Suggestions []map[string]any `json:"suggestions"`
-}
-
-// advice says in words what a suggestion asks the caller to do.
-func advice(s map[string]any) string {
-	str := func(k string) string { v, _ := s[k].(string); return v }
-	switch str("kind") {
-	case "request-grant":
-		return fmt.Sprintf("ask an org admin to grant %s in environment %s", str("capability"), str("environment"))
-	case "switch-environment":
-		return fmt.Sprintf("call from environment %s instead of %s", str("to"), str("from"))
-	case "request-approval":
-		return fmt.Sprintf("ask for a human approval of %s", str("capability"))
-	case "request-role":
-		return fmt.Sprintf("ask for org role %s (it holds %s without a grant)", str("role"), str("capability"))
-	case "use-successor":
-		return fmt.Sprintf("call %s instead", str("successor"))
-	}
-	raw, _ := json.Marshal(s)
-	return string(raw)
+	explain.Denial
+	Reasons []reason `json:"reasons"`
 }
 
 func printDenial(w io.Writer, d denial) {
@@ -81,24 +62,16 @@ func printDenial(w io.Writer, d denial) {
 	for _, r := range d.Reasons {
 		fmt.Fprintf(w, "  - %s: %s\n", printable(r.Code), printable(r.Detail))
 	}
-	steps := make([]string, 0, len(d.Suggestions)+len(d.Reasons))
-	for _, s := range d.Suggestions {
-		steps = append(steps, advice(s))
-	}
-	for _, r := range d.Reasons {
-		switch {
-		case r.Code == gateway.CodeRateLimited || r.Code == gateway.CodeQuotaExceeded:
-			steps = append(steps, fmt.Sprintf("wait and retry: %s (the call's answer carries Retry-After)", r.Detail))
-		case len(d.Suggestions) == 0 && metatool.GrantLiftable(r.Code):
-			steps = append(steps, fmt.Sprintf("ask an org admin for a wider grant: POST /v1/capabilities/explain with capabilityRef %s and denialCode %s names it", d.Capability, r.Code))
-		}
-	}
-	if len(steps) == 0 {
-		fmt.Fprintln(w, "\nNo grant, role or change of environment would allow this call.")
+	if len(d.Next) == 1 && d.Next[0] == explain.Nothing {
+		fmt.Fprintln(w, "\n"+explain.Nothing)
 		return
 	}
 	fmt.Fprintln(w, "\nWhat to do next:")
-	for _, s := range steps {
+	for _, s := range d.Next {
 		fmt.Fprintf(w, "  - %s\n", printable(s))
+	}
+	for _, p := range d.Permissions {
+		fmt.Fprintf(w, "\nThe grant that would allow it: %s for %s in %s (biome %s@%s).\n", printable(p.Capability),
+			printable(strings.Join(p.Subjects, ", ")), printable(strings.Join(p.Environments, ", ")), printable(p.BiomeID), printable(p.BiomeVersion))
 	}
 }

@@ -272,8 +272,10 @@ type Page struct {
 	NextCursor string `json:"nextCursor,omitempty"`
 }
 
-// list serves approval:list@1; the policy has admitted only org administrators. Each view
-// says whether the viewer may decide the call and, if not, why.
+// list serves approval:list@1 to the org's members. Each view says whether the viewer may
+// decide the call and, if not, why. An org administrator sees the whole queue; another
+// member only the calls they may decide, so a page is filled from as many reads as it takes
+// (at most memberScans), and the cursor stays a place in the queue's order.
 func (s *Service) list(ctx context.Context, call kernel.Call) (any, error) {
 	var in listInput
 	if err := json.Unmarshal(call.Input, &in); err != nil {
@@ -284,38 +286,61 @@ func (s *Service) list(ctx context.Context, call kernel.Call) (any, error) {
 		return nil, err
 	}
 	limit := cmp.Or(in.Limit, DefaultPage)
-	var as []store.Approval
-	if in.ApprovalID != "" {
-		a, err := s.Store.GetApproval(ctx, in.ApprovalID)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-		case err != nil:
-			return nil, unavailable(err)
-		case a.Org == call.Exec.Org:
-			as = []store.Approval{a}
-		}
-	} else if as, err = s.Store.ListApprovals(ctx, store.ApprovalFilter{Org: call.Exec.Org, Status: in.Status, Biome: in.Biome,
-		Ref: in.Ref, RequesterRef: in.Requester, Limit: limit + 1, After: after}); err != nil {
-		return nil, unavailable(err)
-	}
-	page := Page{Approvals: make([]View, 0, min(len(as), limit))}
-	if len(as) > limit {
-		as = as[:limit]
-		page.NextCursor = encodeCursor(as[limit-1])
-	}
+	wholeQueue := call.Exec.OrgAdmin()
+	page := Page{Approvals: make([]View, 0, limit)}
 	judged := map[string]policy.Decision{}
-	for _, a := range as {
-		v := view(a, false)
-		why, err := s.whyNot(ctx, call.Exec, a, judged)
-		if err != nil {
-			return nil, err
+	for scan := 1; ; scan++ {
+		var as []store.Approval
+		if in.ApprovalID != "" {
+			a, err := s.Store.GetApproval(ctx, in.ApprovalID)
+			switch {
+			case errors.Is(err, store.ErrNotFound):
+			case err != nil:
+				return nil, unavailable(err)
+			case a.Org == call.Exec.Org:
+				as = []store.Approval{a}
+			}
+		} else if as, err = s.Store.ListApprovals(ctx, store.ApprovalFilter{Org: call.Exec.Org, Status: in.Status, Biome: in.Biome,
+			Ref: in.Ref, RequesterRef: in.Requester, Limit: limit + 1, After: after}); err != nil {
+			return nil, unavailable(err)
 		}
-		can := why == nil
-		v.CanDecide, v.WhyNot = &can, why
-		page.Approvals = append(page.Approvals, v)
+		more := len(as) > limit
+		if more {
+			as = as[:limit]
+		}
+		for i, a := range as {
+			why, err := s.whyNot(ctx, call.Exec, a, judged)
+			if err != nil {
+				return nil, err
+			}
+			if why != nil && !wholeQueue {
+				continue
+			}
+			v := view(a, false)
+			can := why == nil
+			v.CanDecide, v.WhyNot = &can, why
+			page.Approvals = append(page.Approvals, v)
+			if len(page.Approvals) == limit {
+				if more || i < len(as)-1 {
+					page.NextCursor = encodeCursor(a)
+				}
+				return page, nil
+			}
+		}
+		if !more || in.ApprovalID != "" {
+			return page, nil
+		}
+		last := as[len(as)-1]
+		if scan == memberScans {
+			page.NextCursor = encodeCursor(last) // a short page: the rest of the queue lies past here
+			return page, nil
+		}
+		after = &store.ApprovalKey{CreatedAt: last.CreatedAt, ID: last.ID}
 	}
-	return page, nil
 }
+
+// memberScans bounds the reads of the queue one page of a member's listing takes.
+const memberScans = 5
 
 // CodeInvalidCursor answers a cursor the gateway did not write.
 const CodeInvalidCursor = "INVALID_CURSOR"

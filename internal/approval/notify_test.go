@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -85,6 +86,31 @@ func TestListSaysWhoMayDecide(t *testing.T) {
 	}
 	if other, err := f.list(t, otherOrg(alice), map[string]any{"approvalId": id}); err != nil || len(other.Approvals) != 0 {
 		t.Fatalf("another org asks for the call by id: %+v %v; want nothing", other, err)
+	}
+	// A member who is no administrator sees only the calls they may decide: carol (environment
+	// project) the bot's and bob's, not her own; dave (environment org) none, and no call
+	// he may not decide by id either.
+	carol := exec("user:carol", "project", "org_member")
+	mine := f.hold(t, carol)
+	p, err = f.list(t, carol, map[string]any{"limit": 1})
+	if err != nil || len(p.Approvals) != 1 || !*p.Approvals[0].CanDecide || p.NextCursor == "" {
+		t.Fatalf("carol's first page: %+v %v; want one call she may decide and a next page", p, err)
+	}
+	seen := []string{p.Approvals[0].ApprovalID}
+	p, err = f.list(t, carol, map[string]any{"limit": 1, "cursor": p.NextCursor})
+	if err != nil || len(p.Approvals) != 1 || !*p.Approvals[0].CanDecide {
+		t.Fatalf("carol's second page: %+v %v", p, err)
+	}
+	seen = append(seen, p.Approvals[0].ApprovalID)
+	if !slices.Contains(seen, id) || !slices.Contains(seen, own) || slices.Contains(seen, mine) {
+		t.Fatalf("carol sees %v; want the bot's %s and bob's %s, not her own %s", seen, id, own, mine)
+	}
+	dave := exec("user:dave", "org", "org_member")
+	if p, err := f.list(t, dave, map[string]any{}); err != nil || len(p.Approvals) != 0 || p.NextCursor != "" {
+		t.Fatalf("dave (environment org, a member) sees %+v %v; want nothing", p, err)
+	}
+	if p, err := f.list(t, dave, map[string]any{"approvalId": id}); err != nil || len(p.Approvals) != 0 {
+		t.Fatalf("dave asks for a call he may not decide by id: %+v %v; want nothing", p, err)
 	}
 	if _, err := f.decide(approval.RefApprove, bobAdmin, map[string]any{"approvalId": id}); err != nil || f.runs.Load() != 1 {
 		t.Fatalf("bob approves: %v, runs %d", err, f.runs.Load())

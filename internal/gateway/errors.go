@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/xemahq/xema/internal/audit"
+	"github.com/xemahq/xema/internal/explain"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/inputschema"
 	"github.com/xemahq/xema/internal/outage"
@@ -40,7 +40,7 @@ const (
 // spec's structured denial plus the common error fields. It is a result of Invoke, not an
 // error: the funnel did what it is for.
 type Denial struct {
-	audit.Denial
+	explain.Denial
 	Code       string `json:"code"`
 	Message    string `json:"message"`
 	RetryAfter int    `json:"retryAfter,omitempty"`

@@ -12,6 +12,7 @@ import (
 
 	"github.com/xemahq/xema/internal/audit"
 	"github.com/xemahq/xema/internal/catalog"
+	"github.com/xemahq/xema/internal/explain"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/inputschema"
@@ -120,7 +121,7 @@ func (g *Gateway) admit(ctx context.Context, c *call) (*Result, error) {
 		return nil, g.fail(ctx, c, audit.DecisionError, err)
 	}
 	if !decision.Allow {
-		return g.deny(ctx, c, g.denial(c, decision))
+		return g.deny(ctx, c, g.denial(c, entry, decision))
 	}
 	if len(violations) > 0 {
 		return nil, g.fail(ctx, c, audit.DecisionInvalid, invalidInput(violations))
@@ -230,12 +231,15 @@ func (g *Gateway) authorize(ctx context.Context, c *call, entry *catalog.Entry, 
 	return d, nil
 }
 
-func (g *Gateway) denial(c *call, d policy.Decision) *Denial {
+func (g *Gateway) denial(c *call, e *catalog.Entry, d policy.Decision) *Denial {
 	c.rec.ID = audit.NewID("deny_")
+	// The record keeps the suggestions the caller is told (why-denied explains from them).
+	x := explain.Of(explain.For(e, policy.Subject{Kind: c.exec.Subject.Kind, Ref: c.exec.Subject.Ref}, c.exec.Environment, d))
+	c.rec.Suggestions = reasonsJSON(x.Suggestions)
 	rec := c.rec
 	rec.Decision = audit.DecisionDenied
 	den, _ := audit.WhyDenied(rec)
-	return &Denial{Denial: den, Code: CodeDenied, Message: fmt.Sprintf("%s denied: %s", c.req.Ref, summary(d.Reasons))}
+	return &Denial{Denial: explain.Deny(den, x), Code: CodeDenied, Message: fmt.Sprintf("%s denied: %s", c.req.Ref, summary(d.Reasons))}
 }
 
 // deny audits a refused call and answers its denial.
@@ -281,7 +285,7 @@ func (g *Gateway) limited(ctx context.Context, c *call, u *policy.Usage) (*Resul
 	if err != nil {
 		return nil, g.fail(ctx, c, audit.DecisionError, err)
 	}
-	den := g.denial(c, d)
+	den := g.denial(c, c.entry, d)
 	den.Limited, den.Code, den.RetryAfter = true, CodeRateLimited, u.RetryAfterSeconds
 	if u.QuotaExceeded {
 		den.Code = CodeQuotaExceeded

@@ -27,3 +27,9 @@ type ExecContext struct {
 	// armed for all and verification sets ["*"], so Armed is never empty.
 	Armed []string `json:"armed"`
 }
+
+// OrgAdmin: the caller administers its org (org_admin or org_owner): they read the org's
+// whole audit log and approval queue, not only their own share of it.
+func (ec ExecContext) OrgAdmin() bool {
+	return ec.OrgRole == "org_owner" || ec.OrgRole == "org_admin"
+}

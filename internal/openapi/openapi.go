@@ -23,6 +23,7 @@ import (
 	"github.com/xemahq/xema/internal/approval"
 	"github.com/xemahq/xema/internal/audit"
 	"github.com/xemahq/xema/internal/binding"
+	"github.com/xemahq/xema/internal/explain"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/federation"
 	"github.com/xemahq/xema/internal/gateway"
@@ -491,7 +492,7 @@ func typeSchemas() (map[string]any, error) {
 		"ExplainRequest":   reflect.TypeFor[metatool.ExplainRequest](),
 		"ExplainResult":    reflect.TypeFor[metatool.ExplainResult](),
 		"AuditRecord":      reflect.TypeFor[audit.Record](),
-		"WhyDenied":        reflect.TypeFor[audit.Denial](),
+		"WhyDenied":        reflect.TypeFor[explain.Denial](),
 		"Invocation":       reflect.TypeFor[approval.View](),
 		"ProfileSet":       reflect.TypeFor[grant.Profiles](),
 		"Caller":           reflect.TypeFor[metatool.Caller](),

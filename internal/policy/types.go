@@ -78,6 +78,8 @@ type Suggestion struct {
 	Binding     string `json:"binding,omitempty"`
 	// Role is the org role of a request-role suggestion (explain: a capability held by role).
 	Role string `json:"role,omitempty"`
+	// Subject is whom a request-grant must name: a grant exists and does not cover the caller.
+	Subject string `json:"subject,omitempty"`
 }
 
 // Obligation kinds: approval, rate-limit and quota (with Requests per Per).

@@ -71,20 +71,19 @@ func (s *Server) whyDenied(c echo.Context) error {
 	if !ok {
 		return fault.New(fault.Conflict, CodeNotADenial, "audit record %s is not a denial: its decision is %s", rec.ID, rec.Decision)
 	}
-	return c.JSON(http.StatusOK, d)
+	x, err := s.Tools.WhyDenied(rec.Org, d)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, x)
 }
 
 func (s *Server) mayRead(ec identity.ExecContext, rec store.AuditRecord) bool {
 	switch rec.Org {
 	case "":
-		return s.OperatorOrg != "" && ec.Org == s.OperatorOrg && isOrgAdmin(ec)
+		return s.OperatorOrg != "" && ec.Org == s.OperatorOrg && ec.OrgAdmin()
 	case ec.Org:
-		return rec.SubjectRef == ec.Subject.Ref || isOrgAdmin(ec)
+		return rec.SubjectRef == ec.Subject.Ref || ec.OrgAdmin()
 	}
 	return false
-}
-
-// isOrgAdmin: who may read other subjects' audit records.
-func isOrgAdmin(ec identity.ExecContext) bool {
-	return ec.OrgRole == "org_owner" || ec.OrgRole == "org_admin"
 }

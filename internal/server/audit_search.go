@@ -132,7 +132,7 @@ func (s *Server) auditSearch(c echo.Context) error {
 	}
 	// The caller's own scope is part of the query a cursor is bound to: a cursor opens only
 	// for the caller, role and filters that got it.
-	queryKey := strings.Join([]string{"audit", ec.Org, ec.Subject.Ref, strconv.FormatBool(isOrgAdmin(ec)),
+	queryKey := strings.Join([]string{"audit", ec.Org, ec.Subject.Ref, strconv.FormatBool(ec.OrgAdmin()),
 		f.Ref, f.SubjectRef, f.Decision, f.ReasonCode, f.ParentID, q["since"], q["until"], q["omit"], strconv.Itoa(f.Limit)}, "\x00")
 	if cur := q["cursor"]; cur != "" {
 		pos, err := s.Tools.OpenPosition(cur, queryKey)
@@ -146,13 +146,13 @@ func (s *Server) auditSearch(c echo.Context) error {
 		f.Before = &before
 	}
 	page := AuditPage{Records: []audit.Record{}}
-	if ec.Org == "" || (!isOrgAdmin(ec) && ec.Subject.Ref == "") {
+	if ec.Org == "" || (!ec.OrgAdmin() && ec.Subject.Ref == "") {
 		// Fail closed: org "" would be the operator's records of no org (mayRead gives those
 		// to the operator's administrators only), and an empty subject ref would drop the
 		// caller's own-records filter.
 		return c.JSON(http.StatusOK, page)
 	}
-	if !isOrgAdmin(ec) {
+	if !ec.OrgAdmin() {
 		if f.SubjectRef != "" && f.SubjectRef != ec.Subject.Ref {
 			return c.JSON(http.StatusOK, page) // another subject's records: none the caller may read
 		}

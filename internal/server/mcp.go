@@ -70,7 +70,7 @@ func (s *Server) MCPHandler() http.Handler {
 		})
 	addTool(srv, "xema_capabilities_plan", "Shortest runnable sequence of capabilities to a goal capability from the resource types you hold.", planSchema, tools.Plan)
 	addTool(srv, "xema_capabilities_preflight", "Check whether a call to ref could succeed now: requirements and blockers.", preflightSchema, tools.Preflight)
-	addTool(srv, "xema_capabilities_explain", "Turn a denial code into the grant that would unlock the capability.", explainSchema, tools.Explain)
+	addTool(srv, "xema_capabilities_explain", "Turn a denial code into what would unlock the capability: the grant, the org role, where to call from or when to retry (the same steps as the denial and why-denied).", explainSchema, tools.Explain)
 
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{Stateless: true})
 	return s.authenticateMCP(auth.RequireBearerToken(s.verifyMCP, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h))

@@ -141,7 +141,8 @@ await step("find a denial by ref and read its why-denied", async () => {
   await page.getByRole("heading", { name: "Why it was denied" }).waitFor();
   const reasons = await page.getByRole("list", { name: "Reasons" }).textContent();
   expect(reasons.includes("ENVIRONMENT_NOT_ALLOWED"), "reasons: " + reasons);
-  await page.getByRole("list", { name: "Suggestions" }).waitFor();
+  const next = await page.getByRole("list", { name: "Suggestions" }).textContent();
+  expect(next.includes(env("DENIED_NEXT")), `the console's next steps ${next} lack the denial's own: ${env("DENIED_NEXT")}`);
   await page.reload();
   await page.getByRole("heading", { name: "Why it was denied" }).waitFor();
   await shot("audit-record");
@@ -301,24 +302,28 @@ await step("an administrator of another org sees their org", async () => {
   await page.getByRole("button", { name: "Sign out" }).click();
 });
 
-// A member who may decide held calls (the grant covers them) but is no org administrator:
-// the approvals queue is the administrators' (approval:list@1), so every view but the audit
-// log and the catalog answers with a sentence, never a raw denial.
-await step("an approver who is a member sees the views they may use, and a sentence elsewhere", async () => {
+// A member whom the grant lets decide held calls, but no org administrator: the queue shows
+// only the calls they may decide; the administrators' views answer with a sentence, never a
+// raw denial.
+await step("an approver who is a member sees the queue they may decide, and a sentence elsewhere", async () => {
   await page.goto(`${base}/console/login`);
   await page.getByLabel("Token").fill(env("APPROVER_TOKEN"));
   await page.keyboard.press("Enter");
+  await page.waitForURL(`${base}/console/approvals`); // the first view they may use
   await page.locator("#who").filter({ hasText: "user:carol" }).waitFor();
   const links = await page.getByRole("navigation", { name: "Console" }).getByRole("link").allTextContents();
-  expect(JSON.stringify(links) === JSON.stringify(["Audit", "Catalog"]), "the approver's navigation: " + links);
-  for (const path of ["/console/", "/console/approvals", "/console/grants", "/console/providers"]) {
+  expect(JSON.stringify(links) === JSON.stringify(["Approvals", "Audit", "Catalog"]), "the approver's navigation: " + links);
+  await page.getByRole("heading", { name: "Held calls" }).waitFor();
+  const queue = await page.locator("main").textContent();
+  expect(queue.includes("The calls you may decide") && !queue.includes("DENIED") && !queue.includes("HUMAN_BASELINE"), "the approver's queue: " + queue);
+  await shot("approver");
+  for (const path of ["/console/grants", "/console/providers", "/console/biomes"]) {
     await page.goto(base + path);
     const note = await page.getByRole("note").textContent();
     expect(/may not/.test(note), `${path}: the sentence: ` + note);
     const text = await page.locator("main").textContent();
     expect(!text.includes("DENIED") && !text.includes("MISSING_GRANT") && !text.includes("HUMAN_BASELINE"), `${path}: a raw denial: ` + text);
   }
-  await shot("approver");
   await page.getByRole("button", { name: "Sign out" }).click();
 });
 

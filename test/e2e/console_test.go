@@ -59,13 +59,14 @@ func TestConsole(t *testing.T) {
 	v2 := g.post("/v1/biomes", admin, submission(t, biomeDir(t, "ticketing-v2", prov.URL)))
 	expect(t, v2, http.StatusCreated)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	// Generous: the script's ~20 steps take 1-2 minutes, and several times that on a loaded CI machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "console.test.mjs")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "XEMA_URL="+g.URL, "XEMA_TOKEN="+admin, "HELD_APPROVE="+toApprove, "HELD_REJECT="+toReject,
 		"ACME_TOKEN="+acme, "AGENT_TOKEN="+bot, "APPROVER_TOKEN="+approver, "SECRET="+secret,
-		"DENIED_REF=workflow:run.start@1", "DENIED_AUDIT="+str(den.Body, "auditId"),
+		"DENIED_REF=workflow:run.start@1", "DENIED_AUDIT="+str(den.Body, "auditId"), "DENIED_NEXT="+firstNext(t, den),
 		"BIOME_ID="+str(v2.Body, "biomeId"), "BIOME_VERSION="+str(v2.Body, "version"),
 		"SCREENSHOTS="+filepath.Join(repoRoot(t), "docs", "console"), "CHROMIUM="+chromium)
 	out, err := cmd.CombinedOutput()
@@ -240,4 +241,15 @@ func consoleBrowser(t *testing.T, what string) (node, chromium, dir string) {
 		t.Skipf("SKIP: run `npm ci` in %s first: %s did not run", dir, what)
 	}
 	return node, chromium, dir
+}
+
+// firstNext is the first of a denial's next steps (package explain's words), which the
+// console must show as they are.
+func firstNext(t *testing.T, den response) string {
+	t.Helper()
+	next, _ := den.Body["next"].([]any)
+	if len(next) == 0 {
+		t.Fatalf("the denial names no next step: %s", den.Raw)
+	}
+	return next[0].(string)
 }

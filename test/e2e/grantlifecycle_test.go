@@ -227,3 +227,55 @@ func TestReplicaRevokePropagation(t *testing.T) {
 		t.Fatalf("revoke propagation p95 %v over %d rounds, want ≤ %v (delays %v)", p95, rounds, p95Bound, delays)
 	}
 }
+
+// A revoke's dry run (DELETE /v1/grants/{id}?dryRun=true, what the console shows before it
+// asks to confirm): what would now be denied of the org's recorded calls, which callers and
+// the newest calls, with nothing revoked; its bad inputs refused, another org's grant unknown,
+// a revoked one not active.
+func TestGrantRevokeDryRun(t *testing.T) {
+	g := startGateway(t, "")
+	prov := newProvider(t)
+	admin := g.adminToken()
+	bot := g.token("--subject", "agent:support-bot", "--env", "project")
+	acme := g.token("--subject", "user:bob", "--org-role", "org_admin", "--env", "org", "--org", "acme")
+	g.install(admin, biomeDir(t, "ticketing", prov.URL))
+	id := g.activeGrant(admin, "ticketing")
+	for range 2 {
+		expect(t, g.post("/v1/capabilities/invoke", bot, commentCall()), http.StatusOK)
+	}
+
+	dry := g.do(mustReq(t, http.MethodDelete, g.URL+"/v1/grants/"+id+"?dryRun=true&since=1h", admin))
+	expect(t, dry, http.StatusOK)
+	imp, _ := dry.Body["impact"].(map[string]any)
+	losing, _ := imp["losing"].([]any)
+	recent, _ := imp["recent"].([]any)
+	if dry.Body["dryRun"] != true || imp["allowToDeny"] != 2.0 || len(losing) != 1 || len(recent) != 2 ||
+		losing[0].(map[string]any)["subject"] != "agent:support-bot" || losing[0].(map[string]any)["calls"] != 2.0 ||
+		recent[0].(map[string]any)["ref"] != commentRef || str(recent[0].(map[string]any), "auditId") == "" {
+		t.Fatalf("the revoke's dry run: %s", dry.Raw)
+	}
+	if g.activeGrant(admin, "ticketing") != id {
+		t.Fatal("a dry run revoked the grant")
+	}
+	expect(t, g.post("/v1/capabilities/invoke", bot, commentCall()), http.StatusOK)
+
+	for _, q := range []string{"dryRun=maybe", "since=1h", "dryRun=true&since=9999h", "dryRun=true&since=soon", "force=true", "dryRun=true&dryRun=false"} {
+		r := g.do(mustReq(t, http.MethodDelete, g.URL+"/v1/grants/"+id+"?"+q, admin))
+		if r.Status != http.StatusBadRequest || str(r.Body, "code") == "" {
+			t.Errorf("DELETE ?%s = %d %s, want 400 with a code", q, r.Status, r.Raw)
+		}
+	}
+	if g.activeGrant(admin, "ticketing") != id {
+		t.Fatal("a refused request revoked the grant")
+	}
+	if r := g.do(mustReq(t, http.MethodDelete, g.URL+"/v1/grants/"+id+"?dryRun=true", acme)); r.Status != http.StatusNotFound || str(r.Body, "code") != "GRANT_NOT_FOUND" {
+		t.Errorf("another org's dry run: %d %s, want 404 GRANT_NOT_FOUND", r.Status, r.Raw)
+	}
+	if r := g.do(mustReq(t, http.MethodDelete, g.URL+"/v1/grants/"+id+"?dryRun=true", bot)); r.Status != http.StatusForbidden {
+		t.Errorf("an agent's dry run: %d %s, want 403", r.Status, r.Raw)
+	}
+	expect(t, g.revoke(admin, id), http.StatusOK)
+	if r := g.do(mustReq(t, http.MethodDelete, g.URL+"/v1/grants/"+id+"?dryRun=true", admin)); r.Status != http.StatusConflict || str(r.Body, "code") != "GRANT_NOT_ACTIVE" {
+		t.Errorf("a revoked grant's dry run: %d %s, want 409 GRANT_NOT_ACTIVE", r.Status, r.Raw)
+	}
+}

@@ -288,9 +288,14 @@ func TestReplayPolicyVersions(t *testing.T) {
 			return "package xema.custom\n\ndeny contains {\"code\": \"" + code + "\", \"detail\": \"frozen\"} if input.ref == \"" + ref + "\"\n"
 		}
 		v1, v2 := rule("kb:page.read@1", "KB_FROZEN"), rule("workflow:run.start@1", "RUNS_FROZEN")
+		// Written beside and renamed into place: the poll never sees a half-written file.
 		write := func(dir, src string) {
 			t.Helper()
-			if err := os.WriteFile(filepath.Join(dir, "freeze.rego"), []byte(src), 0o644); err != nil {
+			tmp := filepath.Join(dir, ".freeze.tmp")
+			if err := os.WriteFile(tmp, []byte(src), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(tmp, filepath.Join(dir, "freeze.rego")); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -298,7 +303,7 @@ func TestReplayPolicyVersions(t *testing.T) {
 		write(serving, v1)
 		write(cand1, v1)
 		write(cand2, v2)
-		g := startGateway(t, e.store(t), "--policy-dir", serving, "--policy-dir-poll", "50ms")
+		g := startGateway(t, e.store(t), "--policy-dir", serving, "--policy-dir-poll", "50ms", "--metrics-reader", "user:alice")
 		bot := g.token("--subject", "agent:support-bot", "--env", "project")
 		read := map[string]any{"ref": "kb:page.read@1", "input": map[string]any{"pageId": "welcome"}}
 		run := map[string]any{"ref": "workflow:run.start@1", "input": map[string]any{"workflowId": "onboarding"}}
@@ -308,8 +313,16 @@ func TestReplayPolicyVersions(t *testing.T) {
 		waitFor(t, "the changed rule serves", http.StatusOK, func() response { return g.post("/v1/capabilities/invoke", bot, read) })
 		expect(t, g.post("/v1/capabilities/invoke", bot, run), http.StatusForbidden)
 
-		// Two revisions in the audit log, the data's the same, the platform Rego's hash not.
+		// The start log named the directory and its file; the reload was counted.
 		admin := g.adminToken()
+		if logs := g.logs.String(); !strings.Contains(logs, "policy-dir="+serving) || !strings.Contains(logs, "policy-files=[freeze.rego]") {
+			t.Errorf("the start log does not name the policy dir and its file:\n%s", logs)
+		}
+		if m := g.get("/metrics", admin); m.Status != http.StatusOK || !strings.Contains(string(m.Raw), `xema_policy_reloads_total{result="ok"} 1`) {
+			t.Errorf("metrics: %d, want one ok reload counted:\n%s", m.Status, m.Raw)
+		}
+
+		// Two revisions in the audit log, the data's the same, the platform Rego's hash not.
 		revs := map[string]bool{}
 		page := g.get("/v1/audit?limit=100", admin)
 		expect(t, page, http.StatusOK)

@@ -52,11 +52,16 @@ func (s *Store) DeletePrunedAudit(ctx context.Context, limit int) (int64, error)
 	if limit < 1 {
 		return s.Store.DeletePrunedAudit(ctx, limit) // refuses it
 	}
-	n, dropped, err := s.dropPrunedPartition(ctx)
-	if err != nil || dropped {
-		return n, err
+	for {
+		n, dropped, err := s.dropPrunedPartition(ctx)
+		switch {
+		case err != nil || dropped && n > 0:
+			return n, err
+		case !dropped:
+			return s.Store.DeletePrunedAudit(ctx, limit)
+		}
+		// An empty partition (a day without calls) was dropped: 0 would read as done.
 	}
-	return s.Store.DeletePrunedAudit(ctx, limit)
 }
 
 // dropPrunedPartition drops the oldest partition whose range ends at or before the prune

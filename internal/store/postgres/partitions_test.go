@@ -79,8 +79,10 @@ func TestAuditPartitionsPrune(t *testing.T) {
 	ctx := context.Background()
 	today := day(time.Now())
 	first := today.Add(-5 * 24 * time.Hour)
-	if n, err := s.EnsureAuditPartitions(ctx, first, today); err != nil || n != 5 { // today's exists since Open
-		t.Fatalf("EnsureAuditPartitions = %d, %v; want the 5 past days", n, err)
+	// Two days without records, dropped first.
+	empty := first.Add(-2 * 24 * time.Hour)
+	if n, err := s.EnsureAuditPartitions(ctx, empty, today); err != nil || n != 7 { // today's exists since Open
+		t.Fatalf("EnsureAuditPartitions = %d, %v; want the 7 past days", n, err)
 	}
 	// Chain a: 5 days, 40 records a day; chain b: 2 records a day. The DEFAULT partition
 	// gets what no day partition covers: an unchained legacy record older than every
@@ -117,7 +119,7 @@ func TestAuditPartitionsPrune(t *testing.T) {
 		t.Fatalf("prune = %+v, want %d records deleted and archived over 2 chains", res, want)
 	}
 	got := partitions(t, s.Store)
-	for d := first; d.Before(today.Add(store.AuditPartitionsAhead * 24 * time.Hour)); d = d.Add(24 * time.Hour) {
+	for d := empty; d.Before(today.Add(store.AuditPartitionsAhead * 24 * time.Hour)); d = d.Add(24 * time.Hour) {
 		has := slices.Contains(got, partName(d))
 		if dropped := d.Add(24*time.Hour).Compare(before) <= 0; has == dropped {
 			t.Errorf("partition %s: present %v, want %v (partitions %v)", partName(d), has, !dropped, got)

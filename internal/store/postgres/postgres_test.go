@@ -195,7 +195,7 @@ func TestCountersCommitAsynchronously(t *testing.T) {
 		done <- err
 	}()
 	waiting := waitingOnLock(t, s.Store, done, `SELECT application_name FROM pg_stat_activity
-		WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO rate_counters%'`)
+		WHERE wait_event_type = 'Lock' AND query LIKE 'WITH adds%'`)
 	if waiting != counterSessions {
 		t.Errorf("AddUsage ran on a session named %q, want %q", waiting, counterSessions)
 	}

@@ -152,6 +152,11 @@ func reasonCodes(doc []byte) []string {
 
 // readInto folds the rows q selects (of rolledColumns) at grains.
 func (s *Store) readInto(ctx context.Context, c conn, f *fold, grains []grainFrom, op, q string, args ...any) (int64, error) {
+	return s.readKept(ctx, c, f, grains, nil, op, q, args...)
+}
+
+// readKept is readInto of the rows keep keeps (all when nil).
+func (s *Store) readKept(ctx context.Context, c conn, f *fold, grains []grainFrom, keep func(rolled) bool, op, q string, args ...any) (int64, error) {
 	rows, err := c.QueryContext(ctx, s.d.bind(q), args...)
 	if err != nil {
 		return 0, s.fail(op, err)
@@ -162,6 +167,9 @@ func (s *Store) readInto(ctx context.Context, c conn, f *fold, grains []grainFro
 		r, err := scanRolled(rows)
 		if err != nil {
 			return n, s.fail(op, err)
+		}
+		if keep != nil && !keep(r) {
+			continue
 		}
 		f.add(r, grains)
 		n++

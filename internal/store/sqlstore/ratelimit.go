@@ -128,13 +128,33 @@ FROM adds a LEFT JOIN up ON up.key = a.key AND up.window_no = a.window_no ORDER 
 	return b.String()
 }
 
-// addUsageAtOnce runs usageAddsAtOnce; errRefused when a counter refused (nothing added).
-func (s *Store) addUsageAtOnce(ctx context.Context, adds []store.UsageAdd) ([]int64, error) {
-	args := make([]any, 0, 6*len(adds))
+// UsageAddsAtOnce returns the statement adding to every counter of adds or to none
+// (usageAddsAtOnce), bound to the dialect, and its arguments; it answers one count a row,
+// in the order of adds, or fails with an error UsageRefused recognises. ok is false where
+// the statement does not apply: an engine without modifying CTEs, a counter named twice, an
+// add over its limit alone (AddUsage answers those).
+func (s *Store) UsageAddsAtOnce(adds []store.UsageAdd) (q string, args []any, ok bool) {
+	if !s.d.ModifyingCTE || !distinctCounters(adds) {
+		return "", nil, false
+	}
+	args = make([]any, 0, 6*len(adds))
 	for i, a := range adds {
+		if a.N > a.Limit {
+			return "", nil, false
+		}
 		args = append(args, i, a.Key, a.Window, a.N, s.d.TimeArg(a.Expires.UTC()), a.Limit)
 	}
-	rows, err := s.counters.QueryContext(ctx, s.statement("usage adds", len(adds), usageAddsAtOnce), args...)
+	return s.statement("usage adds", len(adds), usageAddsAtOnce), args, true
+}
+
+// UsageRefused reports whether err is the refusal of UsageAddsAtOnce's statement: a counter
+// at its limit, nothing added.
+func UsageRefused(err error) bool { return errors.Is(refusalOr(err), errRefused) }
+
+// addUsageAtOnce runs usageAddsAtOnce; errRefused when a counter refused (nothing added).
+func (s *Store) addUsageAtOnce(ctx context.Context, adds []store.UsageAdd) ([]int64, error) {
+	q, args, _ := s.UsageAddsAtOnce(adds)
+	rows, err := s.counters.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, refusalOr(err)
 	}

@@ -56,9 +56,11 @@ func BenchAppendDuringPrune(b *testing.B, s store.Store, records, writers int) {
 
 	l := &audit.Log{Store: s, Chain: audit.NewChain(key)}
 	defer l.Close()
-	var phase atomic.Int32 // 0 baseline, 1 during the prune, 2 stop
+	// 0 baseline; 1 the prune reading (finding, verifying the records to remove); 2 the
+	// prune removing them (after its checkpoint: drops, batched deletes); 3 stop.
+	var phase atomic.Int32
 	var mu sync.Mutex
-	lat := [2][]time.Duration{}
+	lat := [3][]time.Duration{}
 	var wg sync.WaitGroup
 	var n atomic.Int64
 	for w := range writers {
@@ -67,7 +69,7 @@ func BenchAppendDuringPrune(b *testing.B, s store.Store, records, writers int) {
 			defer wg.Done()
 			for i := 0; ; i++ {
 				p := phase.Load()
-				if p == 2 {
+				if p == 3 {
 					return
 				}
 				r := auditRecord(fmt.Sprintf("inv_live_%d_%d", w, i))
@@ -89,14 +91,17 @@ func BenchAppendDuringPrune(b *testing.B, s store.Store, records, writers int) {
 	// records; then phase 0 for as long. A baseline taken first would be the same.
 	phase.Store(1)
 	pruneStart := time.Now()
-	res, err := audit.Prune(ctx, s, [][]byte{key}, audit.PruneOptions{Before: old.Add(span)})
+	var removeStart time.Time
+	phased := checkpointed{s, func() { removeStart = time.Now(); phase.Store(2) }}
+	res, err := audit.Prune(ctx, phased, [][]byte{key}, audit.PruneOptions{Before: old.Add(span)})
 	took := time.Since(pruneStart)
 	if err != nil {
 		b.Fatal(err)
 	}
+	removal := time.Since(removeStart)
 	phase.Store(0)
 	time.Sleep(took) // the baseline: as long as the prune took, same writers
-	phase.Store(2)
+	phase.Store(3)
 	wg.Wait()
 	if res.Deleted != int64(records) {
 		b.Fatalf("pruned %d records, want %d", res.Deleted, records)
@@ -108,16 +113,36 @@ func BenchAppendDuringPrune(b *testing.B, s store.Store, records, writers int) {
 		slices.Sort(ds)
 		return ds[min(len(ds)-1, int(float64(len(ds))*p))]
 	}
-	during, base := lat[1], lat[0]
-	b.Logf("prune of %d records took %v (%.0f records/s); appends during it: %d, p50 %v, p99 %v, max %v; baseline (no prune, as long): %d, p50 %v, p99 %v, max %v",
-		records, took.Round(time.Millisecond), float64(records)/took.Seconds(), len(during), pct(during, 0.5), pct(during, 0.99), pct(during, 1),
+	reading, removing, base := lat[1], lat[2], lat[0]
+	during := append(slices.Clone(reading), removing...)
+	b.Logf("prune of %d records took %v (%.0f records/s), its removal (after the checkpoint) %v; appends during it: %d, p50 %v, p99 %v, max %v; "+
+		"of which while it read: %d, p50 %v, p99 %v, max %v; while it removed: %d, p50 %v, p99 %v, max %v; baseline (no prune, as long): %d, p50 %v, p99 %v, max %v",
+		records, took.Round(time.Millisecond), float64(records)/took.Seconds(), removal.Round(time.Millisecond),
+		len(during), pct(during, 0.5), pct(during, 0.99), pct(during, 1),
+		len(reading), pct(reading, 0.5), pct(reading, 0.99), pct(reading, 1),
+		len(removing), pct(removing, 0.5), pct(removing, 0.99), pct(removing, 1),
 		len(base), pct(base, 0.5), pct(base, 0.99), pct(base, 1))
 	b.ReportMetric(float64(pct(during, 0.99).Microseconds()), "p99-during-µs")
+	b.ReportMetric(float64(pct(removing, 0.99).Microseconds()), "p99-removing-µs")
 	b.ReportMetric(float64(pct(base, 0.99).Microseconds()), "p99-baseline-µs")
 	b.ReportMetric(took.Seconds(), "prune-s")
+	b.ReportMetric(removal.Seconds(), "removal-s")
 	if v, err := audit.Verify(ctx, s, [][]byte{key}, time.Time{}); err != nil || !v.Verified {
 		b.Fatalf("verify after the prune: %+v, %v", v, err)
 	}
+}
+
+// checkpointed is a store telling when a prune's checkpoint is recorded: the prune reads
+// the records to remove before it and removes them after.
+type checkpointed struct {
+	store.Store
+	done func()
+}
+
+func (c checkpointed) CheckpointPrune(ctx context.Context, b store.PruneBoundary, bases []store.ChainHead) error {
+	err := c.Store.CheckpointPrune(ctx, b, bases)
+	c.done()
+	return err
 }
 
 // PruneBenchRecords is the log size of BenchAppendDuringPrune: $XEMA_PRUNE_BENCH_RECORDS, or

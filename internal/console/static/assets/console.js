@@ -678,9 +678,11 @@ async function viewApprovals() {
   const outputs = await Promise.all(list.map((a) => (a.status === "done" ? api("GET", "/v1/invocations/" + encodeURIComponent(a.approvalId)).catch(() => null) : null)));
   const next = new URLSearchParams(q);
   next.set("cursor", page.nextCursor || "");
+  const admin = viewer.orgRole === "org_admin" || viewer.orgRole === "org_owner";
   show("Held calls", form,
+    admin ? null : h("p", { class: "muted" }, "The calls you may decide: an org administrator sees the whole queue."),
     h("h2", {}, status === "pending" ? `Pending (${list.length}${page.nextCursor ? "+" : ""})` : `Status ${status} (${list.length}${page.nextCursor ? "+" : ""})`),
-    list.length ? list.map((a, i) => approvalCard(a, outputs[i])) : h("p", {}, status === "pending" ? "No call is waiting for a decision." : "None."),
+    list.length ? list.map((a, i) => approvalCard(a, outputs[i])) : h("p", {}, status === "pending" ? (admin ? "No call is waiting for a decision." : "No call is waiting for your decision.") : "None."),
     h("div", { class: "row" },
       q.get("cursor") ? link("/console/approvals?" + new URLSearchParams([...q].filter(([k]) => k !== "cursor")), "First page") : null,
       page.nextCursor ? link("/console/approvals?" + next, "Next page") : null));
@@ -809,7 +811,9 @@ async function viewAuditRecord(id) {
     api("GET", "/v1/audit?limit=100&parent=" + encodeURIComponent(id)).catch(() => ({ records: [] })),
   ]);
   const reasons = (why ? why.reasons : r.reasons) || [];
-  const suggestions = (why ? why.suggestions : r.suggestions) || [];
+  // A denial's next steps are the gateway's own words (package explain): the same as the
+  // call's answer, why-denied in the CLI and explain say.
+  const next = why ? (why.next || []) : (r.suggestions || []).map(suggestionText);
   show(`Audit record ${id}`,
     h("dl", {},
       h("dt", {}, "Decision"), h("dd", {}, h("span", { class: "tag " + decisionClass(r.decision) }, r.decision)),
@@ -824,7 +828,7 @@ async function viewAuditRecord(id) {
     h("h2", {}, why ? "Why it was denied" : "Reasons"),
     reasons.length ? h("ul", { "aria-label": "Reasons" }, reasons.map((x) => h("li", {}, h("code", {}, x.code), " — ", x.detail || ""))) : h("p", {}, "No reason recorded."),
     h("h2", {}, "What to do next"),
-    suggestions.length ? h("ul", { "aria-label": "Suggestions" }, suggestions.map((s) => h("li", {}, suggestionText(s)))) : h("p", {}, "No suggestion."),
+    next.length ? h("ul", { "aria-label": "Suggestions" }, next.map((s) => h("li", {}, s))) : h("p", {}, "No suggestion."),
     h("h2", {}, "Linked records"),
     (children.records || []).length ? h("ul", {}, children.records.map((c) => h("li", {}, link("/console/audit/" + encodeURIComponent(c.auditId), c.auditId), ` — ${c.decision}${c.outcome ? ", " + c.outcome : ""} by ${c.subject.ref} `, when(c.time))))
       : h("p", {}, "None."));
@@ -973,6 +977,7 @@ async function viewOverview() {
     ? [" since ", when(pol.changedAt), " (it replaced ", h("code", {}, pol.previous), ")."]
     : pol.seen.length ? [" decided every call of this window (the first ", when(pol.seen[0].first), ")."] : ": no call was decided in this window.");
   show("Overview", windows,
+    st.uncounted ? h("p", { class: "notice", role: "status" }, `${st.uncounted} recent audit records are not counted yet: the overview's rollups are catching up with the log.`) : null,
     h("section", { "aria-labelledby": "calls-h" }, h("h2", { id: "calls-h" }, `Calls in the last ${win}: ${t.calls}`),
       h("p", { class: "muted" }, "Counted from the audit log, from ", when(st.since), " to ", when(st.until),
         "; people's reads through the console are left out, as in the audit view."),
