@@ -117,13 +117,7 @@ func TestBusyProviderReleasesTheKey(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"commentId":"c1"}`))
 	}})
-	d := f.App.Gateway.Deps()
-	d.PerProvider = capacity.NewProviderSlots(1)
-	gw, err := gateway.New(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys := &idempotency.Keys{Funnel: gw, Store: f.App.Store, Spool: f.App.Spool}
+	keys := keysOver(t, f, func(d *gateway.Deps) { d.PerProvider = capacity.NewProviderSlots(1) })
 	ctx, bot := context.Background(), apptest.Exec("agent:support-bot", "project", "")
 	req := gateway.Request{Ref: commentRef, Input: comment}
 	done := make(chan error, 1)
@@ -169,13 +163,7 @@ func TestNoServiceTokenReleasesTheKey(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"commentId":"c1"}`))
 	}})
-	d := f.App.Gateway.Deps()
-	d.Tokens = &tokenOutage{}
-	gw, err := gateway.New(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys := &idempotency.Keys{Funnel: gw, Store: f.App.Store, Spool: f.App.Spool}
+	keys := keysOver(t, f, func(d *gateway.Deps) { d.Tokens = &tokenOutage{} })
 	ctx, bot := context.Background(), apptest.Exec("agent:support-bot", "project", "")
 	req := gateway.Request{Ref: commentRef, Input: comment}
 	refused, err := keys.Invoke(ctx, bot, req, "token-key")
@@ -188,4 +176,16 @@ func TestNoServiceTokenReleasesTheKey(t *testing.T) {
 	if err != nil || !retry.Ran() || retry.Replayed || runs.Load() != 1 {
 		t.Fatalf("retry under the key: %d %s replayed=%v %v (runs %d); want it run", retry.Status, retry.Body, retry.Replayed, err, runs.Load())
 	}
+}
+
+// keysOver is the layer over a funnel of f's parts with change made to them.
+func keysOver(t *testing.T, f *apptest.Fixture, change func(*gateway.Deps)) *idempotency.Keys {
+	t.Helper()
+	d := f.App.Gateway.Deps()
+	change(&d)
+	gw, err := gateway.New(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &idempotency.Keys{Funnel: gw, Store: f.App.Store, Spool: f.App.Spool}
 }
