@@ -590,7 +590,7 @@ const MaxDryRunDecisions = 20_000
 // environments envs would (and the built-in profiles), for tools that decide without a
 // gateway (xema replay): a deployment's environments beyond the defaults must be named, or
 // its recorded calls in them would replay as denied in an undefined environment.
-func PolicyData(ctx context.Context, st store.Store, envs grant.Environments) (map[string]any, string, error) {
+func PolicyData(ctx context.Context, st catalog.Reader, envs grant.Environments) (map[string]any, string, error) {
 	cat := catalog.New(st)
 	snap, err := cat.Reload(ctx)
 	if err != nil {

@@ -130,9 +130,19 @@ func (s *Snapshot) AllFor(org string) []*Entry {
 	return v.([]*Entry)
 }
 
+// Reader is the store as the catalog reads it to build a snapshot (store.Store).
+type Reader interface {
+	// Revision is the store's revision, bumped by every write a snapshot depends on.
+	Revision(ctx context.Context) (int64, error)
+	ListCapabilities(ctx context.Context) ([]store.Capability, error)
+	GetBiomeVersion(ctx context.Context, id, version string) (store.BiomeVersion, error)
+	BiomeOwners(ctx context.Context) (map[string]string, error)
+	ListGrants(ctx context.Context) ([]store.Grant, error)
+}
+
 // Catalog holds the current snapshot.
 type Catalog struct {
-	store store.Store
+	store Reader
 	snap  atomic.Pointer[Snapshot]
 
 	mu       sync.Mutex
@@ -153,7 +163,7 @@ type compiledSchema struct {
 }
 
 // New returns a catalog over st; call Reload before use.
-func New(st store.Store) *Catalog {
+func New(st Reader) *Catalog {
 	c := &Catalog{store: st, compiled: map[string]compiledSchema{}, versions: map[string]parsedVersion{}}
 	c.snap.Store(&Snapshot{byRef: map[string]*Entry{}})
 	return c
