@@ -21,6 +21,7 @@ import (
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/outage"
+	"github.com/xemahq/xema/internal/runner"
 	"github.com/xemahq/xema/internal/spool"
 	"github.com/xemahq/xema/internal/store"
 )
@@ -46,7 +47,8 @@ const (
 // must run the call, so their key is released rather than stored.
 var notRun = map[string]bool{gateway.CodeAuditUnavailable: true, fault.CodeStoreUnavailable: true,
 	gateway.CodePolicyUnavailable: true, capacity.CodeExceeded: true, capacity.CodeProviderBusy: true, gateway.CodeRateLimited: true,
-	gateway.CodeQuotaExceeded: true, gateway.CodeApprovalUnavailable: true, catalog.CodeDryRunBusy: true}
+	gateway.CodeQuotaExceeded: true, gateway.CodeApprovalUnavailable: true, catalog.CodeDryRunBusy: true,
+	runner.CodeNoToken: true} // the provider was never called
 
 // Funnel is what the layer calls (gateway.Gateway).
 type Funnel interface {

@@ -15,6 +15,7 @@ import (
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/idempotency"
 	"github.com/xemahq/xema/internal/identity"
+	"github.com/xemahq/xema/internal/runner"
 	"github.com/xemahq/xema/internal/store"
 )
 
@@ -116,13 +117,7 @@ func TestBusyProviderReleasesTheKey(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"commentId":"c1"}`))
 	}})
-	d := f.App.Gateway.Deps()
-	d.PerProvider = capacity.NewProviderSlots(1)
-	gw, err := gateway.New(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys := &idempotency.Keys{Funnel: gw, Store: f.App.Store, Spool: f.App.Spool}
+	keys := keysOver(t, f, func(d *gateway.Deps) { d.PerProvider = capacity.NewProviderSlots(1) })
 	ctx, bot := context.Background(), apptest.Exec("agent:support-bot", "project", "")
 	req := gateway.Request{Ref: commentRef, Input: comment}
 	done := make(chan error, 1)
@@ -145,4 +140,52 @@ func TestBusyProviderReleasesTheKey(t *testing.T) {
 	if err != nil || !retry.Ran() || retry.Replayed || runs.Load() != 2 {
 		t.Fatalf("retry under the key: %+v %v (runs %d); want it run", retry, err, runs.Load())
 	}
+}
+
+// tokenOutage is the identity provider's token endpoint during an outage, then back: the
+// first Token fails (a fault injected into the real funnel), the rest answer.
+type tokenOutage struct{ calls atomic.Int32 }
+
+func (o *tokenOutage) Token(context.Context, string) (string, error) {
+	if o.calls.Add(1) == 1 {
+		return "", errors.New("token endpoint unreachable")
+	}
+	return "test-service-token", nil
+}
+
+// TestNoServiceTokenReleasesTheKey: a call refused NO_SERVICE_TOKEN never reached its
+// provider, so its key is released and a retry under it, once tokens are minted again, runs
+// rather than replaying the 503 for a day.
+func TestNoServiceTokenReleasesTheKey(t *testing.T) {
+	var runs atomic.Int32
+	f := apptest.New(t, apptest.Options{Provider: func(w http.ResponseWriter, _ *http.Request) {
+		runs.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"commentId":"c1"}`))
+	}})
+	keys := keysOver(t, f, func(d *gateway.Deps) { d.Tokens = &tokenOutage{} })
+	ctx, bot := context.Background(), apptest.Exec("agent:support-bot", "project", "")
+	req := gateway.Request{Ref: commentRef, Input: comment}
+	refused, err := keys.Invoke(ctx, bot, req, "token-key")
+	var body struct{ Code string }
+	_ = json.Unmarshal(refused.Body, &body)
+	if err != nil || refused.Status != http.StatusServiceUnavailable || body.Code != runner.CodeNoToken || runs.Load() != 0 {
+		t.Fatalf("a call without a service token: %+v %v (runs %d); want 503 %s, no run", refused, err, runs.Load(), runner.CodeNoToken)
+	}
+	retry, err := keys.Invoke(ctx, bot, req, "token-key")
+	if err != nil || !retry.Ran() || retry.Replayed || runs.Load() != 1 {
+		t.Fatalf("retry under the key: %d %s replayed=%v %v (runs %d); want it run", retry.Status, retry.Body, retry.Replayed, err, runs.Load())
+	}
+}
+
+// keysOver is the layer over a funnel of f's parts with change made to them.
+func keysOver(t *testing.T, f *apptest.Fixture, change func(*gateway.Deps)) *idempotency.Keys {
+	t.Helper()
+	d := f.App.Gateway.Deps()
+	change(&d)
+	gw, err := gateway.New(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &idempotency.Keys{Funnel: gw, Store: f.App.Store, Spool: f.App.Spool}
 }
