@@ -17,6 +17,7 @@ import (
 	"github.com/xemahq/xema/internal/answer"
 	"github.com/xemahq/xema/internal/capacity"
 	"github.com/xemahq/xema/internal/catalog"
+	"github.com/xemahq/xema/internal/credential"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
@@ -48,7 +49,7 @@ const (
 var notRun = map[string]bool{gateway.CodeAuditUnavailable: true, fault.CodeStoreUnavailable: true,
 	gateway.CodePolicyUnavailable: true, capacity.CodeExceeded: true, capacity.CodeProviderBusy: true, gateway.CodeRateLimited: true,
 	gateway.CodeQuotaExceeded: true, gateway.CodeApprovalUnavailable: true, catalog.CodeDryRunBusy: true,
-	runner.CodeNoToken: true} // the provider was never called
+	runner.CodeNoToken: true, credential.CodeUnavailable: true} // the provider was never called
 
 // Funnel is what the layer calls (gateway.Gateway).
 type Funnel interface {
