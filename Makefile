@@ -34,7 +34,7 @@ image:
 
 # The packages whose concurrency the race detector checks in CI (-short: a sample of the
 # large corpora, the race detector slowing evaluation ~10x).
-RACE_PKGS := ./internal/policy ./internal/gateway ./internal/approval
+RACE_PKGS := ./internal/policy ./internal/gateway ./internal/approval ./internal/idempotency ./internal/outage
 
 # The differential test (internal/policy: the gateway's decisions vs stock OPA's evaluation
 # of the same bundle over generated grants, platform Rego and inputs) over new seeds for

@@ -275,7 +275,7 @@ func differentialRun(t *testing.T, seed uint64, n int) (byResidual, byFull, inde
 			if err := e.Load(ctx, data, revision); err != nil {
 				t.Fatalf("seed %d: %v", seed, err)
 			}
-			e.serving.Load().fast.pause = 0
+			e.serving.Load().fast.pause.Store(0)
 		}
 		tarGz, _ := engines[0].Bundle()
 		stock := stockEvaluator(t, tarGz)

@@ -108,7 +108,8 @@ type fastPath struct {
 	fullMade, fullLimit int
 	// pause spaces preparations once the entries are full (churnPause; 0 in tests, which
 	// also turns rest off).
-	pause time.Duration
+	// Atomic: tests set it while the worker runs.
+	pause atomic.Int64
 	// idle is closed when the worker has nothing left to do (tests wait on it).
 	idle chan struct{}
 }
@@ -141,7 +142,8 @@ type fullResidual struct{ q *rego.PreparedEvalQuery }
 
 func newFastPath(mods []*ast.Module, store storage.Store) *fastPath {
 	f := &fastPath{modules: mods, store: store, wanted: map[fastKey]wish{},
-		fullLimit: fullResidualsKept, pause: churnPause, idle: make(chan struct{})}
+		fullLimit: fullResidualsKept, idle: make(chan struct{})}
+	f.pause.Store(int64(churnPause))
 	f.entries.Store(&map[fastKey]*fastEntry{})
 	close(f.idle)
 	f.queries = sync.OnceValues(func() (q fastQueries, err error) {
@@ -269,8 +271,8 @@ func (f *fastPath) work() {
 		}
 		ent := (*f.entries.Load())[key]
 		if ent == nil {
-			if f.crowded() && f.pause > 0 {
-				time.Sleep(f.pause)
+			if pause := time.Duration(f.pause.Load()); f.crowded() && pause > 0 {
+				time.Sleep(pause)
 			}
 			var err error
 			start := time.Now()
@@ -303,7 +305,7 @@ func (f *fastPath) work() {
 // them (a key's first calls ran 4× slower in the funnel beside a worker preparing without
 // pause on 2 cores).
 func (f *fastPath) rest(took time.Duration) {
-	if f.pause > 0 {
+	if f.pause.Load() > 0 {
 		time.Sleep(took)
 	}
 }

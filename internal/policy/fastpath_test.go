@@ -121,7 +121,7 @@ func uncachedEngine(t testing.TB) *Engine {
 	if err := e.Load(ctx, testData(t), "r1"); err != nil {
 		t.Fatal(err)
 	}
-	e.serving.Load().fast.pause = 0
+	e.serving.Load().fast.pause.Store(0)
 	return e
 }
 
@@ -281,7 +281,7 @@ func TestFastPathFollowsRevision(t *testing.T) {
 	if err != nil || d.Allow || d.Revision != "r2" && !strings.HasPrefix(d.Revision, "r2+p") {
 		t.Fatalf("decision %+v, %v: want denied by revision r2 (grant removed)", d, err)
 	}
-	e.serving.Load().fast.pause = 0
+	e.serving.Load().fast.pause.Store(0)
 	settle(t, e)
 	if (*e.serving.Load().fast.entries.Load())[key] == nil {
 		t.Fatal("the key the previous revision served was not prepared for r2")

@@ -84,7 +84,7 @@ func TestGlobsKeptOutOfIndex(t *testing.T) {
 	if err := e.Load(ctx, data, "r1"); err != nil {
 		t.Fatal(err)
 	}
-	e.serving.Load().fast.pause = 0
+	e.serving.Load().fast.pause.Store(0)
 	tarGz, _ := e.Bundle()
 	stock := stockEvaluator(t, tarGz)
 	read := agentCall("kb:page.read@1")
