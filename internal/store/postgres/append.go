@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/xemahq/xema/internal/store"
+	"github.com/xemahq/xema/internal/store/sqlstore"
 )
 
 // appendBatch writes a group-committed batch in one statement, so in one round trip and
@@ -50,16 +51,9 @@ func (s *Store) AppendAuditsWithUsage(ctx context.Context, rs []store.AuditRecor
 	if len(rs) == 0 {
 		return s.SaveUsage(ctx, usage)
 	}
-	op := fmt.Sprintf("append %d audit records (first %q)", len(rs), rs[0].ID)
-	for i, r := range rs {
-		if err := r.Validate(); err != nil {
-			return fmt.Errorf("%s: record %d: %w", op, i, err)
-		}
-	}
-	for i, c := range usage {
-		if err := c.Validate(); err != nil {
-			return fmt.Errorf("%s: counter %d: %w", op, i, err)
-		}
+	op, err := sqlstore.CheckBatch(rs, usage)
+	if err != nil {
+		return err
 	}
 	if _, err := s.pool.Exec(ctx, appendBatch, batchArgs(rs, usage)...); err != nil {
 		return fmt.Errorf("%s: %w", op, wrap(err))

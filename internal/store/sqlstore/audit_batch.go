@@ -24,6 +24,18 @@ const (
 	auditRowsPerInsert = 64
 )
 
+// CheckBatch validates an audit batch of at least one record and the counters saved with it,
+// before any engine writes them; op names the batch in errors.
+func CheckBatch(rs []store.AuditRecord, usage []store.UsageCount) (op string, err error) {
+	op = fmt.Sprintf("append %d audit records (first %q)", len(rs), rs[0].ID)
+	for i, r := range rs {
+		if err := r.Validate(); err != nil {
+			return op, fmt.Errorf("%s: record %d: %w", op, i, err)
+		}
+	}
+	return op, validateCounts(op, usage)
+}
+
 // AppendAudits implements store.Store: every record, or none, in one transaction, so one
 // commit (one fsync) serves the whole batch.
 func (s *Store) AppendAudits(ctx context.Context, rs []store.AuditRecord) error {
@@ -36,13 +48,8 @@ func (s *Store) AppendAuditsWithUsage(ctx context.Context, rs []store.AuditRecor
 	if len(rs) == 0 {
 		return s.SaveUsage(ctx, usage)
 	}
-	op := fmt.Sprintf("append %d audit records (first %q)", len(rs), rs[0].ID)
-	for i, r := range rs {
-		if err := r.Validate(); err != nil {
-			return fmt.Errorf("%s: record %d: %w", op, i, err)
-		}
-	}
-	if err := validateCounts(op, usage); err != nil {
+	op, err := CheckBatch(rs, usage)
+	if err != nil {
 		return err
 	}
 	steps := s.usageSteps(nil, usage)
