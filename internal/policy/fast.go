@@ -106,9 +106,8 @@ type fastPath struct {
 	working, retired bool
 	// fullMade counts the residuals of full_decision made, at most fullLimit.
 	fullMade, fullLimit int
-	// pause spaces preparations once the entries are full (churnPause; 0 in tests, which
-	// also turns rest off).
-	// Atomic: tests set it while the worker runs.
+	// pause spaces preparations once the entries are full (churnPause); 0, in tests (set
+	// while the worker runs, hence atomic), also turns rest off.
 	pause atomic.Int64
 	// idle is closed when the worker has nothing left to do (tests wait on it).
 	idle chan struct{}
@@ -277,7 +276,7 @@ func (f *fastPath) work() {
 			var err error
 			start := time.Now()
 			ent, err = f.prepare(ctx, key)
-			f.rest(time.Since(start))
+			f.rest(start)
 			if err != nil {
 				// The fast path is an optimisation: a key it cannot prepare is decided in
 				// full, never denied for it.
@@ -290,7 +289,7 @@ func (f *fastPath) work() {
 		if w.full && ent.full.Load() == nil {
 			start := time.Now()
 			fr, err := f.prepareFull(ctx, key)
-			f.rest(time.Since(start))
+			f.rest(start)
 			if err != nil {
 				slog.Warn("policy fast path: full_decision left to the full evaluation", "ref", key.ref, "org", key.org, "err", err)
 				fr = &fullResidual{}
@@ -300,13 +299,13 @@ func (f *fastPath) work() {
 	}
 }
 
-// rest sleeps as long as a preparation took, so the worker takes at most half of one core:
+// rest sleeps as long as a preparation begun at start took, so the worker takes at most half of one core:
 // calls meanwhile decided in full cost less than the CPU partial evaluation would take from
 // them (a key's first calls ran 4× slower in the funnel beside a worker preparing without
 // pause on 2 cores).
-func (f *fastPath) rest(took time.Duration) {
+func (f *fastPath) rest(start time.Time) {
 	if f.pause.Load() > 0 {
-		time.Sleep(took)
+		time.Sleep(time.Since(start))
 	}
 }
 
