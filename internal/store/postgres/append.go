@@ -78,11 +78,6 @@ func batchArgs(rs []store.AuditRecord, usage []store.UsageCount) []any {
 	for i := range docs {
 		docs[i] = make([][]byte, n)
 	}
-	type link struct {
-		seq  int64
-		hash string
-	}
-	heads := map[string]link{}
 	for i, r := range rs {
 		for j, v := range [...]string{r.ID, r.Ref, r.SubjectKind, r.SubjectRef, r.Environment, r.Decision, r.BundleRevision,
 			r.InputHash, r.Runner, r.Outcome, r.ParentID, r.Org, r.Chain.ChainID, r.Chain.Hash} {
@@ -94,13 +89,11 @@ func batchArgs(rs []store.AuditRecord, usage []store.UsageCount) []any {
 			}
 		}
 		times[i], lat[i], seqs[i] = store.Stamp(r.Time), r.LatencyMicros, r.Chain.Seq
-		if r.Chain.ChainID != "" && r.Chain.Seq > heads[r.Chain.ChainID].seq {
-			heads[r.Chain.ChainID] = link{r.Chain.Seq, r.Chain.Hash}
-		}
 	}
+	heads := sqlstore.LastLinks(rs)
 	hID, hSeq, hHash := make([]string, 0, len(heads)), make([]int64, 0, len(heads)), make([]string, 0, len(heads))
 	for id, l := range heads {
-		hID, hSeq, hHash = append(hID, id), append(hSeq, l.seq), append(hHash, l.hash)
+		hID, hSeq, hHash = append(hID, id), append(hSeq, l.Seq), append(hHash, l.Hash)
 	}
 	cKey, cWin, cCount, cExp := make([]string, len(usage)), make([]int64, len(usage)), make([]int64, len(usage)), make([]time.Time, len(usage))
 	for i, c := range usage {

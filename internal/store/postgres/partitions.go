@@ -22,6 +22,9 @@ import (
 // once (a long transaction on the log) gives up and the prune deletes in batches meanwhile.
 const dropLockWait = 100 * time.Millisecond
 
+// maxPartitionDays bounds one EnsureAuditPartitions call's range (a year and a day).
+const maxPartitionDays = 367
+
 var _ store.AuditPartitioner = (*Store)(nil)
 
 // EnsureAuditPartitions implements store.AuditPartitioner: the day partitions of the UTC days
@@ -32,6 +35,9 @@ func (s *Store) EnsureAuditPartitions(ctx context.Context, from, to time.Time) (
 		return 0, fmt.Errorf("create audit partitions: %w: %s is before %s", store.ErrInvalid, last.Format(time.DateOnly), first.Format(time.DateOnly))
 	}
 	days := int(last.Sub(first)/(24*time.Hour)) + 1
+	if days > maxPartitionDays { // a zero or far time: hundreds of thousands of tables
+		return 0, fmt.Errorf("create audit partitions: %w: %d days from %s, more than %d", store.ErrInvalid, days, first.Format(time.DateOnly), maxPartitionDays)
+	}
 	var n int
 	if err := s.pool.QueryRow(ctx, `SELECT audit_log_add_partitions($1::date, $2)`, first.Format(time.DateOnly), days).Scan(&n); err != nil {
 		return 0, fmt.Errorf("create audit partitions from %s for %d days: %w", first.Format(time.DateOnly), days, wrap(err))

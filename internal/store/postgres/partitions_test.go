@@ -233,6 +233,9 @@ func TestAuditPartitionsAhead(t *testing.T) {
 	if _, err := s.EnsureAuditPartitions(ctx, far, far.Add(-time.Hour*48)); !errors.Is(err, store.ErrInvalid) {
 		t.Fatalf("EnsureAuditPartitions backwards = %v, want ErrInvalid", err)
 	}
+	if _, err := s.EnsureAuditPartitions(ctx, time.Time{}, far); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("EnsureAuditPartitions from the zero time = %v, want ErrInvalid", err)
+	}
 	if err := s.AppendAudit(ctx, store.AuditRecord{ID: "inv_today", Time: time.Now(), Decision: "allowed"}); err != nil {
 		t.Fatal(err)
 	}

@@ -123,17 +123,24 @@ const chainHeadUpsert = `INSERT INTO audit_chain_heads (chain_id, seq, hash, upd
 
 // chainSteps record the last link of each chain in rs as its head.
 func (s *Store) chainSteps(rs []store.AuditRecord) []step {
+	last := LastLinks(rs)
+	steps := make([]step, 0, len(last))
+	for _, l := range last {
+		steps = append(steps, step{s.d.bind(chainHeadUpsert), []any{l.ChainID, l.Seq, l.Hash, s.d.TimeArg(store.Stamp(time.Time{}))}})
+	}
+	return steps
+}
+
+// LastLinks is the last link (highest seq) of each chain the batch rs extends: the chains'
+// new heads.
+func LastLinks(rs []store.AuditRecord) map[string]store.ChainLink {
 	last := map[string]store.ChainLink{}
 	for _, r := range rs {
 		if r.Chain.ChainID != "" && r.Chain.Seq > last[r.Chain.ChainID].Seq {
 			last[r.Chain.ChainID] = r.Chain
 		}
 	}
-	steps := make([]step, 0, len(last))
-	for _, l := range last {
-		steps = append(steps, step{s.d.bind(chainHeadUpsert), []any{l.ChainID, l.Seq, l.Hash, s.d.TimeArg(store.Stamp(time.Time{}))}})
-	}
-	return steps
+	return last
 }
 
 // auditArgs appends the column values of r to args.
