@@ -76,6 +76,17 @@ const (
 	MaxPlanDepth       = 10
 )
 
+// countArg is an optional count argument: 0 means def, otherwise it must lie in [1, max].
+func countArg(field string, v, def, max int) (int, error) {
+	switch {
+	case v == 0:
+		return def, nil
+	case v < 1 || v > max:
+		return 0, invalidArgument("%s must be between 1 and %d", field, max)
+	}
+	return v, nil
+}
+
 // visible reports whether search may show entry at all, before asking the policy.
 func visible(e *catalog.Entry) bool {
 	switch e.Capability.Lifecycle {

@@ -34,14 +34,12 @@ type PlanResult struct {
 // capabilities the caller may invoke. Each resource type is reached by the cheapest
 // producer (fewest steps), found by relaxing until nothing improves or maxDepth is hit.
 func (m *Tools) Plan(ctx context.Context, ec identity.ExecContext, req PlanRequest) (*PlanResult, error) {
-	depth := req.MaxDepth
-	switch {
-	case req.GoalCapabilityRef == "":
+	if req.GoalCapabilityRef == "" {
 		return nil, invalidArgument("missing required field /goalCapabilityRef")
-	case depth == 0:
-		depth = DefaultPlanDepth
-	case depth < 1 || depth > MaxPlanDepth:
-		return nil, invalidArgument("/maxDepth must be between 1 and %d", MaxPlanDepth)
+	}
+	depth, err := countArg("/maxDepth", req.MaxDepth, DefaultPlanDepth, MaxPlanDepth)
+	if err != nil {
+		return nil, err
 	}
 	snap := m.d.Catalog.Snapshot()
 	authz := m.authorizer(snap, ec)

@@ -50,12 +50,9 @@ type SearchResult struct {
 
 // Search returns only the capabilities the caller is both armed and authorized to invoke.
 func (m *Tools) Search(ctx context.Context, ec identity.ExecContext, req SearchRequest) (*SearchResult, error) {
-	limit := req.Limit
-	switch {
-	case limit == 0:
-		limit = DefaultSearchLimit
-	case limit < 0 || limit > MaxSearchLimit:
-		return nil, invalidArgument("/limit must be between 1 and %d", MaxSearchLimit)
+	limit, err := countArg("/limit", req.Limit, DefaultSearchLimit, MaxSearchLimit)
+	if err != nil {
+		return nil, err
 	}
 	snap := m.d.Catalog.Snapshot()
 	authz := m.authorizer(snap, ec)
