@@ -38,7 +38,14 @@ func auditSearchServer(t *testing.T, callers tokens) *httptest.Server {
 
 func getAudit(t *testing.T, srv *httptest.Server, token, query string) (int, map[string]any, string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/v1/audit?"+query, nil)
+	return callJSON(t, http.MethodGet, srv.URL+"/v1/audit?"+query, token)
+}
+
+// callJSON sends a bodiless request with the bearer token and returns the status, the JSON
+// answer decoded and its raw text; an answer that is not JSON fails the test.
+func callJSON(t *testing.T, method, url, token string) (int, map[string]any, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, nil)
 	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -48,7 +55,7 @@ func getAudit(t *testing.T, srv *httptest.Server, token, query string) (int, map
 	raw, _ := io.ReadAll(resp.Body)
 	var body map[string]any
 	if err := json.Unmarshal(raw, &body); err != nil {
-		t.Fatalf("body is not JSON: %v: %s", err, raw)
+		t.Fatalf("%s %s: body is not JSON: %v: %s", method, url, err, raw)
 	}
 	return resp.StatusCode, body, string(raw)
 }

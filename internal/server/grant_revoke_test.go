@@ -3,7 +3,6 @@ package server_test
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -36,19 +35,8 @@ func TestRevokeDryRunTellsNothingOfAnotherOrg(t *testing.T) {
 	defer srv.Close()
 	del := func(token, path string) (int, map[string]any) {
 		t.Helper()
-		req, _ := http.NewRequest(http.MethodDelete, srv.URL+path, nil)
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		raw, _ := io.ReadAll(resp.Body)
-		var body map[string]any
-		if err := json.Unmarshal(raw, &body); err != nil {
-			t.Fatalf("DELETE %s: not JSON: %s", path, raw)
-		}
-		return resp.StatusCode, body
+		status, body, _ := callJSON(t, http.MethodDelete, srv.URL+path, token)
+		return status, body
 	}
 	// The answer without what differs by construction: the audit id and the id named.
 	shape := func(status int, body map[string]any, named string) string {
