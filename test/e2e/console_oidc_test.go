@@ -21,9 +21,7 @@ import (
 // /console/approvals signed in as alice and sees the org's held call through the API.
 func TestConsoleOIDC(t *testing.T) {
 	node, chromium, dir := consoleBrowser(t, "the console's OIDC sign-in test")
-	if _, err := hydratest.BuildBinary(t.Logf); err != nil {
-		t.Skipf("SKIP: no hydra (%v): the console's OIDC sign-in test did not run", err)
-	}
+	needHydra(t, "the console's OIDC sign-in test")
 
 	h := hydratest.StartWithLogin(t, map[string]hydratest.Person{
 		"":                  {Subject: "user:alice", AccessToken: map[string]any{"xema_org_role": "org_admin", "xema_env": "org"}},
