@@ -174,7 +174,7 @@ func deploymentEnvironments(flag []string, config string) (grant.Environments, e
 func undefinedEnvironments(rep *replay.Report, envs grant.Environments) []string {
 	var out []string
 	for _, c := range rep.Changes {
-		if _, ok := envs.Lookup(c.Environment); !ok && !slices.Contains(out, c.Environment) {
+		if _, ok := envs.Lookup(c.Environment); !ok && !slices.Contains(out, printable(c.Environment)) {
 			out = append(out, printable(c.Environment))
 		}
 	}

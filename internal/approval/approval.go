@@ -766,8 +766,9 @@ func (s *Service) audit(ctx context.Context, a store.Approval, by identity.ExecC
 }
 
 // Invocation is GET /v1/invocations/{id}: a held call's status, with its output once it has
-// run. Its requester may read it, and so may whoever the policy admits to approval:list@1
-// (org administrators); anyone else learns nothing, as for an unknown id.
+// run. Its requester may read it, and so may whoever the policy admits to approval:list@1 and
+// would see it there: an org administrator, or another member who may decide it. Anyone else
+// learns nothing, as for an unknown id.
 func (s *Service) Invocation(ctx context.Context, ec identity.ExecContext, id string) (View, error) {
 	notFound := fault.New(fault.NotFound, CodeNotFound, "no invocation %q", id)
 	a, err := s.Store.GetApproval(ctx, id)
@@ -783,6 +784,13 @@ func (s *Service) Invocation(ctx context.Context, ec identity.ExecContext, id st
 		d, err := s.Policy.Decide(ctx, in)
 		if err != nil || !d.Allow {
 			return View{}, notFound
+		}
+		// approval:list@1 admits every member; a member who is no administrator sees only
+		// the calls they may decide (whatever the call's state now), as the listing shows them.
+		if !ec.OrgAdmin() {
+			if why, err := s.approver(ctx, ec, a, nil); err != nil || why != nil {
+				return View{}, notFound
+			}
 		}
 	}
 	return view(a, true), nil

@@ -254,3 +254,22 @@ func TestNotifiedSteps(t *testing.T) {
 		}
 	}
 }
+
+// TestInvocationNotReadByEveryMember: approval:list@1 admits every member now, yet a member
+// reads another's held call only when they may decide it (as listing shows them), never by
+// membership alone.
+func TestInvocationNotReadByEveryMember(t *testing.T) {
+	f := newFixture(t, map[string]any{"requiresApproval": true, "environments": []string{"project"}})
+	id := f.hold(t, bot)
+	dave := exec("user:dave", "org", "org_member")
+	if v, err := f.app.Approvals.Invocation(context.Background(), dave, id); err == nil {
+		t.Fatalf("dave (a member who may not decide it) reads the bot's call: %+v", v)
+	}
+	carol := exec("user:carol", "project", "org_member")
+	if _, err := f.app.Approvals.Invocation(context.Background(), carol, id); err != nil {
+		t.Fatalf("carol (who may decide it) reads the bot's call: %v", err)
+	}
+	if _, err := f.app.Approvals.Invocation(context.Background(), alice, id); err != nil {
+		t.Fatalf("alice (an org admin) reads the bot's call: %v", err)
+	}
+}

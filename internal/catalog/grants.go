@@ -30,7 +30,14 @@ const (
 	CodeGrantUnchanged = "GRANT_UNCHANGED"
 	// CodeDryRunBusy (503): another grant dry run is running; nothing was replayed.
 	CodeDryRunBusy = "DRY_RUN_BUSY"
+	// CodeDryRunUnavailable (501): the gateway has no Impact to replay calls with.
+	CodeDryRunUnavailable = "DRY_RUN_UNAVAILABLE"
 )
+
+// errDryRunUnavailable answers a dry run asked of a Publisher without Impact.
+func errDryRunUnavailable() error {
+	return fault.New(fault.NotImplemented, CodeDryRunUnavailable, "this gateway cannot replay calls")
+}
 
 // GrantState is a grant with where it stands in its (org, biome).
 type GrantState struct {
@@ -119,7 +126,7 @@ func (p *Publisher) Revoke(ctx context.Context, org, id, by string) (GrantState,
 // recorded since since; it changes nothing.
 func (p *Publisher) RevokeDryRun(ctx context.Context, org, id, by string, since time.Time) (GrantState, Impact, error) {
 	if p.Impact == nil {
-		return GrantState{}, Impact{}, fault.New(fault.NotImplemented, "DRY_RUN_UNAVAILABLE", "this gateway cannot replay calls")
+		return GrantState{}, Impact{}, errDryRunUnavailable()
 	}
 	st, err := p.state(ctx, org, id)
 	if err != nil {
@@ -163,7 +170,7 @@ type ChangeResult struct {
 // nothing and answers the diff and the impact on org's calls recorded since then.
 func (p *Publisher) Change(ctx context.Context, org, by string, ch GrantChange, dryRunSince *time.Time) (ChangeResult, error) {
 	if dryRunSince != nil && p.Impact == nil {
-		return ChangeResult{}, fault.New(fault.NotImplemented, "DRY_RUN_UNAVAILABLE", "this gateway cannot replay calls")
+		return ChangeResult{}, errDryRunUnavailable()
 	}
 	old, err := p.state(ctx, org, ch.GrantID)
 	if err != nil {

@@ -326,7 +326,7 @@ type ImpactCall struct {
 // its impact on org's calls recorded since since; it changes nothing.
 func (p *Publisher) DryRun(ctx context.Context, raw json.RawMessage, org, approvedBy string, since time.Time) (store.Grant, Impact, error) {
 	if p.Impact == nil {
-		return store.Grant{}, Impact{}, fault.New(fault.NotImplemented, "DRY_RUN_UNAVAILABLE", "this gateway cannot replay calls")
+		return store.Grant{}, Impact{}, errDryRunUnavailable()
 	}
 	return p.install(ctx, raw, org, approvedBy, &since)
 }
