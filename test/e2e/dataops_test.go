@@ -126,8 +126,11 @@ func TestAuditPruneArchiveVerify(t *testing.T) {
 		if code != 1 || !strings.Contains(out, "hash mismatch") {
 			t.Fatalf("an altered live record: exit %d: %s", code, out)
 		}
-		// A prune refuses to erase it.
-		out, code = g.cli(t, append([]string{"audit", "prune", "--before", time.Now().UTC().Format(time.RFC3339)}, g.storeArgs()...)...)
+		// A prune refuses to erase it. The boundary is whole seconds, so it must lie past the
+		// second of the altered record, or the prune would have nothing to erase.
+		past := time.Now().UTC().Truncate(time.Second).Add(time.Second)
+		waitUntil(t, 3*time.Second, "the second boundary to pass", func() bool { return time.Now().After(past) })
+		out, code = g.cli(t, append([]string{"audit", "prune", "--before", past.Format(time.RFC3339)}, g.storeArgs()...)...)
 		if code == 0 || !strings.Contains(out, "prune refused") {
 			t.Fatalf("a prune over an altered record: exit %d: %s", code, out)
 		}
