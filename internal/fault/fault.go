@@ -46,6 +46,17 @@ func (k Kind) String() string {
 	return fmt.Sprintf("kind(%d)", k)
 }
 
+// ParseKind is the kind whose String is name; ok is false for any other name. Stored
+// results name their kind, never its number, so renumbering the kinds breaks none.
+func ParseKind(name string) (k Kind, ok bool) {
+	for i, n := range names {
+		if n == name {
+			return Kind(i), true
+		}
+	}
+	return Internal, false
+}
+
 // Error is the domain's one error type: a typed failure of the funnel, a runner, a handler or
 // a domain operation, encoded as is as the answer's body. Message is safe to show the caller
 // (a fixed sentence or one written for them, never an error's text); Err holds the

@@ -21,18 +21,26 @@ type IdempotencyRecord struct {
 	Key       string
 	InputHash string // what the call asked (ref + input); another hash under the key is a misuse
 	State     string
-	Status    int             // the answer's HTTP status, once done
-	Body      json.RawMessage // the answer's body, once done
+	// Result is the first call's outcome in the domain's terms (the idempotency layer's
+	// encoding, opaque here), once done; nil for a key a previous release completed.
+	Result json.RawMessage
+	// Status and Body are the answer as sent, once done: what previous releases replay. They
+	// are still written for one more release (expand/contract), then dropped.
+	Status    int
+	Body      json.RawMessage
 	AuditID   string
 	CreatedAt time.Time
 	ExpiresAt time.Time
 }
 
-// IdempotencyCompletion stores the answer of a running key.
+// IdempotencyCompletion stores the outcome of a running key: its Result, and its answer as
+// sent (Status, Body) for previous-release replicas. A completion without a Result (written
+// by a previous release, or spooled by one) is stored as such.
 type IdempotencyCompletion struct {
 	Org     string
 	Subject string
 	Key     string
+	Result  json.RawMessage
 	Status  int
 	Body    json.RawMessage
 	AuditID string

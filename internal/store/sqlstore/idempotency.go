@@ -8,14 +8,14 @@ import (
 	"github.com/xemahq/xema/internal/store"
 )
 
-const idempotencyColumns = `org, subject, key, input_hash, state, status, body, audit_id, created_at, expires_at`
+const idempotencyColumns = `org, subject, key, input_hash, state, result, status, body, audit_id, created_at, expires_at`
 
 func scanIdempotency(sc scanner) (store.IdempotencyRecord, error) {
 	var r store.IdempotencyRecord
-	var body []byte
-	err := sc.Scan(&r.Org, &r.Subject, &r.Key, &r.InputHash, &r.State, &r.Status, &body, &r.AuditID,
+	var result, body []byte
+	err := sc.Scan(&r.Org, &r.Subject, &r.Key, &r.InputHash, &r.State, &result, &r.Status, &body, &r.AuditID,
 		timeCol{&r.CreatedAt}, timeCol{&r.ExpiresAt})
-	r.Body = jsonCol(body)
+	r.Result, r.Body = jsonCol(result), jsonCol(body)
 	return r, err
 }
 
@@ -24,11 +24,11 @@ func scanIdempotency(sc scanner) (store.IdempotencyRecord, error) {
 func (s *Store) ClaimIdempotency(ctx context.Context, r store.IdempotencyRecord) (store.IdempotencyRecord, bool, error) {
 	op := fmt.Sprintf("claim idempotency key %q of %q", r.Key, r.Subject)
 	r.CreatedAt, r.ExpiresAt = store.Stamp(r.CreatedAt), store.Stamp(r.ExpiresAt)
-	r.State, r.Status, r.Body = store.IdempotencyRunning, 0, nil
+	r.State, r.Result, r.Status, r.Body = store.IdempotencyRunning, nil, 0, nil
 	if err := r.Validate(); err != nil {
 		return store.IdempotencyRecord{}, false, fmt.Errorf("%s: %w", op, err)
 	}
-	n, err := s.exec(ctx, s.db, `INSERT INTO idempotency_keys (`+idempotencyColumns+`) VALUES (?, ?, ?, ?, ?, 0, NULL, ?, ?, ?)
+	n, err := s.exec(ctx, s.db, `INSERT INTO idempotency_keys (`+idempotencyColumns+`) VALUES (?, ?, ?, ?, ?, NULL, 0, NULL, ?, ?, ?)
 		ON CONFLICT (org, subject, key) DO NOTHING`, r.Org, r.Subject, r.Key, r.InputHash, r.State, r.AuditID,
 		s.d.TimeArg(r.CreatedAt), s.d.TimeArg(r.ExpiresAt))
 	if err != nil {
@@ -37,7 +37,7 @@ func (s *Store) ClaimIdempotency(ctx context.Context, r store.IdempotencyRecord)
 	if n == 1 {
 		return r, true, nil
 	}
-	n, err = s.exec(ctx, s.db, `UPDATE idempotency_keys SET input_hash = ?, state = ?, status = 0, body = NULL, audit_id = ?,
+	n, err = s.exec(ctx, s.db, `UPDATE idempotency_keys SET input_hash = ?, state = ?, result = NULL, status = 0, body = NULL, audit_id = ?,
 		created_at = ?, expires_at = ? WHERE org = ? AND subject = ? AND key = ? AND expires_at <= ?`,
 		r.InputHash, r.State, r.AuditID, s.d.TimeArg(r.CreatedAt), s.d.TimeArg(r.ExpiresAt), r.Org, r.Subject, r.Key,
 		s.d.TimeArg(r.CreatedAt))
@@ -61,9 +61,9 @@ func (s *Store) CompleteIdempotency(ctx context.Context, c store.IdempotencyComp
 	if c.Status <= 0 {
 		return fmt.Errorf("%s: %w: Status must be an HTTP status", op, store.ErrInvalid)
 	}
-	n, err := s.exec(ctx, s.db, `UPDATE idempotency_keys SET state = ?, status = ?, body = ?,
+	n, err := s.exec(ctx, s.db, `UPDATE idempotency_keys SET state = ?, result = ?, status = ?, body = ?,
 		audit_id = CASE WHEN ? = '' THEN audit_id ELSE ? END
-		WHERE org = ? AND subject = ? AND key = ? AND state = ?`, store.IdempotencyDone, c.Status, string(c.Body),
+		WHERE org = ? AND subject = ? AND key = ? AND state = ?`, store.IdempotencyDone, jsonArg(c.Result), c.Status, string(c.Body),
 		c.AuditID, c.AuditID, c.Org, c.Subject, c.Key, store.IdempotencyRunning)
 	if err != nil {
 		return s.fail(op, err)

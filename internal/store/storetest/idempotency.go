@@ -1,10 +1,12 @@
 package storetest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +20,7 @@ func runCrashSafety(t *testing.T, open func(t *testing.T) store.Store) {
 	runSubtests(t, open, []subtest{
 		{"IdempotencyClaimReplay", testIdempotencyClaimReplay},
 		{"IdempotencyConcurrentOneWinner", testIdempotencyConcurrent},
+		{"IdempotencyResultAcrossReleases", testIdempotencyAcrossReleases},
 		{"IdempotencyExpiryAndPrune", testIdempotencyExpiry},
 		{"ApprovalLeaseAndStale", testApprovalLease},
 		{"ProbeWrite", testProbeWrite},
@@ -62,7 +65,8 @@ func testIdempotencyClaimReplay(t *testing.T, s store.Store) {
 		t.Fatalf("other org: %v, %v", claimed, err)
 	}
 	done := store.IdempotencyCompletion{Org: "acme", Subject: "agent:bot", Key: "k1", Status: 200,
-		Body: json.RawMessage(`{"output":{"x":1},"auditId":"inv_1"}`), AuditID: "inv_1"}
+		Result: json.RawMessage(`{"kind":"ran","ran":{"output":{"x":1},"auditId":"inv_1","obligations":null}}`),
+		Body:   json.RawMessage(`{"output":{"x":1},"auditId":"inv_1"}`), AuditID: "inv_1"}
 	if err := s.CompleteIdempotency(ctx, done); err != nil {
 		t.Fatal(err)
 	}
@@ -84,6 +88,9 @@ func testIdempotencyClaimReplay(t *testing.T, s store.Store) {
 	if fmt.Sprint(body) != fmt.Sprint(want) {
 		t.Fatalf("stored body %s, want %s", got.Body, done.Body)
 	}
+	if !bytes.Equal(got.Result, done.Result) {
+		t.Fatalf("stored result %s, want %s byte for byte", got.Result, done.Result)
+	}
 	// Release only frees a running key.
 	if err := s.ReleaseIdempotency(ctx, "acme", "agent:bot", "k1"); err != nil {
 		t.Fatal(err)
@@ -96,6 +103,58 @@ func testIdempotencyClaimReplay(t *testing.T, s store.Store) {
 	}
 	if _, claimed, err := s.ClaimIdempotency(ctx, other); err != nil || !claimed {
 		t.Fatalf("claim after release: %v, %v", claimed, err)
+	}
+}
+
+// testIdempotencyAcrossReleases: during a rolling upgrade the previous release's replicas
+// share the table. A key one of them completes has no result (its answer as sent only); a
+// key one of them takes over once expired, with its own statement that knows nothing of the
+// result column, loses the earlier call's result, so the next answer under the key is never
+// the earlier call's.
+func testIdempotencyAcrossReleases(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	now := time.Now().UTC()
+	legacy := store.IdempotencyCompletion{Org: "acme", Subject: "agent:bot", Key: "old", Status: 403,
+		Body: json.RawMessage(`{"code":"DENIED","auditId":"deny_1"}`), AuditID: "deny_1"}
+	if _, claimed, err := s.ClaimIdempotency(ctx, idemKey("old", now)); err != nil || !claimed {
+		t.Fatal(claimed, err)
+	}
+	if err := s.CompleteIdempotency(ctx, legacy); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := s.ClaimIdempotency(ctx, idemKey("old", now))
+	if err != nil || got.State != store.IdempotencyDone || got.Result != nil || got.Status != 403 ||
+		!bytes.Equal(got.Body, legacy.Body) || got.AuditID != "deny_1" {
+		t.Fatalf("a key completed without a result = %+v, %v; want its answer as sent and no result", got, err)
+	}
+
+	expired := idemKey("taken", now.Add(-48*time.Hour))
+	if _, claimed, err := s.ClaimIdempotency(ctx, expired); err != nil || !claimed {
+		t.Fatal(claimed, err)
+	}
+	first := store.IdempotencyCompletion{Org: "acme", Subject: "agent:bot", Key: "taken", Status: 200,
+		Result: json.RawMessage(`{"kind":"ran","ran":{"output":1,"auditId":"inv_1","obligations":null}}`),
+		Body:   json.RawMessage(`{"output":1,"auditId":"inv_1","obligations":null}`), AuditID: "inv_1"}
+	if err := s.CompleteIdempotency(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	// The previous release's take-over of the expired key (its times aside: a claim made
+	// as of the first call's time reads the row back whatever its expiry).
+	if err := s.(RawExecer).ExecRaw(ctx, `UPDATE idempotency_keys SET input_hash = 'h2', state = 'running', status = 0,
+		body = NULL, audit_id = '' WHERE org = 'acme' AND subject = 'agent:bot' AND key = 'taken'`); err != nil {
+		t.Fatal(err)
+	}
+	// ... and its completion, which writes the answer as sent only.
+	if err := s.(RawExecer).ExecRaw(ctx, `UPDATE idempotency_keys SET state = 'done', status = 502,
+		body = '{"code":"PROVIDER_ERROR","message":"provider answered HTTP 500"}'
+		WHERE org = 'acme' AND subject = 'agent:bot' AND key = 'taken' AND state = 'running'`); err != nil {
+		t.Fatal(err)
+	}
+	got, claimed, err := s.ClaimIdempotency(ctx, expired) // as of its first claim: not expired then
+	if err != nil || claimed || got.InputHash != "h2" || got.Result != nil || got.Status != 502 ||
+		!strings.Contains(string(got.Body), "PROVIDER_ERROR") {
+		t.Fatalf("a key the previous release took over and completed = %s %d %s %s, %v, %v; want its answer as sent, "+
+			"not the earlier call's result", got.InputHash, got.Status, got.Body, got.Result, claimed, err)
 	}
 }
 

@@ -1,0 +1,19 @@
+-- An idempotency key keeps its first call's outcome in the domain's terms (result: what the
+-- funnel returned, JSON), and the answer is made of it when replayed. status and body, the
+-- answer as sent, are still written for one release so previous-release replicas replay
+-- keys the new ones completed (expand/contract); the next release drops them.
+ALTER TABLE idempotency_keys ADD COLUMN result text;
+
+-- A previous-release replica taking over an expired key sets it running and clears status
+-- and body, not result: the trigger clears it, so the key's next answer is never the
+-- earlier call's result. Dropped with status and body.
+CREATE FUNCTION idempotency_keys_running_has_no_result() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.state = 'running' THEN
+        NEW.result := NULL;
+    END IF;
+    RETURN NEW;
+END;
+$$;
+CREATE TRIGGER idempotency_keys_running_has_no_result BEFORE UPDATE ON idempotency_keys
+    FOR EACH ROW EXECUTE FUNCTION idempotency_keys_running_has_no_result();
