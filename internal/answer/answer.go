@@ -1,7 +1,8 @@
 // Package answer is the one mapping of what the gateway did to the answer a caller gets: an
 // HTTP status and a JSON body. The HTTP API sends it, MCP answers it as a tool result (isError
-// when not 200), and the idempotency and approval stores keep it, so a retried call and a held
-// call's task return exactly what the synchronous call answered.
+// when not 200), the approval store keeps it, and the idempotency layer makes it again of the
+// result it keeps, so a retried call and a held call's task return exactly what the
+// synchronous call answered.
 package answer
 
 import (
@@ -19,8 +20,9 @@ type Answer struct {
 	Body   json.RawMessage
 	// Replayed is true when the answer is the stored one of an earlier call.
 	Replayed bool
-	// RetryAfter is the Retry-After seconds of a refusal a retry may pass (never stored:
-	// such answers are not run, so their key is released).
+	// RetryAfter is the Retry-After seconds of a refusal a retry may pass; a replayed answer
+	// has none (such answers are not run, so their key is released, and a stored one's
+	// moment has passed).
 	RetryAfter int
 }
 

@@ -1,7 +1,9 @@
-// Package idempotency keeps the answers of calls made with an idempotency key, so a retry
+// Package idempotency keeps the outcomes of calls made with an idempotency key, so a retry
 // under the key returns the first call's answer instead of running it again. It is a layer
-// between the edges (HTTP, MCP) and the funnel: it calls the funnel (Invoke, Replay) and
-// keeps the answer both edges send (answer.Of), byte for byte; the funnel knows nothing of it.
+// between the edges (HTTP, MCP) and the funnel: it calls the funnel (Invoke, Replay), keeps
+// what the funnel returned (a result, in the domain's terms), and answers a replay with the
+// answer made of it by answer.Of, byte for byte the first call's; the funnel knows nothing
+// of it.
 package idempotency
 
 import (
@@ -11,6 +13,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -42,6 +45,10 @@ const (
 	// CodeKeyInUse (409): the first call under the key is running, or it ran and its answer
 	// was never stored (the gateway stopped): it is not run again.
 	CodeKeyInUse = "IDEMPOTENCY_KEY_IN_USE"
+	// CodeResultUnreadable (500): the stored outcome of the first call under the key does
+	// not decode (a damaged row, or a kind this release does not know): it is not run again,
+	// and nothing is made up in its place.
+	CodeResultUnreadable = "IDEMPOTENCY_RESULT_UNREADABLE"
 )
 
 // notRun are the codes of answers given before anything ran: a retry under the same key
@@ -62,7 +69,7 @@ type Keys struct {
 	Funnel Funnel
 	// Store keeps the keys, shared by every replica; nil refuses every key (503).
 	Store store.IdempotencyStore
-	// Spool keeps the answers the store could not take, and writes them once it is back.
+	// Spool keeps the outcomes the store could not take, and writes them once it is back.
 	Spool *spool.Spool
 	// Outages logs the key store's outages, which readiness reads; nil logs none.
 	Outages *outage.Tracker
@@ -72,8 +79,10 @@ type Keys struct {
 // (org and subject) in the same decision context within TTL returns the first call's answer
 // instead of running again; another ref, input or decision context under the key is a 422. A
 // replay is a decision of its own (gateway.Replay): authorized again under the policy serving
-// now and audited. A key with no store configured is a 503: a client relying on the key must
-// not get a second run silently. An error is a refusal of the key itself, before the call.
+// now and audited; a stored outcome that does not decode is a 500 (CodeResultUnreadable),
+// neither replayed nor run. A key with no store configured is a 503: a client relying on the
+// key must not get a second run silently. An error is a refusal of the key itself, before
+// the call, or of its stored outcome.
 func (k *Keys) Invoke(ctx context.Context, ec identity.ExecContext, req gateway.Request, key string) (answer.Answer, error) {
 	if len(key) == 0 || len(key) > MaxKey || !printable(key) {
 		return answer.Answer{}, fault.New(fault.Invalid, CodeInvalidKey, "an idempotency key is 1 to %d printable ASCII characters", MaxKey)
@@ -102,32 +111,53 @@ func (k *Keys) Invoke(ctx context.Context, ec identity.ExecContext, req gateway.
 			e.AuditID = stored.AuditID
 			return answer.Answer{}, e
 		}
+		first, err := storedAnswer(stored)
+		if err != nil {
+			return answer.Answer{}, err
+		}
 		if res, err := k.Funnel.Replay(ctx, ec, req, stored.AuditID); res != nil || err != nil {
 			ans, _ := answer.Of(res, err) // refused now: the refusal, never the stored answer
 			return ans, nil
 		}
-		return answer.Answer{Status: stored.Status, Body: stored.Body, Replayed: true}, nil
+		return first, nil
 	}
-	ans, code := answer.Of(k.Funnel.Invoke(ctx, ec, req))
+	res, err := k.Funnel.Invoke(ctx, ec, req)
+	ans, code := answer.Of(res, err)
 	done := context.WithoutCancel(ctx)
 	if notRun[code] {
 		_ = k.Store.ReleaseIdempotency(done, ec.Org, ec.Subject.Ref, key) // a failed release leaves the key in use: safe
 		return ans, nil
 	}
-	c := store.IdempotencyCompletion{Org: ec.Org, Subject: ec.Subject.Ref, Key: key, Status: ans.Status, Body: ans.Body,
-		AuditID: auditIDOf(ans.Body)}
+	r := resultOf(res, err)
+	kept, _ := json.Marshal(r) // every domain value encodes, as in answer.Of
+	// Status and Body, the answer as sent, are what previous-release replicas replay: written
+	// for one more release (expand/contract).
+	c := store.IdempotencyCompletion{Org: ec.Org, Subject: ec.Subject.Ref, Key: key, Result: kept, AuditID: r.auditID(),
+		Status: ans.Status, Body: ans.Body}
 	if err := k.Store.CompleteIdempotency(done, c); err != nil && !errors.Is(err, store.ErrConflict) {
 		k.Spool.Add(spool.Entry{Idempotency: &c})
 	}
 	return ans, nil
 }
 
-func auditIDOf(body json.RawMessage) string {
-	var v struct {
-		AuditID string `json:"auditId"`
+// storedAnswer is the answer of a done key, made of its stored result by answer.Of as the
+// first call's was. A key a previous release completed has no result: its answer as sent
+// is the answer. A result that does not decode is a typed 500, never a guess.
+func storedAnswer(rec store.IdempotencyRecord) (answer.Answer, error) {
+	if len(rec.Result) == 0 {
+		return answer.Answer{Status: rec.Status, Body: rec.Body, Replayed: true}, nil
 	}
-	_ = json.Unmarshal(body, &v)
-	return v.AuditID
+	r, err := parseResult(rec.Result)
+	if err != nil {
+		slog.Error("idempotency: a stored result does not decode; answering an error", "auditId", rec.AuditID, "err", err)
+		e := fault.Wrap(err, fault.Internal, CodeResultUnreadable, "the outcome of the call made with this Idempotency-Key at %s "+
+			"cannot be read; it is not run again", rec.CreatedAt.UTC().Format(time.RFC3339))
+		e.AuditID = rec.AuditID
+		return answer.Answer{}, e
+	}
+	ans, _ := answer.Of(r.outcome())
+	ans.Replayed, ans.RetryAfter = true, 0 // a Retry-After was the first call's moment, not the replay's
+	return ans, nil
 }
 
 // scopeHash identifies what a call asked and in which decision context: its ref, its input

@@ -1,5 +1,5 @@
 // Package spool keeps the writes that record how a call ended (its audit outcome record, the
-// end of an approval, the stored answer of an idempotency key) when the store cannot take
+// end of an approval, the stored outcome of an idempotency key) when the store cannot take
 // them, and writes them as soon as it can. A call that ran must never be left without its
 // outcome: the entry is fsynced to a file under the data dir before the caller is answered,
 // so a crash while the store is down loses nothing either.

@@ -136,3 +136,55 @@ func TestDroppedEntryIsLogged(t *testing.T) {
 		t.Fatalf("logs:\n%s\nwant the drop named, without the body", out)
 	}
 }
+
+// A key's outcome spooled while the store was down reaches it whole: its result byte for
+// byte beside its answer as sent. An entry the previous release spooled (no result; the file
+// outlives an upgrade) still drains, as a key without a result, which replays its answer as
+// sent.
+func TestIdempotencyResultDrains(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := sqlite.Open(ctx, dir+"/x.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	now := time.Now().UTC()
+	claim := func(key string) store.IdempotencyRecord {
+		return store.IdempotencyRecord{Org: "acme", Subject: "agent:x", Key: key, InputHash: "h", CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+	}
+	for _, key := range []string{"new", "old"} {
+		if _, claimed, err := st.ClaimIdempotency(ctx, claim(key)); err != nil || !claimed {
+			t.Fatal(claimed, err)
+		}
+	}
+	s, err := Open(dir, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	result := json.RawMessage(`{"kind":"held","held":{"code":"PENDING_APPROVAL","message":"m","auditId":"inv_1","status":"pending-approval","approvalId":"apr_1"}}`)
+	if !s.Add(Entry{Idempotency: &store.IdempotencyCompletion{Org: "acme", Subject: "agent:x", Key: "new", Result: result,
+		Status: 202, Body: json.RawMessage(`{"code":"PENDING_APPROVAL"}`), AuditID: "inv_1"}}) {
+		t.Fatal("entry not durable")
+	}
+	previous := `{"idempotency":{"Org":"acme","Subject":"agent:x","Key":"old","Status":403,"Body":{"code":"DENIED"},"AuditID":"deny_1"}}` + "\n"
+	if _, err := s.f.WriteAt([]byte(previous), s.off); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.f.Close()
+	if s, err = Open(dir, st); err != nil || s.Len() != 2 {
+		t.Fatalf("reopened: %d entries, %v; want 2", s.Len(), err)
+	}
+	defer s.Close(ctx)
+	if err := s.Drain(ctx); err != nil || s.Len() != 0 {
+		t.Fatalf("drain: %v, %d left", err, s.Len())
+	}
+	got, _, err := st.ClaimIdempotency(ctx, claim("new"))
+	if err != nil || got.State != store.IdempotencyDone || !bytes.Equal(got.Result, result) || got.Status != 202 || got.AuditID != "inv_1" {
+		t.Fatalf("spooled key = %s %s %d %s, %v; want its result byte for byte", got.State, got.Result, got.Status, got.AuditID, err)
+	}
+	got, _, err = st.ClaimIdempotency(ctx, claim("old"))
+	if err != nil || got.State != store.IdempotencyDone || got.Result != nil || got.Status != 403 || string(got.Body) != `{"code":"DENIED"}` {
+		t.Fatalf("key the previous release spooled = %s %s %d %s, %v; want its answer as sent, no result", got.State, got.Result, got.Status, got.Body, err)
+	}
+}
