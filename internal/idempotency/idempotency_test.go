@@ -192,24 +192,41 @@ func keysOver(t *testing.T, f *apptest.Fixture, change func(*gateway.Deps)) *ide
 	return &idempotency.Keys{Funnel: gw, Store: f.App.Store, Spool: f.App.Spool}
 }
 
-// previousRelease is the key store as a previous-release replica writes it during a rolling
-// upgrade: the same store, completions without a result (that release knows none).
-type previousRelease struct{ store.IdempotencyStore }
-
-func (p previousRelease) CompleteIdempotency(ctx context.Context, c store.IdempotencyCompletion) error {
-	c.Result = nil
-	return p.IdempotencyStore.CompleteIdempotency(ctx, c)
-}
-
-// damaging is the key store with each stored result replaced by result.
-type damaging struct {
+// keeping is the key store with each completion's result replaced by result: nil is the
+// store as a previous-release replica writes it during a rolling upgrade (that release
+// knows no result), anything else a damaged row.
+type keeping struct {
 	store.IdempotencyStore
 	result json.RawMessage
 }
 
-func (d damaging) CompleteIdempotency(ctx context.Context, c store.IdempotencyCompletion) error {
-	c.Result = d.result
-	return d.IdempotencyStore.CompleteIdempotency(ctx, c)
+func (k keeping) CompleteIdempotency(ctx context.Context, c store.IdempotencyCompletion) error {
+	c.Result = k.result
+	return k.IdempotencyStore.CompleteIdempotency(ctx, c)
+}
+
+// commenting is a fixture whose ticket provider answers every comment, and how many times
+// it ran.
+func commenting(t *testing.T) (*apptest.Fixture, *int) {
+	runs := new(int)
+	f := apptest.New(t, apptest.Options{Provider: func(w http.ResponseWriter, _ *http.Request) {
+		*runs++
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"commentId":"c1"}`))
+	}})
+	return f, runs
+}
+
+// storedRow is the row of key as the store holds it (a claim of a live key reads it back).
+func storedRow(t *testing.T, s store.IdempotencyStore, ec identity.ExecContext, key string) store.IdempotencyRecord {
+	t.Helper()
+	now := time.Now()
+	row, claimed, err := s.ClaimIdempotency(context.Background(), store.IdempotencyRecord{Org: ec.Org, Subject: ec.Subject.Ref,
+		Key: key, InputHash: "any", CreatedAt: now, ExpiresAt: now.Add(time.Hour)})
+	if err != nil || claimed {
+		t.Fatalf("read back %s: claimed %v, %v", key, claimed, err)
+	}
+	return row
 }
 
 // TestKeysAcrossReleases: replicas of two releases share the keys during a rolling upgrade.
@@ -217,43 +234,34 @@ func (d damaging) CompleteIdempotency(ctx context.Context, c store.IdempotencyCo
 // one; a key this one completed keeps, beside its result, the answer as sent that a
 // previous-release replica replays, byte for byte the first answer, with its audit id.
 func TestKeysAcrossReleases(t *testing.T) {
-	runs := 0
-	f := apptest.New(t, apptest.Options{Provider: func(w http.ResponseWriter, _ *http.Request) {
-		runs++
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"commentId":"c1"}`))
-	}})
+	f, runs := commenting(t)
 	ctx, bot := context.Background(), apptest.Exec("agent:support-bot", "project", "")
 	req := gateway.Request{Ref: commentRef, Input: comment}
-	old := &idempotency.Keys{Funnel: f.App.Gateway, Store: previousRelease{f.App.Store}, Spool: f.App.Spool}
+	old := &idempotency.Keys{Funnel: f.App.Gateway, Store: keeping{f.App.Store, nil}, Spool: f.App.Spool}
 
 	first, err := old.Invoke(ctx, bot, req, "from-the-previous-release")
-	if err != nil || !first.Ran() || runs != 1 {
-		t.Fatalf("first call: %+v %v (runs %d)", first, err, runs)
+	if err != nil || !first.Ran() || *runs != 1 {
+		t.Fatalf("first call: %+v %v (runs %d)", first, err, *runs)
 	}
-	row, _, err := f.App.Store.ClaimIdempotency(ctx, store.IdempotencyRecord{Org: bot.Org, Subject: bot.Subject.Ref,
-		Key: "from-the-previous-release", InputHash: "any", CreatedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)})
-	if err != nil || row.State != store.IdempotencyDone || row.Result != nil {
-		t.Fatalf("the previous release's row = %+v, %v; want done without a result", row, err)
+	if row := storedRow(t, f.App.Store, bot, "from-the-previous-release"); row.State != store.IdempotencyDone || row.Result != nil {
+		t.Fatalf("the previous release's row = %+v; want done without a result", row)
 	}
 	replay, err := f.App.Idempotency.Invoke(ctx, bot, req, "from-the-previous-release")
-	if err != nil || !replay.Replayed || replay.Status != first.Status || !bytes.Equal(replay.Body, first.Body) || runs != 1 {
+	if err != nil || !replay.Replayed || replay.Status != first.Status || !bytes.Equal(replay.Body, first.Body) || *runs != 1 {
 		t.Fatalf("replay of the previous release's key: %d %s %v (runs %d); want %d %s replayed", replay.Status, replay.Body, err,
-			runs, first.Status, first.Body)
+			*runs, first.Status, first.Body)
 	}
 
 	first, err = f.App.Idempotency.Invoke(ctx, bot, req, "from-this-release")
-	if err != nil || !first.Ran() || runs != 2 {
-		t.Fatalf("first call: %+v %v (runs %d)", first, err, runs)
+	if err != nil || !first.Ran() || *runs != 2 {
+		t.Fatalf("first call: %+v %v (runs %d)", first, err, *runs)
 	}
 	var sent struct{ AuditID string }
 	_ = json.Unmarshal(first.Body, &sent)
-	row, _, err = f.App.Store.ClaimIdempotency(ctx, store.IdempotencyRecord{Org: bot.Org, Subject: bot.Subject.Ref,
-		Key: "from-this-release", InputHash: "any", CreatedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)})
-	if err != nil || row.Result == nil || row.Status != first.Status || !bytes.Equal(row.Body, first.Body) ||
-		sent.AuditID == "" || row.AuditID != sent.AuditID {
-		t.Fatalf("this release's row = %d %s %s audit %q, %v; want a result and the first answer %d %s, audit %q", row.Status,
-			row.Body, row.Result, row.AuditID, err, first.Status, first.Body, sent.AuditID)
+	row := storedRow(t, f.App.Store, bot, "from-this-release")
+	if row.Result == nil || row.Status != first.Status || !bytes.Equal(row.Body, first.Body) || sent.AuditID == "" || row.AuditID != sent.AuditID {
+		t.Fatalf("this release's row = %d %s %s audit %q; want a result and the first answer %d %s, audit %q", row.Status,
+			row.Body, row.Result, row.AuditID, first.Status, first.Body, sent.AuditID)
 	}
 	var kept map[string]json.RawMessage
 	if json.Unmarshal(row.Result, &kept) != nil || string(kept["kind"]) != `"ran"` || bytes.Contains(row.Result, []byte(`"status"`)) {
@@ -265,29 +273,24 @@ func TestKeysAcrossReleases(t *testing.T) {
 // release does not know answers IDEMPOTENCY_RESULT_UNREADABLE (500) naming the first call's
 // audit record: not a 200, not a second run, and no replay recorded as answered.
 func TestUnreadableResultIsNotRunAgain(t *testing.T) {
-	runs := 0
-	f := apptest.New(t, apptest.Options{Provider: func(w http.ResponseWriter, _ *http.Request) {
-		runs++
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"commentId":"c1"}`))
-	}})
+	f, runs := commenting(t)
 	ctx, bot := context.Background(), apptest.Exec("agent:support-bot", "project", "")
 	req := gateway.Request{Ref: commentRef, Input: comment}
 	for i, bad := range []string{`{"kind":"ran","ran":{"output":{"commentId":"c1"},"au`, `{"kind":"undone","ran":{"output":1,"auditId":"inv_1"}}`,
 		`{"kind":"error","error":{"code":"X","message":"m"},"fault":"catastrophic"}`, `"ran"`} {
 		key := fmt.Sprintf("damaged-%d", i)
-		keys := &idempotency.Keys{Funnel: f.App.Gateway, Store: damaging{f.App.Store, json.RawMessage(bad)}, Spool: f.App.Spool}
+		keys := &idempotency.Keys{Funnel: f.App.Gateway, Store: keeping{f.App.Store, json.RawMessage(bad)}, Spool: f.App.Spool}
 		first, err := keys.Invoke(ctx, bot, req, key)
-		if err != nil || !first.Ran() || runs != i+1 {
-			t.Fatalf("first call: %+v %v (runs %d)", first, err, runs)
+		if err != nil || !first.Ran() || *runs != i+1 {
+			t.Fatalf("first call: %+v %v (runs %d)", first, err, *runs)
 		}
 		var sent struct{ AuditID string }
 		_ = json.Unmarshal(first.Body, &sent)
 		ans, err := f.App.Idempotency.Invoke(ctx, bot, req, key)
 		var fe *fault.Error
 		if !errors.As(err, &fe) || fe.Code != idempotency.CodeResultUnreadable || fe.Kind != fault.Internal || fe.AuditID != sent.AuditID ||
-			ans.Status != 0 || runs != i+1 {
-			t.Fatalf("replay over %s = %d %s, %v (runs %d); want %s naming %s, nothing run", bad, ans.Status, ans.Body, err, runs,
+			ans.Status != 0 || *runs != i+1 {
+			t.Fatalf("replay over %s = %d %s, %v (runs %d); want %s naming %s, nothing run", bad, ans.Status, ans.Body, err, *runs,
 				idempotency.CodeResultUnreadable, sent.AuditID)
 		}
 		linked, err := f.App.Store.ListAudit(ctx, store.AuditQuery{Org: bot.Org, ParentID: sent.AuditID})

@@ -18,11 +18,7 @@ import (
 func TestSpoolSurvivesReopenAndDrains(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, dir+"/x.db")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := storeIn(t, dir)
 	s, err := Open(dir, st)
 	if err != nil {
 		t.Fatal(err)
@@ -113,11 +109,7 @@ func TestSpoolFileIsOwnerOnly(t *testing.T) {
 func TestDroppedEntryIsLogged(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, dir+"/x.db")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := storeIn(t, dir)
 	var logs bytes.Buffer
 	prev := slog.Default()
 	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
@@ -144,11 +136,7 @@ func TestDroppedEntryIsLogged(t *testing.T) {
 func TestIdempotencyResultDrains(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, dir+"/x.db")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := storeIn(t, dir)
 	now := time.Now().UTC()
 	claim := func(key string) store.IdempotencyRecord {
 		return store.IdempotencyRecord{Org: "acme", Subject: "agent:x", Key: key, InputHash: "h", CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
@@ -187,4 +175,15 @@ func TestIdempotencyResultDrains(t *testing.T) {
 	if err != nil || got.State != store.IdempotencyDone || got.Result != nil || got.Status != 403 || string(got.Body) != `{"code":"DENIED"}` {
 		t.Fatalf("key the previous release spooled = %s %s %d %s, %v; want its answer as sent, no result", got.State, got.Result, got.Status, got.Body, err)
 	}
+}
+
+// storeIn is a SQLite store in dir, closed when the test ends.
+func storeIn(t *testing.T, dir string) *sqlite.Store {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), dir+"/x.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
 }
