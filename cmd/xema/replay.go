@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/xemahq/xema/internal/app"
+	"github.com/xemahq/xema/internal/catalog"
 	"github.com/xemahq/xema/internal/grant"
 	"github.com/xemahq/xema/internal/policy"
 	"github.com/xemahq/xema/internal/replay"
@@ -184,7 +185,7 @@ func undefinedEnvironments(rep *replay.Report, envs grant.Environments) []string
 
 // candidate is the policy replay decides with: a bundle file, or the built-in Rego (plus
 // platform Rego) over the store's current data.
-func candidate(ctx context.Context, st store.Store, envs grant.Environments, policyDir, bundleFile string) (replay.Decider, error) {
+func candidate(ctx context.Context, st catalog.Reader, envs grant.Environments, policyDir, bundleFile string) (replay.Decider, error) {
 	if bundleFile != "" {
 		f, err := os.Open(bundleFile)
 		if err != nil {

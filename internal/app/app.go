@@ -333,7 +333,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 
 // bindings opens the credential keyring (src, or a key file created under dataDir at first
 // start) and the binding service over st, calling providers with hc.
-func bindings(dataDir string, src secretbox.Source, master masterkey.Wrapper, st store.Store, pol *egress.Policy,
+func bindings(dataDir string, src secretbox.Source, master masterkey.Wrapper, st store.BindingStore, pol *egress.Policy,
 	hc *http.Client) (*binding.Service, error) {
 	keys, err := credential.OpenKeys(dataDir, src, master)
 	if err != nil {

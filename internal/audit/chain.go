@@ -176,6 +176,13 @@ func chainKey(keys [][]byte, h store.ChainHead, first *store.AuditRecord, prev s
 	return -1
 }
 
+// Verifier is the store as Verify reads the log (store.Store).
+type Verifier interface {
+	ChainHeads(ctx context.Context) ([]store.ChainHead, error)
+	PruneBoundary(ctx context.Context) (store.PruneBoundary, error)
+	ScanAudit(ctx context.Context, f store.AuditFilter, fn func(store.AuditRecord) error) error
+}
+
 // Verify re-derives every chain of the store from its records and checks it against the
 // checkpointed heads: an altered record, a deleted one (a gap, or a tail shorter than its
 // head), one inserted out of order or behind the gateway's back (unchained, or of an unknown
@@ -185,7 +192,7 @@ func chainKey(keys [][]byte, h store.ChainHead, first *store.AuditRecord, prev s
 // checkpoint (whose MAC must verify) on: a prune is no break, a deletion above the
 // checkpoint is one. Only breaks at records from since on are reported (zero: all). It
 // only reads.
-func Verify(ctx context.Context, st store.Store, keys [][]byte, since time.Time) (VerifyResult, error) {
+func Verify(ctx context.Context, st Verifier, keys [][]byte, since time.Time) (VerifyResult, error) {
 	var res VerifyResult
 	heads, err := st.ChainHeads(ctx)
 	if err != nil {

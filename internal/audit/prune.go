@@ -41,6 +41,16 @@ type PruneResult struct {
 // errStop ends a scan early.
 var errStop = errors.New("stop")
 
+// Pruner is the store as Prune verifies, archives and removes the log's oldest records
+// (store.Store).
+type Pruner interface {
+	LastLinksBefore(ctx context.Context, before time.Time) ([]store.ChainLink, error)
+	ChainHeads(ctx context.Context) ([]store.ChainHead, error)
+	ScanAudit(ctx context.Context, f store.AuditFilter, fn func(store.AuditRecord) error) error
+	CheckpointPrune(ctx context.Context, b store.PruneBoundary, bases []store.ChainHead) error
+	DeletePrunedAudit(ctx context.Context, limit int) (int64, error)
+}
+
 // Prune removes the records older than opt.Before. It first verifies each chain's segment
 // to be removed (a segment that does not verify is refused: pruning must not erase the
 // evidence of tampering) and writes it to the archive, then checkpoints each chain's last
@@ -48,7 +58,7 @@ var errStop = errors.New("stop")
 // batches of opt.Batch, each its own transaction, so appends go on meanwhile. A prune cut
 // short (a crash, ctx) leaves records beneath a checkpoint, which the next prune deletes and
 // verification skips. keys are the chain keys, current first.
-func Prune(ctx context.Context, st store.Store, keys [][]byte, opt PruneOptions) (PruneResult, error) {
+func Prune(ctx context.Context, st Pruner, keys [][]byte, opt PruneOptions) (PruneResult, error) {
 	var res PruneResult
 	if opt.Before.IsZero() {
 		return res, fmt.Errorf("prune: %w: no boundary", store.ErrInvalid)
@@ -148,10 +158,15 @@ func Prune(ctx context.Context, st store.Store, keys [][]byte, opt PruneOptions)
 	}
 }
 
+// scanner is the store as verifySegment reads one chain (store.Store).
+type scanner interface {
+	ScanAudit(ctx context.Context, f store.AuditFilter, fn func(store.AuditRecord) error) error
+}
+
 // verifySegment checks the records of h's chain after its checkpoint up to to, under the key
 // they were written with (its index in keys is returned), passing each to emit when set. A
 // gap or a mismatch is an error naming the break.
-func verifySegment(ctx context.Context, st store.Store, keys [][]byte, h store.ChainHead, to store.ChainLink,
+func verifySegment(ctx context.Context, st scanner, keys [][]byte, h store.ChainHead, to store.ChainLink,
 	emit func(store.AuditRecord) error) (int, error) {
 	prev, want, k := h.BaseHash, h.BaseSeq+1, -1
 	if h.BaseSeq > 0 {

@@ -22,10 +22,27 @@ import (
 	"github.com/xemahq/xema/internal/store"
 )
 
+// Writer is the store as the Publisher uses it: the writes of biome versions, lifecycles and
+// grants, and the reads they are checked against (store.Store).
+type Writer interface {
+	GetMCPServer(ctx context.Context, providerID string) (store.MCPServer, error)
+	PublishBiome(ctx context.Context, bv store.BiomeVersion, caps []store.Capability) error
+	GetBiomeVersion(ctx context.Context, id, version string) (store.BiomeVersion, error)
+	BiomeOwners(ctx context.Context) (map[string]string, error)
+	ListBiomeVersions(ctx context.Context, id string) ([]store.BiomeVersion, error)
+	UpsertCapability(ctx context.Context, c store.Capability) error
+	GetCapability(ctx context.Context, ref string) (store.Capability, error)
+	ListCapabilities(ctx context.Context) ([]store.Capability, error)
+	TransitionLifecycle(ctx context.Context, ev store.LifecycleEvent) error
+	PutGrant(ctx context.Context, g store.Grant) error
+	ListGrants(ctx context.Context) ([]store.Grant, error)
+	RevokeGrant(ctx context.Context, org, id, by string, at time.Time) (store.Grant, error)
+}
+
 // Publisher submits biome versions and records install grants: the two write paths of
 // stage 1. Both end in Changed, which rebuilds the catalog and the policy.
 type Publisher struct {
-	Store store.Store
+	Store Writer
 	// OperatorOrg is the org whose administrators move the lifecycle of the operator's own
 	// store's capabilities; "" lets nobody.
 	OperatorOrg string

@@ -199,7 +199,7 @@ func TestTransition(t *testing.T) {
 		clientError(t, err, s.kind, s.message)
 	}
 	c, _ := p.Store.GetCapability(ctx, "acme:thing.read@1")
-	events, _ := p.Store.ListLifecycleEvents(ctx, "acme:thing.read@1")
+	events, _ := p.Store.(store.Store).ListLifecycleEvents(ctx, "acme:thing.read@1")
 	if c.Lifecycle != store.LifecycleRetired || c.ReplacedBy != "acme:thing.read@2" || len(events) != 2 || events[1].Actor != "user:alice" {
 		t.Fatalf("capability %+v events %+v: want retired → @2 after 2 recorded transitions by user:alice", c, events)
 	}
@@ -211,7 +211,7 @@ func TestSubmitRefusesAnMCPProviderID(t *testing.T) {
 	srv := store.MCPServer{ProviderID: "acme", Transport: "stdio", Command: "true", TimeoutMs: 1000, Generation: 1, RegisteredBy: "user:alice"}
 	bv := store.BiomeVersion{ID: "acme", Version: "1.0.1", Manifest: biomeJSON("acme", "1.0.1"), Contributions: json.RawMessage("[]"),
 		ContentHash: "h", DigestHash: "d", Digest: json.RawMessage("{}")}
-	if err := p.Store.SaveMCPServer(ctx, srv, bv, nil, nil); err != nil {
+	if err := p.Store.(store.Store).SaveMCPServer(ctx, srv, bv, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	_, err := p.Submit(ctx, Submission{Manifest: biomeJSON("acme", "2.0.0", "acme:thing.read@1"),

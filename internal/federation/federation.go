@@ -58,9 +58,19 @@ var descriptors embed.FS
 // document takes their inputSchema and outputSchema as the routes' bodies.
 var Contributions fs.FS = descriptors
 
+// Store is the store as the federation uses it: the server records, and the catalog and
+// biome versions a registration or sync is checked against (store.Store).
+type Store interface {
+	store.FederationStore
+	GetBiomeVersion(ctx context.Context, id, version string) (store.BiomeVersion, error)
+	BiomeOwners(ctx context.Context) (map[string]string, error)
+	ListBiomeVersions(ctx context.Context, id string) ([]store.BiomeVersion, error)
+	ListCapabilities(ctx context.Context) ([]store.Capability, error)
+}
+
 // Federation registers, syncs and runs external MCP servers.
 type Federation struct {
-	store   store.Store
+	store   Store
 	changed func(ctx context.Context) error
 	dialer  *dialer
 	pool    *pool
@@ -89,7 +99,7 @@ const ListChangedDebounce = time.Second
 // New returns a federation over st. changed rebuilds catalog and policy after a write (the
 // Publisher's Changed); tokens is the gateway's outbound token source; opts holds the
 // egress policy and the operator-declared stdio servers.
-func New(st store.Store, changed func(ctx context.Context) error, tokens runner.TokenSource, opts Options) *Federation {
+func New(st Store, changed func(ctx context.Context) error, tokens runner.TokenSource, opts Options) *Federation {
 	life, stop := context.WithCancel(context.Background())
 	if opts.Egress == nil {
 		opts.Egress = egress.New(nil)
