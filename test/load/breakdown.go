@@ -3,22 +3,29 @@ package main
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/google/pprof/profile"
 )
 
-// parts are where a call's CPU goes, each named by a function its samples pass through;
-// a sample counts for the first part whose function is on its stack (the order nests:
-// the decision and the provider call run inside request handling).
-var parts = []struct{ name, fn string }{
-	{"audit writer (the SQL of each batch, its commit)", "github.com/xemahq/xema/internal/audit.(*Log).write"},
-	{"policy decision", "github.com/xemahq/xema/internal/gateway.(*Gateway).authorize"},
-	{"input validation", "github.com/xemahq/xema/internal/gateway.(*Gateway).validate"},
-	{"provider call (http runner, output check)", "github.com/xemahq/xema/internal/gateway.(*Gateway).run"},
-	{"the rest of request handling (net/http, echo, authentication, the funnel's other steps)", "net/http.(*conn).serve"},
-	{"HTTP client connections (read and write loops)", "net/http.(*persistConn)."},
-	{"garbage collection (background marking)", "runtime.gcBgMarkWorker"},
+// parts are where a call's CPU goes, each named by functions its samples pass through;
+// a sample counts for the first part with one of its functions on its stack (the order
+// nests: the decision and the provider call run inside request handling).
+var parts = []struct {
+	name string
+	fns  []string
+}{
+	{"audit writer (the SQL of each batch, its commit)", []string{"github.com/xemahq/xema/internal/audit.(*Log).write"}},
+	// OPA's evaluation recurses deeper than the 64 frames a profile keeps of a stack: a
+	// sample deep in it has lost authorize and every frame below, and only its OPA frames
+	// say it is the decision's (the gateway runs OPA nowhere else under load).
+	{"policy decision", []string{"github.com/xemahq/xema/internal/gateway.(*Gateway).authorize", "github.com/open-policy-agent/opa/"}},
+	{"input validation", []string{"github.com/xemahq/xema/internal/gateway.(*Gateway).validate"}},
+	{"provider call (http runner, output check)", []string{"github.com/xemahq/xema/internal/gateway.(*Gateway).run"}},
+	{"the rest of request handling (net/http, echo, authentication, the funnel's other steps)", []string{"net/http.(*conn).serve"}},
+	{"HTTP client connections (read and write loops)", []string{"net/http.(*persistConn)."}},
+	{"garbage collection (background marking)", []string{"runtime.gcBgMarkWorker"}},
 }
 
 // breakdown reads the CPU profile at path and returns, per part, its share of the samples
@@ -68,7 +75,7 @@ func partOf(s *profile.Sample) int {
 	for i, part := range parts {
 		for _, loc := range s.Location {
 			for _, line := range loc.Line {
-				if line.Function != nil && strings.HasPrefix(line.Function.Name, part.fn) {
+				if line.Function != nil && slices.ContainsFunc(part.fns, func(fn string) bool { return strings.HasPrefix(line.Function.Name, fn) }) {
 					return i
 				}
 			}

@@ -38,6 +38,8 @@ type result struct {
 	// self is the harness's own CPU time over the window: its clients and the provider.
 	self    time.Duration
 	metrics counters
+	// io is the gateway's writes over the window (gateway targets).
+	io ioCounts
 	// breakdown is the markdown of where the gateway's CPU went, from the window's profile.
 	breakdown []string
 }
@@ -56,6 +58,14 @@ func (r result) cpuPerCall() string {
 		return "—"
 	}
 	return fmt.Sprintf("%.0f µs", float64(r.cpu.Microseconds())/float64(r.n))
+}
+
+// writes is the gateway's write syscalls and bytes a call.
+func (r result) writes() string {
+	if r.io.writes == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.1f, %.1f KB", float64(r.io.writes)/float64(r.n), float64(r.io.bytes)/float64(r.n)/1000)
 }
 
 func (r result) hitRate() string {

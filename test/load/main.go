@@ -56,6 +56,8 @@ func main() {
 	flag.DurationVar(&cfg.duration, "duration", 5*time.Second, "at most this long per target")
 	flag.DurationVar(&cfg.warmup, "warmup", time.Second, "unmeasured warm-up per target")
 	flag.IntVar(&cfg.rounds, "rounds", 1, "after the table, measure the floor and the funnel this many more times, alternating, and print the ranges of their ratios (1: none)")
+	flag.StringVar(&cfg.order, "order", "cached-first", "order of the two funnel targets in the table and in each round: cached-first, miss-first, or alternate (cached first in the table and odd rounds, cache-defeating first in even rounds), so neither always runs on the other's larger log")
+	flag.BoolVar(&cfg.keep, "keep", false, "keep each engine's temporary directory (the gateway's SQLite file, the logs) and print its path")
 	flag.StringVar(&cfg.profileDir, "cpuprofile", "", "directory: write the gateway's CPU and allocation profiles of each funnel target there (xema serve --pprof)")
 	var proxy proxyConfig
 	proxy.register(flag.CommandLine)
@@ -74,14 +76,18 @@ func main() {
 }
 
 type config struct {
-	xema, opa, engines, store, profileDir string
-	workers, count, rounds                int
-	duration, warmup                      time.Duration
+	xema, opa, engines, store, profileDir, order string
+	workers, count, rounds                       int
+	duration, warmup                             time.Duration
+	keep                                         bool
 }
 
 func run(cfg config) error {
 	if cfg.opa == "" {
 		return errors.New("-opa is required")
+	}
+	if !slices.Contains([]string{"cached-first", "miss-first", "alternate"}, cfg.order) {
+		return fmt.Errorf("-order: %q is none of cached-first, miss-first, alternate", cfg.order)
 	}
 	if cfg.profileDir != "" {
 		if err := os.MkdirAll(cfg.profileDir, 0o755); err != nil {
@@ -145,7 +151,11 @@ func runEngine(cfg config, engine, dsn, proxyDSN, noopURL string) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	if cfg.keep {
+		fmt.Printf("keeping %s (-keep)\n", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
 	gw, err := startGateway(cfg.xema, dir, dsn, cfg.profileDir != "")
 	if err != nil {
 		return err
@@ -180,18 +190,20 @@ func runEngine(cfg config, engine, dsn, proxyDSN, noopURL string) error {
 	}
 	defer audited.stop()
 
+	cachedTarget := funnelTarget(gw, "funnel, cached (the same call)", false)
+	missTarget := funnelTarget(gw, "funnel, cache-defeating (a distinct resource per call)", true)
+	funnels := funnelOrder(cfg.order, 0, cachedTarget, missTarget)
 	targets := []target{
 		directTarget(noopURL),
 		proxyTarget(proxy),
 		floorTarget(floor),
 		auditedProxyTarget(audited),
-		funnelTarget(gw, "funnel, cached (the same call)", false),
-		funnelTarget(gw, "funnel, cache-defeating (a distinct resource per call)", true),
+		funnels[0], funnels[1],
 		opaTarget(opa.url),
 	}
 	fmt.Printf("\n### %s\n\n", engine)
-	fmt.Println("| target | requests | RPS | p50 | p99 | RPS ÷ direct | server CPU per call | harness CPU per call (clients, no-op provider) | machine CPU busy | provider connections opened | gateway heap allocated per call | decision cache hits | audit records per batch (batches a call) | audit writer busy |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| target | requests | RPS | p50 | p99 | RPS ÷ direct | server CPU per call | harness CPU per call (clients, no-op provider) | machine CPU busy | provider connections opened | gateway heap allocated per call | decision cache hits | audit records per batch (batches a call) | audit writer busy | gateway writes a call (syscalls, bytes) |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	results := map[string]result{}
 	for _, tg := range targets {
 		r, err := measureTarget(cfg, gw, tg, engine, cfg.profileDir)
@@ -199,8 +211,8 @@ func runEngine(cfg config, engine, dsn, proxyDSN, noopURL string) error {
 			return err
 		}
 		results[tg.kind] = r
-		fmt.Printf("| %s | %d | %.0f | %s | %s | %.2f× | %s | %.0f µs | %s | %d | %s | %s | %s | %s |\n", tg.name, r.n, r.rps(), r.pct(50), r.pct(99),
-			r.rps()/results["direct"].rps(), r.cpuPerCall(), float64(r.self.Microseconds())/float64(r.n), r.machine, r.conns, r.allocated(), r.hitRate(), r.perBatch(), r.writerBusy())
+		fmt.Printf("| %s | %d | %.0f | %s | %s | %.2f× | %s | %.0f µs | %s | %d | %s | %s | %s | %s | %s |\n", tg.name, r.n, r.rps(), r.pct(50), r.pct(99),
+			r.rps()/results["direct"].rps(), r.cpuPerCall(), float64(r.self.Microseconds())/float64(r.n), r.machine, r.conns, r.allocated(), r.hitRate(), r.perBatch(), r.writerBusy(), r.writes())
 	}
 	// After the results table, so it stays one table.
 	for _, tg := range targets {
@@ -228,7 +240,7 @@ func runEngine(cfg config, engine, dsn, proxyDSN, noopURL string) error {
 	fmt.Printf("funnel ÷ stock OPA (RPS): cached %.2f×, cache-defeating %.2f×; funnel p99 cached %s, cache-defeating %s\n",
 		f.rps()/o.rps(), miss.rps()/o.rps(), f.pct(99), miss.pct(99))
 	if cfg.rounds > 1 {
-		return alternate(cfg, gw, engine, targets[2], targets[4], targets[5])
+		return alternate(cfg, gw, engine, targets[2], cachedTarget, missTarget)
 	}
 	return nil
 }
@@ -259,27 +271,41 @@ func floorRatios(funnel, floor result) (rps, cpu, p99 float64) {
 	return funnel.rps() / floor.rps(), perCall(funnel) / perCall(floor), float64(funnel.pct(99)) / float64(floor.pct(99))
 }
 
+// funnelOrder is the order the funnel targets run in, in round (0: the table) under -order.
+func funnelOrder(order string, round int, cached, miss target) [2]target {
+	if order == "miss-first" || order == "alternate" && round%2 == 0 && round > 0 {
+		return [2]target{miss, cached}
+	}
+	return [2]target{cached, miss}
+}
+
 // alternate measures the floor and the two funnel targets again, one after the other,
 // cfg.rounds times, and prints the range and median of each ratio: on a shared machine the
 // load shifts between the windows of one table, and alternating short windows lets it
 // shift under both sides of a ratio alike.
 func alternate(cfg config, gw *gateway, engine string, floor, cached, miss target) error {
 	var ratios [2][3][]float64 // [cached, cache-defeating][RPS, CPU, p99]
-	for range cfg.rounds {
+	for round := range cfg.rounds {
 		fl, err := measureTarget(cfg, gw, floor, engine, "")
 		if err != nil {
 			return err
 		}
-		for i, tg := range []target{cached, miss} {
+		for _, tg := range funnelOrder(cfg.order, round+1, cached, miss) {
 			r, err := measureTarget(cfg, gw, tg, engine, "")
 			if err != nil {
 				return err
 			}
+			i := 0
+			if tg.kind == miss.kind {
+				i = 1
+			}
 			rps, cpu, p99 := floorRatios(r, fl)
 			ratios[i][0], ratios[i][1], ratios[i][2] = append(ratios[i][0], rps), append(ratios[i][1], cpu), append(ratios[i][2], p99)
+			fmt.Printf("round %d, %s: RPS %.2f×, CPU per call %.2f× (%s ÷ %s), audit records per batch %s, writes a call %s\n",
+				round+1, tg.kind, rps, cpu, r.cpuPerCall(), fl.cpuPerCall(), r.perBatch(), r.writes())
 		}
 	}
-	fmt.Printf("\nfunnel ÷ the audited floor over %d alternating rounds (floor, cached, cache-defeating; range, median):\n", cfg.rounds)
+	fmt.Printf("\nfunnel ÷ the audited floor over %d alternating rounds (floor, then the funnel targets by -order %s; range, median):\n", cfg.rounds, cfg.order)
 	for i, name := range []string{"cached", "cache-defeating"} {
 		fmt.Printf("%s: RPS %s, CPU per call %s, p99 %s\n", name, spread(ratios[i][0]), spread(ratios[i][1]), spread(ratios[i][2]))
 	}
@@ -317,6 +343,9 @@ func (g *gateway) startMeasure(tg target, dir, engine string, d time.Duration) (
 		return m, nil
 	}
 	m.g = g
+	if m.io0, err = ioOf(tg.pid); err != nil {
+		return nil, err
+	}
 	if m.metrics0, err = g.scrape(); err != nil {
 		return nil, err
 	}
@@ -332,6 +361,7 @@ type measure struct {
 	g        *gateway // the target's, if the gateway serves it
 	pid      int
 	cpu0     time.Duration
+	io0      ioCounts      // the gateway's
 	self0    time.Duration // the harness's own: its clients and the no-op provider
 	conns0   int64
 	machine0 machineCPU
@@ -361,6 +391,11 @@ func (m *measure) finish(r *result) error {
 	if m.g == nil {
 		return nil
 	}
+	io, err := ioOf(m.pid)
+	if err != nil {
+		return err
+	}
+	r.io = ioCounts{io.writes - m.io0.writes, io.bytes - m.io0.bytes}
 	metrics, err := m.g.scrape()
 	if err != nil {
 		return err

@@ -34,6 +34,31 @@ func cpuOf(pid int) (time.Duration, error) {
 	return time.Duration(utime+stime) * clockTick, nil
 }
 
+// ioCounts are a process's write syscalls and the bytes they wrote (/proc/PID/io: syscw,
+// wchar).
+type ioCounts struct{ writes, bytes int64 }
+
+// ioOf is pid's write syscalls and bytes so far (/proc/PID/io): for the gateway on SQLite,
+// two writes a WAL frame (its header, its page) and the frames' bytes.
+func ioOf(pid int) (ioCounts, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return ioCounts{}, fmt.Errorf("io: %w", err)
+	}
+	var c ioCounts
+	for line := range strings.Lines(string(raw)) {
+		name, v, _ := strings.Cut(strings.TrimSpace(line), ": ")
+		dst := map[string]*int64{"syscw": &c.writes, "wchar": &c.bytes}[name]
+		if dst == nil {
+			continue
+		}
+		if *dst, err = strconv.ParseInt(v, 10, 64); err != nil {
+			return ioCounts{}, fmt.Errorf("io: /proc/%d/io %s %q", pid, name, v)
+		}
+	}
+	return c, nil
+}
+
 // memoryOf is pid's peak and current resident set (VmHWM, VmRSS) as /proc/PID/status says.
 func memoryOf(pid int) (hwm, rss string, err error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
