@@ -29,16 +29,17 @@ var parts = []struct {
 }
 
 // breakdown reads the CPU profile at path and returns, per part, its share of the samples
-// and what that share is of cpuPerCall.
-func breakdown(path string, cpuPerCall float64) ([]string, error) {
+// and what that share is of cpuPerCall: as table rows, and the µs a call of each part (in
+// the order of parts, then the rest).
+func breakdown(path string, cpuPerCall float64) ([]string, []float64, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer f.Close()
 	p, err := profile.Parse(f)
 	if err != nil {
-		return nil, fmt.Errorf("cpu profile %s: %w", path, err)
+		return nil, nil, fmt.Errorf("cpu profile %s: %w", path, err)
 	}
 	at := -1
 	for i, st := range p.SampleType {
@@ -47,7 +48,7 @@ func breakdown(path string, cpuPerCall float64) ([]string, error) {
 		}
 	}
 	if at < 0 {
-		return nil, fmt.Errorf("cpu profile %s: no cpu samples", path)
+		return nil, nil, fmt.Errorf("cpu profile %s: no cpu samples", path)
 	}
 	sums := make([]int64, len(parts)+1) // the last: everything else
 	var total int64
@@ -57,18 +58,20 @@ func breakdown(path string, cpuPerCall float64) ([]string, error) {
 		sums[partOf(s)] += v
 	}
 	if total == 0 {
-		return nil, fmt.Errorf("cpu profile %s: empty", path)
+		return nil, nil, fmt.Errorf("cpu profile %s: empty", path)
 	}
 	var rows []string
+	perCall := make([]float64, len(sums))
 	for i, v := range sums {
 		name := "other"
 		if i < len(parts) {
 			name = parts[i].name
 		}
 		share := float64(v) / float64(total)
-		rows = append(rows, fmt.Sprintf("| %s | %.0f %% | %.0f µs |", name, 100*share, share*cpuPerCall))
+		perCall[i] = share * cpuPerCall
+		rows = append(rows, fmt.Sprintf("| %s | %.0f %% | %.0f µs |", name, 100*share, perCall[i]))
 	}
-	return rows, nil
+	return rows, perCall, nil
 }
 
 func partOf(s *profile.Sample) int {

@@ -40,8 +40,10 @@ type result struct {
 	metrics counters
 	// io is the gateway's writes over the window (gateway targets).
 	io ioCounts
-	// breakdown is the markdown of where the gateway's CPU went, from the window's profile.
+	// breakdown is the markdown of where the gateway's CPU went, from the window's profile,
+	// and parts the µs a call of each of its parts.
 	breakdown []string
+	parts     []float64
 }
 
 func (r result) rps() float64 { return float64(r.n) / r.elapsed.Seconds() }
@@ -66,6 +68,15 @@ func (r result) writes() string {
 		return "—"
 	}
 	return fmt.Sprintf("%.1f, %.1f KB", float64(r.io.writes)/float64(r.n), float64(r.io.bytes)/float64(r.n)/1000)
+}
+
+// writerAndPolicy is, from the window's profile if one was taken, what the audit writer
+// and the policy decision cost a call.
+func (r result) writerAndPolicy() string {
+	if len(r.parts) < 2 {
+		return ""
+	}
+	return fmt.Sprintf(", audit writer %.0f µs and policy %.0f µs a call (profile)", r.parts[0], r.parts[1])
 }
 
 func (r result) hitRate() string {

@@ -24,10 +24,13 @@
 // (/proc/stat, /proc/self/stat) and the provider's new connections; for the gateway and the
 // proxies the CPU time per call (utime+stime of the process over the
 // measured window, /proc/PID/stat); for the gateway the decision cache's hit rate and the
-// audit records per write batch (/metrics), and its peak and final resident memory after
-// the run (/proc/PID/status).
+// audit records per write batch (/metrics), its write syscalls and bytes a call
+// (/proc/PID/io: on SQLite, two writes a WAL frame), and its peak and final resident memory
+// after the run (/proc/PID/status). With -cpuprofile every funnel window, the table's and
+// the rounds', is profiled, and each round's line says what its audit writer and policy
+// decision cost a call.
 //
-//	go run ./test/load -xema bin/xema -opa OPA_BINARY -workers 16 -duration 5s [-engines sqlite,postgres] [-store postgres://...]
+//	go run ./test/load -xema bin/xema -opa OPA_BINARY -workers 16 -duration 5s [-engines sqlite,postgres] [-store postgres://...] [-keep]
 package main
 
 import (
@@ -56,9 +59,8 @@ func main() {
 	flag.DurationVar(&cfg.duration, "duration", 5*time.Second, "at most this long per target")
 	flag.DurationVar(&cfg.warmup, "warmup", time.Second, "unmeasured warm-up per target")
 	flag.IntVar(&cfg.rounds, "rounds", 1, "after the table, measure the floor and the funnel this many more times, alternating, and print the ranges of their ratios (1: none)")
-	flag.StringVar(&cfg.order, "order", "cached-first", "order of the two funnel targets in the table and in each round: cached-first, miss-first, or alternate (cached first in the table and odd rounds, cache-defeating first in even rounds), so neither always runs on the other's larger log")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep each engine's temporary directory (the gateway's SQLite file, the logs) and print its path")
-	flag.StringVar(&cfg.profileDir, "cpuprofile", "", "directory: write the gateway's CPU and allocation profiles of each funnel target there (xema serve --pprof)")
+	flag.StringVar(&cfg.profileDir, "cpuprofile", "", "directory: write the gateway's CPU and allocation profiles of each funnel target there, the table's and each round's (xema serve --pprof)")
 	var proxy proxyConfig
 	proxy.register(flag.CommandLine)
 	flag.Parse()
@@ -76,18 +78,15 @@ func main() {
 }
 
 type config struct {
-	xema, opa, engines, store, profileDir, order string
-	workers, count, rounds                       int
-	duration, warmup                             time.Duration
-	keep                                         bool
+	xema, opa, engines, store, profileDir string
+	workers, count, rounds                int
+	duration, warmup                      time.Duration
+	keep                                  bool
 }
 
 func run(cfg config) error {
 	if cfg.opa == "" {
 		return errors.New("-opa is required")
-	}
-	if !slices.Contains([]string{"cached-first", "miss-first", "alternate"}, cfg.order) {
-		return fmt.Errorf("-order: %q is none of cached-first, miss-first, alternate", cfg.order)
 	}
 	if cfg.profileDir != "" {
 		if err := os.MkdirAll(cfg.profileDir, 0o755); err != nil {
@@ -190,15 +189,13 @@ func runEngine(cfg config, engine, dsn, proxyDSN, noopURL string) error {
 	}
 	defer audited.stop()
 
-	cachedTarget := funnelTarget(gw, "funnel, cached (the same call)", false)
-	missTarget := funnelTarget(gw, "funnel, cache-defeating (a distinct resource per call)", true)
-	funnels := funnelOrder(cfg.order, 0, cachedTarget, missTarget)
 	targets := []target{
 		directTarget(noopURL),
 		proxyTarget(proxy),
 		floorTarget(floor),
 		auditedProxyTarget(audited),
-		funnels[0], funnels[1],
+		funnelTarget(gw, "funnel, cached (the same call)", false),
+		funnelTarget(gw, "funnel, cache-defeating (a distinct resource per call)", true),
 		opaTarget(opa.url),
 	}
 	fmt.Printf("\n### %s\n\n", engine)
@@ -240,18 +237,18 @@ func runEngine(cfg config, engine, dsn, proxyDSN, noopURL string) error {
 	fmt.Printf("funnel ÷ stock OPA (RPS): cached %.2f×, cache-defeating %.2f×; funnel p99 cached %s, cache-defeating %s\n",
 		f.rps()/o.rps(), miss.rps()/o.rps(), f.pct(99), miss.pct(99))
 	if cfg.rounds > 1 {
-		return alternate(cfg, gw, engine, targets[2], cachedTarget, missTarget)
+		return alternate(cfg, gw, engine, targets[2], targets[4], targets[5])
 	}
 	return nil
 }
 
 // measureTarget warms tg up, then measures it for cfg.duration (with dir, the gateway's
-// profile of the window).
-func measureTarget(cfg config, gw *gateway, tg target, engine, dir string) (result, error) {
+// profile of the window, in a file named by label: the engine, and the round).
+func measureTarget(cfg config, gw *gateway, tg target, label, dir string) (result, error) {
 	if _, err := drive(tg, cfg.workers, 1<<30, cfg.warmup); err != nil {
 		return result{}, fmt.Errorf("%s warm-up: %w", tg.name, err)
 	}
-	m, err := gw.startMeasure(tg, dir, engine, cfg.duration)
+	m, err := gw.startMeasure(tg, dir, label, cfg.duration)
 	if err != nil {
 		return result{}, err
 	}
@@ -271,14 +268,6 @@ func floorRatios(funnel, floor result) (rps, cpu, p99 float64) {
 	return funnel.rps() / floor.rps(), perCall(funnel) / perCall(floor), float64(funnel.pct(99)) / float64(floor.pct(99))
 }
 
-// funnelOrder is the order the funnel targets run in, in round (0: the table) under -order.
-func funnelOrder(order string, round int, cached, miss target) [2]target {
-	if order == "miss-first" || order == "alternate" && round%2 == 0 && round > 0 {
-		return [2]target{miss, cached}
-	}
-	return [2]target{cached, miss}
-}
-
 // alternate measures the floor and the two funnel targets again, one after the other,
 // cfg.rounds times, and prints the range and median of each ratio: on a shared machine the
 // load shifts between the windows of one table, and alternating short windows lets it
@@ -290,22 +279,18 @@ func alternate(cfg config, gw *gateway, engine string, floor, cached, miss targe
 		if err != nil {
 			return err
 		}
-		for _, tg := range funnelOrder(cfg.order, round+1, cached, miss) {
-			r, err := measureTarget(cfg, gw, tg, engine, "")
+		for i, tg := range []target{cached, miss} {
+			r, err := measureTarget(cfg, gw, tg, fmt.Sprintf("%s-round%d", engine, round+1), cfg.profileDir)
 			if err != nil {
 				return err
 			}
-			i := 0
-			if tg.kind == miss.kind {
-				i = 1
-			}
 			rps, cpu, p99 := floorRatios(r, fl)
 			ratios[i][0], ratios[i][1], ratios[i][2] = append(ratios[i][0], rps), append(ratios[i][1], cpu), append(ratios[i][2], p99)
-			fmt.Printf("round %d, %s: RPS %.2f×, CPU per call %.2f× (%s ÷ %s), audit records per batch %s, writes a call %s\n",
-				round+1, tg.kind, rps, cpu, r.cpuPerCall(), fl.cpuPerCall(), r.perBatch(), r.writes())
+			fmt.Printf("round %d, %s: RPS %.2f×, CPU per call %.2f× (%s ÷ %s), audit records per batch %s, writes a call %s%s\n",
+				round+1, tg.kind, rps, cpu, r.cpuPerCall(), fl.cpuPerCall(), r.perBatch(), r.writes(), r.writerAndPolicy())
 		}
 	}
-	fmt.Printf("\nfunnel ÷ the audited floor over %d alternating rounds (floor, then the funnel targets by -order %s; range, median):\n", cfg.rounds, cfg.order)
+	fmt.Printf("\nfunnel ÷ the audited floor over %d alternating rounds (floor, cached, cache-defeating; range, median):\n", cfg.rounds)
 	for i, name := range []string{"cached", "cache-defeating"} {
 		fmt.Printf("%s: RPS %s, CPU per call %s, p99 %s\n", name, spread(ratios[i][0]), spread(ratios[i][1]), spread(ratios[i][2]))
 	}
@@ -324,8 +309,8 @@ func spread(vs []float64) string {
 
 // startMeasure begins one measured window: the machine's CPU time and, for a target with a
 // process of its own, that process's; for the gateway its decision cache counts and, with
-// dir, a CPU profile of the window.
-func (g *gateway) startMeasure(tg target, dir, engine string, d time.Duration) (*measure, error) {
+// dir, a CPU profile of the window (its file named by label and the target).
+func (g *gateway) startMeasure(tg target, dir, label string, d time.Duration) (*measure, error) {
 	m := &measure{name: tg.name, pid: tg.pid, conns0: providerConns.Load()}
 	var err error
 	if m.machine0, err = machineNow(); err != nil {
@@ -350,7 +335,7 @@ func (g *gateway) startMeasure(tg target, dir, engine string, d time.Duration) (
 		return nil, err
 	}
 	if dir != "" {
-		m.path = filepath.Join(dir, fmt.Sprintf("%s-%s.prof", engine, tg.kind))
+		m.path = filepath.Join(dir, fmt.Sprintf("%s-%s.prof", label, tg.kind))
 		m.profile = g.profile(m.path, d)
 	}
 	return m, nil
@@ -406,7 +391,7 @@ func (m *measure) finish(r *result) error {
 			return fmt.Errorf("cpu profile: %w", err)
 		}
 		perCall := float64(r.cpu.Microseconds()) / float64(max(r.n, 1))
-		if r.breakdown, err = breakdown(m.path, perCall); err != nil {
+		if r.breakdown, r.parts, err = breakdown(m.path, perCall); err != nil {
 			return err
 		}
 		r.breakdown = append([]string{fmt.Sprintf("\nwhere the gateway's CPU goes, %s (%s):\n", m.name, m.path),
