@@ -16,6 +16,9 @@ import (
 // one snapshot of the WAL-mode database in a read transaction of its own connection, which
 // holds no write lock. The copy is written aside and linked into place once whole and synced.
 func Backup(ctx context.Context, path, dest string) error {
+	if err := checkPath(dest); err != nil {
+		return fmt.Errorf("backup: %w", err)
+	}
 	if _, err := os.Lstat(dest); err == nil {
 		return fmt.Errorf("backup %s: %w: the file exists; name a new one", dest, store.ErrInvalid)
 	}
@@ -78,6 +81,9 @@ func Restore(ctx context.Context, from, path string) error {
 
 // checkFile runs SQLite's integrity check on the file at path, read-only.
 func checkFile(ctx context.Context, path string) error {
+	if err := checkPath(path); err != nil {
+		return err
+	}
 	if _, err := os.Stat(path); err != nil {
 		return fmt.Errorf("%w: %w", store.ErrInvalid, err)
 	}

@@ -90,9 +90,18 @@ func DSN(path string) string {
 // pageSize is the page size of a new database file (see DSN).
 const pageSize = 2048
 
-func openDB(path string) (*sql.DB, error) {
+// checkPath refuses a path the driver's "file:" connection string would cut short: its query
+// starts at the first '?', so "a?b.db" would open "a".
+func checkPath(path string) error {
 	if path == "" || strings.ContainsAny(path, "?#") {
-		return nil, fmt.Errorf("%w: sqlite path %q: must be non-empty and hold no '?' or '#'", store.ErrInvalid, path)
+		return fmt.Errorf("%w: sqlite path %q: must be non-empty and hold no '?' or '#'", store.ErrInvalid, path)
+	}
+	return nil
+}
+
+func openDB(path string) (*sql.DB, error) {
+	if err := checkPath(path); err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("create sqlite store directory: %w: %w", store.ErrUnavailable, err)
