@@ -15,6 +15,7 @@ import (
 	"github.com/xemahq/xema/internal/catalog"
 	"github.com/xemahq/xema/internal/manifest"
 	"github.com/xemahq/xema/internal/policy"
+	"github.com/xemahq/xema/internal/ratelimit"
 )
 
 // Case is one decision to explain: the capability, the caller, and what the policy said.
@@ -60,9 +61,7 @@ const Nothing = "No grant, role or change of environment would allow this call."
 
 // Reason codes explained here by more than the policy's suggestions.
 const (
-	CodeRateLimited   = "RATE_LIMITED"
-	CodeQuotaExceeded = "QUOTA_EXCEEDED"
-	codeBaseline      = "HUMAN_BASELINE_NOT_MET"
+	codeBaseline = "HUMAN_BASELINE_NOT_MET"
 )
 
 // RoleHolding is the org role that holds a capability of human baseline hb for a caller of
@@ -161,15 +160,15 @@ func Words(s policy.Suggestion) string {
 // detail (the policy was told the usage); asked live (explain, the caller under the limit
 // again), the limit's obligation names the window.
 func waits(c Case) []string {
-	if (c.Asked == CodeRateLimited || c.Asked == CodeQuotaExceeded) && !hasReason(c.Reasons, c.Asked) {
+	if (c.Asked == ratelimit.CodeRateLimited || c.Asked == ratelimit.CodeQuotaExceeded) && !hasReason(c.Reasons, c.Asked) {
 		return limits(c.Asked, c.Obligations)
 	}
 	var out []string
 	for _, r := range c.Reasons {
 		switch r.Code {
-		case CodeRateLimited:
+		case ratelimit.CodeRateLimited:
 			out = append(out, "wait, then retry: "+r.Detail+" (the denial's Retry-After header and retryAfter field say when)")
-		case CodeQuotaExceeded:
+		case ratelimit.CodeQuotaExceeded:
 			out = append(out, "wait for the quota's window to end, then retry: "+r.Detail+" (the denial's retryAfter says when)")
 		}
 	}
@@ -179,7 +178,7 @@ func waits(c Case) []string {
 // limits says when a rate-limited or over-quota caller may retry, from the limits of the
 // decision.
 func limits(code string, obs []policy.Obligation) []string {
-	kind := map[string]string{CodeRateLimited: "rate-limit", CodeQuotaExceeded: "quota"}[code]
+	kind := map[string]string{ratelimit.CodeRateLimited: "rate-limit", ratelimit.CodeQuotaExceeded: "quota"}[code]
 	var out []string
 	for _, o := range obs {
 		if o.Kind == kind && kind != "" {

@@ -10,13 +10,14 @@ import (
 	"github.com/xemahq/xema/internal/audit"
 	"github.com/xemahq/xema/internal/manifest"
 	"github.com/xemahq/xema/internal/policy"
+	"github.com/xemahq/xema/internal/ratelimit"
 )
 
 func reasons(codes ...string) []policy.Reason {
 	out := make([]policy.Reason, 0, len(codes))
 	for _, c := range codes {
 		detail := "detail of " + c
-		if c == CodeRateLimited {
+		if c == ratelimit.CodeRateLimited {
 			detail = "rate limit for kb:page.read@1 exceeded; retry after 7 s"
 		}
 		out = append(out, policy.Reason{Code: c, Detail: detail})
@@ -46,15 +47,15 @@ func TestOf(t *testing.T) {
 			return c
 		}(), []string{"ask an org admin to grant kb:page.read@1 to agent:bot in environment project"},
 			[]Permission{{BiomeID: "demo", BiomeVersion: "1.0.0", Capability: "kb:page.read@1", Environments: []string{"project"}, Subjects: []string{"agent:bot"}}}},
-		{"rate limited: when to retry", base(CodeRateLimited),
+		{"rate limited: when to retry", base(ratelimit.CodeRateLimited),
 			[]string{"wait, then retry: rate limit for kb:page.read@1 exceeded; retry after 7 s (the denial's Retry-After header and retryAfter field say when)"}, nil},
 		{"rate limited, asked live while under the limit: the limit's window", func() Case {
 			c := base()
-			c.Allowed, c.Asked = true, CodeRateLimited
+			c.Allowed, c.Asked = true, ratelimit.CodeRateLimited
 			c.Obligations = []policy.Obligation{{Kind: "rate-limit", Requests: 60, Per: "1m"}, {Kind: "quota", Requests: 100, Per: "24h"}}
 			return c
 		}(), []string{"wait, then retry: the rate-limit admits 60 calls per 1m; a denial's Retry-After says when its window ends"}, nil},
-		{"quota", base(CodeQuotaExceeded), []string{"wait for the quota's window to end, then retry: detail of QUOTA_EXCEEDED (the denial's retryAfter says when)"}, nil},
+		{"quota", base(ratelimit.CodeQuotaExceeded), []string{"wait for the quota's window to end, then retry: detail of QUOTA_EXCEEDED (the denial's retryAfter says when)"}, nil},
 		// An agent posting /v1/grants: the policy suggests no grant of the kernel's biome.
 		{"a kernel capability: nothing to ask for", func() Case { c := base("MISSING_GRANT"); c.BiomeID = "xema"; return c }(), []string{Nothing}, nil},
 		{"held by role: the role, never a grant", func() Case {
@@ -123,7 +124,7 @@ func TestEveryCode(t *testing.T) {
 		if len(x.Next) == 0 {
 			t.Errorf("%s: no next step", code)
 		}
-		limit := code == CodeRateLimited || code == CodeQuotaExceeded
+		limit := code == ratelimit.CodeRateLimited || code == ratelimit.CodeQuotaExceeded
 		if limit != strings.Contains(strings.Join(x.Next, " "), "retry") {
 			t.Errorf("%s: %q (a limit says when to retry, nothing else does)", code, x.Next)
 		}

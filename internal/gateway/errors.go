@@ -16,7 +16,6 @@ const (
 	CodeUnknownCapability = "UNKNOWN_CAPABILITY"
 	CodeInvalidInput      = "INVALID_INPUT"
 	CodeDenied            = "DENIED"
-	CodeRateLimited       = "RATE_LIMITED"
 	CodeNoRunner          = "NO_RUNNER"
 	CodePolicyUnavailable = "POLICY_UNAVAILABLE"
 	CodeAuditUnavailable  = "AUDIT_UNAVAILABLE"
@@ -29,7 +28,6 @@ const ObligationApproval = "approval"
 
 // Answers of the obligations step.
 const (
-	CodeQuotaExceeded       = "QUOTA_EXCEEDED"
 	CodePendingApproval     = "PENDING_APPROVAL"
 	CodeApprovalUnavailable = "APPROVAL_UNAVAILABLE"
 	// StatePendingApproval is the `status` of the 202 answer of a held call.

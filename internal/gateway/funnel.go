@@ -286,9 +286,9 @@ func (g *Gateway) limited(ctx context.Context, c *call, u *policy.Usage) (*Resul
 		return nil, g.fail(ctx, c, audit.DecisionError, err)
 	}
 	den := g.denial(c, c.entry, d)
-	den.Limited, den.Code, den.RetryAfter = true, CodeRateLimited, u.RetryAfterSeconds
+	den.Limited, den.Code, den.RetryAfter = true, ratelimit.CodeRateLimited, u.RetryAfterSeconds
 	if u.QuotaExceeded {
-		den.Code = CodeQuotaExceeded
+		den.Code = ratelimit.CodeQuotaExceeded
 	}
 	return g.deny(ctx, c, den)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/xemahq/xema/internal/audit"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
+	"github.com/xemahq/xema/internal/ratelimit"
 	"github.com/xemahq/xema/internal/runner"
 )
 
@@ -47,7 +48,7 @@ func TestFunnelExits(t *testing.T) {
 		{name: "400 invalid input", req: gateway.Request{Ref: commentRef, Input: json.RawMessage(`{"ticketId":"x"}`)},
 			verdict: "error", kind: fault.Invalid, code: gateway.CodeInvalidInput, decision: "invalid-input"},
 		{name: "429 over the rate limit", customize: map[string]any{commentRef: map[string]any{"rateLimit": map[string]any{"requests": 1, "per": "1m"}}},
-			repeat: 1, req: gateway.Request{Ref: commentRef, Input: comment}, verdict: "limited", code: gateway.CodeRateLimited, decision: "denied"},
+			repeat: 1, req: gateway.Request{Ref: commentRef, Input: comment}, verdict: "limited", code: ratelimit.CodeRateLimited, decision: "denied"},
 		{name: "202 held for approval", customize: map[string]any{commentRef: map[string]any{"requiresApproval": true}},
 			req: gateway.Request{Ref: commentRef, Input: comment}, verdict: "held", code: gateway.CodePendingApproval, decision: "pending-approval"},
 		{name: "503 no approval queue", customize: map[string]any{commentRef: map[string]any{"requiresApproval": true}},

@@ -25,6 +25,7 @@ import (
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/outage"
+	"github.com/xemahq/xema/internal/ratelimit"
 	"github.com/xemahq/xema/internal/runner"
 	"github.com/xemahq/xema/internal/spool"
 	"github.com/xemahq/xema/internal/store"
@@ -54,8 +55,8 @@ const (
 // notRun are the codes of answers given before anything ran: a retry under the same key
 // must run the call, so their key is released rather than stored.
 var notRun = map[string]bool{gateway.CodeAuditUnavailable: true, fault.CodeStoreUnavailable: true,
-	gateway.CodePolicyUnavailable: true, capacity.CodeExceeded: true, capacity.CodeProviderBusy: true, gateway.CodeRateLimited: true,
-	gateway.CodeQuotaExceeded: true, gateway.CodeApprovalUnavailable: true, catalog.CodeDryRunBusy: true,
+	gateway.CodePolicyUnavailable: true, capacity.CodeExceeded: true, capacity.CodeProviderBusy: true, ratelimit.CodeRateLimited: true,
+	ratelimit.CodeQuotaExceeded: true, gateway.CodeApprovalUnavailable: true, catalog.CodeDryRunBusy: true,
 	runner.CodeNoToken: true, credential.CodeUnavailable: true} // the provider was never called
 
 // Funnel is what the layer calls (gateway.Gateway).

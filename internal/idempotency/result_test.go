@@ -17,6 +17,7 @@ import (
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/inputschema"
 	"github.com/xemahq/xema/internal/policy"
+	"github.com/xemahq/xema/internal/ratelimit"
 	"github.com/xemahq/xema/internal/store"
 )
 
@@ -32,7 +33,7 @@ func TestResultRoundTrips(t *testing.T) {
 			Permissions: []explain.Permission{{BiomeID: "ticket", BiomeVersion: "1.0.0", Capability: "ticket:comment.add@1",
 				Environments: []string{"project"}, Subjects: nil}},
 			Next: []string{"ask for <ticket:comment.add@1> & wait"}},
-			Code: gateway.CodeRateLimited, Message: "over the limit", RetryAfter: retry, Limited: limited}
+			Code: ratelimit.CodeRateLimited, Message: "over the limit", RetryAfter: retry, Limited: limited}
 	}
 	provider := &fault.Error{Kind: fault.Provider, Code: "PROVIDER_ERROR", Message: "provider answered HTTP 500 \u2028 é",
 		AuditID: "inv_9", ProviderStatus: 500, ProviderBody: `{"error":"<boom>"}`, ProviderBodyTruncated: true,

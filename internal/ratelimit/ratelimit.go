@@ -14,6 +14,14 @@ import (
 	"github.com/xemahq/xema/internal/store"
 )
 
+// The codes of the answers of a call a limit refused (gateway.Denial with Limited set),
+// defined once here, where the limits are counted: the funnel answers them and explain says
+// when to retry them.
+const (
+	CodeRateLimited   = "RATE_LIMITED"
+	CodeQuotaExceeded = "QUOTA_EXCEEDED"
+)
+
 // Obligation kinds the limiter counts.
 const (
 	KindRate  = "rate-limit"
