@@ -785,10 +785,11 @@ func (s *Service) Invocation(ctx context.Context, ec identity.ExecContext, id st
 		if err != nil || !d.Allow {
 			return View{}, notFound
 		}
-		// approval:list@1 admits every member; a member who is no administrator sees only
-		// the calls they may decide (whatever the call's state now), as the listing shows them.
-		if !ec.OrgAdmin() {
-			if why, err := s.approver(ctx, ec, a, nil); err != nil || why != nil {
+		// approval:list@1 admits every member; a member who is no administrator reads only
+		// the calls the listing shows them (pending, theirs to decide) and the ones they
+		// decided: once a call is decided, its input and output are not every approver's.
+		if !ec.OrgAdmin() && a.DecidedBy != ec.Subject.Ref {
+			if why, err := s.whyNot(ctx, ec, a, nil); err != nil || why != nil {
 				return View{}, notFound
 			}
 		}

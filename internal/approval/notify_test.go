@@ -272,4 +272,20 @@ func TestInvocationNotReadByEveryMember(t *testing.T) {
 	if _, err := f.app.Approvals.Invocation(context.Background(), alice, id); err != nil {
 		t.Fatalf("alice (an org admin) reads the bot's call: %v", err)
 	}
+
+	// Decided by erin: its input and output are hers (and the admins') to read, no longer
+	// every member who could have decided it.
+	erin := exec("user:erin", "project", "org_member")
+	if _, ferr := f.decide(approval.RefApprove, erin, map[string]any{"approvalId": id}); ferr != nil {
+		t.Fatalf("erin approves: %v", ferr)
+	}
+	if v, err := f.app.Approvals.Invocation(context.Background(), carol, id); err == nil {
+		t.Fatalf("carol reads the call erin decided: %+v", v)
+	}
+	if v, err := f.app.Approvals.Invocation(context.Background(), erin, id); err != nil || v.Status != store.ApprovalDone {
+		t.Fatalf("erin reads the call she decided: %+v, %v", v, err)
+	}
+	if _, err := f.app.Approvals.Invocation(context.Background(), alice, id); err != nil {
+		t.Fatalf("alice (an org admin) reads the decided call: %v", err)
+	}
 }
