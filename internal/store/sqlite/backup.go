@@ -51,6 +51,9 @@ func Backup(ctx context.Context, path, dest string) error {
 // Restore copies the backup at from to path (which must not exist: restoring never
 // overwrites a store) after checking its integrity; the next Open migrates it if needed.
 func Restore(ctx context.Context, from, path string) error {
+	if err := checkPath(path); err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
 	if _, err := os.Lstat(path); err == nil {
 		return fmt.Errorf("restore into %s: %w: a store exists there; restore into a fresh data directory", path, store.ErrInvalid)
 	}

@@ -5,45 +5,60 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/xemahq/xema/internal/store"
 )
 
-// TestBackupRefusesCutPaths: a backup or restore path holding '?' or '#' would be cut at it
-// by the driver's connection string (the integrity check reading another file), so it is
-// refused before anything is written.
+// TestBackupRefusesCutPaths: a backup or restore path holding '?' or '#' would be cut there
+// by the driver's connection string, so the integrity check would read another file (a
+// restore from "b.db#1" checked "b.db" and copied bytes nobody checked). Each is refused by
+// name before anything is read or written.
 func TestBackupRefusesCutPaths(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	src := filepath.Join(dir, "xema.db")
-	st, err := Open(ctx, src)
-	if err != nil {
-		t.Fatal(err)
+	newStore := func(t *testing.T, path string) {
+		t.Helper()
+		st, err := Open(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Close()
 	}
-	st.Close()
 	for _, tc := range []struct {
 		name string
-		run  func(p string) error
-		path string
+		run  func(dir, src string) error
+		made string // the file the refused call must not have made
 	}{
-		{"backup to a '?' path", func(p string) error { return Backup(ctx, src, p) }, filepath.Join(dir, "b?mode=rw.db")},
-		{"backup to a '#' path", func(p string) error { return Backup(ctx, src, p) }, filepath.Join(dir, "b#1.db")},
-		{"restore from a '?' path", func(p string) error { return Restore(ctx, p, filepath.Join(dir, "restored.db")) }, src + "?mode=ro"},
+		{"backup to a path with a question mark", func(dir, src string) error { return Backup(ctx, src, filepath.Join(dir, "b?mode=rw.db")) }, "b?mode=rw.db"},
+		{"backup to a path with a hash", func(dir, src string) error { return Backup(ctx, src, filepath.Join(dir, "b#1.db")) }, "b#1.db"},
+		{"restore from a path with a hash beside a valid store", func(dir, src string) error {
+			// b.db is a valid store, b.db#1 is not: without the check, b.db was checked and
+			// b.db#1 restored.
+			newStore(t, filepath.Join(dir, "b.db"))
+			if err := os.WriteFile(filepath.Join(dir, "b.db#1"), []byte("not a database"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return Restore(ctx, filepath.Join(dir, "b.db#1"), filepath.Join(dir, "restored.db"))
+		}, "restored.db"},
+		{"restore into a path with a question mark", func(dir, src string) error { return Restore(ctx, src, filepath.Join(dir, "r?x.db")) }, "r?x.db"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := tc.run(tc.path); !errors.Is(err, store.ErrInvalid) {
-				t.Fatalf("got %v, want ErrInvalid", err)
+			dir := t.TempDir()
+			src := filepath.Join(dir, "xema.db")
+			newStore(t, src)
+			err := tc.run(dir, src)
+			if !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), "hold no '?' or '#'") {
+				t.Fatalf("got %v, want the path refused by name", err)
 			}
-			entries, _ := os.ReadDir(dir)
-			for _, e := range entries {
-				if e.Name() != "xema.db" && e.Name() != "xema.db-wal" && e.Name() != "xema.db-shm" {
-					t.Errorf("left %s behind", e.Name())
-				}
+			if _, err := os.Lstat(filepath.Join(dir, tc.made)); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("%s was made: %v", tc.made, err)
 			}
 		})
 	}
-	if err := Backup(ctx, src, filepath.Join(dir, "ok.db")); err != nil {
+	dir := t.TempDir()
+	newStore(t, filepath.Join(dir, "xema.db"))
+	if err := Backup(ctx, filepath.Join(dir, "xema.db"), filepath.Join(dir, "ok.db")); err != nil {
 		t.Fatalf("a plain path: %v", err)
 	}
 }
