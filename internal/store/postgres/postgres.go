@@ -78,7 +78,8 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
-	s := &Store{Store: sqlstore.New(db, Dialect).WithCounters(counters), pool: pool, counterPool: counterPool}
+	s := &Store{Store: sqlstore.New(db, Dialect).WithCounters(counters).WithCountQuery(countsOn(counterPool)),
+		pool: pool, counterPool: counterPool}
 	now := time.Now()
 	if _, err := s.EnsureAuditPartitions(ctx, now, now.Add((store.AuditPartitionsAhead-1)*24*time.Hour)); err != nil {
 		_ = s.Close() // the partitions' error is the one to report

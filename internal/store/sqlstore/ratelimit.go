@@ -38,6 +38,17 @@ func (s *Store) AddUsage(ctx context.Context, adds []store.UsageAdd) ([]int64, i
 			return nil, i, nil
 		}
 	}
+	if q, args, ok := s.addsAtOnce(adds); ok {
+		counts, err := s.addUsageAtOnce(ctx, q, args, len(adds))
+		if !errors.Is(err, errRefused) {
+			if err != nil {
+				return nil, -1, s.fail(op, err)
+			}
+			return counts, -1, nil
+		}
+		// A counter refused and the statement added nothing: the statements below tell
+		// which (or, counts having moved meanwhile, add them all).
+	}
 	if len(adds) == 1 {
 		count, ok, err := s.addUsage(ctx, s.counters, adds[0])
 		switch {
@@ -47,17 +58,6 @@ func (s *Store) AddUsage(ctx context.Context, adds []store.UsageAdd) ([]int64, i
 			return nil, 0, nil
 		}
 		return []int64{count}, -1, nil
-	}
-	if s.d.ModifyingCTE && distinctCounters(adds) {
-		counts, err := s.addUsageAtOnce(ctx, adds)
-		if !errors.Is(err, errRefused) {
-			if err != nil {
-				return nil, -1, s.fail(op, err)
-			}
-			return counts, -1, nil
-		}
-		// A counter refused and the statement added nothing: the transaction below tells
-		// which (or, counts having moved meanwhile, adds them all).
 	}
 	order := make([]int, len(adds))
 	for i := range order {
@@ -128,12 +128,12 @@ FROM adds a LEFT JOIN up ON up.key = a.key AND up.window_no = a.window_no ORDER 
 	return b.String()
 }
 
-// UsageAddsAtOnce returns the statement adding to every counter of adds or to none
+// addsAtOnce returns the statement adding to every counter of adds or to none
 // (usageAddsAtOnce), bound to the dialect, and its arguments; it answers one count a row,
-// in the order of adds, or fails with an error UsageRefused recognises. ok is false where
+// in the order of adds, or fails with an error refusalOr recognises. ok is false where
 // the statement does not apply: an engine without modifying CTEs, a counter named twice, an
 // add over its limit alone (AddUsage answers those).
-func (s *Store) UsageAddsAtOnce(adds []store.UsageAdd) (q string, args []any, ok bool) {
+func (s *Store) addsAtOnce(adds []store.UsageAdd) (q string, args []any, ok bool) {
 	if !s.d.ModifyingCTE || !distinctCounters(adds) {
 		return "", nil, false
 	}
@@ -147,19 +147,25 @@ func (s *Store) UsageAddsAtOnce(adds []store.UsageAdd) (q string, args []any, ok
 	return s.statement("usage adds", len(adds), usageAddsAtOnce), args, true
 }
 
-// UsageRefused reports whether err is the refusal of UsageAddsAtOnce's statement: a counter
-// at its limit, nothing added.
-func UsageRefused(err error) bool { return errors.Is(refusalOr(err), errRefused) }
-
-// addUsageAtOnce runs usageAddsAtOnce; errRefused when a counter refused (nothing added).
-func (s *Store) addUsageAtOnce(ctx context.Context, adds []store.UsageAdd) ([]int64, error) {
-	q, args, _ := s.UsageAddsAtOnce(adds)
+// addUsageAtOnce runs q, addsAtOnce's statement for n adds, through countQuery when set;
+// errRefused when a counter refused (nothing added).
+func (s *Store) addUsageAtOnce(ctx context.Context, q string, args []any, n int) ([]int64, error) {
+	if s.countQuery != nil {
+		counts, err := s.countQuery(ctx, q, args)
+		if err != nil {
+			return nil, refusalOr(err)
+		}
+		if len(counts) != n {
+			return nil, fmt.Errorf("%d counts back for %d counters", len(counts), n)
+		}
+		return counts, nil
+	}
 	rows, err := s.counters.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, refusalOr(err)
 	}
 	defer rows.Close()
-	counts := make([]int64, 0, len(adds))
+	counts := make([]int64, 0, n)
 	for rows.Next() {
 		var c int64
 		if err := rows.Scan(&c); err != nil {
@@ -170,8 +176,8 @@ func (s *Store) addUsageAtOnce(ctx context.Context, adds []store.UsageAdd) ([]in
 	if err := rows.Err(); err != nil {
 		return nil, refusalOr(err)
 	}
-	if len(counts) != len(adds) {
-		return nil, fmt.Errorf("%d counts back for %d counters", len(counts), len(adds))
+	if len(counts) != n {
+		return nil, fmt.Errorf("%d counts back for %d counters", len(counts), n)
 	}
 	return counts, nil
 }
