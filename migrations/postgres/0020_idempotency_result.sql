@@ -9,11 +9,11 @@ ALTER TABLE idempotency_keys ADD COLUMN result text;
 -- earlier call's result. Dropped with status and body.
 CREATE FUNCTION idempotency_keys_running_has_no_result() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF NEW.state = 'running' THEN
-        NEW.result := NULL;
-    END IF;
+    NEW.result := NULL;
     RETURN NEW;
 END;
 $$;
+-- Only such an update runs it: completing a key (every keyed call) does not.
 CREATE TRIGGER idempotency_keys_running_has_no_result BEFORE UPDATE ON idempotency_keys
-    FOR EACH ROW EXECUTE FUNCTION idempotency_keys_running_has_no_result();
+    FOR EACH ROW WHEN (NEW.state = 'running' AND NEW.result IS NOT NULL)
+    EXECUTE FUNCTION idempotency_keys_running_has_no_result();
