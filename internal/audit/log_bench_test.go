@@ -151,7 +151,7 @@ func BenchmarkAppendCall(b *testing.B) {
 						return err
 					}
 					outcome := decision
-					outcome.ID, outcome.ParentID, outcome.Outcome, outcome.PolicyInput = decision.ID+".outcome", decision.ID, "ok", nil
+					outcome.ID, outcome.ParentID, outcome.Outcome, outcome.PolicyInput = OutcomeID(decision.ID), decision.ID, "ok", nil
 					return l.Append(ctx, outcome)
 				})
 		})

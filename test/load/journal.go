@@ -11,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/xemahq/xema/internal/audit"
 )
 
 // The audited floor is the bare proxy keeping the funnel's audit guarantee at its physical
@@ -126,8 +128,8 @@ func decisionRecord(id, inputHash string, now time.Time) []byte {
 func outcomeRecord(id string, status int, latency time.Duration, now time.Time) []byte {
 	b := make([]byte, 0, 160)
 	b = append(b, `{"id":"`...)
-	b = append(b, id...)
-	b = append(b, `.outcome","parent":"`...)
+	b = append(b, audit.OutcomeID(id)...)
+	b = append(b, `","parent":"`...)
 	b = append(b, id...)
 	b = append(b, `","time":`...)
 	b = strconv.AppendInt(b, now.UnixMicro(), 10)

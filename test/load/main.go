@@ -58,12 +58,16 @@ func main() {
 	flag.IntVar(&cfg.count, "count", 200000, "at most this many requests per target")
 	flag.DurationVar(&cfg.duration, "duration", 5*time.Second, "at most this long per target")
 	flag.DurationVar(&cfg.warmup, "warmup", time.Second, "unmeasured warm-up per target")
-	flag.IntVar(&cfg.rounds, "rounds", 1, "after the table, measure the floor and the funnel this many more times, alternating, and print the ranges of their ratios (1: none)")
+	flag.IntVar(&cfg.rounds, "rounds", 1, "N > 1: after the table, measure the floor and both funnel targets N times more, alternating, and print the ranges of their ratios; 1: the table only")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep each engine's temporary directory (the gateway's SQLite file, the logs) and print its path")
 	flag.StringVar(&cfg.profileDir, "cpuprofile", "", "directory: write the gateway's CPU and allocation profiles of each funnel target there, the table's and each round's (xema serve --pprof)")
 	var proxy proxyConfig
 	proxy.register(flag.CommandLine)
 	flag.Parse()
+	if cfg.rounds < 1 {
+		fmt.Fprintf(os.Stderr, "load: -rounds %d: must be 1 (the table only) or more\n", cfg.rounds)
+		os.Exit(2)
+	}
 	if proxy.listen != "" {
 		if err := serveProxy(proxy); err != nil {
 			slog.Error("load", "err", err)
@@ -189,15 +193,10 @@ func runEngine(cfg config, engine, dsn, proxyDSN, noopURL string) error {
 	}
 	defer audited.stop()
 
-	targets := []target{
-		directTarget(noopURL),
-		proxyTarget(proxy),
-		floorTarget(floor),
-		auditedProxyTarget(audited),
-		funnelTarget(gw, "funnel, cached (the same call)", false),
-		funnelTarget(gw, "funnel, cache-defeating (a distinct resource per call)", true),
-		opaTarget(opa.url),
-	}
+	fl := floorTarget(floor)
+	cached := funnelTarget(gw, "funnel, cached (the same call)", false)
+	defeating := funnelTarget(gw, "funnel, cache-defeating (a distinct resource per call)", true)
+	targets := []target{directTarget(noopURL), proxyTarget(proxy), fl, auditedProxyTarget(audited), cached, defeating, opaTarget(opa.url)}
 	fmt.Printf("\n### %s\n\n", engine)
 	fmt.Println("| target | requests | RPS | p50 | p99 | RPS ÷ direct | server CPU per call | harness CPU per call (clients, no-op provider) | machine CPU busy | provider connections opened | gateway heap allocated per call | decision cache hits | audit records per batch (batches a call) | audit writer busy | gateway writes a call (syscalls, bytes) |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -222,22 +221,22 @@ func runEngine(cfg config, engine, dsn, proxyDSN, noopURL string) error {
 		return err
 	}
 	f, miss, o := results["funnel"], results["funnel-miss"], results["opa"]
-	bare, withAudit, fl := results["proxy"], results["proxy-audited"], results["floor"]
+	bare, withAudit, floorResult := results["proxy"], results["proxy-audited"], results["floor"]
 	fmt.Printf("\ngateway memory after the run: VmHWM %s, VmRSS %s\n", hwm, rss)
 	for _, g := range []struct {
 		name string
 		r    result
 	}{{"cached", f}, {"cache-defeating", miss}} {
-		rps, cpu, p99 := floorRatios(g.r, fl)
+		rps, cpu, p99 := floorRatios(g.r, floorResult)
 		fmt.Printf("%s funnel ÷ the audited floor: RPS %.2f×, CPU per call %.2f× (%s ÷ %s), p99 %.2f× (%s ÷ %s)\n", g.name,
-			rps, cpu, g.r.cpuPerCall(), fl.cpuPerCall(), p99, g.r.pct(99), fl.pct(99))
+			rps, cpu, g.r.cpuPerCall(), floorResult.cpuPerCall(), p99, g.r.pct(99), floorResult.pct(99))
 	}
 	fmt.Printf("funnel ÷ bare proxy (RPS): cached %.2f×, cache-defeating %.2f×\n", f.rps()/bare.rps(), miss.rps()/bare.rps())
 	fmt.Printf("funnel ÷ bare proxy + the audit log (RPS): cached %.2f×, cache-defeating %.2f×\n", f.rps()/withAudit.rps(), miss.rps()/withAudit.rps())
 	fmt.Printf("funnel ÷ stock OPA (RPS): cached %.2f×, cache-defeating %.2f×; funnel p99 cached %s, cache-defeating %s\n",
 		f.rps()/o.rps(), miss.rps()/o.rps(), f.pct(99), miss.pct(99))
 	if cfg.rounds > 1 {
-		return alternate(cfg, gw, engine, targets[2], targets[4], targets[5])
+		return alternate(cfg, gw, engine, fl, cached, defeating)
 	}
 	return nil
 }
