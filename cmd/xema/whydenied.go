@@ -66,7 +66,9 @@ func printDenial(w io.Writer, d denial) {
 		fmt.Fprintln(w, "\n"+explain.Nothing)
 		return
 	}
-	fmt.Fprintln(w, "\nWhat to do next:")
+	if len(d.Next) > 0 { // a gateway before explanations sends none
+		fmt.Fprintln(w, "\nWhat to do next:")
+	}
 	for _, s := range d.Next {
 		fmt.Fprintf(w, "  - %s\n", printable(s))
 	}
