@@ -288,6 +288,13 @@ func (s *Service) list(ctx context.Context, call kernel.Call) (any, error) {
 	limit := cmp.Or(in.Limit, DefaultPage)
 	wholeQueue := call.Exec.OrgAdmin()
 	page := Page{Approvals: make([]View, 0, limit)}
+	status := in.Status
+	if !wholeQueue { // a member sees only calls still to decide: read no others
+		if status != "" && status != store.ApprovalPending {
+			return page, nil
+		}
+		status = store.ApprovalPending
+	}
 	judged := map[string]policy.Decision{}
 	for scan := 1; ; scan++ {
 		var as []store.Approval
@@ -300,7 +307,7 @@ func (s *Service) list(ctx context.Context, call kernel.Call) (any, error) {
 			case a.Org == call.Exec.Org:
 				as = []store.Approval{a}
 			}
-		} else if as, err = s.Store.ListApprovals(ctx, store.ApprovalFilter{Org: call.Exec.Org, Status: in.Status, Biome: in.Biome,
+		} else if as, err = s.Store.ListApprovals(ctx, store.ApprovalFilter{Org: call.Exec.Org, Status: status, Biome: in.Biome,
 			Ref: in.Ref, RequesterRef: in.Requester, Limit: limit + 1, After: after}); err != nil {
 			return nil, unavailable(err)
 		}

@@ -288,4 +288,13 @@ func TestInvocationNotReadByEveryMember(t *testing.T) {
 	if _, err := f.app.Approvals.Invocation(context.Background(), alice, id); err != nil {
 		t.Fatalf("alice (an org admin) reads the decided call: %v", err)
 	}
+	// The listing likewise: a member's, whatever status it names, holds no decided call.
+	for _, in := range []map[string]any{{"status": store.ApprovalDone}, {}} {
+		if p, ferr := f.list(t, carol, in); ferr != nil || len(p.Approvals) != 0 || p.NextCursor != "" {
+			t.Errorf("carol lists %v: %+v, %v; want an empty page", in, p, ferr)
+		}
+	}
+	if p, ferr := f.list(t, alice, map[string]any{"status": store.ApprovalDone}); ferr != nil || len(p.Approvals) != 1 {
+		t.Errorf("alice lists the done calls: %+v, %v; want the one erin approved", p, ferr)
+	}
 }
