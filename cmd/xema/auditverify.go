@@ -24,7 +24,10 @@ func newAuditVerifyCmd() *cobra.Command {
 checkpointed chain heads. It detects a record altered, deleted (a gap, or a shortened tail) or
 inserted behind the gateway's back, even with the append-only triggers dropped. Records older
 than every chain (written before chaining existed) are counted, not judged. A pruned log is
-verified from each chain's prune checkpoint on (the checkpoint itself is authenticated).
+verified from each chain's prune checkpoint on (the checkpoint itself is authenticated). Each
+chain's head and its registration are authenticated too, so a tail cut with the head set back, or
+a chain deleted whole, is a break; every stored key the master key does not vouch for is one as
+well. It names the newest record it vouches for.
 
 With --archive FILE it verifies an archive written by xema audit prune by itself: every record's
 link, each segment complete, its manifest and end authenticated. Both need the deployment's
@@ -50,6 +53,7 @@ chain keys: the store and the master key.`,
 			defer st.Close()
 			// Only read: a store no gateway ever chained has no heads and needs no master key.
 			var keys [][]byte
+			var breaks []audit.Break
 			if heads, err := st.ChainHeads(ctx); err != nil {
 				return err
 			} else if len(heads) > 0 || archive != "" {
@@ -60,9 +64,17 @@ chain keys: the store and the master key.`,
 				if keys, err = deploykeys.ChainKeys(ctx, st, w); err != nil {
 					return err
 				}
+				// Only keys the master key vouches for verify anything; any other key row is
+				// itself evidence (or a raw key still to adopt) and fails the check.
+				problems, err := deploykeys.Unauthenticated(ctx, st, w)
+				if err != nil {
+					return err
+				}
+				for _, p := range problems {
+					breaks = append(breaks, audit.Break{Problem: p.Why})
+				}
 			}
 			out := cmd.OutOrStdout()
-			var breaks []audit.Break
 			if archive != "" {
 				f, err := os.Open(archive)
 				if err != nil {
@@ -73,27 +85,37 @@ chain keys: the store and the master key.`,
 				if err != nil {
 					return &exitError{code: 2, err: fmt.Errorf("--archive %s: %w", archive, err)}
 				}
-				if res.Verified {
+				if res.Verified && len(breaks) == 0 {
+					if res.UnchainedCounted {
+						fmt.Fprintln(out, "note: a format 1 archive: its unchained lines are covered by their count only")
+					}
 					fmt.Fprintf(out, "intact archive: %d segment(s), %d record(s) (%d unchained), before %s\n", len(res.Manifest.Chains),
 						res.Records, res.Unchained, res.Manifest.Before.Format(time.RFC3339))
 					return nil
 				}
-				breaks = res.Breaks
+				breaks = append(breaks, res.Breaks...)
 			} else {
 				res, err := audit.Verify(ctx, st, keys, since)
 				if err != nil {
 					return err
 				}
-				if res.Verified {
+				if res.Verified && len(breaks) == 0 {
 					fmt.Fprintf(out, "intact: %d chain(s), %d chained record(s), %d older unchained record(s)", res.Chains, res.Records, res.Legacy)
 					if !res.Pruned.Before.IsZero() {
 						fmt.Fprintf(out, "; pruned before %s (verified from each chain's checkpoint; %d pruned record(s) awaiting deletion)",
 							res.Pruned.Before.UTC().Format(time.RFC3339), res.Pending)
 					}
 					fmt.Fprintln(out)
+					if res.Newest.ID != "" {
+						fmt.Fprintf(out, "newest record vouched for: %s at %s (whoever can write the database can still set the whole log back to an earlier state of itself: compare with your decision log export)\n",
+							res.Newest.ID, res.Newest.Time.UTC().Format(time.RFC3339Nano))
+					}
+					if res.PreRegistry > 0 {
+						fmt.Fprintf(out, "%d chain(s) written before the chain registry: their ends are not authenticated\n", res.PreRegistry)
+					}
 					return nil
 				}
-				breaks = res.Breaks
+				breaks = append(breaks, res.Breaks...)
 			}
 			for _, b := range breaks {
 				fmt.Fprintln(out, "BROKEN:", b.Error())

@@ -2,13 +2,17 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/xemahq/xema/internal/audit"
 	"github.com/xemahq/xema/internal/deploykeys"
 	"github.com/xemahq/xema/internal/masterkey"
 	"github.com/xemahq/xema/internal/store"
@@ -61,28 +65,58 @@ DATA_DIR/secret.key is wrapped by it too (rotate it with xema credential rotate-
 	var mf masterFlags
 	status := &cobra.Command{
 		Use:   "status",
-		Short: "List the stored keys and the master key wrapping each (never a secret)",
-		Args:  cobra.NoArgs,
+		Short: "List the stored keys, the master key wrapping each and whether it vouches for them (never a secret)",
+		Long: `status lists every stored per-deployment key. With the master key (the data dir's, --master-key-file
+or ` + masterkey.EnvKey + `) it also checks that the master key vouches for each key's name, creation time
+and material, and exits 1 naming any it does not: a key stored raw or altered in the database is never
+used, and is what someone with write access to the database alone would insert.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			st, err := sf.open(cmd.Context())
+			ctx := cmd.Context()
+			st, err := sf.open(ctx)
 			if err != nil {
 				return err
 			}
 			defer st.Close()
-			entries, err := deploykeys.Status(cmd.Context(), st)
+			w, err := masterkey.SourceFromEnv(mf.file, sf.dataDir, os.Getenv).Open(false)
+			if errors.Is(err, masterkey.ErrNoMasterKey) {
+				w = nil
+			} else if err != nil {
+				return &exitError{code: 2, err: err}
+			}
+			entries, err := deploykeys.Status(ctx, st, w)
 			if err != nil {
 				return err
 			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tWRAPPED BY\tCREATED")
+			out := cmd.OutOrStdout()
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tWRAPPED BY\tCREATED\tAUTHENTICATED")
+			var bad []string
 			for _, e := range entries {
 				by := e.MasterKeyID
 				if by == "" {
-					by = "(raw: wrapped at the next start)"
+					by = "(raw)"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\n", e.Name, by, e.CreatedAt.UTC().Format(time.RFC3339))
+				auth := "not checked (no master key)"
+				switch {
+				case e.Checked && e.Problem == "":
+					auth = "yes"
+				case e.Checked:
+					auth = "NO"
+					bad = append(bad, e.Problem)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Name, by, e.CreatedAt.UTC().Format(time.RFC3339), auth)
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			for _, p := range bad {
+				fmt.Fprintln(out, "NOT AUTHENTICATED:", p)
+			}
+			if len(bad) > 0 {
+				return &exitError{code: 1, err: fmt.Errorf("%d stored key(s) the master key does not vouch for", len(bad))}
+			}
+			return nil
 		},
 	}
 	sf.add(status)
@@ -119,8 +153,8 @@ DATA_DIR/secret.key is wrapped by it too (rotate it with xema credential rotate-
 		Use:   "rewrap",
 		Short: "Wrap every stored key under the master key's newest entry (after listing a new master key first)",
 		Long: `To rotate the master key: put a new key first in the master key file (KID=BASE64, the old
-one below it), run rewrap, restart the gateways, then remove the old entry. Rewrap also wraps
-any key still stored raw.`,
+one below it), run rewrap, restart the gateways, then remove the old entry. A key stored raw
+stops it: see xema keys adopt-raw.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			st, w, err := openKeyed(cmd.Context(), &sf, &mf)
@@ -138,6 +172,85 @@ any key still stored raw.`,
 	}
 	sf.add(rewrap)
 	mf.add(rewrap)
-	keysCmd.AddCommand(status, rotate, rewrap)
+	keysCmd.AddCommand(status, rotate, rewrap, newKeysAdoptRawCmd())
 	return keysCmd
+}
+
+// newKeysAdoptRawCmd is `xema keys adopt-raw`: the one way a key stored raw is taken.
+func newKeysAdoptRawCmd() *cobra.Command {
+	var sf storeFlags
+	var mf masterFlags
+	var yes bool
+	cmd := &cobra.Command{
+		Use:   "adopt-raw",
+		Short: "Wrap the keys stored raw by a version before key wrapping, after you checked where they came from (audited)",
+		Long: `A gateway never uses a per-deployment key stored raw: it is what a version before key wrapping
+wrote, and also exactly what someone with write access to the database alone would insert to
+re-key the audit chain. adopt-raw lists the raw keys; with --yes it wraps them under the master
+key and writes an audit record (kernel:keys.adopt-raw@1) naming them. Run 'xema audit verify'
+first: a raw audit-chain key that verifies chains you did not expect is evidence, not a key.`,
+		Example: `  xema keys adopt-raw --data-dir .xema
+  xema keys adopt-raw --data-dir .xema --yes`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			st, w, err := openKeyed(ctx, &sf, &mf)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			out := cmd.OutOrStdout()
+			entries, err := deploykeys.Status(ctx, st, nil)
+			if err != nil {
+				return err
+			}
+			var raw []string
+			for _, e := range entries {
+				if e.MasterKeyID == "" {
+					raw = append(raw, e.Name)
+				}
+			}
+			if len(raw) == 0 {
+				fmt.Fprintln(out, "no key is stored raw")
+				return nil
+			}
+			if !yes {
+				fmt.Fprintf(out, "stored raw: %s\nrun again with --yes to wrap them under master key %s (audited)\n", strings.Join(raw, ", "), w.ID())
+				return nil
+			}
+			adopted, err := deploykeys.AdoptRaw(ctx, st, w)
+			if err != nil {
+				return err
+			}
+			if err := auditAdoption(ctx, st, w, adopted); err != nil {
+				return fmt.Errorf("adopted %s, but the audit record was not written: %w", strings.Join(adopted, ", "), err)
+			}
+			fmt.Fprintf(out, "adopted %s under master key %s; audited as kernel:keys.adopt-raw@1\n", strings.Join(adopted, ", "), w.ID())
+			return nil
+		},
+	}
+	sf.add(cmd)
+	mf.add(cmd)
+	cmd.Flags().BoolVar(&yes, "yes", false, "wrap the raw keys (without it, only list them)")
+	return cmd
+}
+
+// auditAdoption writes the adoption's audit record through a chain of its own.
+func auditAdoption(ctx context.Context, st store.Store, w masterkey.Wrapper, adopted []string) error {
+	keys, err := deploykeys.Load(ctx, st, w)
+	if err != nil {
+		return err
+	}
+	chain, err := audit.StartChain(ctx, st, keys.Chain)
+	if err != nil {
+		return err
+	}
+	log := &audit.Log{Store: st, Chain: chain}
+	defer log.Close()
+	detail, err := json.Marshal(map[string]any{"adopted": adopted, "masterKey": w.ID()})
+	if err != nil {
+		return err
+	}
+	return log.Append(ctx, store.AuditRecord{ID: audit.NewID("adm_"), Ref: "kernel:keys.adopt-raw@1", SubjectKind: "operator",
+		SubjectRef: "cli", Decision: audit.DecisionAllowed, Outcome: "ok", Detail: detail})
 }

@@ -236,7 +236,11 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, a.closeWith(err)
 	}
 	a.chainKeys = keys.Chains
-	a.Audit = &audit.Log{Store: st, Chain: audit.NewChain(keys.Chain)}
+	chain, err := audit.StartChain(ctx, st, keys.Chain)
+	if err != nil {
+		return nil, a.closeWith(err)
+	}
+	a.Audit = &audit.Log{Store: st, Chain: chain}
 	limiter := &ratelimit.Limiter{Counter: st}
 	if !engine.IsPostgres(cfg.StoreDSN) { // one process owns the SQLite file: its counters may live here
 		if a.counters, err = ratelimit.LoadMemory(ctx, st, time.Now()); err != nil {

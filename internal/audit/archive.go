@@ -16,8 +16,13 @@ import (
 	"github.com/xemahq/xema/internal/store"
 )
 
-// ArchiveFormat names the archive's format in its manifest.
-const ArchiveFormat = "xema-audit-archive/1"
+// ArchiveFormat names the archive's format in its manifest. Format 1 (archives written before
+// it) covered its unchained lines by their count only; 2 chains them too (the end's
+// unchainedHash), so an altered unchained line is a break.
+const (
+	ArchiveFormat   = "xema-audit-archive/2"
+	archiveFormatV1 = "xema-audit-archive/1"
+)
 
 // An archive is gzip'd JSON Lines: first {"manifest": ...} naming each chain segment it holds
 // (from the link before its first record to its last link, both authenticated under the
@@ -56,9 +61,11 @@ type ArchiveSegment struct {
 }
 
 type archiveEnd struct {
-	Records   int64  `json:"records"`
-	Unchained int64  `json:"unchained"`
-	MAC       string `json:"mac"`
+	Records   int64 `json:"records"`
+	Unchained int64 `json:"unchained"`
+	// UnchainedHash links the unchained lines in their order as a chain of their own (format 2).
+	UnchainedHash string `json:"unchainedHash,omitempty"`
+	MAC           string `json:"mac"`
 }
 
 // archiveRecord is store.AuditRecord with its JSON documents as strings, byte for byte (an
@@ -128,8 +135,11 @@ func manifestMAC(key []byte, m ArchiveManifest) string {
 	return macHex(key, "xema-archive-manifest\x00", b)
 }
 
-func endMAC(key []byte, manifestMAC string, e archiveEnd) string {
-	return macHex(key, "xema-archive-end\x00", fmt.Appendf(nil, "%s\x00%d\x00%d", manifestMAC, e.Records, e.Unchained))
+func endMAC(key []byte, format, manifestMAC string, e archiveEnd) string {
+	if format == archiveFormatV1 {
+		return macHex(key, "xema-archive-end\x00", fmt.Appendf(nil, "%s\x00%d\x00%d", manifestMAC, e.Records, e.Unchained))
+	}
+	return macHex(key, "xema-archive-end\x00", fmt.Appendf(nil, "%s\x00%d\x00%d\x00%s", manifestMAC, e.Records, e.Unchained, e.UnchainedHash))
 }
 
 func macHex(key []byte, label string, b []byte) string {
@@ -141,17 +151,18 @@ func macHex(key []byte, label string, b []byte) string {
 
 // archiveWriter writes one archive.
 type archiveWriter struct {
-	gz  *gzip.Writer
-	enc *json.Encoder
-	key []byte
-	m   ArchiveManifest
-	end archiveEnd
+	gz   *gzip.Writer
+	enc  *json.Encoder
+	key  []byte
+	umac hash.Hash // links the unchained lines (archiveEnd.UnchainedHash)
+	m    ArchiveManifest
+	end  archiveEnd
 }
 
 func newArchiveWriter(w io.Writer, key []byte, m ArchiveManifest) (*archiveWriter, error) {
 	m.Format = ArchiveFormat
 	m.MAC = manifestMAC(key, m)
-	a := &archiveWriter{gz: gzip.NewWriter(w), key: key, m: m}
+	a := &archiveWriter{gz: gzip.NewWriter(w), key: key, umac: hmac.New(sha256.New, key), m: m}
 	a.enc = json.NewEncoder(a.gz)
 	a.enc.SetEscapeHTML(false)
 	if err := a.enc.Encode(archiveLine{Manifest: &a.m}); err != nil {
@@ -164,6 +175,7 @@ func (a *archiveWriter) add(r store.AuditRecord) error {
 	a.end.Records++
 	if r.Chain.ChainID == "" {
 		a.end.Unchained++
+		a.end.UnchainedHash = linkHash(a.umac, a.end.UnchainedHash, r)
 	}
 	if err := a.enc.Encode(archiveLine{Record: toArchive(r)}); err != nil {
 		return fmt.Errorf("archive: %w", err)
@@ -172,7 +184,7 @@ func (a *archiveWriter) add(r store.AuditRecord) error {
 }
 
 func (a *archiveWriter) close() error {
-	a.end.MAC = endMAC(a.key, a.m.MAC, a.end)
+	a.end.MAC = endMAC(a.key, a.m.Format, a.m.MAC, a.end)
 	if err := a.enc.Encode(archiveLine{End: &a.end}); err != nil {
 		return fmt.Errorf("archive: %w", err)
 	}
@@ -184,11 +196,14 @@ func (a *archiveWriter) close() error {
 
 // ArchiveResult is what VerifyArchive read.
 type ArchiveResult struct {
-	Manifest  ArchiveManifest
-	Records   int64
-	Unchained int64
-	Breaks    []Break
-	Verified  bool
+	Manifest ArchiveManifest
+	// UnchainedCounted: a format 1 archive, whose unchained lines are covered by their count
+	// only (an altered one goes unnoticed).
+	UnchainedCounted bool
+	Records          int64
+	Unchained        int64
+	Breaks           []Break
+	Verified         bool
 }
 
 // maxArchiveLine bounds one line of an archive (a record with its policy input).
@@ -226,11 +241,12 @@ func VerifyArchive(r io.Reader, keys [][]byte) (ArchiveResult, error) {
 	if err != nil {
 		return res, err
 	}
-	if !ok || first.Manifest == nil || first.Manifest.Format != ArchiveFormat {
+	if !ok || first.Manifest == nil || (first.Manifest.Format != ArchiveFormat && first.Manifest.Format != archiveFormatV1) {
 		return res, fmt.Errorf("%w: the first line is no %s manifest", ErrNotArchive, ArchiveFormat)
 	}
 	m := *first.Manifest
 	res.Manifest = m
+	res.UnchainedCounted = m.Format == archiveFormatV1
 	brk := func(b Break) { res.Breaks = append(res.Breaks, b) }
 	mk := -1
 	for i, k := range keys {
@@ -276,6 +292,11 @@ func VerifyArchive(r io.Reader, keys [][]byte) (ArchiveResult, error) {
 		segs[s.ChainID] = st
 	}
 	var end *archiveEnd
+	var umac hash.Hash
+	unchainedHash := ""
+	if mk >= 0 {
+		umac = hmac.New(sha256.New, keys[mk])
+	}
 	for {
 		l, ok, err := next()
 		if err != nil {
@@ -300,6 +321,9 @@ func VerifyArchive(r io.Reader, keys [][]byte) (ArchiveResult, error) {
 		r := l.Record.record()
 		if r.Chain.ChainID == "" {
 			res.Unchained++
+			if umac != nil {
+				unchainedHash = linkHash(umac, unchainedHash, r)
+			}
 			continue
 		}
 		st := segs[r.Chain.ChainID]
@@ -329,8 +353,10 @@ func VerifyArchive(r io.Reader, keys [][]byte) (ArchiveResult, error) {
 	switch {
 	case end == nil:
 		brk(Break{Problem: "no end line: the archive is truncated"})
-	case mk >= 0 && !hmac.Equal([]byte(endMAC(keys[mk], m.MAC, archiveEnd{Records: end.Records, Unchained: end.Unchained})), []byte(end.MAC)):
+	case mk >= 0 && !hmac.Equal([]byte(endMAC(keys[mk], m.Format, m.MAC, *end)), []byte(end.MAC)):
 		brk(Break{Problem: "the end line does not verify: altered"})
+	case mk >= 0 && !res.UnchainedCounted && end.UnchainedHash != unchainedHash:
+		brk(Break{Problem: "the unchained lines do not match the end's unchainedHash: one was altered, removed or added"})
 	case end.Records != res.Records || end.Unchained != res.Unchained:
 		brk(Break{Problem: fmt.Sprintf("the archive holds %d records (%d unchained), its end says %d (%d): records were removed or added",
 			res.Records, res.Unchained, end.Records, end.Unchained)})

@@ -5,8 +5,10 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -34,9 +36,76 @@ type Chain struct {
 	mac  hash.Hash // the HMAC under key, reused: New hashes the key's pads again each time
 }
 
-// NewChain starts a chain with a fresh id under key.
+// NewChain starts a chain with a fresh id under key, unregistered: StartChain registers
+// the chain a gateway writes.
 func NewChain(key []byte) *Chain {
 	return &Chain{id: NewID("ch_"), key: key, mac: hmac.New(sha256.New, key)}
+}
+
+// Registry is the store as StartChain registers a chain (store.Store).
+type Registry interface {
+	ChainRegistrations(ctx context.Context) ([]store.ChainRegistration, error)
+	RegisterChain(ctx context.Context, reg store.ChainRegistration, head store.ChainHead) error
+	ScanAudit(ctx context.Context, f store.AuditFilter, fn func(store.AuditRecord) error) error
+}
+
+// registerTries bounds StartChain's attempts when replicas starting together take the same
+// registration number.
+const registerTries = 20
+
+// StartChain starts a chain under key and registers it (store.ChainRegistration), anchored
+// in the registration before it, with its empty head authenticated: from then on its
+// disappearance, whole or from its end, is a break. The first registration of a store also
+// seals how many unchained records it held.
+func StartChain(ctx context.Context, st Registry, key []byte) (*Chain, error) {
+	c := NewChain(key)
+	for range registerTries {
+		regs, err := st.ChainRegistrations(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("register audit chain: %w", err)
+		}
+		reg := store.ChainRegistration{No: 1, ChainID: c.id, RegisteredAt: store.Stamp(time.Time{})}
+		if len(regs) > 0 {
+			last := regs[len(regs)-1]
+			reg.No, reg.Anchor = last.No+1, last.MAC
+		} else if err := st.ScanAudit(ctx, store.AuditFilter{Unchained: true}, func(store.AuditRecord) error {
+			reg.Legacy++
+			return nil
+		}); err != nil {
+			return nil, fmt.Errorf("register audit chain: count the unchained records: %w", err)
+		}
+		reg.MAC = RegistrationMAC(key, reg)
+		head := store.ChainHead{ChainID: c.id, MAC: HeadMAC(key, c.id, 0, "")}
+		err = st.RegisterChain(ctx, reg, head)
+		if err == nil {
+			return c, nil
+		}
+		if !errors.Is(err, store.ErrConflict) {
+			return nil, fmt.Errorf("register audit chain: %w", err)
+		}
+	}
+	return nil, fmt.Errorf("register audit chain: %w: %d replicas took the same registration number in turn", store.ErrConflict, registerTries)
+}
+
+// HeadMAC authenticates a chain's checkpointed head (seq, hash) under the chain's key: a head
+// set back by anyone without the key does not verify.
+func HeadMAC(key []byte, chainID string, seq int64, hash string) string {
+	return keyedMAC(key, "xema-chain-head", chainID, strconv.FormatInt(seq, 10), hash)
+}
+
+// RegistrationMAC authenticates a chain's registration under the chain's key.
+func RegistrationMAC(key []byte, r store.ChainRegistration) string {
+	return keyedMAC(key, "xema-chain-registration", strconv.FormatInt(r.No, 10), r.ChainID,
+		store.Stamp(r.RegisteredAt).Format(time.RFC3339Nano), strconv.FormatInt(r.Legacy, 10), r.Anchor)
+}
+
+// keyedMAC is an HMAC-SHA256 under key of parts, each length-prefixed so no two lists encode alike.
+func keyedMAC(key []byte, parts ...string) string {
+	mac := hmac.New(sha256.New, key)
+	for _, p := range parts {
+		fmt.Fprintf(mac, "%d:%s", len(p), p)
+	}
+	return "hmac-sha256:" + hex.EncodeToString(mac.Sum(nil))
 }
 
 // ID is the chain's id.
@@ -54,6 +123,9 @@ func (c *Chain) seal(rs []store.AuditRecord) (undoSeq int64, undoHead string) {
 		rs[i].Chain = store.ChainLink{ChainID: c.id, Seq: c.seq}
 		rs[i].Chain.Hash = linkHash(c.mac, c.head, rs[i])
 		c.head = rs[i].Chain.Hash
+	}
+	if len(rs) > 0 {
+		rs[len(rs)-1].Chain.HeadMAC = HeadMAC(c.key, c.id, c.seq, c.head)
 	}
 	return undoSeq, undoHead
 }
@@ -139,12 +211,20 @@ type VerifyResult struct {
 	Chains  int
 	Records int // chained records verified
 	Legacy  int // records older than every chain (written before chaining existed)
+	// Registered counts the chains of the registry; PreRegistry the chains written before
+	// it existed, whose heads are not authenticated: a cut at their end goes unnoticed.
+	Registered, PreRegistry int
 	// Pending counts records at or below their chain's prune checkpoint not deleted yet (a
 	// prune under way, or one interrupted): they are beyond the verified range.
 	Pending int
 	// Pruned is the last prune's boundary (zero when the log was never pruned): each chain
 	// is verified from its checkpoint on.
-	Pruned   store.PruneBoundary
+	Pruned store.PruneBoundary
+	// Newest is the newest record of a registered chain that verified to its authenticated
+	// head: the last record the log vouches for. Whoever can write the database can still set
+	// the whole log back to an earlier state of itself (as restoring an old backup does), so
+	// compare it with what you know was written (the decision log's export, a SIEM).
+	Newest   store.AuditRecord
 	Breaks   []Break
 	Verified bool
 }
@@ -179,17 +259,56 @@ func chainKey(keys [][]byte, h store.ChainHead, first *store.AuditRecord, prev s
 // Verifier is the store as Verify reads the log (store.Store).
 type Verifier interface {
 	ChainHeads(ctx context.Context) ([]store.ChainHead, error)
+	ChainRegistrations(ctx context.Context) ([]store.ChainRegistration, error)
 	PruneBoundary(ctx context.Context) (store.PruneBoundary, error)
 	ScanAudit(ctx context.Context, f store.AuditFilter, fn func(store.AuditRecord) error) error
 }
 
+// registered is a registration that verified, with the index of its chain's key.
+type registered struct {
+	store.ChainRegistration
+	key int
+}
+
+// verifyRegistry walks the registrations in order: each must verify under a chain key and be
+// anchored in the one before, their numbers without a gap from 1. It returns the verified
+// ones by chain id and the breaks found.
+func verifyRegistry(regs []store.ChainRegistration, keys [][]byte) (map[string]registered, []Break) {
+	out := make(map[string]registered, len(regs))
+	var breaks []Break
+	prev, prevNo := "", int64(0)
+	for _, r := range regs {
+		if r.No != prevNo+1 {
+			breaks = append(breaks, Break{ChainID: r.ChainID, Problem: fmt.Sprintf(
+				"chain registrations %d to %d are missing: the chains they registered were deleted", prevNo+1, r.No-1)})
+			prev = r.Anchor // reported once: the registrations after it are judged from here
+		}
+		prevNo = r.No
+		k := slices.IndexFunc(keys, func(key []byte) bool { return hmac.Equal([]byte(RegistrationMAC(key, r)), []byte(r.MAC)) })
+		switch {
+		case k < 0:
+			breaks = append(breaks, Break{ChainID: r.ChainID, Problem: fmt.Sprintf(
+				"chain registration %d does not verify under any chain key: inserted or altered behind the gateway's back", r.No)})
+		case r.Anchor != prev:
+			breaks = append(breaks, Break{ChainID: r.ChainID, Problem: fmt.Sprintf(
+				"chain registration %d is not anchored in registration %d: one of them was replaced behind the gateway's back", r.No, r.No-1)})
+		default:
+			out[r.ChainID] = registered{r, k}
+		}
+		prev = r.MAC
+	}
+	return out, breaks
+}
+
 // Verify re-derives every chain of the store from its records and checks it against the
-// checkpointed heads: an altered record, a deleted one (a gap, or a tail shorter than its
-// head), one inserted out of order or behind the gateway's back (unchained, or of an unknown
-// chain) is a Break; the first of each chain is reported, in chain order. keys are the
-// chain keys, current first: each chain is verified under the one it was written with, so
-// chains written before a key rotation still verify. A pruned chain is verified from its
-// checkpoint (whose MAC must verify) on: a prune is no break, a deletion above the
+// checkpointed heads and the chain registry: an altered record, a deleted one (a gap, or a
+// tail shorter than its authenticated head), a whole chain deleted (its registration left
+// behind, or a gap in the registrations), one inserted out of order or behind the gateway's
+// back (unchained after chaining began, beyond the unchained records the registry sealed, or
+// of an unknown chain) is a Break; the first of each chain is reported, in chain order. keys
+// are the chain keys, current first: each chain is verified under the one it was written
+// with, so chains written before a key rotation still verify. A pruned chain is verified
+// from its checkpoint (whose MAC must verify) on: a prune is no break, a deletion above the
 // checkpoint is one. Only breaks at records from since on are reported (zero: all). It
 // only reads.
 func Verify(ctx context.Context, st Verifier, keys [][]byte, since time.Time) (VerifyResult, error) {
@@ -198,11 +317,22 @@ func Verify(ctx context.Context, st Verifier, keys [][]byte, since time.Time) (V
 	if err != nil {
 		return res, err
 	}
+	regs, err := st.ChainRegistrations(ctx)
+	if err != nil {
+		return res, err
+	}
 	if res.Pruned, err = st.PruneBoundary(ctx); err != nil {
 		return res, err
 	}
-	if len(heads) > 0 && len(keys) == 0 {
+	if (len(heads) > 0 || len(regs) > 0) && len(keys) == 0 {
 		return res, fmt.Errorf("verify: %w: the log has chains but no chain key was given", store.ErrInvalid)
+	}
+	regOf, regBreaks := verifyRegistry(regs, keys)
+	res.Breaks = append(res.Breaks, regBreaks...)
+	res.Registered = len(regs)
+	var registryBegan time.Time
+	if len(regs) > 0 {
+		registryBegan = regs[0].RegisteredAt
 	}
 	macs := make([]hash.Hash, len(keys))
 	for i, k := range keys {
@@ -213,6 +343,7 @@ func Verify(ctx context.Context, st Verifier, keys [][]byte, since time.Time) (V
 	for _, h := range heads {
 		known[h.ChainID] = h
 		res.Chains++
+		reg, isRegistered := regOf[h.ChainID]
 		prev, want := h.BaseHash, h.BaseSeq+1
 		broken := false
 		report := func(r store.AuditRecord, seq int64, problem string) {
@@ -222,12 +353,25 @@ func Verify(ctx context.Context, st Verifier, keys [][]byte, since time.Time) (V
 			broken = true
 		}
 		k := -1
+		switch {
+		case isRegistered:
+			k = reg.key
+			if !hmac.Equal([]byte(HeadMAC(keys[k], h.ChainID, h.Seq, h.Hash)), []byte(h.MAC)) {
+				report(store.AuditRecord{Time: h.UpdatedAt}, h.Seq, "the chain's head does not verify under its key: it was moved behind the gateway's back (records at its end deleted and the head set back)")
+			}
+		case h.MAC != "":
+			report(store.AuditRecord{Time: h.UpdatedAt}, h.Seq, "an authenticated chain head with no registration: its registration was deleted or the chain inserted behind the gateway's back")
+		default:
+			res.PreRegistry++
+		}
 		if h.BaseSeq > 0 {
-			if k = chainKey(keys, h, nil, ""); k < 0 {
-				report(store.AuditRecord{Time: h.UpdatedAt}, h.BaseSeq, "the prune checkpoint does not verify under any chain key: it was moved behind the gateway's back")
-				k = 0
+			if kb := chainKey(keys, h, nil, ""); kb < 0 || (k >= 0 && kb != k) {
+				report(store.AuditRecord{Time: h.UpdatedAt}, h.BaseSeq, "the prune checkpoint does not verify under the chain's key: it was moved behind the gateway's back")
+			} else {
+				k = kb
 			}
 		}
+		var newest store.AuditRecord
 		err := st.ScanAudit(ctx, store.AuditFilter{ChainID: h.ChainID}, func(r store.AuditRecord) error {
 			if r.Chain.Seq <= h.BaseSeq {
 				res.Pending++
@@ -247,6 +391,11 @@ func Verify(ctx context.Context, st Verifier, keys [][]byte, since time.Time) (V
 				report(r, want, fmt.Sprintf("expected seq %d, found %d: a record was deleted or inserted out of order", want, r.Chain.Seq))
 			case linkHash(macs[k], prev, r) != r.Chain.Hash:
 				report(r, r.Chain.Seq, "hash mismatch: the record was altered (or its predecessor was)")
+			case !isRegistered && !registryBegan.IsZero() && !r.Time.Before(registryBegan):
+				report(r, r.Chain.Seq, "a chain outside the registry holds records written after the registry began: its registration was deleted")
+			}
+			if r.Time.After(newest.Time) {
+				newest = r
 			}
 			prev, want = r.Chain.Hash, r.Chain.Seq+1
 			return nil
@@ -260,13 +409,35 @@ func Verify(ctx context.Context, st Verifier, keys [][]byte, since time.Time) (V
 		case prev != h.Hash && want-1 == h.Seq:
 			report(store.AuditRecord{Time: h.UpdatedAt}, h.Seq, "the last record does not match the checkpointed head")
 		}
+		if isRegistered && !broken && newest.Time.After(res.Newest.Time) {
+			res.Newest = newest
+		}
 	}
-	err = st.ScanAudit(ctx, store.AuditFilter{Since: since}, func(r store.AuditRecord) error {
+	for _, r := range regs {
+		if _, ok := known[r.ChainID]; !ok {
+			res.Breaks = append(res.Breaks, Break{ChainID: r.ChainID, Problem: fmt.Sprintf(
+				"chain registered %d at %s has disappeared: its head and records were deleted", r.No, r.RegisteredAt.UTC().Format(time.RFC3339))})
+		}
+	}
+	sealedLegacy := int64(-1) // no registry: unchained records older than every chain are legacy
+	if len(regs) > 0 && regs[0].No == 1 {
+		if _, ok := regOf[regs[0].ChainID]; ok {
+			sealedLegacy = regs[0].Legacy
+		}
+	}
+	var unchained int64
+	err = st.ScanAudit(ctx, store.AuditFilter{}, func(r store.AuditRecord) error {
+		if r.Chain.ChainID == "" {
+			unchained++
+		}
+		if !since.IsZero() && r.Time.Before(since) {
+			return nil
+		}
 		switch {
-		case r.Chain.ChainID == "" && (firstChained.IsZero() || r.Time.Before(firstChained)):
+		case r.Chain.ChainID == "" && (firstChained.IsZero() || r.Time.Before(firstChained)) && (registryBegan.IsZero() || r.Time.Before(registryBegan)):
 			res.Legacy++
 		case r.Chain.ChainID == "":
-			res.Breaks = append(res.Breaks, Break{RecordID: r.ID, Problem: "an unchained record among chained ones: inserted behind the gateway's back"})
+			res.Breaks = append(res.Breaks, Break{RecordID: r.ID, Problem: "an unchained record written after chaining began: inserted behind the gateway's back"})
 		case known[r.Chain.ChainID].ChainID == "":
 			res.Breaks = append(res.Breaks, Break{ChainID: r.Chain.ChainID, Seq: r.Chain.Seq, RecordID: r.ID, Problem: "a record of a chain with no checkpoint: inserted behind the gateway's back"})
 		}
@@ -274,6 +445,10 @@ func Verify(ctx context.Context, st Verifier, keys [][]byte, since time.Time) (V
 	})
 	if err != nil {
 		return res, err
+	}
+	if sealedLegacy >= 0 && unchained > sealedLegacy {
+		res.Breaks = append(res.Breaks, Break{Problem: fmt.Sprintf(
+			"%d unchained record(s) where the chain registry sealed %d when chaining began: unchained records were inserted behind the gateway's back", unchained, sealedLegacy)})
 	}
 	res.Verified = len(res.Breaks) == 0
 	return res, nil

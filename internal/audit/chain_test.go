@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,7 +20,7 @@ import (
 func TestChainVerifies(t *testing.T) {
 	st, _ := openStore(t)
 	key := []byte("k")
-	l := &Log{Store: st, Chain: NewChain(key)}
+	l := &Log{Store: st, Chain: startChain(t, st, key)}
 	ctx := context.Background()
 	for i := range 20 {
 		if err := l.Append(ctx, record(fmt.Sprintf("inv_%d", i))); err != nil {
@@ -109,5 +110,112 @@ func TestLinkHashEncoding(t *testing.T) {
 	}
 	if LinkHash(key, "prev", a) == LinkHash(key, "prev", b) {
 		t.Fatal("latency 1 + parent 23 and latency 12 + parent 3 hash alike")
+	}
+}
+
+// TestDatabaseOnlyTamperingIsABreak: with write access to the database and no chain key, a
+// tail cut with the head set back, a chain deleted whole (with or without its registration),
+// a registration altered and an unchained record slipped in among the pre-chaining ones are
+// each a break; the untouched log verifies and vouches for its newest record.
+func TestDatabaseOnlyTamperingIsABreak(t *testing.T) {
+	chainOf := func(id string) string { return `(SELECT chain_id FROM audit_log WHERE id = '` + id + `')` }
+	for _, tc := range []struct {
+		name  string
+		stmts []string
+		want  string
+	}{
+		{"tail cut, head set back", []string{`DROP TRIGGER audit_log_no_delete`,
+			`UPDATE audit_chain_heads SET seq = 7, hash = (SELECT chain_hash FROM audit_log WHERE id = 'inv_c2_06') WHERE chain_id = ` + chainOf("inv_c2_06"),
+			`DELETE FROM audit_log WHERE id IN ('inv_c2_07', 'inv_c2_08', 'inv_c2_09')`}, "head does not verify"},
+		{"chain deleted, registration kept", []string{`DROP TRIGGER audit_log_no_delete`,
+			`DELETE FROM audit_chain_heads WHERE chain_id = ` + chainOf("inv_c1_00"),
+			`DELETE FROM audit_log WHERE id LIKE 'inv_c1_%'`}, "has disappeared"},
+		{"chain deleted with its registration", []string{`DROP TRIGGER audit_log_no_delete`,
+			`DELETE FROM audit_chains WHERE chain_id = ` + chainOf("inv_c0_00"),
+			`DELETE FROM audit_chain_heads WHERE chain_id = ` + chainOf("inv_c0_00"),
+			`DELETE FROM audit_log WHERE id LIKE 'inv_c0_%'`}, "registrations 1 to 1 are missing"},
+		{"registration altered", []string{`UPDATE audit_chains SET registered_at = registered_at - 1 WHERE no = 2`},
+			"registration 2 does not verify"},
+		{"registration replaced by another's", []string{`UPDATE audit_chains SET anchor = '' WHERE no = 3`},
+			"registration 3 does not verify"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newPruneFixture(t)
+			if res := verifyLive(t, f); !res.Verified || res.Registered != 3 || res.Newest.ID != "inv_c0_09" {
+				t.Fatalf("verify before tampering: %+v", res)
+			}
+			rawExec(t, f.path, tc.stmts...)
+			res := verifyLive(t, f)
+			if res.Verified || !strings.Contains(fmt.Sprint(res.Breaks), tc.want) {
+				t.Fatalf("breaks %v, want one naming %q", res.Breaks, tc.want)
+			}
+		})
+	}
+	t.Run("unchained record inserted among the pre-chaining ones", func(t *testing.T) {
+		f := newPruneFixture(t)
+		old := record("legacy-forged")
+		old.Time = f.t0.Add(-2 * time.Hour)
+		if err := f.st.AppendAudit(context.Background(), old); err != nil {
+			t.Fatal(err)
+		}
+		res := verifyLive(t, f)
+		if res.Verified || !strings.Contains(fmt.Sprint(res.Breaks), "2 unchained record(s) where the chain registry sealed 1") {
+			t.Fatalf("breaks %v, want the sealed count exceeded", res.Breaks)
+		}
+	})
+}
+
+// TestNewestChainOutsideTheRegistry: the newest chain's registration deleted and its head's
+// MAC blanked, so that it would pass for a chain from before the registry (whose end is not
+// vouched for): its records were written after the registry began, so it is a break.
+func TestNewestChainOutsideTheRegistry(t *testing.T) {
+	st, path := openStore(t)
+	ctx := context.Background()
+	key := []byte("k")
+	for range 2 {
+		l := &Log{Store: st, Chain: startChain(t, st, key)}
+		for i := range 3 {
+			if err := l.Append(ctx, record(fmt.Sprintf("inv_%s_%d", l.Chain.ID(), i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		l.Close()
+	}
+	if res, err := Verify(ctx, st, [][]byte{key}, time.Time{}); err != nil || !res.Verified {
+		t.Fatalf("verify: %+v, %v", res, err)
+	}
+	rawExec(t, path, `DROP TRIGGER audit_log_no_delete`,
+		`UPDATE audit_chain_heads SET mac = '' WHERE chain_id = (SELECT chain_id FROM audit_chains WHERE no = 2)`,
+		`DELETE FROM audit_chains WHERE no = 2`)
+	res, err := Verify(ctx, st, [][]byte{key}, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Verified || !strings.Contains(fmt.Sprint(res.Breaks), "outside the registry holds records written after the registry began") {
+		t.Fatalf("breaks %v", res.Breaks)
+	}
+}
+
+// TestMACsKnownAnswers pins the head and registration MACs' encodings: a change of either
+// leaves every stored chain unverifiable.
+func TestMACsKnownAnswers(t *testing.T) {
+	key := []byte("k")
+	ref := func(parts ...string) string {
+		mac := hmac.New(sha256.New, key)
+		for _, p := range parts {
+			mac.Write([]byte(strconv.Itoa(len(p)) + ":" + p))
+		}
+		return "hmac-sha256:" + hex.EncodeToString(mac.Sum(nil))
+	}
+	if got, want := HeadMAC(key, "ch_1", 12, "h12"), ref("xema-chain-head", "ch_1", "12", "h12"); got != want {
+		t.Fatalf("HeadMAC %s, want %s", got, want)
+	}
+	at := time.Date(2026, 12, 5, 13, 0, 0, 123456000, time.UTC)
+	reg := store.ChainRegistration{No: 3, ChainID: "ch_1", RegisteredAt: at, Legacy: 0, Anchor: "hmac-sha256:ab"}
+	if got, want := RegistrationMAC(key, reg), ref("xema-chain-registration", "3", "ch_1", "2026-12-05T13:00:00.123456Z", "0", "hmac-sha256:ab"); got != want {
+		t.Fatalf("RegistrationMAC %s, want %s", got, want)
+	}
+	if HeadMAC(key, "ch_1", 1, "2h") == HeadMAC(key, "ch_1", 12, "h") {
+		t.Fatal("seq and hash run together")
 	}
 }

@@ -26,6 +26,16 @@ func openStore(t testing.TB) (st *sqlite.Store, path string) {
 	return st, path
 }
 
+// startChain starts a registered chain under key, as the gateway does.
+func startChain(t testing.TB, st Registry, key []byte) *Chain {
+	t.Helper()
+	c, err := StartChain(context.Background(), st, key)
+	if err != nil {
+		t.Fatalf("start chain: %v", err)
+	}
+	return c
+}
+
 // holdWriteLock takes SQLite's write lock on path from a connection of its own, so the
 // log's writer blocks in its transaction while the test queues records behind it.
 func holdWriteLock(t *testing.T, path string) (release func()) {

@@ -39,7 +39,7 @@ func newPruneFixture(t *testing.T) pruneFixture {
 		t.Fatal(err)
 	}
 	for c, key := range [][]byte{f.keys[1], f.keys[1], f.keys[0]} {
-		l := &Log{Store: st, Chain: NewChain(key)}
+		l := &Log{Store: st, Chain: startChain(t, st, key)}
 		for i := range 10 {
 			r := record(fmt.Sprintf("inv_c%d_%02d", c, i))
 			r.Time = f.t0.Add(time.Duration(i) * time.Hour)
@@ -319,4 +319,35 @@ func gzipLines(t *testing.T, lines []string) []byte {
 		t.Fatal(err)
 	}
 	return b.Bytes()
+}
+
+// TestArchiveCoversUnchainedLines: an archive's unchained lines are chained in its end, so
+// altering one is a break, not only removing one.
+func TestArchiveCoversUnchainedLines(t *testing.T) {
+	f := newPruneFixture(t)
+	var buf bytes.Buffer
+	if _, err := Prune(context.Background(), f.st, f.keys, PruneOptions{Before: f.t0.Add(time.Hour + time.Minute), Archive: nopSync{&buf}}); err != nil {
+		t.Fatal(err)
+	}
+	lines := gunzipLines(t, buf.Bytes())
+	if res, err := VerifyArchive(bytes.NewReader(gzipLines(t, lines)), f.keys); err != nil || !res.Verified || res.Unchained != 1 {
+		t.Fatalf("the untouched archive: %+v, %v", res, err)
+	}
+	altered := 0
+	for i, l := range lines {
+		if strings.Contains(l, `"id":"legacy-0"`) {
+			lines[i] = strings.Replace(l, `"decision":"allowed"`, `"decision":"denied"`, 1)
+			altered++
+		}
+	}
+	if altered != 1 {
+		t.Fatalf("the archive holds the unchained record %d times", altered)
+	}
+	res, err := VerifyArchive(bytes.NewReader(gzipLines(t, lines)), f.keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Verified || !strings.Contains(fmt.Sprint(res.Breaks), "unchained lines do not match") {
+		t.Fatalf("breaks %v, want the unchained line's alteration", res.Breaks)
+	}
 }

@@ -6,10 +6,13 @@
 package deploykeys
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,6 +39,11 @@ var Consequences = map[string]string{
 // retiredSep separates a retired chain key's name from the time it was retired at.
 const retiredSep = "@"
 
+// ErrUnauthenticated marks a stored key the master key does not vouch for: stored raw (by a
+// version before wrapping, or by anyone with write access to the database), or sealed for
+// another name. Such a key is never used: a raw one is taken only through AdoptRaw.
+var ErrUnauthenticated = errors.New("not authenticated under the master key")
+
 // Keys are the per-deployment keys, unwrapped.
 type Keys struct {
 	Cursor, InputHash []byte
@@ -52,12 +60,69 @@ type Store interface {
 	ReplaceDeploymentKey(ctx context.Context, name string, old, next []byte, keep ...store.DeploymentKeyEntry) error
 }
 
-// Load unwraps every per-deployment key of st with w: a key still stored raw (by a version
-// before wrapping) is wrapped in place first, a missing one is generated (the deployment's
-// first start; replicas starting together agree on the first one stored). A key wrapped under
-// another master key fails with masterkey.ErrWrongMasterKey, naming both keys.
+// A key is sealed by the master key with its name as associated data and its creation time
+// inside, after a format marker: the name, the time and the material are all authenticated,
+// so a row inserted or altered by anyone without the master key (a copied secret under
+// another name included) does not open. Keys sealed before the creation time was bound
+// (aad: the name alone, plaintext: the material) still open; Load seals them anew.
+const (
+	sealMarker = "xema-deployment-key/2\x00"
+	sealAAD    = "deployment-key/2:"
+)
+
+// opened is a stored key unwrapped: its material and the creation time sealed with it (zero
+// for a key sealed before times were bound).
+type opened struct {
+	key     []byte
+	created time.Time
+}
+
+// seal wraps key with its name and creation time.
+func seal(ctx context.Context, w masterkey.Wrapper, name string, key []byte, created time.Time) ([]byte, error) {
+	pt := make([]byte, 0, len(sealMarker)+8+len(key))
+	pt = append(pt, sealMarker...)
+	pt = binary.BigEndian.AppendUint64(pt, uint64(store.Stamp(created).UnixMicro()))
+	pt = append(pt, key...)
+	wrapped, err := w.Wrap(ctx, pt, []byte(sealAAD+name))
+	if err != nil {
+		return nil, fmt.Errorf("deployment key %s: %w", name, err)
+	}
+	return wrapped, nil
+}
+
+// open unwraps a stored entry. A raw entry, or one whose sealed content is no key, is
+// ErrUnauthenticated; one that does not open is masterkey.ErrWrongMasterKey (the master key
+// is not the deployment's, or the row was altered or copied from another name: the caller
+// tells them apart by whether the deployment's current keys open).
+func open(ctx context.Context, w masterkey.Wrapper, e store.DeploymentKeyEntry) (opened, error) {
+	if !masterkey.IsWrapped(e.Secret) {
+		return opened{}, fmt.Errorf("deployment key %s: %w: it is stored unwrapped (written by a version before wrapping, "+
+			"or inserted into the database behind the gateway's back); after checking where it came from, run "+
+			"'xema keys adopt-raw' to wrap it", e.Name, ErrUnauthenticated)
+	}
+	pt, err := w.Unwrap(ctx, e.Secret, []byte(sealAAD+e.Name))
+	if err == nil {
+		if len(pt) <= len(sealMarker)+8 || string(pt[:len(sealMarker)]) != sealMarker {
+			return opened{}, fmt.Errorf("deployment key %s: %w: its sealed content is not a key", e.Name, ErrUnauthenticated)
+		}
+		micros := int64(binary.BigEndian.Uint64(pt[len(sealMarker):]))
+		return opened{key: pt[len(sealMarker)+8:], created: time.UnixMicro(micros).UTC()}, nil
+	}
+	if key, legacyErr := w.Unwrap(ctx, e.Secret, []byte(e.Name)); legacyErr == nil { // sealed before creation times were bound
+		return opened{key: key}, nil
+	}
+	return opened{}, fmt.Errorf("deployment key %s: %w: give the master key this deployment was started with (--master-key-file or %s); "+
+		"if it is that key, the stored row was altered or copied from another name", e.Name, err, masterkey.EnvKey)
+}
+
+// Load unwraps every per-deployment key of st with w; a missing one is generated (the
+// deployment's first start; replicas starting together agree on the first one stored), and
+// a key sealed before creation times were bound is sealed anew. A current key the master key
+// does not vouch for stops the load (ErrUnauthenticated); an unauthenticated retired chain
+// key is left out (verify names it). A key wrapped under another master key fails with
+// masterkey.ErrWrongMasterKey, naming both keys.
 func Load(ctx context.Context, st Store, w masterkey.Wrapper) (Keys, error) {
-	if err := wrapRaw(ctx, st, w); err != nil {
+	if err := bindTimes(ctx, st, w); err != nil {
 		return Keys{}, err
 	}
 	var k Keys
@@ -79,35 +144,32 @@ func Load(ctx context.Context, st Store, w masterkey.Wrapper) (Keys, error) {
 	return k, nil
 }
 
-// load returns the unwrapped key name, generating (32 random bytes) and storing it wrapped
+// load returns the unwrapped key name, generating (32 random bytes) and storing it sealed
 // if none is stored.
 func load(ctx context.Context, st Store, w masterkey.Wrapper, name string) ([]byte, error) {
 	fresh := make([]byte, 32)
 	if _, err := rand.Read(fresh); err != nil {
 		return nil, fmt.Errorf("deployment key %s: %w", name, err)
 	}
-	candidate, err := w.Wrap(ctx, fresh, []byte(name))
+	candidate, err := seal(ctx, w, name, fresh, time.Now())
 	if err != nil {
-		return nil, fmt.Errorf("deployment key %s: %w", name, err)
+		return nil, err
 	}
 	stored, err := st.DeploymentKey(ctx, name, candidate)
 	if err != nil {
 		return nil, fmt.Errorf("deployment key %s: %w", name, err)
 	}
-	return unwrap(ctx, w, name, stored)
-}
-
-func unwrap(ctx context.Context, w masterkey.Wrapper, name string, wrapped []byte) ([]byte, error) {
-	key, err := w.Unwrap(ctx, wrapped, []byte(name))
+	o, err := open(ctx, w, store.DeploymentKeyEntry{Name: name, Secret: stored})
 	if err != nil {
-		return nil, fmt.Errorf("deployment key %s: %w: give the master key this deployment was started with (--master-key-file or %s)",
-			name, err, masterkey.EnvKey)
+		return nil, err
 	}
-	return key, nil
+	return o.key, nil
 }
 
-// ChainKeys returns the audit chain keys of st, the current one first, then the retired
-// ones newest first. It never generates one: a store without a chain key has none.
+// ChainKeys returns the audit chain keys of st the master key vouches for, the current one
+// first, then the retired ones newest first. A current key that does not open is an error; a
+// retired one is left out (Unauthenticated names it). It never generates one: a store
+// without a chain key has none.
 func ChainKeys(ctx context.Context, st Store, w masterkey.Wrapper) ([][]byte, error) {
 	entries, err := st.ListDeploymentKeys(ctx)
 	if err != nil {
@@ -122,19 +184,21 @@ func ChainKeys(ctx context.Context, st Store, w masterkey.Wrapper) ([][]byte, er
 	for _, e := range entries {
 		switch {
 		case e.Name == audit.KeyChain:
-			if current, err = unwrapStored(ctx, w, e); err != nil {
-				return nil, err
-			}
-		case strings.HasPrefix(e.Name, audit.KeyChain+retiredSep):
-			at, _ := strconv.ParseInt(strings.TrimPrefix(e.Name, audit.KeyChain+retiredSep), 10, 64)
-			key, err := unwrapStored(ctx, w, e)
+			o, err := open(ctx, w, e)
 			if err != nil {
 				return nil, err
 			}
-			old = append(old, retired{at, key})
+			current = o.key
+		case strings.HasPrefix(e.Name, audit.KeyChain+retiredSep):
+			at, perr := strconv.ParseInt(strings.TrimPrefix(e.Name, audit.KeyChain+retiredSep), 10, 64)
+			o, err := open(ctx, w, e)
+			if err != nil || perr != nil {
+				continue // not vouched for: Unauthenticated names it
+			}
+			old = append(old, retired{at, o.key})
 		}
 	}
-	slices.SortFunc(old, func(a, b retired) int { return int(b.at - a.at) })
+	slices.SortFunc(old, func(a, b retired) int { return cmp.Compare(b.at, a.at) })
 	var keys [][]byte
 	if current != nil {
 		keys = append(keys, current)
@@ -145,45 +209,104 @@ func ChainKeys(ctx context.Context, st Store, w masterkey.Wrapper) ([][]byte, er
 	return keys, nil
 }
 
-// unwrapStored unwraps a listed entry; a raw one (not yet wrapped) is returned as it is.
-func unwrapStored(ctx context.Context, w masterkey.Wrapper, e store.DeploymentKeyEntry) ([]byte, error) {
-	if !masterkey.IsWrapped(e.Secret) {
-		return e.Secret, nil
-	}
-	return unwrap(ctx, w, e.Name, e.Secret)
+// Problem is a stored key the master key does not vouch for, and why.
+type Problem struct {
+	Name, Why string
 }
 
-// wrapRaw wraps, in place, every key stored raw by a version before wrapping existed.
-func wrapRaw(ctx context.Context, st Store, w masterkey.Wrapper) error {
+// Unauthenticated names every stored key the master key does not vouch for: one stored raw,
+// a retired chain key that does not open under w (altered, or a secret copied under another
+// name) or whose name carries no retirement time. A current key that does not open is an
+// error: the master key is not the deployment's, or that row was altered.
+func Unauthenticated(ctx context.Context, st Store, w masterkey.Wrapper) ([]Problem, error) {
+	entries, err := st.ListDeploymentKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Problem
+	for _, e := range entries {
+		_, err := open(ctx, w, e)
+		retired := strings.HasPrefix(e.Name, audit.KeyChain+retiredSep)
+		switch {
+		case err != nil && (retired || errors.Is(err, ErrUnauthenticated)):
+			out = append(out, Problem{Name: e.Name, Why: err.Error()})
+		case err != nil:
+			return nil, err
+		case retired:
+			if _, perr := strconv.ParseInt(strings.TrimPrefix(e.Name, audit.KeyChain+retiredSep), 10, 64); perr != nil {
+				out = append(out, Problem{Name: e.Name, Why: "a retired chain key's name must end in its retirement time (unix nanoseconds)"})
+			}
+		}
+	}
+	return out, nil
+}
+
+// bindTimes seals anew, in place, every key sealed before creation times were bound (its
+// name and material already authenticated), with the creation time stored beside it. A
+// current key the master key does not vouch for is an error; a retired one is left as it is
+// and logged.
+func bindTimes(ctx context.Context, st Store, w masterkey.Wrapper) error {
 	entries, err := st.ListDeploymentKeys(ctx)
 	if err != nil {
 		return err
 	}
 	for _, e := range entries {
-		if masterkey.IsWrapped(e.Secret) {
+		o, err := open(ctx, w, e)
+		if err != nil && strings.HasPrefix(e.Name, audit.KeyChain+retiredSep) {
+			slog.Warn("a stored chain key is not authenticated under the master key and is not used: 'xema keys status' and 'xema audit verify' name it",
+				"key", e.Name)
 			continue
 		}
-		wrapped, err := w.Wrap(ctx, e.Secret, []byte(e.Name))
 		if err != nil {
-			return fmt.Errorf("deployment key %s: %w", e.Name, err)
+			return err
 		}
-		// A replica wrapping it at the same moment wins the compare-and-swap: its wrapping is as good.
-		if err := st.ReplaceDeploymentKey(ctx, e.Name, e.Secret, wrapped); err != nil && !errors.Is(err, store.ErrConflict) {
-			return fmt.Errorf("deployment key %s: wrap: %w", e.Name, err)
+		if !o.created.IsZero() {
+			continue
+		}
+		sealed, err := seal(ctx, w, e.Name, o.key, e.CreatedAt)
+		if err != nil {
+			return err
+		}
+		// A replica sealing it at the same moment wins the compare-and-swap: its sealing is as good.
+		if err := st.ReplaceDeploymentKey(ctx, e.Name, e.Secret, sealed); err != nil && !errors.Is(err, store.ErrConflict) {
+			return fmt.Errorf("deployment key %s: bind its creation time: %w", e.Name, err)
 		}
 	}
 	return nil
 }
 
-// Rotate replaces the key name with a fresh one, wrapped by w. A chain key is retired under
+// AdoptRaw wraps, in place, every key stored raw, and returns their names: the explicit step
+// that takes keys written by a version before wrapping (a raw key is otherwise never used).
+// The caller audits it and must have checked where the keys came from: a raw row is exactly
+// what an attacker with write access to the database would insert.
+func AdoptRaw(ctx context.Context, st Store, w masterkey.Wrapper) ([]string, error) {
+	entries, err := st.ListDeploymentKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var adopted []string
+	for _, e := range entries {
+		if masterkey.IsWrapped(e.Secret) {
+			continue
+		}
+		sealed, err := seal(ctx, w, e.Name, e.Secret, e.CreatedAt)
+		if err != nil {
+			return adopted, err
+		}
+		if err := st.ReplaceDeploymentKey(ctx, e.Name, e.Secret, sealed); err != nil {
+			return adopted, fmt.Errorf("deployment key %s: adopt: %w", e.Name, err)
+		}
+		adopted = append(adopted, e.Name)
+	}
+	return adopted, nil
+}
+
+// Rotate replaces the key name with a fresh one, sealed by w. A chain key is retired under
 // a name of its own (audit-chain@<unix nanoseconds>), never dropped. Consequences[name] says
 // what follows.
 func Rotate(ctx context.Context, st Store, w masterkey.Wrapper, name string) error {
 	if _, ok := Consequences[name]; !ok {
 		return fmt.Errorf("%w: no per-deployment key %q: want one of %s", store.ErrInvalid, name, strings.Join(Names, ", "))
-	}
-	if err := wrapRaw(ctx, st, w); err != nil {
-		return err
 	}
 	entries, err := st.ListDeploymentKeys(ctx)
 	if err != nil {
@@ -194,7 +317,7 @@ func Rotate(ctx context.Context, st Store, w masterkey.Wrapper, name string) err
 		return fmt.Errorf("deployment key %s: %w: the deployment has not started yet", name, store.ErrNotFound)
 	}
 	old := entries[i]
-	current, err := unwrap(ctx, w, name, old.Secret)
+	current, err := open(ctx, w, old)
 	if err != nil {
 		return err
 	}
@@ -202,18 +325,23 @@ func Rotate(ctx context.Context, st Store, w masterkey.Wrapper, name string) err
 	if _, err := rand.Read(fresh); err != nil {
 		return fmt.Errorf("deployment key %s: %w", name, err)
 	}
-	next, err := w.Wrap(ctx, fresh, []byte(name))
+	now := time.Now()
+	next, err := seal(ctx, w, name, fresh, now)
 	if err != nil {
-		return fmt.Errorf("deployment key %s: %w", name, err)
+		return err
 	}
 	var keep []store.DeploymentKeyEntry
 	if name == audit.KeyChain {
-		retiredName := name + retiredSep + strconv.FormatInt(time.Now().UnixNano(), 10)
-		rewrapped, err := w.Wrap(ctx, current, []byte(retiredName))
-		if err != nil {
-			return fmt.Errorf("deployment key %s: %w", name, err)
+		retiredName := name + retiredSep + strconv.FormatInt(now.UnixNano(), 10)
+		created := current.created
+		if created.IsZero() {
+			created = old.CreatedAt
 		}
-		keep = append(keep, store.DeploymentKeyEntry{Name: retiredName, Secret: rewrapped, CreatedAt: old.CreatedAt})
+		resealed, err := seal(ctx, w, retiredName, current.key, created)
+		if err != nil {
+			return err
+		}
+		keep = append(keep, store.DeploymentKeyEntry{Name: retiredName, Secret: resealed, CreatedAt: created})
 	}
 	if err := st.ReplaceDeploymentKey(ctx, name, old.Secret, next, keep...); err != nil {
 		return fmt.Errorf("rotate deployment key %s: %w", name, err)
@@ -221,8 +349,9 @@ func Rotate(ctx context.Context, st Store, w masterkey.Wrapper, name string) err
 	return nil
 }
 
-// Rewrap wraps every stored key under w's current master key (after a new master key was
-// listed first in the master keyring, or a KMS key rotated) and returns how many changed.
+// Rewrap seals every stored key under w's current master key (after a new master key was
+// listed first in the master keyring, or a KMS key rotated) and returns how many changed. A
+// key the master key does not vouch for stops it: adopt or remove it first.
 func Rewrap(ctx context.Context, st Store, w masterkey.Wrapper) (int, error) {
 	entries, err := st.ListDeploymentKeys(ctx)
 	if err != nil {
@@ -233,15 +362,19 @@ func Rewrap(ctx context.Context, st Store, w masterkey.Wrapper) (int, error) {
 		if masterkey.WrappedKeyID(e.Secret) == w.ID() {
 			continue
 		}
-		key, err := unwrapStored(ctx, w, e)
+		o, err := open(ctx, w, e)
 		if err != nil {
 			return n, err
 		}
-		wrapped, err := w.Wrap(ctx, key, []byte(e.Name))
-		if err != nil {
-			return n, fmt.Errorf("deployment key %s: %w", e.Name, err)
+		created := o.created
+		if created.IsZero() {
+			created = e.CreatedAt
 		}
-		if err := st.ReplaceDeploymentKey(ctx, e.Name, e.Secret, wrapped); err != nil {
+		sealed, err := seal(ctx, w, e.Name, o.key, created)
+		if err != nil {
+			return n, err
+		}
+		if err := st.ReplaceDeploymentKey(ctx, e.Name, e.Secret, sealed); err != nil {
 			return n, fmt.Errorf("rewrap deployment key %s: %w", e.Name, err)
 		}
 		n++
@@ -255,17 +388,32 @@ type Entry struct {
 	// MasterKeyID is the master key wrapping it; "" when it is stored raw.
 	MasterKeyID string
 	CreatedAt   time.Time
+	// Checked is set when a master key was given: then Problem is why the master key does not
+	// vouch for the key ("" when it does), and CreatedAt the creation time sealed with it
+	// (the stored column's for a key sealed before times were bound).
+	Checked bool
+	Problem string
 }
 
-// Status lists the stored keys, never their secrets.
-func Status(ctx context.Context, st Store) ([]Entry, error) {
+// Status lists the stored keys, never their secrets; with w (nil: not checked) it also says
+// whether the master key vouches for each.
+func Status(ctx context.Context, st Store, w masterkey.Wrapper) ([]Entry, error) {
 	entries, err := st.ListDeploymentKeys(ctx)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]Entry, 0, len(entries))
 	for _, e := range entries {
-		out = append(out, Entry{Name: e.Name, MasterKeyID: masterkey.WrappedKeyID(e.Secret), CreatedAt: e.CreatedAt})
+		en := Entry{Name: e.Name, MasterKeyID: masterkey.WrappedKeyID(e.Secret), CreatedAt: e.CreatedAt}
+		if w != nil {
+			en.Checked = true
+			if o, err := open(ctx, w, e); err != nil {
+				en.Problem = err.Error()
+			} else if !o.created.IsZero() {
+				en.CreatedAt = o.created
+			}
+		}
+		out = append(out, en)
 	}
 	return out, nil
 }

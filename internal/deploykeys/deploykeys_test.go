@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,39 +40,68 @@ func openStore(t *testing.T) store.Store {
 	return st
 }
 
-// TestLoadWrapsAndMigrates: keys stored raw by an older version keep their value and end
-// wrapped; a fresh key is generated wrapped; the same master key loads the same keys again;
-// another master key stops the load with ErrWrongMasterKey.
-func TestLoadWrapsAndMigrates(t *testing.T) {
-	ctx := context.Background()
-	st := openStore(t)
-	rawCursor := bytes.Repeat([]byte{7}, 32)
-	if _, err := st.DeploymentKey(ctx, audit.KeyCursor, rawCursor); err != nil { // as a version before wrapping stored it
+// startChain starts a registered chain under key, as the gateway does.
+func startChain(t *testing.T, st store.Store, key []byte) *audit.Chain {
+	t.Helper()
+	c, err := audit.StartChain(context.Background(), st, key)
+	if err != nil {
 		t.Fatal(err)
 	}
+	return c
+}
+
+// TestLoadSealsAndMigrates: a fresh key is generated sealed; a key sealed before creation
+// times were bound keeps its value and is sealed anew; a key stored raw stops the start until
+// it is adopted; the same master key loads the same keys again; another master key stops the
+// load with ErrWrongMasterKey.
+func TestLoadSealsAndMigrates(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
 	w := master(t, "m1")
+	oldCursor := bytes.Repeat([]byte{7}, 32)
+	v1, err := w.Wrap(ctx, oldCursor, []byte(audit.KeyCursor)) // as the previous release sealed it
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.DeploymentKey(ctx, audit.KeyCursor, v1); err != nil {
+		t.Fatal(err)
+	}
+	rawHash := bytes.Repeat([]byte{9}, 32)
+	if _, err := st.DeploymentKey(ctx, audit.KeyInputHash, rawHash); err != nil { // as a version before wrapping stored it
+		t.Fatal(err)
+	}
+	if _, err := Load(ctx, st, w); !errors.Is(err, ErrUnauthenticated) || !strings.Contains(err.Error(), "adopt-raw") {
+		t.Fatalf("Load with a raw key = %v, want ErrUnauthenticated naming adopt-raw", err)
+	}
+	if adopted, err := AdoptRaw(ctx, st, w); err != nil || len(adopted) != 1 || adopted[0] != audit.KeyInputHash {
+		t.Fatalf("AdoptRaw = %v, %v", adopted, err)
+	}
 	k, err := Load(ctx, st, w)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(k.Cursor, rawCursor) || len(k.InputHash) != 32 || len(k.Chain) != 32 || len(k.Chains) != 1 || !bytes.Equal(k.Chains[0], k.Chain) {
+	if !bytes.Equal(k.Cursor, oldCursor) || !bytes.Equal(k.InputHash, rawHash) || len(k.Chain) != 32 || len(k.Chains) != 1 || !bytes.Equal(k.Chains[0], k.Chain) {
 		t.Fatalf("Load = %+v", k)
 	}
-	entries, err := Status(ctx, st)
+	entries, err := Status(ctx, st, w)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(entries) != 3 {
 		t.Fatalf("Status = %+v", entries)
 	}
-	for _, e := range entries {
-		if e.MasterKeyID != "m1" {
-			t.Fatalf("%s is not wrapped by m1: %+v", e.Name, e)
+	stored, _ := st.ListDeploymentKeys(ctx)
+	for i, e := range entries {
+		if e.MasterKeyID != "m1" || !e.Checked || e.Problem != "" || e.CreatedAt.Sub(stored[i].CreatedAt).Abs() > time.Second {
+			t.Fatalf("%s: %+v (stored created %s)", e.Name, e, stored[i].CreatedAt)
+		}
+		o, err := open(ctx, w, stored[i])
+		if err != nil || o.created.IsZero() {
+			t.Fatalf("%s is not sealed with its creation time: %+v, %v", e.Name, o, err)
 		}
 	}
-	stored, _ := st.ListDeploymentKeys(ctx)
 	for _, e := range stored {
-		if bytes.Contains(e.Secret, rawCursor) || bytes.Contains(e.Secret, k.Chain) {
+		if bytes.Contains(e.Secret, oldCursor) || bytes.Contains(e.Secret, rawHash) || bytes.Contains(e.Secret, k.Chain) {
 			t.Fatalf("%s is stored in the clear", e.Name)
 		}
 	}
@@ -84,6 +114,69 @@ func TestLoadWrapsAndMigrates(t *testing.T) {
 	}
 	if _, err := ChainKeys(ctx, st, master(t, "m2")); !errors.Is(err, masterkey.ErrWrongMasterKey) {
 		t.Fatalf("ChainKeys under another master key = %v, want ErrWrongMasterKey", err)
+	}
+}
+
+// TestDatabaseOnlyRekeyIsRefused is the attack of issue 35: with write access to the database
+// and no master key, alter a record, re-chain the log under a key of one's own and insert that
+// key as a retired chain key, raw or as a sealed secret copied from another row. The key is
+// never taken (Load leaves it out and starts, ChainKeys leaves it out, Unauthenticated and
+// Status name it), so the re-keyed chain does not verify.
+func TestDatabaseOnlyRekeyIsRefused(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	w := master(t, "m1")
+	if _, err := Load(ctx, st, w); err != nil {
+		t.Fatal(err)
+	}
+	attacker := bytes.Repeat([]byte{1}, 32)
+	forged := &audit.Log{Store: st, Chain: startChain(t, st, attacker)}
+	if err := forged.Append(ctx, store.AuditRecord{ID: "inv_forged", Ref: "kb:page.read@1", Decision: audit.DecisionAllowed}); err != nil {
+		t.Fatal(err)
+	}
+	forged.Close()
+	stored, _ := st.ListDeploymentKeys(ctx)
+	var cursorSealed []byte
+	for _, e := range stored {
+		if e.Name == audit.KeyCursor {
+			cursorSealed = e.Secret
+		}
+	}
+	for _, row := range []struct {
+		name   string
+		secret []byte
+	}{{"audit-chain@1", attacker}, {"audit-chain@2", cursorSealed}, {"audit-chain@x", attacker}} {
+		if _, err := st.DeploymentKey(ctx, row.name, row.secret); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k, err := Load(ctx, st, w)
+	if err != nil {
+		t.Fatalf("Load with inserted retired keys = %v, want a start without them", err)
+	}
+	if len(k.Chains) != 1 {
+		t.Fatalf("Load took %d chain keys, want only the deployment's own", len(k.Chains))
+	}
+	keys, err := ChainKeys(ctx, st, w)
+	if err != nil || len(keys) != 1 || bytes.Equal(keys[0], attacker) {
+		t.Fatalf("ChainKeys = %d keys, %v", len(keys), err)
+	}
+	problems, err := Unauthenticated(ctx, st, w)
+	if err != nil || len(problems) != 3 {
+		t.Fatalf("Unauthenticated = %+v, %v; want the three inserted rows", problems, err)
+	}
+	entries, _ := Status(ctx, st, w)
+	named := 0
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name, "audit-chain@") && e.Problem != "" {
+			named++
+		}
+	}
+	if named != 3 {
+		t.Fatalf("Status names %d of the three inserted keys: %+v", named, entries)
+	}
+	if res, err := audit.Verify(ctx, st, keys, time.Time{}); err != nil || res.Verified {
+		t.Fatalf("the re-keyed chain verified: %+v, %v", res, err)
 	}
 }
 
@@ -104,7 +197,7 @@ func TestRotate(t *testing.T) {
 	if err := Rotate(ctx, st, w, "master"); !errors.Is(err, store.ErrInvalid) {
 		t.Fatalf("rotate an unknown key = %v, want ErrInvalid", err)
 	}
-	old := &audit.Log{Store: st, Chain: audit.NewChain(k1.Chain)}
+	old := &audit.Log{Store: st, Chain: startChain(t, st, k1.Chain)}
 	rec := store.AuditRecord{ID: "inv_before", Ref: "kb:page.read@1", Decision: audit.DecisionAllowed, Time: time.Now()}
 	if err := old.Append(ctx, rec); err != nil {
 		t.Fatal(err)
@@ -128,7 +221,7 @@ func TestRotate(t *testing.T) {
 	if audit.InputHash(k1.InputHash, []byte("x")) == audit.InputHash(k2.InputHash, []byte("x")) {
 		t.Fatal("the input hash did not change with its key")
 	}
-	fresh := &audit.Log{Store: st, Chain: audit.NewChain(k2.Chain)}
+	fresh := &audit.Log{Store: st, Chain: startChain(t, st, k2.Chain)}
 	rec.ID = "inv_after"
 	if err := fresh.Append(ctx, rec); err != nil {
 		t.Fatal(err)

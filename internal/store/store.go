@@ -132,6 +132,9 @@ type ChainLink struct {
 	ChainID string
 	Seq     int64
 	Hash    string
+	// HeadMAC, set on the last link of each chain in a batch, authenticates the head the
+	// store checkpoints with the batch (ChainHead.MAC); it is not a column of the record.
+	HeadMAC string
 }
 
 // ChainHead is the checkpointed last link of one chain, and the chain's prune checkpoint:
@@ -145,6 +148,22 @@ type ChainHead struct {
 	BaseSeq   int64
 	BaseHash  string
 	BaseMAC   string
+	// MAC authenticates Seq and Hash under the chain's key; "" for a head written before
+	// heads were authenticated.
+	MAC string
+}
+
+// ChainRegistration registers one chain when its process starts: No counts registrations
+// from 1, Anchor is the previous registration's MAC ("" for the first), Legacy the number of
+// unchained records the log held at the first registration (0 after it), MAC an HMAC of all
+// of them under the chain's key. A chain deleted whole leaves its registration behind.
+type ChainRegistration struct {
+	No           int64
+	ChainID      string
+	RegisteredAt time.Time
+	Legacy       int64
+	Anchor       string
+	MAC          string
 }
 
 // PruneBoundary is the last prune: records older than Before were removed (chained ones up
@@ -383,6 +402,11 @@ type Store interface {
 	// ChainHeads returns every chain's checkpointed head. AppendAudits checkpoints the last
 	// link of each chain of its batch in the batch's transaction.
 	ChainHeads(ctx context.Context) ([]ChainHead, error)
+	// RegisterChain stores reg and its chain's empty head (seq 0, head.MAC authenticating it)
+	// in one transaction; ErrConflict when reg.No or reg.ChainID is taken.
+	RegisterChain(ctx context.Context, reg ChainRegistration, head ChainHead) error
+	// ChainRegistrations returns every registration, by No.
+	ChainRegistrations(ctx context.Context) ([]ChainRegistration, error)
 
 	// LastLinksBefore returns, for every chain holding records older than before, the link
 	// of the highest Seq among them (the prune's boundary in that chain).

@@ -29,9 +29,9 @@ const appendBatch = `WITH records AS (
 		obligations, bundle_revision, input_hash, runner, outcome, latency_micros, parent_id, detail, org,
 		policy_input, chain_id, chain_seq, chain_hash)
 ), heads AS (
-	INSERT INTO audit_chain_heads AS h (chain_id, seq, hash, updated_at)
-	SELECT chain_id, seq, hash, $26 FROM unnest($23::text[], $24::bigint[], $25::text[]) AS l (chain_id, seq, hash)
-	ON CONFLICT (chain_id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, updated_at = excluded.updated_at
+	INSERT INTO audit_chain_heads AS h (chain_id, seq, hash, updated_at, mac)
+	SELECT chain_id, seq, hash, $26, mac FROM unnest($23::text[], $24::bigint[], $25::text[], $31::text[]) AS l (chain_id, seq, hash, mac)
+	ON CONFLICT (chain_id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, updated_at = excluded.updated_at, mac = excluded.mac
 	WHERE excluded.seq > h.seq
 ), counts AS (
 	INSERT INTO rate_counters AS c (key, window_no, count, expires_at)
@@ -62,7 +62,7 @@ func (s *Store) AppendAuditsWithUsage(ctx context.Context, rs []store.AuditRecor
 }
 
 // batchArgs are appendBatch's arguments: the records' columns, the last link of each chain,
-// the time of the heads' update, the counters' columns.
+// the time of the heads' update, the counters' columns, the heads' MACs.
 func batchArgs(rs []store.AuditRecord, usage []store.UsageCount) []any {
 	n := len(rs)
 	var (
@@ -91,9 +91,9 @@ func batchArgs(rs []store.AuditRecord, usage []store.UsageCount) []any {
 		times[i], lat[i], seqs[i] = store.Stamp(r.Time), r.LatencyMicros, r.Chain.Seq
 	}
 	heads := sqlstore.LastLinks(rs)
-	hID, hSeq, hHash := make([]string, 0, len(heads)), make([]int64, 0, len(heads)), make([]string, 0, len(heads))
+	hID, hSeq, hHash, hMAC := make([]string, 0, len(heads)), make([]int64, 0, len(heads)), make([]string, 0, len(heads)), make([]string, 0, len(heads))
 	for id, l := range heads {
-		hID, hSeq, hHash = append(hID, id), append(hSeq, l.Seq), append(hHash, l.Hash)
+		hID, hSeq, hHash, hMAC = append(hID, id), append(hSeq, l.Seq), append(hHash, l.Hash), append(hMAC, l.HeadMAC)
 	}
 	cKey, cWin, cCount, cExp := make([]string, len(usage)), make([]int64, len(usage)), make([]int64, len(usage)), make([]time.Time, len(usage))
 	for i, c := range usage {
@@ -106,5 +106,6 @@ func batchArgs(rs []store.AuditRecord, usage []store.UsageCount) []any {
 		docs[4], text[12], seqs, text[13], // policy_input, chain_id, chain_seq, chain_hash
 		hID, hSeq, hHash, store.Stamp(time.Time{}),
 		cKey, cWin, cCount, cExp,
+		hMAC,
 	}
 }

@@ -287,12 +287,19 @@ func TestAuditPartitionUpgrade(t *testing.T) {
 		}
 	}
 	// A log written before: 3 days of a chain, an unchained legacy record, and today's.
+	// This code writes heads' MACs (migration 0021): the column is there only while it writes.
 	pre := sqlstore.New(stdlib.OpenDBFromPool(pool), Dialect)
 	now := time.Now().UTC()
 	rs := chained("ch_old", 1, "", now.Add(-72*time.Hour), time.Hour, 72)
 	rs = append(rs, store.AuditRecord{ID: "inv_unchained", Time: now.Add(-100 * time.Hour), Decision: "denied", Org: "default",
 		Reasons: json.RawMessage(`[{"code":"MISSING_GRANT"}]`)})
+	if _, err := pool.Exec(ctx, `ALTER TABLE audit_chain_heads ADD COLUMN mac text NOT NULL DEFAULT ''`); err != nil {
+		t.Fatal(err)
+	}
 	if err := pre.AppendAudits(ctx, rs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `ALTER TABLE audit_chain_heads DROP COLUMN mac`); err != nil {
 		t.Fatal(err)
 	}
 	dump := func() []string {

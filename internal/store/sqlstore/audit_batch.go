@@ -117,8 +117,8 @@ func (s *Store) runSteps(ctx context.Context, op string, steps []step) error {
 }
 
 // chainHeadUpsert checkpoints one chain's head, never moving it back.
-const chainHeadUpsert = `INSERT INTO audit_chain_heads (chain_id, seq, hash, updated_at) VALUES (?, ?, ?, ?)
-	ON CONFLICT (chain_id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, updated_at = excluded.updated_at
+const chainHeadUpsert = `INSERT INTO audit_chain_heads (chain_id, seq, hash, updated_at, mac) VALUES (?, ?, ?, ?, ?)
+	ON CONFLICT (chain_id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, updated_at = excluded.updated_at, mac = excluded.mac
 	WHERE excluded.seq > audit_chain_heads.seq`
 
 // chainSteps record the last link of each chain in rs as its head.
@@ -126,7 +126,7 @@ func (s *Store) chainSteps(rs []store.AuditRecord) []step {
 	last := LastLinks(rs)
 	steps := make([]step, 0, len(last))
 	for _, l := range last {
-		steps = append(steps, step{s.d.bind(chainHeadUpsert), []any{l.ChainID, l.Seq, l.Hash, s.d.TimeArg(store.Stamp(time.Time{}))}})
+		steps = append(steps, step{s.d.bind(chainHeadUpsert), []any{l.ChainID, l.Seq, l.Hash, s.d.TimeArg(store.Stamp(time.Time{})), l.HeadMAC}})
 	}
 	return steps
 }

@@ -565,8 +565,35 @@ func (s *Store) ScanAudit(ctx context.Context, f store.AuditFilter, fn func(stor
 func (s *Store) ChainHeads(ctx context.Context) ([]store.ChainHead, error) {
 	return list(ctx, s, "list audit chain heads", func(sc scanner) (store.ChainHead, error) {
 		var h store.ChainHead
-		return h, sc.Scan(&h.ChainID, &h.Seq, &h.Hash, timeCol{&h.UpdatedAt}, &h.BaseSeq, &h.BaseHash, &h.BaseMAC)
-	}, `SELECT chain_id, seq, hash, updated_at, base_seq, base_hash, base_mac FROM audit_chain_heads ORDER BY chain_id`)
+		return h, sc.Scan(&h.ChainID, &h.Seq, &h.Hash, timeCol{&h.UpdatedAt}, &h.BaseSeq, &h.BaseHash, &h.BaseMAC, &h.MAC)
+	}, `SELECT chain_id, seq, hash, updated_at, base_seq, base_hash, base_mac, mac FROM audit_chain_heads ORDER BY chain_id`)
+}
+
+// RegisterChain implements store.Store.
+func (s *Store) RegisterChain(ctx context.Context, reg store.ChainRegistration, head store.ChainHead) error {
+	op := fmt.Sprintf("register audit chain %q", reg.ChainID)
+	if reg.No < 1 || reg.ChainID == "" || reg.MAC == "" || reg.Legacy < 0 || head.ChainID != reg.ChainID || head.Seq != 0 || head.MAC == "" {
+		return fmt.Errorf("%s: %w: a registration needs a number from 1, a chain id, a MAC and its chain's empty head with a MAC", op, store.ErrInvalid)
+	}
+	return s.inTx(ctx, op, func(tx *sql.Tx) error {
+		if _, err := s.exec(ctx, tx, `INSERT INTO audit_chains (no, chain_id, registered_at, legacy, anchor, mac) VALUES (?, ?, ?, ?, ?, ?)`,
+			reg.No, reg.ChainID, s.d.TimeArg(store.Stamp(reg.RegisteredAt)), reg.Legacy, reg.Anchor, reg.MAC); err != nil {
+			return s.fail(op, err)
+		}
+		if _, err := s.exec(ctx, tx, `INSERT INTO audit_chain_heads (chain_id, seq, hash, updated_at, mac) VALUES (?, 0, '', ?, ?)`,
+			head.ChainID, s.d.TimeArg(store.Stamp(reg.RegisteredAt)), head.MAC); err != nil {
+			return s.fail(op, err)
+		}
+		return nil
+	})
+}
+
+// ChainRegistrations implements store.Store.
+func (s *Store) ChainRegistrations(ctx context.Context) ([]store.ChainRegistration, error) {
+	return list(ctx, s, "list audit chain registrations", func(sc scanner) (store.ChainRegistration, error) {
+		var r store.ChainRegistration
+		return r, sc.Scan(&r.No, &r.ChainID, timeCol{&r.RegisteredAt}, &r.Legacy, &r.Anchor, &r.MAC)
+	}, `SELECT no, chain_id, registered_at, legacy, anchor, mac FROM audit_chains ORDER BY no`)
 }
 
 // GetAudit implements store.Store.

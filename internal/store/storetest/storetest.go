@@ -51,6 +51,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Federation", testFederation},
 		{"DeploymentKeys", testDeploymentKeys},
 		{"DeploymentKeyReplace", testDeploymentKeyReplace},
+		{"ChainRegistry", testChainRegistry},
 		{"AuditPrune", testAuditPrune},
 		{"AuditScanAndChains", testAuditScan},
 		{"BiomeOwners", testBiomeOwners},
