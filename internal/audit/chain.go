@@ -200,6 +200,14 @@ type Break struct {
 }
 
 func (b Break) Error() string {
+	switch {
+	case b.ChainID == "" && b.RecordID == "":
+		return b.Problem
+	case b.ChainID == "":
+		return fmt.Sprintf("record %s: %s", b.RecordID, b.Problem)
+	case b.Seq == 0 && b.RecordID == "":
+		return fmt.Sprintf("chain %s: %s", b.ChainID, b.Problem)
+	}
 	if b.RecordID == "" {
 		return fmt.Sprintf("chain %s at seq %d: %s", b.ChainID, b.Seq, b.Problem)
 	}

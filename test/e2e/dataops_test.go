@@ -262,8 +262,10 @@ func TestKeysAtRest(t *testing.T) {
 	})
 }
 
-// TestKeysMigrateRaw: keys stored raw by a version before wrapping keep their value (an
-// input hash under the raw key matches) and are wrapped at the next start.
+// TestKeysMigrateRaw: a key stored raw (by a version before wrapping, or by someone with
+// write access to the database) stops the start, naming the step that takes it; after
+// 'xema keys adopt-raw --yes' (audited) it keeps its value: an input hash under the raw key
+// matches.
 func TestKeysMigrateRaw(t *testing.T) {
 	g := &gateway{t: t, bin: xemaBinary(t), DataDir: t.TempDir(), logs: &testnet.Output{}}
 	if out, err := g.run("migrate", "--data-dir", g.DataDir); err != nil {
@@ -273,6 +275,23 @@ func TestKeysMigrateRaw(t *testing.T) {
 	if _, err := rawDB(t, g).Exec(`INSERT INTO deployment_keys (name, secret, created_at) VALUES ('audit-input-hash', ?, 0)`,
 		base64.StdEncoding.EncodeToString(raw)); err != nil {
 		t.Fatal(err)
+	}
+	var mk [32]byte
+	mk[0] = 1
+	if err := os.WriteFile(filepath.Join(g.DataDir, "master.key"), []byte("m1="+base64.StdEncoding.EncodeToString(mk[:])+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := g.run("serve", "--addr", "127.0.0.1:0", "--data-dir", g.DataDir); err == nil || !strings.Contains(out, "xema keys adopt-raw") {
+		t.Fatalf("a start with a raw key: %v\n%s", err, out)
+	}
+	if out, code := g.cli(t, "keys", "status", "--data-dir", g.DataDir); code != 1 || !strings.Contains(out, "NOT AUTHENTICATED: deployment key audit-input-hash") {
+		t.Fatalf("keys status with a raw key: exit %d:\n%s", code, out)
+	}
+	if out, code := g.cli(t, "keys", "adopt-raw", "--data-dir", g.DataDir); code != 0 || !strings.Contains(out, "stored raw: audit-input-hash") {
+		t.Fatalf("adopt-raw without --yes: exit %d:\n%s", code, out)
+	}
+	if out, code := g.cli(t, "keys", "adopt-raw", "--yes", "--data-dir", g.DataDir); code != 0 || !strings.Contains(out, "adopted audit-input-hash") {
+		t.Fatalf("adopt-raw --yes: exit %d:\n%s", code, out)
 	}
 	g.start()
 	out, code := g.cli(t, "keys", "status", "--data-dir", g.DataDir)

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"database/sql"
@@ -138,5 +139,49 @@ func TestKeysMaxTokenTTL(t *testing.T) {
 			t.Errorf("the audit record does not name the reason: %s", rec.Raw)
 		}
 		expect(t, g.post("/v1/capabilities/invoke", short, req), http.StatusOK)
+	})
+}
+
+// TestDatabaseOnlyAttacker: on both engines, what someone with write access to the database
+// and no master key can do to the audit evidence is caught by the operator's commands: a
+// chain key inserted raw makes 'keys status' and 'audit verify' exit 1 naming it, and a chain
+// head set back is a break; the untouched log verifies and names the newest record it
+// vouches for.
+func TestDatabaseOnlyAttacker(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e engineCase) {
+		g := startGateway(t, e.store(t))
+		agent := g.token("--subject", "agent:support-bot", "--env", "project")
+		for range 3 {
+			expect(t, g.post("/v1/capabilities/invoke", agent, `{"ref":"kb:page.read@1","input":{"pageId":"welcome"}}`), http.StatusOK)
+		}
+		g.stop()
+		verify := append([]string{"audit", "verify"}, g.storeArgs()...)
+		if out, code := g.cli(t, verify...); code != 0 || !strings.Contains(out, "newest record vouched for: ") {
+			t.Fatalf("verify before: exit %d:\n%s", code, out)
+		}
+		db := rawDB(t, g)
+		created := "0" // SQLite keeps Unix microseconds
+		if e.name == "postgres" {
+			created = "now()"
+		}
+		if _, err := db.Exec(`INSERT INTO deployment_keys (name, secret, created_at) VALUES ('audit-chain@1', '` +
+			base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1}, 32)) + `', ` + created + `)`); err != nil {
+			t.Fatal(err)
+		}
+		if out, code := g.cli(t, append([]string{"keys", "status"}, g.storeArgs()...)...); code != 1 || !strings.Contains(out, "NOT AUTHENTICATED: deployment key audit-chain@1") {
+			t.Fatalf("keys status with an inserted key: exit %d:\n%s", code, out)
+		}
+		if out, code := g.cli(t, verify...); code != 1 || !strings.Contains(out, "BROKEN: deployment key audit-chain@1") {
+			t.Fatalf("verify with an inserted key: exit %d:\n%s", code, out)
+		}
+		if _, err := db.Exec(`DELETE FROM deployment_keys WHERE name = 'audit-chain@1'`); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Exec(`UPDATE audit_chain_heads SET seq = seq - 1, hash = 'hmac-sha256:00' WHERE seq > 1`); err != nil {
+			t.Fatal(err)
+		}
+		if out, code := g.cli(t, verify...); code != 1 || !strings.Contains(out, "head does not verify") {
+			t.Fatalf("verify with a head set back: exit %d:\n%s", code, out)
+		}
 	})
 }
