@@ -170,6 +170,10 @@ type App struct {
 	draining atomic.Bool
 
 	decisions *decisionlog.Exporter // nil unless Config.DecisionLog
+	// loops are the background loops goLoop started; stopLoops end them.
+	loops     sync.WaitGroup
+	loopsMu   sync.Mutex
+	stopLoops []context.CancelFunc
 	// chainKeys are the audit chain keys, current first (a prune verifies and checkpoints under them).
 	chainKeys [][]byte
 	// counters are the rate and quota counters in memory on the embedded store (nil on
@@ -363,6 +367,7 @@ func (a *App) closeWith(err error) error {
 // Close ends the federated servers' sessions, commits what the audit log and the spool hold,
 // and releases the store last.
 func (a *App) Close() error {
+	a.stopAndWaitLoops() // no loop uses what is closed below
 	a.Federation.Close()
 	if a.unauth != nil {
 		a.unauth.Close() // open aggregate buckets write their counts

@@ -139,3 +139,41 @@ func TestBusyDryRunReleasesItsKey(t *testing.T) {
 		t.Fatalf("the retry under the key: %d %s replayed=%v %v; want the dry run run", retry.Status, retry.Body, retry.Replayed, err)
 	}
 }
+
+// TestCloseWaitsForTheLoops: Close stops every background loop and returns only once each
+// has ended, so none of them uses the store after it is closed: a loop that reads the store
+// once stopped has read it, successfully, by the time Close returns.
+func TestCloseWaitsForTheLoops(t *testing.T) {
+	a, err := New(context.Background(), Config{DataDir: t.TempDir(), BiomesDir: repoBiomes(t), DevGrants: []string{"demo"},
+		ReloadEvery: time.Hour, PolicyDirPoll: time.Hour, MCPResyncEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.runLoops(context.Background()) // a context that never ends: Close alone must stop them
+	ended := make(chan error, 1)
+	a.goLoop(context.Background(), func(ctx context.Context) {
+		<-ctx.Done()
+		runtime.Gosched()
+		_, err := a.Store.ChainHeads(context.Background())
+		ended <- err
+	})
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-ended:
+		if err != nil {
+			t.Fatalf("the loop used the store after it closed: %v", err)
+		}
+	default:
+		t.Fatal("Close returned while a loop still ran")
+	}
+	buf := make([]byte, 1<<20)
+	stacks := string(buf[:runtime.Stack(buf, true)])
+	for _, loop := range []string{"app.(*App).Maintain", "app.(*App).Watch", "app.(*App).RollUpAudit", "spool.(*Spool).Run",
+		"notify.(*Deliverer).Run", "app.(*App).PruneAudit", "unauth.(*Aggregator).Run"} {
+		if strings.Contains(stacks, loop) {
+			t.Errorf("%s still runs after Close", loop)
+		}
+	}
+}

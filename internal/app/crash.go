@@ -59,11 +59,10 @@ func (a *App) recoverAtStart(ctx context.Context) error {
 	return nil
 }
 
-// Maintain runs the background upkeep until ctx ends: the spool's drain, approval recovery
-// of leases that ended (other replicas that are gone), pruning of expired idempotency keys.
+// Maintain runs the periodic upkeep until ctx ends: approval recovery of leases that ended
+// (other replicas that are gone), pruning of expired idempotency keys and approval events,
+// expiry of undecided held calls.
 func (a *App) Maintain(ctx context.Context, every time.Duration) {
-	go a.Spool.Run(ctx)
-	go a.Notify.Run(ctx)
 	periodic.Every(ctx, every, func(now time.Time) {
 		if n, err := a.Approvals.RecoverLeases(ctx); err != nil && ctx.Err() == nil {
 			slog.Warn("approval recovery failed; retrying next tick", "err", err)

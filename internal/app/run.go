@@ -55,9 +55,7 @@ func (a *App) Run(ctx context.Context, l Listener) error {
 		}
 		defer ms.Close()
 	}
-	loops, stopLoops := context.WithCancel(ctx)
-	defer stopLoops()
-	a.runLoops(loops)
+	a.runLoops(ctx) // Close (deferred above) stops them and waits for each before the store closes
 	hs := &http.Server{Handler: l.Handler, ReadHeaderTimeout: l.ReadHeaderTimeout, IdleTimeout: l.IdleTimeout,
 		MaxHeaderBytes: 64 << 10, TLSConfig: l.TLS, ConnState: connState}
 	if l.Serving != nil {
@@ -82,7 +80,6 @@ func (a *App) Run(ctx context.Context, l Listener) error {
 	return nil
 }
 
-// runLoops starts the background work of a serving gateway; each ends with ctx.
 // auditPruneEvery is how often --audit-retain prunes: a boundary that moved by ten minutes
 // is a few thousand records at most for a busy gateway, a few batches.
 const auditPruneEvery = 10 * time.Minute
@@ -91,16 +88,43 @@ const auditPruneEvery = 10 * time.Minute
 // of the last pass's interval are what GET /v1/stats reads from the log itself.
 const rollupEvery = 2 * time.Second
 
+// runLoops starts the background work of a serving gateway, each loop until ctx ends or
+// Close stops them; Close waits for every one before it closes what they use.
 func (a *App) runLoops(ctx context.Context) {
-	go a.Watch(ctx, a.cfg.ReloadEvery)
-	go a.Policy.WatchExtra(ctx, a.cfg.PolicyDirPoll)
-	go a.PruneRateCounters(ctx, time.Minute)
-	go a.PruneAudit(ctx, auditPruneEvery)
-	go a.MaintainAuditPartitions(ctx, time.Hour)
-	go a.RollUpAudit(ctx, rollupEvery)
-	go a.unauth.Run(ctx)
-	go a.Federation.ResyncEvery(ctx, a.cfg.MCPResyncEvery)
-	go a.Maintain(ctx, 15*time.Second)
+	for _, loop := range []func(context.Context){
+		func(ctx context.Context) { a.Watch(ctx, a.cfg.ReloadEvery) },
+		func(ctx context.Context) { a.Policy.WatchExtra(ctx, a.cfg.PolicyDirPoll) },
+		func(ctx context.Context) { a.PruneRateCounters(ctx, time.Minute) },
+		func(ctx context.Context) { a.PruneAudit(ctx, auditPruneEvery) },
+		func(ctx context.Context) { a.MaintainAuditPartitions(ctx, time.Hour) },
+		func(ctx context.Context) { a.RollUpAudit(ctx, rollupEvery) },
+		a.unauth.Run,
+		func(ctx context.Context) { a.Federation.ResyncEvery(ctx, a.cfg.MCPResyncEvery) },
+		a.Spool.Run,
+		a.Notify.Run,
+		func(ctx context.Context) { a.Maintain(ctx, 15*time.Second) },
+	} {
+		a.goLoop(ctx, loop)
+	}
+}
+
+// goLoop runs loop until ctx ends or Close stops it; Close waits for it.
+func (a *App) goLoop(ctx context.Context, loop func(context.Context)) {
+	a.loopsMu.Lock()
+	defer a.loopsMu.Unlock()
+	ctx, cancel := context.WithCancel(ctx)
+	a.stopLoops = append(a.stopLoops, cancel)
+	a.loops.Go(func() { loop(ctx) })
+}
+
+// stopAndWaitLoops ends the loops runLoops started and waits for each.
+func (a *App) stopAndWaitLoops() {
+	a.loopsMu.Lock()
+	for _, stop := range a.stopLoops {
+		stop()
+	}
+	a.loopsMu.Unlock()
+	a.loops.Wait()
 }
 
 func serveMetrics(l Listener) (*http.Server, error) {
