@@ -5,31 +5,41 @@ BIN := bin/xema
 BUILDINFO := github.com/xemahq/xema/internal/buildinfo
 LDFLAGS := -X $(BUILDINFO).commit=$(shell git rev-parse HEAD 2>/dev/null) -X $(BUILDINFO).version=$(shell git describe --tags --always --dirty 2>/dev/null)
 
-.PHONY: build run test lint bench policy-test fuzz bundle cover image
+.PHONY: help build run test unit lint bench policy-test fuzz bundle cover image
 
-build:
+# make help lists the targets: each documented by a '## ' comment on its line.
+help: ## list the targets
+	@awk -F':.*## ' '/^[a-z-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+build: ## build bin/xema
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/xema
 
 # The demo bundle (bundles/README.md): the Rego of policies/ with bundles/demo/data.json.
-bundle: build
+bundle: build ## build the demo policy bundle (bundles/demo.tar.gz)
 	./$(BIN) bundle build -o bundles/demo.tar.gz --data bundles/demo/data.json --revision demo
 
-run: build
+run: build ## run the gateway on its embedded default (SQLite, development issuer, the demo biome)
 	./$(BIN) serve --addr 127.0.0.1:8181 --data-dir .xema --biomes biomes --dev-grant demo
 
 # The container tests (test/e2e/container_test.go) run on their own with -v, so that where
 # podman cannot run their SKIP line is seen. The chart checks are a module of their own
 # (deploy/helm/chartcheck: the k8s.io/api types stay out of the gateway's go.mod).
 CHARTCHECK := deploy/helm/chartcheck
-test: build policy-test
+test: build policy-test ## every test: unit, e2e (real PostgreSQL, hydra, Gitea, npm MCP servers, Chromium), containers, chart, race
 	$(GO) test -count=1 -timeout 30m -skip '^TestContainer' ./...
 	$(GO) test -count=1 -timeout 20m -v -run '^TestContainer' ./test/e2e
 	cd $(CHARTCHECK) && XEMA_BIN=$(abspath $(BIN)) $(GO) test -count=1 -timeout 20m ./...
 	$(GO) test -race -short -count=1 -timeout 30m $(RACE_PKGS)
 
+# The unit tests: the packages whose tests start no service (no PostgreSQL, no hydra, no stock
+# opa build, no gateway binary), in seconds rather than minutes.
+UNIT_PKGS = $(shell $(GO) list -f '{{.ImportPath}} {{join .Imports " "}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./... | grep -v -E 'testpg|hydratest|opatest|/test/(e2e|load)' | cut -d' ' -f1)
+unit: ## the fast tests: packages whose tests start no service
+	$(GO) test -count=1 -short $(UNIT_PKGS)
+
 # The OCI image (deploy/image): a static binary on an empty base, built with podman.
 IMAGE ?= xema:$(shell git describe --tags --always --dirty 2>/dev/null)
-image:
+image: ## build the OCI image with podman
 	deploy/image/build.sh $(IMAGE)
 
 # The packages whose concurrency the race detector checks in CI (-short: a sample of the
@@ -40,7 +50,7 @@ RACE_PKGS := ./internal/policy ./internal/gateway ./internal/approval ./internal
 # of the same bundle over generated grants, platform Rego and inputs) over new seeds for
 # FUZZTIME (CI runs its fixed seeds only).
 FUZZTIME ?= 10m
-fuzz:
+fuzz: ## the differential test over new seeds for FUZZTIME
 	$(GO) test -count=1 -timeout 0 -run '^TestDifferential$$' ./internal/policy -diff.duration $(FUZZTIME) -v
 
 # golangci-lint at a pinned version (config: .golangci.yml), installed into bin/ on first use.
@@ -50,7 +60,7 @@ GOLANGCI_LINT := bin/golangci-lint-$(GOLANGCI_LINT_VERSION)/golangci-lint
 $(GOLANGCI_LINT):
 	GOBIN=$(abspath $(dir $@)) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
-lint: $(GOLANGCI_LINT)
+lint: $(GOLANGCI_LINT) ## gofmt, go vet, golangci-lint
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
 	$(GOLANGCI_LINT) run --timeout 15m ./...
@@ -70,13 +80,13 @@ $(OPA):
 # 3 more alternating rounds of the floor and the funnel). ~5 minutes.
 BENCH := BenchmarkDecision|BenchmarkTake|BenchmarkAppend|BenchmarkVerify|BenchmarkBoundBody|BenchmarkValidate$$|BenchmarkLinkHash
 BENCH_PKGS := ./internal/policy ./internal/ratelimit ./internal/audit ./internal/identity ./internal/server ./internal/inputschema
-bench: build $(OPA)
+bench: build $(OPA) ## the Go benchmarks of the funnel's steps, then the load harness on both engines (~5 min)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime 200x -benchmem $(BENCH_PKGS)
-	$(GO) test -run '^$$' -bench 'BenchmarkSearch$$|BenchmarkDescribe|BenchmarkSearchable' -benchtime 5x ./internal/gateway ./internal/policy
+	$(GO) test -run '^$$' -bench 'BenchmarkSearch$$|BenchmarkDescribe|BenchmarkSearchable' -benchtime 5x ./internal/metatool ./internal/policy
 	$(GO) run ./test/load -xema $(BIN) -opa $(OPA) -engines sqlite,postgres -workers 16 -duration 5s -warmup 1s -rounds 3 -cpuprofile bin/bench-profiles
 
 # Stock OPA (a tool dependency in go.mod) runs the Rego tests; coverage must stay at 90% or more.
-policy-test:
+policy-test: ## stock opa test over policies/ (coverage 90% or more)
 	$(GO) tool opa test policies/ --coverage --threshold 90 > /dev/null
 	$(GO) tool opa test policies/
 
@@ -88,7 +98,7 @@ policy-test:
 COVER := .cover
 COVERPKG := ./cmd/...,./internal/...,./schemas/...
 E2E_RUN ?= .
-cover:
+cover: ## Go statement coverage: unit tests alone, then with the e2e suite
 	rm -rf $(COVER) && mkdir -p $(COVER)/unit $(COVER)/e2e
 	$(GO) test -count=1 -timeout 30m -cover -coverpkg=$(COVERPKG) $$($(GO) list ./... | grep -v /test/) -args -test.gocoverdir=$(abspath $(COVER)/unit) > $(COVER)/unit.log || { tail -n 50 $(COVER)/unit.log; exit 1; }
 	$(GO) build -cover -coverpkg=$(COVERPKG) -o $(COVER)/xema ./cmd/xema

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/xemahq/xema/internal/audit/prunebench"
 	"github.com/xemahq/xema/internal/store"
 	"github.com/xemahq/xema/internal/store/sqlstore"
 	"github.com/xemahq/xema/internal/store/storetest"
@@ -365,7 +366,7 @@ func waitingOnLock(t *testing.T, s *Store, done <-chan error, q string, args ...
 // BenchmarkAppendDuringPrune: go test -run '^$' -bench AppendDuringPrune -benchtime 1x
 // (XEMA_PRUNE_BENCH_RECORDS sets the log's size, default 1,000,000).
 func BenchmarkAppendDuringPrune(b *testing.B) {
-	storetest.BenchAppendDuringPrune(b, open(b), storetest.PruneBenchRecords(), 16)
+	prunebench.BenchAppendDuringPrune(b, open(b), prunebench.PruneBenchRecords(), 16)
 }
 
 // BenchmarkAuditStats: go test -run '^$' -bench AuditStats -benchtime 1x

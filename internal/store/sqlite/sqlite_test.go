@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/xemahq/xema/internal/audit/prunebench"
 	"github.com/xemahq/xema/internal/store"
 	"github.com/xemahq/xema/internal/store/storetest"
 )
@@ -192,7 +193,7 @@ func TestPageSize(t *testing.T) {
 // BenchmarkAppendDuringPrune: go test -run '^$' -bench AppendDuringPrune -benchtime 1x
 // (XEMA_PRUNE_BENCH_RECORDS sets the log's size, default 1,000,000).
 func BenchmarkAppendDuringPrune(b *testing.B) {
-	storetest.BenchAppendDuringPrune(b, open(b), storetest.PruneBenchRecords(), 16)
+	prunebench.BenchAppendDuringPrune(b, open(b), prunebench.PruneBenchRecords(), 16)
 }
 
 // BenchmarkAuditStats: go test -run '^$' -bench AuditStats -benchtime 1x

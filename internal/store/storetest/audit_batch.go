@@ -15,7 +15,7 @@ import (
 func auditBatch(prefix string, n int) []store.AuditRecord {
 	rs := make([]store.AuditRecord, n)
 	for i := range rs {
-		rs[i] = auditRecord(fmt.Sprintf("%s-%d", prefix, i))
+		rs[i] = AuditRecord(fmt.Sprintf("%s-%d", prefix, i))
 		rs[i].LatencyMicros = int64(i)
 	}
 	return rs
@@ -49,7 +49,7 @@ func testAuditBatch(t *testing.T, s store.Store) {
 		t.Fatalf("AppendAudits(nil) = %v, want nil", err)
 	}
 
-	mixed := []store.AuditRecord{auditRecord("b-full"), {ID: "b-bare", Time: t0, Decision: "allowed"}}
+	mixed := []store.AuditRecord{AuditRecord("b-full"), {ID: "b-bare", Time: t0, Decision: "allowed"}}
 	if err := s.AppendAudits(ctx, mixed); err != nil {
 		t.Fatalf("AppendAudits: %v", err)
 	}
@@ -81,11 +81,11 @@ func testAuditBatch(t *testing.T, s store.Store) {
 		want  error
 	}{
 		{"stored id last", func() []store.AuditRecord {
-			return append(auditBatch("b-stored", 3), auditRecord("b-full"))
+			return append(auditBatch("b-stored", 3), AuditRecord("b-full"))
 		}, store.ErrConflict},
 		{"stored id in the second statement", func() []store.AuditRecord {
 			rs := auditBatch("b-second", 150)
-			rs[120] = auditRecord("b-large-7")
+			rs[120] = AuditRecord("b-large-7")
 			return rs
 		}, store.ErrConflict},
 		{"same id twice", func() []store.AuditRecord {

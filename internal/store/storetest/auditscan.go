@@ -19,7 +19,7 @@ func testAuditScan(t *testing.T, s store.Store) {
 	const n = 1500 // more than one page
 	var batch []store.AuditRecord
 	for i := range n {
-		r := auditRecord(fmt.Sprintf("s-%05d", i))
+		r := AuditRecord(fmt.Sprintf("s-%05d", i))
 		r.Time = t0.Add(time.Duration(i) * time.Millisecond)
 		r.Org = []string{"acme", "beta"}[i%2]
 		if i%3 == 0 {
@@ -81,7 +81,7 @@ func testAuditScan(t *testing.T, s store.Store) {
 		t.Fatalf("heads = %+v, want ch_a at %d", heads, n)
 	}
 	// A batch carrying an older link of the chain (never written by the gateway) does not move the head back.
-	old := auditRecord("s-old")
+	old := AuditRecord("s-old")
 	old.Chain = store.ChainLink{ChainID: "ch_a", Seq: 3, Hash: "h3"}
 	if err := s.AppendAudits(ctx, []store.AuditRecord{old}); err != nil {
 		t.Fatal(err)

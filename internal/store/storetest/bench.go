@@ -58,14 +58,14 @@ func Bench(b *testing.B, open func(tb testing.TB) store.Store) {
 		s := open(b)
 		b.ReportAllocs()
 		for i := 0; b.Loop(); i++ {
-			if err := s.AppendAudit(ctx, auditRecord(fmt.Sprintf("a-%d", i))); err != nil {
+			if err := s.AppendAudit(ctx, AuditRecord(fmt.Sprintf("a-%d", i))); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 	b.Run("GetAudit", func(b *testing.B) {
 		s := open(b)
-		if err := s.AppendAudit(ctx, auditRecord("a-1")); err != nil {
+		if err := s.AppendAudit(ctx, AuditRecord("a-1")); err != nil {
 			b.Fatal(err)
 		}
 		b.ReportAllocs()

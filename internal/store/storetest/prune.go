@@ -20,18 +20,18 @@ func testAuditPrune(t *testing.T, s store.Store) {
 	raw := s.(RawExecer)
 	var rs []store.AuditRecord
 	for i := range 30 {
-		r := auditRecord(fmt.Sprintf("p-a-%03d", i))
+		r := AuditRecord(fmt.Sprintf("p-a-%03d", i))
 		r.Time = t0.Add(time.Duration(i) * time.Second)
 		r.Chain = store.ChainLink{ChainID: "ch_a", Seq: int64(i + 1), Hash: fmt.Sprintf("ha%d", i+1)}
 		rs = append(rs, r)
 	}
 	for i := range 10 {
-		r := auditRecord(fmt.Sprintf("p-b-%03d", i))
+		r := AuditRecord(fmt.Sprintf("p-b-%03d", i))
 		r.Time = t0.Add(time.Duration(i*3) * time.Second)
 		r.Chain = store.ChainLink{ChainID: "ch_b", Seq: int64(i + 1), Hash: fmt.Sprintf("hb%d", i+1)}
 		rs = append(rs, r)
 	}
-	legacy := auditRecord("p-legacy")
+	legacy := AuditRecord("p-legacy")
 	legacy.Time = t0.Add(-time.Hour)
 	rs = append(rs, legacy)
 	if err := s.AppendAudits(ctx, rs); err != nil {
@@ -139,7 +139,7 @@ func testAuditPrune(t *testing.T, s store.Store) {
 		}
 	}
 	// The next append still lands and still checkpoints its head.
-	r := auditRecord("p-a-030")
+	r := AuditRecord("p-a-030")
 	r.Chain = store.ChainLink{ChainID: "ch_a", Seq: 31, Hash: "ha31"}
 	if err := s.AppendAudits(ctx, []store.AuditRecord{r}); err != nil {
 		t.Fatal(err)

@@ -574,7 +574,8 @@ func testGrants(t *testing.T, s store.Store) {
 	equal(t, "grants after a change and a revoke", got, []store.Grant{earlier, later, want})
 }
 
-func auditRecord(id string) store.AuditRecord {
+// AuditRecord is a complete denied record with every column set, at t0.
+func AuditRecord(id string) store.AuditRecord {
 	return store.AuditRecord{
 		ID: id, Time: t0, Ref: "kb:page.read@1", SubjectKind: "agent", SubjectRef: "agent:support-bot",
 		Environment: "project", Decision: "denied",
@@ -588,7 +589,7 @@ func auditRecord(id string) store.AuditRecord {
 
 func testAudit(t *testing.T, s store.Store) {
 	ctx := context.Background()
-	full := auditRecord("a-1")
+	full := AuditRecord("a-1")
 	bare := store.AuditRecord{ID: "a-2", Time: t0, Decision: "allowed"}
 	for _, r := range []store.AuditRecord{full, bare} {
 		if err := s.AppendAudit(ctx, r); err != nil {
@@ -642,7 +643,7 @@ func testAuditAppendOnly(t *testing.T, s store.Store) {
 	if !ok {
 		t.Fatalf("the engine's store %T does not implement storetest.RawExecer: its test must add the hook", s)
 	}
-	r := auditRecord("a-1")
+	r := AuditRecord("a-1")
 	if err := s.AppendAudit(ctx, r); err != nil {
 		t.Fatalf("AppendAudit: %v", err)
 	}
@@ -663,7 +664,7 @@ func testAuditAppendOnly(t *testing.T, s store.Store) {
 			equal(t, "audit record", got, r)
 		})
 	}
-	if err := s.AppendAudit(ctx, auditRecord("a-2")); err != nil {
+	if err := s.AppendAudit(ctx, AuditRecord("a-2")); err != nil {
 		t.Fatalf("AppendAudit after refused changes: %v", err)
 	}
 }
@@ -696,7 +697,7 @@ func testRevision(t *testing.T, s store.Store) {
 		{"grant", func() error {
 			return s.PutGrant(ctx, store.Grant{ID: "g1", Org: "acme", BiomeID: "demo", BiomeVersion: "1.0.0", DigestHash: "digest-h1", ApprovedBy: "admin"})
 		}, true},
-		{"audit", func() error { return s.AppendAudit(ctx, auditRecord("a-1")) }, false},
+		{"audit", func() error { return s.AppendAudit(ctx, AuditRecord("a-1")) }, false},
 	}
 	rev := revision(t, s)
 	for _, st := range steps {
