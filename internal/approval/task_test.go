@@ -182,3 +182,41 @@ func TestTaskEndsWithDenialOfApprovalTime(t *testing.T) {
 		t.Fatalf("end: %d %s, runs %d; want the 403 %s of a synchronous call, no run", st, code, f.runs.Load(), gateway.CodeDenied)
 	}
 }
+
+// A task observed while its approved call runs at the provider has no end yet: a client told
+// "completed" with an error would retry, and the call would run twice.
+func TestTaskMidRunHasNoEnd(t *testing.T) {
+	ctx := context.Background()
+	entered, release := make(chan struct{}), make(chan struct{})
+	fx := apptest.New(t, apptest.Options{Customize: map[string]any{ref: map[string]any{"requiresApproval": true}},
+		Provider: func(w http.ResponseWriter, _ *http.Request) {
+			close(entered)
+			<-release
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"commentId":"c1"}`))
+		}})
+	f := &fixture{app: fx.App, clock: fx.Now}
+	id := f.hold(t, bot)
+	done := make(chan *fault.Error, 1)
+	go func() {
+		_, err := f.decide(approval.RefApprove, alice, map[string]any{"approvalId": id})
+		done <- err
+	}()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("the approved call never reached its provider")
+	}
+	tk, err := f.app.Approvals.Task(ctx, bot, id)
+	close(release)
+	if err != nil || tk.Status != store.ApprovalDispatched || tk.Waiting() || tk.End != nil {
+		t.Fatalf("task mid-run: %+v %v; want dispatched, not waiting, no end", tk, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("approve: %v", err)
+	}
+	if tk, err = f.app.Approvals.Task(ctx, bot, id); err != nil || tk.End == nil || tk.End.Status != http.StatusOK {
+		t.Fatalf("task after the run: %+v %v; want its 200 answer", tk, err)
+	}
+}
