@@ -300,7 +300,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if a.Tools, err = metatool.New(metatool.Deps{Catalog: a.Catalog, Policy: eng, Runners: a.Gateway, CursorKey: keys.Cursor, Outages: a.outages}); err != nil {
 		return nil, a.closeWith(err)
 	}
-	a.Approvals = &approval.Service{Store: st, Policy: eng, Runner: a.Gateway, Audit: a.Audit, Replica: a.Replica, Spool: a.Spool,
+	a.Approvals = &approval.Service{Store: st, Policy: eng, Runner: a.Gateway, Audit: a.Audit, Catalog: a.Catalog, Replica: a.Replica, Spool: a.Spool,
 		Now: cfg.Now, Notify: notifier}
 	if err := approval.Register(a.Kernel, a.Approvals); err != nil {
 		return nil, a.closeWith(err)

@@ -169,6 +169,9 @@ type Service struct {
 	Policy *policy.Engine
 	Runner Runner
 	Audit  *audit.Log
+	// Catalog finds a held call's capability, whose resource property names the resource the
+	// policy judges an approver and a reader on, as it judged the requester.
+	Catalog gateway.Snapshots
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Replica names this gateway process's claims (stable across its restarts); "" means
@@ -393,10 +396,10 @@ func (s *Service) whyNot(ctx context.Context, ec identity.ExecContext, a store.A
 // approver asks the policy whether ec may decide a, whatever its state: nil when they may,
 // else why not.
 func (s *Service) approver(ctx context.Context, ec identity.ExecContext, a store.Approval, judged map[string]policy.Decision) (*WhyNot, error) {
-	key := a.Ref + "\x00" + a.Biome + "\x00" + a.Org + "\x00" + strconv.FormatBool(a.RequesterRef == ec.Subject.Ref)
+	ask := s.heldInput(ec, a)
+	key := a.Ref + "\x00" + a.Biome + "\x00" + a.Org + "\x00" + ask.Resource + "\x00" + strconv.FormatBool(a.RequesterRef == ec.Subject.Ref)
 	d, ok := judged[key]
 	if !ok {
-		ask := approverInput(ec, a)
 		ask.Approval = &policy.Approval{Requester: a.RequesterRef, ApprovalID: a.ID, Org: a.Org}
 		got, err := s.Policy.Decide(ctx, ask)
 		if err != nil {
@@ -657,13 +660,28 @@ func denialCode(rs []policy.Reason) string {
 	return CodeNotApprover
 }
 
-// approverInput asks the policy whether the approver, in their own environment, holds the
-// held capability of the biome it runs for: its humanBaseline (org role and environments,
-// org administrators) or, for explicit-only, a grant that names them.
-func approverInput(ec identity.ExecContext, a store.Approval) policy.Input {
-	return policy.Input{Ref: a.Ref, Biome: a.Biome, Subject: policy.Subject{Kind: ec.Subject.Kind, Ref: ec.Subject.Ref},
-		Groups: ec.Groups, Roles: ec.Roles, OrgRole: ec.OrgRole, Org: ec.Org, Project: ec.Project, Session: ec.Session,
-		Environment: ec.Environment, Armed: ec.Armed}
+// heldInput is the held call as the policy would judge it made by ec, in their own
+// environment: the held capability, the biome it runs for and the resource it names. Asked
+// for an approver, it says whether they hold the capability themselves (humanBaseline, or for
+// explicit-only a grant that names them), on the same resource a grant's resources bind.
+func (s *Service) heldInput(ec identity.ExecContext, a store.Approval) policy.Input {
+	in := gateway.PolicyInput(ec, a.Ref, s.resource(a))
+	in.Biome = a.Biome
+	return in
+}
+
+// resource is the resource the held call names, read from its input by its capability's
+// resource property; "" when the capability is gone or declares none (the policy then
+// refuses a call a grant's resources bind: fail closed).
+func (s *Service) resource(a store.Approval) string {
+	if s.Catalog == nil {
+		return ""
+	}
+	e, ok := s.Catalog.Snapshot().For(a.Org, a.Ref)
+	if !ok {
+		return ""
+	}
+	return e.Resource(a.Input)
 }
 
 // move is one compare-and-set of a's state, mapping a lost race or an expiry to its error.
@@ -786,8 +804,7 @@ func (s *Service) Invocation(ctx context.Context, ec identity.ExecContext, id st
 		return View{}, fault.New(fault.Unavailable, fault.CodeStoreUnavailable, "store unavailable; nothing was read (fail closed)")
 	}
 	if a.RequesterRef != ec.Subject.Ref {
-		in := approverInput(ec, a)
-		in.Ref, in.Biome = RefList, ""
+		in := gateway.PolicyInput(ec, RefList, "")
 		d, err := s.Policy.Decide(ctx, in)
 		if err != nil || !d.Allow {
 			return View{}, notFound

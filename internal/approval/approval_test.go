@@ -227,3 +227,27 @@ func TestPeriodicRecoveryLeavesLiveRun(t *testing.T) {
 		t.Fatalf("approve: %+v %v, runs %d; want done, one run", r.v, r.err, runs.Load())
 	}
 }
+
+// A grant customized with resources binds its held calls to them, and they can be approved:
+// the approver is judged on the held call's resource, as its requester was.
+func TestResourceGrantHeldCallIsApprovable(t *testing.T) {
+	var runs atomic.Int32
+	fx := apptest.New(t, apptest.Options{ResourceTicket: true,
+		Customize: map[string]any{ref: map[string]any{"requiresApproval": true, "resources": []string{"3f1c2a9e-*"}}},
+		Provider: func(w http.ResponseWriter, _ *http.Request) {
+			runs.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"commentId":"c1"}`))
+		}})
+	f := &fixture{app: fx.App, runs: &runs, clock: fx.Now}
+	res, err := f.app.Gateway.Invoke(context.Background(), bot, gateway.Request{Ref: ref,
+		Input: json.RawMessage(`{"ticketId":"0a1c2a9e-8b4d-4c57-9a61-2b7e0f4d5c88","text":"hi"}`)})
+	if err != nil || res.Denial == nil {
+		t.Fatalf("a ticket outside the granted resources: %+v %v; want denied", res, err)
+	}
+	id := f.hold(t, bot)
+	v, ferr := f.decide(approval.RefApprove, alice, map[string]any{"approvalId": id})
+	if ferr != nil || v.Status != store.ApprovalDone || runs.Load() != 1 {
+		t.Fatalf("approve: %v, view %+v, runs %d; want done, run once", ferr, v, runs.Load())
+	}
+}

@@ -56,6 +56,9 @@ type Options struct {
 	// Copies installs the comment capability under that many more refs as well
 	// (ticket:comment<i>.add@1, CopyRef), each a key of its own for the policy.
 	Copies int
+	// ResourceTicket marks the comment capability's ticketId its resource property
+	// (x-xema-resource), so a grant's resources bind its calls.
+	ResourceTicket bool
 }
 
 // CopyRef is the ref of the i-th copy of the comment capability (Options.Copies).
@@ -100,7 +103,11 @@ func New(t testing.TB, o Options) *Fixture {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(dir, f), []byte(strings.ReplaceAll(string(raw), "http://PROVIDER", prov.URL)), 0o644); err != nil {
+		text := strings.ReplaceAll(string(raw), "http://PROVIDER", prov.URL)
+		if o.ResourceTicket {
+			text = strings.Replace(text, `"x-xema-resourceType": "ticket"`, `"x-xema-resourceType": "ticket", "`+manifest.ResourceAnnotation+`": true`, 1)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
