@@ -151,7 +151,7 @@ func (q *Queue) Hold(ctx context.Context, p gateway.Pending) error {
 
 // Runner runs an approved call through the funnel again, as its requester (gateway.Gateway).
 type Runner interface {
-	RunApproved(ctx context.Context, ec identity.ExecContext, req gateway.Request, parentAuditID string,
+	RunApproved(ctx context.Context, ec identity.ExecContext, req gateway.Request, heldVersion, parentAuditID string,
 		dispatching func(ctx context.Context) error) (*gateway.Result, error)
 }
 
@@ -450,9 +450,9 @@ func (s *Service) approve(ctx context.Context, call kernel.Call) (any, error) {
 		Holder: me, LeaseUntil: s.now().Add(LeaseRun)}); err != nil {
 		return nil, err
 	}
-	ran, denial := s.run(ctx, a)
-	if denial != nil {
-		return nil, redecided(ran, denial)
+	ran, refused := s.run(ctx, a)
+	if refused != nil {
+		return nil, refused
 	}
 	return view(ran, false), nil
 }
@@ -473,8 +473,9 @@ func redecided(a store.Approval, d *gateway.Denial) *fault.Error {
 // the held call's auditId (gateway.RunApproved). Right before the runner (after the run's
 // decision record) the approval moves running → dispatched: recovery sends a running one
 // back to pending (it never reached its provider) and ends a dispatched one interrupted.
-// The denial is the policy's, when it refused the call now.
-func (s *Service) run(ctx context.Context, a store.Approval) (store.Approval, *gateway.Denial) {
+// refused is the approver's answer when the call did not run after all: the policy's denial
+// now, or the biome version it was held under no longer serving (VERSION_CHANGED).
+func (s *Service) run(ctx context.Context, a store.Approval) (ran store.Approval, refused *fault.Error) {
 	me := s.replica()
 	end := store.ApprovalTransition{From: store.ApprovalRunning, To: store.ApprovalDone, Outcome: "ok", Holder: me}
 	dispatching := func(ctx context.Context) error {
@@ -485,14 +486,17 @@ func (s *Service) run(ctx context.Context, a store.Approval) (store.Approval, *g
 		return nil
 	}
 	var exec identity.ExecContext
-	var denial *gateway.Denial
 	if err := json.Unmarshal(a.Exec, &exec); err != nil {
 		end.To, end.Outcome = store.ApprovalFailed, "INVALID_EXEC_CONTEXT"
 	} else {
-		res, err := s.Runner.RunApproved(ctx, exec, gateway.Request{Ref: a.Ref, Input: a.Input}, a.AuditID, dispatching)
+		res, err := s.Runner.RunApproved(ctx, exec, gateway.Request{Ref: a.Ref, Input: a.Input}, a.BiomeVersion, a.AuditID, dispatching)
 		ended(&end, res, err)
-		if res != nil {
-			denial = res.Denial
+		var fe *fault.Error
+		switch {
+		case res != nil && res.Denial != nil:
+			refused = redecided(a, res.Denial)
+		case errors.As(err, &fe) && fe.Code == gateway.CodeVersionChanged:
+			refused = fe
 		}
 		ans, _ := answer.Of(res, err)
 		end.Answer, _ = json.Marshal(storedAnswer{Status: ans.Status, Body: ans.Body}) // a status and a JSON body encode
@@ -509,9 +513,9 @@ func (s *Service) run(ctx context.Context, a store.Approval) (store.Approval, *g
 			s.Spool.Add(spool.Entry{Approval: &t})
 		}
 		a.Status, a.Outcome = end.To, end.Outcome
-		return a, denial
+		return a, refused
 	}
-	return done, denial
+	return done, refused
 }
 
 // ended sets how the run of an approved call ended from RunApproved's answer: done with its

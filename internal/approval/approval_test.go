@@ -251,3 +251,34 @@ func TestResourceGrantHeldCallIsApprovable(t *testing.T) {
 		t.Fatalf("approve: %v, view %+v, runs %d; want done, run once", ferr, v, runs.Load())
 	}
 }
+
+// What the approver was shown is what runs: a call held under one biome version, approved
+// once the org's grant pins another, is refused VERSION_CHANGED and never runs; its
+// requester's task ends with the same refusal.
+func TestApprovedCallRunsOnlyTheVersionItWasHeldUnder(t *testing.T) {
+	ctx := context.Background()
+	var fx *apptest.Fixture
+	f := newFixtureWith(t, map[string]any{"requiresApproval": true}, &fx)
+	id := f.hold(t, bot)
+	held, err := f.app.Approvals.Invocation(ctx, alice, id)
+	if err != nil || held.BiomeVersion != "1.0.0" {
+		t.Fatalf("held call: %+v %v; want held under 1.0.0", held, err)
+	}
+	fx.Upgrade(t, "1.1.0", map[string]any{ref: map[string]any{"requiresApproval": true}})
+	_, ferr := f.decide(approval.RefApprove, alice, map[string]any{"approvalId": id})
+	if ferr == nil || ferr.Code != gateway.CodeVersionChanged || ferr.Kind != fault.Conflict || f.runs.Load() != 0 {
+		t.Fatalf("approve after the upgrade: %v, runs %d; want 409 %s, no run", ferr, f.runs.Load(), gateway.CodeVersionChanged)
+	}
+	tk, err := f.app.Approvals.Task(ctx, bot, id)
+	if err != nil || tk.Status != store.ApprovalFailed {
+		t.Fatalf("task: %+v %v; want failed", tk, err)
+	}
+	if st, code := endCode(t, tk); st != http.StatusConflict || code != gateway.CodeVersionChanged {
+		t.Fatalf("task end: %d %s; want 409 %s", st, code, gateway.CodeVersionChanged)
+	}
+	// Held again now, the call is held under the version serving, and runs when approved.
+	id = f.hold(t, bot)
+	if v, ferr := f.decide(approval.RefApprove, alice, map[string]any{"approvalId": id}); ferr != nil || v.Status != store.ApprovalDone || v.BiomeVersion != "1.1.0" || f.runs.Load() != 1 {
+		t.Fatalf("approve a call held under 1.1.0: %+v %v, runs %d; want done once", v, ferr, f.runs.Load())
+	}
+}

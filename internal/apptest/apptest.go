@@ -31,6 +31,7 @@ type Fixture struct {
 	Now *time.Time
 
 	biomeID, version, digest string
+	dir                      string // the biome's files, as submitted
 }
 
 // Regrant approves the ticketing version again with another customization (ref → object):
@@ -41,6 +42,31 @@ func (f *Fixture) Regrant(t testing.TB, customize map[string]any) {
 	if _, err := f.App.Publisher.Install(context.Background(), req, identity.DefaultOrg, "user:root"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Upgrade submits the biome again as version and grants the org that version with customize:
+// the org's grant pins another version under calls already held.
+func (f *Fixture) Upgrade(t testing.TB, version string, customize map[string]any) {
+	t.Helper()
+	ctx := context.Background()
+	path := filepath.Join(f.dir, "biome.json")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(strings.Replace(string(raw), `"version": "`+f.version+`"`, `"version": "`+version+`"`, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, problems, err := manifest.LoadDir(f.dir)
+	if err != nil || len(problems) > 0 || b.Version != version {
+		t.Fatalf("load biome %s: %v %v", version, err, problems)
+	}
+	res, err := f.App.Publisher.SubmitDir(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.version, f.digest = res.Version, res.Digest.Hash
+	f.Regrant(t, customize)
 }
 
 // Options shape a fixture.
@@ -127,7 +153,7 @@ func New(t testing.TB, o Options) *Fixture {
 	if _, err := a.Publisher.Install(ctx, req, identity.DefaultOrg, "user:root"); err != nil {
 		t.Fatal(err)
 	}
-	return &Fixture{App: a, Provider: prov, Now: &now, biomeID: res.BiomeID, version: res.Version, digest: res.Digest.Hash}
+	return &Fixture{App: a, Provider: prov, Now: &now, biomeID: res.BiomeID, version: res.Version, digest: res.Digest.Hash, dir: dir}
 }
 
 // writeCopies adds n copies of dir's comment contribution under CopyRef(i) and names them

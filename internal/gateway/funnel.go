@@ -73,16 +73,24 @@ func codeOf(err error) string {
 // RunApproved runs a call a person has approved, as its requester: route, validate and
 // authorize again under the policy serving now (a grant revoked meanwhile denies), then
 // resolve and run, without counting limits or asking for approval a second time. Its
-// records link to parentAuditID, the audit record of the original call. dispatching, when
-// set, is called after the decision record and before the runner; its error stops the call
-// (the approval was taken by another replica's recovery), recorded as not dispatched.
-func (g *Gateway) RunApproved(ctx context.Context, ec identity.ExecContext, req Request, parentAuditID string,
+// records link to parentAuditID, the audit record of the original call. heldVersion is the
+// biome version the call was held under, the one its approver was shown: when the org's
+// grant routes the ref to another version now, the call is refused (VERSION_CHANGED) rather
+// than run on code nobody approved. dispatching, when set, is called after the decision
+// record and before the runner; its error stops the call (the approval was taken by another
+// replica's recovery), recorded as not dispatched.
+func (g *Gateway) RunApproved(ctx context.Context, ec identity.ExecContext, req Request, heldVersion, parentAuditID string,
 	dispatching func(ctx context.Context) error) (*Result, error) {
 	c := g.begin(ec, req)
 	c.rec.ParentID = parentAuditID
 	c.dispatching = dispatching
 	if res, err := g.admit(ctx, c); res != nil || err != nil {
 		return res, err
+	}
+	if now := c.entry.Capability.BiomeVersion; now != heldVersion {
+		return nil, g.fail(ctx, c, audit.DecisionError, fault.New(fault.Conflict, CodeVersionChanged,
+			"%s was held under %s %s and the org's grant now routes it to %s; the approved call did not run (call it again to have it held under %s)",
+			req.Ref, c.entry.Capability.BiomeID, heldVersion, now, now))
 	}
 	return g.dispatch(ctx, c)
 }
