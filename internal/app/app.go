@@ -302,6 +302,10 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	a.Approvals = &approval.Service{Store: st, Policy: eng, Runner: a.Gateway, Audit: a.Audit, Catalog: a.Catalog, Replica: a.Replica, Spool: a.Spool,
 		Now: cfg.Now, Notify: notifier}
+	a.Publisher.Revoked = func(ctx context.Context, g store.Grant) error {
+		_, err := a.Approvals.WithdrawRevoked(ctx, g)
+		return err
+	}
 	if err := approval.Register(a.Kernel, a.Approvals); err != nil {
 		return nil, a.closeWith(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -26,6 +27,8 @@ type Task struct {
 	// End is the call's final answer once it reached an end: what the run answered when it
 	// ran, else the typed error of why it never will. Nil while it waits or runs.
 	End *answer.Answer
+	// Withdrawn says who withdrew a withdrawn call, and why when it was not its requester.
+	Withdrawn string
 }
 
 // Waiting says the call waits for a decision; otherwise it runs or has ended.
@@ -55,6 +58,9 @@ func (s *Service) Task(ctx context.Context, ec identity.ExecContext, id string) 
 		}
 	}
 	t := Task{ID: a.ID, Status: a.Status, CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt, ExpiresAt: a.ExpiresAt}
+	if a.Status == store.ApprovalWithdrawn {
+		t.Withdrawn = withdrawnBy(a)
+	}
 	if end, ok := endOf(a); ok {
 		t.End = &end
 	}
@@ -80,6 +86,44 @@ func (s *Service) Withdraw(ctx context.Context, ec identity.ExecContext, id stri
 		return err
 	}
 	return s.audit(ctx, w, ec, DecisionWithdrawn, "")
+}
+
+// WithdrawRevoked ends the pending held calls the revoked grant g left behind: every pending
+// call of its org and biome (a revoked grant leaves the pair no grant in effect, so none of
+// them could run now, and a later grant must not run them on a decision taken under this
+// one). Each moves pending → withdrawn by the revoker, audited and told to approvers; its
+// requester's task ends cancelled. It returns how many it withdrew; an error leaves the rest
+// pending (they still cannot be approved: GRANT_NOT_IN_EFFECT).
+func (s *Service) WithdrawRevoked(ctx context.Context, g store.Grant) (int, error) {
+	kind, _, _ := strings.Cut(g.RevokedBy, ":")
+	by := identity.ExecContext{Subject: identity.Subject{Kind: kind, Ref: g.RevokedBy}, Org: g.Org}
+	reason := fmt.Sprintf("grant %s of %s was revoked by %s", g.ID, g.BiomeID, g.RevokedBy)
+	withdrawn := 0
+	for {
+		pending, err := s.Store.ListApprovals(ctx, store.ApprovalFilter{Org: g.Org, Biome: g.BiomeID, Status: store.ApprovalPending,
+			Limit: 100})
+		if err != nil {
+			return withdrawn, unavailable(err)
+		}
+		for _, a := range pending {
+			w, err := s.move(ctx, a, store.ApprovalTransition{From: store.ApprovalPending, To: store.ApprovalWithdrawn, Live: true,
+				DecidedBy: g.RevokedBy, Reason: reason})
+			var fe *fault.Error
+			if errors.As(err, &fe) && (fe.Code == CodeExpired || fe.Code == CodeAlreadyDecided) {
+				continue // decided or expired meanwhile: it ends as that
+			}
+			if err != nil {
+				return withdrawn, err
+			}
+			if err := s.audit(ctx, w, by, DecisionWithdrawn, ""); err != nil {
+				return withdrawn, err
+			}
+			withdrawn++
+		}
+		if len(pending) < 100 {
+			return withdrawn, nil
+		}
+	}
 }
 
 // own loads the held call id of the caller: another org's, another subject's and an unknown
@@ -117,7 +161,7 @@ func endOf(a store.Approval) (answer.Answer, bool) {
 	case store.ApprovalExpired:
 		e = fault.New(fault.Gone, CodeExpired, "approval %s expired at %s and will never run", a.ID, a.ExpiresAt.Format(time.RFC3339))
 	case store.ApprovalWithdrawn:
-		e = fault.New(fault.Gone, CodeWithdrawn, "approval %s was withdrawn by its requester; the call never ran", a.ID)
+		e = fault.New(fault.Gone, CodeWithdrawn, "approval %s was withdrawn %s; the call never ran", a.ID, withdrawnBy(a))
 	case store.ApprovalInterrupted:
 		e = fault.New(fault.Unavailable, OutcomeUnknown, "the call of approval %s was dispatched, then the gateway stopped "+
 			"before its outcome was recorded; it is never run again", a.ID)
@@ -130,4 +174,12 @@ func endOf(a store.Approval) (answer.Answer, bool) {
 	}
 	e.AuditID = a.AuditID
 	return answer.Error(e), true
+}
+
+// withdrawnBy says who withdrew a: its requester, or the revoke of its grant (the reason).
+func withdrawnBy(a store.Approval) string {
+	if a.DecidedBy == a.RequesterRef || a.Reason == "" {
+		return "by its requester"
+	}
+	return "because " + a.Reason
 }

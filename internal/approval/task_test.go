@@ -220,3 +220,45 @@ func TestTaskMidRunHasNoEnd(t *testing.T) {
 		t.Fatalf("task after the run: %+v %v; want its 200 answer", tk, err)
 	}
 }
+
+// Revoking a grant ends the calls held under it: withdrawn by the revoker, audited, the
+// requester's task ended; granting the biome again later runs none of them.
+func TestRevokeWithdrawsHeldCalls(t *testing.T) {
+	ctx := context.Background()
+	var fx *apptest.Fixture
+	f := newFixtureWith(t, map[string]any{"requiresApproval": true}, &fx)
+	ids := []string{f.hold(t, bot), f.hold(t, bot)}
+	gs, err := f.app.Publisher.Grants(ctx, bot.Org, "")
+	if err != nil || len(gs) != 1 {
+		t.Fatalf("grants: %v %v", gs, err)
+	}
+	if _, err := f.app.Publisher.Revoke(ctx, bot.Org, gs[0].ID, "user:root"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		tk, err := f.app.Approvals.Task(ctx, bot, id)
+		if err != nil || tk.Status != store.ApprovalWithdrawn || !strings.Contains(tk.Withdrawn, "revoked by user:root") {
+			t.Fatalf("task after the revoke: %+v %v; want withdrawn, naming the revoke", tk, err)
+		}
+		if st, code := endCode(t, tk); st != http.StatusGone || code != approval.CodeWithdrawn || !strings.Contains(string(tk.End.Body), gs[0].ID) {
+			t.Fatalf("end: %d %s %s; want 410 %s naming grant %s", st, code, tk.End.Body, approval.CodeWithdrawn, gs[0].ID)
+		}
+		v, err := f.app.Approvals.Invocation(ctx, alice, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs, err := f.app.Store.ListAudit(ctx, store.AuditQuery{Org: bot.Org, ParentID: v.AuditID, Decision: approval.DecisionWithdrawn})
+		if err != nil || len(recs) != 1 || recs[0].SubjectRef != "user:root" {
+			t.Fatalf("audit of the withdrawal: %+v %v; want one %q record by user:root", recs, err, approval.DecisionWithdrawn)
+		}
+	}
+	fx.Regrant(t, map[string]any{ref: map[string]any{"requiresApproval": true}})
+	for _, id := range ids {
+		if _, ferr := f.decide(approval.RefApprove, alice, map[string]any{"approvalId": id}); ferr == nil || ferr.Code != approval.CodeAlreadyDecided {
+			t.Fatalf("approve after a re-grant: %v; want %s", ferr, approval.CodeAlreadyDecided)
+		}
+	}
+	if f.runs.Load() != 0 {
+		t.Fatalf("%d runs; want none", f.runs.Load())
+	}
+}

@@ -53,6 +53,9 @@ type Publisher struct {
 	HasBinding func(ref string) bool
 	// Changed is called after every successful write.
 	Changed func(ctx context.Context) error
+	// Revoked, when set, is called once a revoke is written and the policy rebuilt, to end
+	// what the revoked grant left waiting (its pending held calls); its error is the revoke's.
+	Revoked func(ctx context.Context, g store.Grant) error
 	// Impact replays org's calls recorded since with candidate counted as if recorded (a
 	// grant's dry run); nil refuses dry runs.
 	Impact func(ctx context.Context, candidate store.Grant, since time.Time) (Impact, error)
