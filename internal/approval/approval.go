@@ -795,9 +795,11 @@ func (s *Service) audit(ctx context.Context, a store.Approval, by identity.ExecC
 }
 
 // Invocation is GET /v1/invocations/{id}: a held call's status, with its output once it has
-// run. Its requester may read it, and so may whoever the policy admits to approval:list@1 and
-// would see it there: an org administrator, or another member who may decide it. Anyone else
-// learns nothing, as for an unknown id.
+// run. Its requester may read it in the context it was held in (environment and armed set),
+// and so may whoever the policy admits to approval:list@1 and would see it there: an org
+// administrator, or another member who may decide it. Anyone else learns nothing, as for an
+// unknown id. An output is read only where the caller's own call could receive it
+// (AUDIENCE_INCOMPATIBLE otherwise).
 func (s *Service) Invocation(ctx context.Context, ec identity.ExecContext, id string) (View, error) {
 	notFound := fault.New(fault.NotFound, CodeNotFound, "no invocation %q", id)
 	a, err := s.Store.GetApproval(ctx, id)
@@ -807,7 +809,8 @@ func (s *Service) Invocation(ctx context.Context, ec identity.ExecContext, id st
 	if err != nil {
 		return View{}, fault.New(fault.Unavailable, fault.CodeStoreUnavailable, "store unavailable; nothing was read (fail closed)")
 	}
-	if a.RequesterRef != ec.Subject.Ref {
+	requester := a.RequesterRef == ec.Subject.Ref
+	if !requester || !heldIn(a, ec) {
 		in := gateway.PolicyInput(ec, RefList, "")
 		d, err := s.Policy.Decide(ctx, in)
 		if err != nil || !d.Allow {
@@ -816,10 +819,15 @@ func (s *Service) Invocation(ctx context.Context, ec identity.ExecContext, id st
 		// approval:list@1 admits every member; a member who is no administrator reads only
 		// the calls the listing shows them (pending, theirs to decide) and the ones they
 		// decided: once a call is decided, its input and output are not every approver's.
-		if !ec.OrgAdmin() && a.DecidedBy != ec.Subject.Ref {
+		if !ec.OrgAdmin() && (requester || a.DecidedBy != ec.Subject.Ref) {
 			if why, err := s.whyNot(ctx, ec, a, nil); err != nil || why != nil {
 				return View{}, notFound
 			}
+		}
+	}
+	if ran(a) {
+		if err := s.audience(ctx, ec, a); err != nil {
+			return View{}, err
 		}
 	}
 	return view(a, true), nil

@@ -39,15 +39,22 @@ func newFixture(t *testing.T, customize map[string]any) *fixture {
 // of held calls as notifications say.
 func newFixtureWith(t *testing.T, customize map[string]any, fx **apptest.Fixture, notifications ...notify.Config) *fixture {
 	t.Helper()
-	var runs atomic.Int32
-	o := apptest.Options{Customize: map[string]any{ref: customize},
-		Provider: func(w http.ResponseWriter, _ *http.Request) {
-			runs.Add(1)
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write([]byte(`{"commentId":"c1"}`))
-		}}
+	o := apptest.Options{Customize: map[string]any{ref: customize}}
 	for _, n := range notifications {
 		o.Notify = n
+	}
+	return newFixtureOf(t, o, fx)
+}
+
+// newFixtureOf is the fixture of o, its provider counting its calls; the apptest fixture is
+// kept in *fx when fx is not nil.
+func newFixtureOf(t *testing.T, o apptest.Options, fx **apptest.Fixture) *fixture {
+	t.Helper()
+	var runs atomic.Int32
+	o.Provider = func(w http.ResponseWriter, _ *http.Request) {
+		runs.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"commentId":"c1"}`))
 	}
 	f := apptest.New(t, o)
 	if fx != nil {
@@ -231,15 +238,8 @@ func TestPeriodicRecoveryLeavesLiveRun(t *testing.T) {
 // A grant customized with resources binds its held calls to them, and they can be approved:
 // the approver is judged on the held call's resource, as its requester was.
 func TestResourceGrantHeldCallIsApprovable(t *testing.T) {
-	var runs atomic.Int32
-	fx := apptest.New(t, apptest.Options{ResourceTicket: true,
-		Customize: map[string]any{ref: map[string]any{"requiresApproval": true, "resources": []string{"3f1c2a9e-*"}}},
-		Provider: func(w http.ResponseWriter, _ *http.Request) {
-			runs.Add(1)
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write([]byte(`{"commentId":"c1"}`))
-		}})
-	f := &fixture{app: fx.App, runs: &runs, clock: fx.Now}
+	f := newFixtureOf(t, apptest.Options{ResourceTicket: true,
+		Customize: map[string]any{ref: map[string]any{"requiresApproval": true, "resources": []string{"3f1c2a9e-*"}}}}, nil)
 	res, err := f.app.Gateway.Invoke(context.Background(), bot, gateway.Request{Ref: ref,
 		Input: json.RawMessage(`{"ticketId":"0a1c2a9e-8b4d-4c57-9a61-2b7e0f4d5c88","text":"hi"}`)})
 	if err != nil || res.Denial == nil {
@@ -247,8 +247,8 @@ func TestResourceGrantHeldCallIsApprovable(t *testing.T) {
 	}
 	id := f.hold(t, bot)
 	v, ferr := f.decide(approval.RefApprove, alice, map[string]any{"approvalId": id})
-	if ferr != nil || v.Status != store.ApprovalDone || runs.Load() != 1 {
-		t.Fatalf("approve: %v, view %+v, runs %d; want done, run once", ferr, v, runs.Load())
+	if ferr != nil || v.Status != store.ApprovalDone || f.runs.Load() != 1 {
+		t.Fatalf("approve: %v, view %+v, runs %d; want done, run once", ferr, v, f.runs.Load())
 	}
 }
 

@@ -7,12 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/xemahq/xema/internal/answer"
 	"github.com/xemahq/xema/internal/fault"
+	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
+	"github.com/xemahq/xema/internal/policy"
 	"github.com/xemahq/xema/internal/store"
 )
 
@@ -62,6 +65,14 @@ func (s *Service) Task(ctx context.Context, ec identity.ExecContext, id string) 
 		t.Withdrawn = withdrawnBy(a)
 	}
 	if end, ok := endOf(a); ok {
+		if ran(a) { // the run's answer carries its output: read only where a call may receive it
+			var fe *fault.Error
+			if err := s.audience(ctx, ec, a); errors.As(err, &fe) && fe.Kind == fault.Denied {
+				end = answer.Error(fe)
+			} else if err != nil {
+				return Task{}, err
+			}
+		}
 		t.End = &end
 	}
 	return t, nil
@@ -126,15 +137,16 @@ func (s *Service) WithdrawRevoked(ctx context.Context, g store.Grant) (int, erro
 	}
 }
 
-// own loads the held call id of the caller: another org's, another subject's and an unknown
-// one are the same not-found.
+// own loads the held call id of the caller, in the context it was held in: another org's,
+// another subject's, one held in another environment or armed set, and an unknown one are
+// the same not-found.
 func (s *Service) own(ctx context.Context, ec identity.ExecContext, id string) (store.Approval, error) {
 	notFound := fault.New(fault.NotFound, CodeNotFound, "no task %q", id)
 	if !strings.HasPrefix(id, "apr_") || len(id) > 64 {
 		return store.Approval{}, notFound
 	}
 	a, err := s.Store.GetApproval(ctx, id)
-	if errors.Is(err, store.ErrNotFound) || err == nil && (a.Org != ec.Org || a.RequesterRef != ec.Subject.Ref) {
+	if errors.Is(err, store.ErrNotFound) || err == nil && (a.Org != ec.Org || a.RequesterRef != ec.Subject.Ref || !heldIn(a, ec)) {
 		return store.Approval{}, notFound
 	}
 	if err != nil {
@@ -182,4 +194,46 @@ func withdrawnBy(a store.Approval) string {
 		return "by its requester"
 	}
 	return "because " + a.Reason
+}
+
+// heldIn says ec is the context a was held in: the same environment and the same armed set.
+// The same subject with another token (a public session's, for a call held in a project)
+// neither follows nor cancels the call, nor reads its output.
+func heldIn(a store.Approval, ec identity.ExecContext) bool {
+	var held identity.ExecContext
+	if json.Unmarshal(a.Exec, &held) != nil {
+		return false // a context the gateway cannot read binds to no one: fail closed
+	}
+	return a.Environment == ec.Environment && held.Environment == ec.Environment && slices.Equal(armedSet(held.Armed), armedSet(ec.Armed))
+}
+
+// armedSet is globs as a set: sorted, without repeats.
+func armedSet(globs []string) []string {
+	set := slices.Clone(globs)
+	slices.Sort(set)
+	return slices.Compact(set)
+}
+
+// ran says the held call ran: its answer or output is kept.
+func ran(a store.Approval) bool { return len(a.Answer) > 0 || len(a.Output) > 0 }
+
+// CodeAudienceIncompatible is the policy's reason (policies/checks.rego, grant.rego) for an
+// output whose classification the caller's environment, or the grant, does not admit.
+const CodeAudienceIncompatible = "AUDIENCE_INCOMPATIBLE"
+
+// audience refuses ec the output of the held call a when a call of theirs would be refused
+// it: the policy, asked of ec making the held call, names AUDIENCE_INCOMPATIBLE. Only that
+// reason counts: a reader need not hold the capability (an org administrator reads the
+// queue), but never receives an output their own call could not.
+func (s *Service) audience(ctx context.Context, ec identity.ExecContext, a store.Approval) error {
+	d, err := s.Policy.Decide(ctx, s.heldInput(ec, a))
+	if err != nil {
+		return fault.New(fault.Unavailable, gateway.CodePolicyUnavailable, "policy unavailable; nothing was read (fail closed)")
+	}
+	i := slices.IndexFunc(d.Reasons, func(r policy.Reason) bool { return r.Code == CodeAudienceIncompatible })
+	if i < 0 {
+		return nil
+	}
+	return fault.New(fault.Denied, CodeAudienceIncompatible, "the output of approval %s may not be read from environment %s: %s",
+		a.ID, ec.Environment, d.Reasons[i].Detail)
 }

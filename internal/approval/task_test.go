@@ -13,6 +13,7 @@ import (
 	"github.com/xemahq/xema/internal/apptest"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
+	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/store"
 )
 
@@ -261,4 +262,68 @@ func TestRevokeWithdrawsHeldCalls(t *testing.T) {
 	if f.runs.Load() != 0 {
 		t.Fatalf("%d runs; want none", f.runs.Load())
 	}
+}
+
+// A held call is bound to the context it was held in: the same subject with a token of
+// another environment, or another armed set, gets the answer of an unknown id from its task,
+// its cancellation and its invocation, and cancels nothing. An output is read only where a
+// call could receive it: an org administrator with a session token reading a confidential
+// output, and the requester once the grant admits public output only, are refused
+// AUDIENCE_INCOMPATIBLE.
+func TestHeldCallIsBoundToItsContext(t *testing.T) {
+	ctx := context.Background()
+	var fx *apptest.Fixture
+	f := newFixtureOf(t, apptest.Options{Classification: "confidential",
+		Customize: map[string]any{ref: map[string]any{"requiresApproval": true}}}, &fx)
+	id := f.hold(t, bot)
+	public := bot
+	public.Environment = "public-session"
+	narrower := bot
+	narrower.Armed = []string{"ticket:*"}
+	same := bot
+	same.Armed = []string{"*", "*"} // the same set, written otherwise
+	unknown := func(err error, what string) {
+		t.Helper()
+		var fe *fault.Error
+		if !errors.As(err, &fe) || fe.Kind != fault.NotFound || fe.Code != approval.CodeNotFound || !strings.Contains(fe.Message, what) {
+			t.Fatalf("%v; want not found, as an unknown id", err)
+		}
+	}
+	for _, ec := range []identity.ExecContext{public, narrower} {
+		_, err := f.app.Approvals.Task(ctx, ec, id)
+		unknown(err, `no task "`+id+`"`)
+		unknown(f.app.Approvals.Withdraw(ctx, ec, id), `no task "`+id+`"`)
+		_, err = f.app.Approvals.Invocation(ctx, ec, id)
+		unknown(err, `no invocation "`+id+`"`)
+	}
+	if tk, err := f.app.Approvals.Task(ctx, same, id); err != nil || !tk.Waiting() {
+		t.Fatalf("the held call's own context: %+v %v; want it still waiting", tk, err)
+	}
+	if _, ferr := f.decide(approval.RefApprove, alice, map[string]any{"approvalId": id}); ferr != nil {
+		t.Fatal(ferr)
+	}
+	if v, err := f.app.Approvals.Invocation(ctx, bot, id); err != nil || string(v.Output) != `{"commentId":"c1"}` {
+		t.Fatalf("the requester's invocation: %+v %v; want its output", v, err)
+	}
+	sessionAdmin := alice
+	sessionAdmin.Environment = "session"
+	if v, err := f.app.Approvals.Invocation(ctx, sessionAdmin, id); !isAudience(err) {
+		t.Fatalf("an administrator with a session token: %+v %v; want %s", v, err, approval.CodeAudienceIncompatible)
+	}
+	fx.Regrant(t, map[string]any{ref: map[string]any{"requiresApproval": true, "audience": []string{"public"}}})
+	tk, err := f.app.Approvals.Task(ctx, bot, id)
+	if err != nil || tk.Status != store.ApprovalDone {
+		t.Fatalf("task: %+v %v; want done", tk, err)
+	}
+	if st, code := endCode(t, tk); st != http.StatusForbidden || code != approval.CodeAudienceIncompatible || strings.Contains(string(tk.End.Body), "c1") {
+		t.Fatalf("task end once the grant admits public output only: %d %s %s; want 403 %s, no output", st, code, tk.End.Body, approval.CodeAudienceIncompatible)
+	}
+	if v, err := f.app.Approvals.Invocation(ctx, bot, id); !isAudience(err) {
+		t.Fatalf("the requester's invocation: %+v %v; want %s", v, err, approval.CodeAudienceIncompatible)
+	}
+}
+
+func isAudience(err error) bool {
+	var fe *fault.Error
+	return errors.As(err, &fe) && fe.Kind == fault.Denied && fe.Code == approval.CodeAudienceIncompatible
 }

@@ -85,6 +85,9 @@ type Options struct {
 	// ResourceTicket marks the comment capability's ticketId its resource property
 	// (x-xema-resource), so a grant's resources bind its calls.
 	ResourceTicket bool
+	// Classification, when set, replaces the comment capability's outputClassification
+	// (internal).
+	Classification string
 }
 
 // CopyRef is the ref of the i-th copy of the comment capability (Options.Copies).
@@ -130,6 +133,9 @@ func New(t testing.TB, o Options) *Fixture {
 			t.Fatal(err)
 		}
 		text := strings.ReplaceAll(string(raw), "http://PROVIDER", prov.URL)
+		if o.Classification != "" {
+			text = strings.Replace(text, `"outputClassification": "internal"`, `"outputClassification": "`+o.Classification+`"`, 1)
+		}
 		if o.ResourceTicket {
 			text = strings.Replace(text, `"x-xema-resourceType": "ticket"`, `"x-xema-resourceType": "ticket", "`+manifest.ResourceAnnotation+`": true`, 1)
 		}
