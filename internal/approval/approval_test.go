@@ -282,3 +282,48 @@ func TestApprovedCallRunsOnlyTheVersionItWasHeldUnder(t *testing.T) {
 		t.Fatalf("approve a call held under 1.1.0: %+v %v, runs %d; want done once", v, ferr, f.runs.Load())
 	}
 }
+
+// One subject cannot fill the approvers' queue: beyond MaxPending pending calls, however
+// many arrive at once, a call is refused 429 TOO_MANY_PENDING, audited, and not held; other
+// subjects still hold calls, and a decision frees a place.
+func TestPendingCallsBoundedPerSubject(t *testing.T) {
+	ctx := context.Background()
+	const bound, calls = 3, 24
+	f := newFixtureOf(t, apptest.Options{MaxPending: bound, Customize: map[string]any{ref: map[string]any{"requiresApproval": true}}}, nil)
+	input := json.RawMessage(`{"ticketId":"3f1c2a9e-8b4d-4c57-9a61-2b7e0f4d5c88","text":"hi"}`)
+	var held, refused atomic.Int32
+	var wg sync.WaitGroup
+	for range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := f.app.Gateway.Invoke(ctx, bot, gateway.Request{Ref: ref, Input: input})
+			var fe *fault.Error
+			switch {
+			case err == nil && res.Held != nil:
+				held.Add(1)
+			case errors.As(err, &fe) && fe.Code == approval.CodeTooManyPending && fe.Kind == fault.RateLimited && fe.AuditID != "":
+				refused.Add(1)
+			default:
+				t.Errorf("call: %+v %v; want held or %s", res, err, approval.CodeTooManyPending)
+			}
+		}()
+	}
+	wg.Wait()
+	if held.Load() != bound || refused.Load() != calls-bound {
+		t.Fatalf("%d calls at once: %d held, %d refused; want %d held", calls, held.Load(), refused.Load(), bound)
+	}
+	pending, err := f.app.Store.ListApprovals(ctx, store.ApprovalFilter{Org: bot.Org, RequesterRef: bot.Subject.Ref})
+	if err != nil || len(pending) != bound {
+		t.Fatalf("stored held calls: %d %v; want %d, nothing of the refused ones", len(pending), err, bound)
+	}
+	recs, err := f.app.Store.ListAudit(ctx, store.AuditQuery{Org: bot.Org, Ref: ref, Decision: "denied"})
+	if err != nil || len(recs) != calls-bound || recs[0].Outcome != approval.CodeTooManyPending {
+		t.Fatalf("audit of the refusals: %d %v; want %d denied %s", len(recs), err, calls-bound, approval.CodeTooManyPending)
+	}
+	f.hold(t, exec("agent:other-bot", "project", "")) // the bound is per subject
+	if _, ferr := f.decide(approval.RefReject, alice, map[string]any{"approvalId": pending[0].ID, "reason": "flood"}); ferr != nil {
+		t.Fatal(ferr)
+	}
+	f.hold(t, bot) // a decision frees a place
+}

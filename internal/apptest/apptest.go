@@ -88,6 +88,8 @@ type Options struct {
 	// Classification, when set, replaces the comment capability's outputClassification
 	// (internal).
 	Classification string
+	// MaxPending bounds each subject's pending held calls; 0 is the gateway's default.
+	MaxPending int
 }
 
 // CopyRef is the ref of the i-th copy of the comment capability (Options.Copies).
@@ -110,7 +112,7 @@ func New(t testing.TB, o Options) *Fixture {
 	t.Cleanup(prov.Close)
 	now := time.Now()
 	a, err := app.New(ctx, app.Config{DataDir: t.TempDir(), ApprovalTTL: time.Hour, EgressAllow: egress.Loopback(),
-		OperatorOrg: identity.DefaultOrg, Tokens: staticToken("test-service-token"), Notify: o.Notify,
+		OperatorOrg: identity.DefaultOrg, Tokens: staticToken("test-service-token"), Notify: o.Notify, MaxPendingApprovals: o.MaxPending,
 		Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)

@@ -302,11 +302,22 @@ func (g *Gateway) limited(ctx context.Context, c *call, u *policy.Usage) (*Resul
 }
 
 // hold records the call as pending approval, then stores it with its validated input. The
-// audit record comes first: a call whose request is not audited is never held, so never run.
+// queue admits it first (a refusal stores nothing but its audit record), then the audit
+// record comes: a call whose request is not audited is never held, so never run.
 func (g *Gateway) hold(ctx context.Context, c *call) (*Result, error) {
 	if g.d.Approvals == nil {
 		return nil, g.fail(ctx, c, audit.DecisionError, fault.New(fault.Unavailable, CodeApprovalUnavailable, "this call requires a human approval and no approval queue is configured"))
 	}
+	release, err := g.d.Approvals.Admit(ctx, c.exec)
+	var refused *fault.Error
+	switch {
+	case errors.As(err, &refused):
+		return nil, g.fail(ctx, c, audit.DecisionDenied, refused)
+	case err != nil:
+		g.d.Outages.Failed(outage.ApprovalStore, err)
+		return nil, g.fail(ctx, c, audit.DecisionError, Unavailable(fault.CodeStoreUnavailable, outage.ApprovalStore))
+	}
+	defer release()
 	held := &Held{Code: CodePendingApproval, Status: StatePendingApproval, AuditID: c.rec.ID,
 		ApprovalID: audit.RandomID("apr_"), Message: "this call requires a human approval before it runs"}
 	if err := g.record(ctx, c, audit.DecisionPendingApproval, held.Code); err != nil {
