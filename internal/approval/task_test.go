@@ -265,7 +265,7 @@ func TestRevokeWithdrawsHeldCalls(t *testing.T) {
 }
 
 // A held call is bound to the context it was held in: the same subject with a token of
-// another environment, or another armed set, gets the answer of an unknown id from its task,
+// another environment, armed set or project gets the answer of an unknown id from its task,
 // its cancellation and its invocation, and cancels nothing. An output is read only where a
 // call could receive it: an org administrator with a session token reading a confidential
 // output, and the requester once the grant admits public output only, are refused
@@ -280,6 +280,8 @@ func TestHeldCallIsBoundToItsContext(t *testing.T) {
 	public.Environment = "public-session"
 	narrower := bot
 	narrower.Armed = []string{"ticket:*"}
+	otherProject := bot
+	otherProject.Project = "acme-web"
 	same := bot
 	same.Armed = []string{"*", "*"} // the same set, written otherwise
 	unknown := func(err error, what string) {
@@ -289,7 +291,7 @@ func TestHeldCallIsBoundToItsContext(t *testing.T) {
 			t.Fatalf("%v; want not found, as an unknown id", err)
 		}
 	}
-	for _, ec := range []identity.ExecContext{public, narrower} {
+	for _, ec := range []identity.ExecContext{public, narrower, otherProject} {
 		_, err := f.app.Approvals.Task(ctx, ec, id)
 		unknown(err, `no task "`+id+`"`)
 		unknown(f.app.Approvals.Withdraw(ctx, ec, id), `no task "`+id+`"`)
