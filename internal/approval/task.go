@@ -196,17 +196,18 @@ func withdrawnBy(a store.Approval) string {
 	return "because " + a.Reason
 }
 
-// heldIn says ec is the context a was held in: the same environment, armed set, project and
-// session as recorded with it. The same subject with another token (a public session's, for
-// a call held in a project) neither follows nor cancels the call, nor reads its output.
-// Groups and roles are not context but authority: they may change while a call waits.
+// heldIn says ec is the context a was held in: the same environment, armed set and project
+// as recorded with it. The same subject with another token (a public session's, for a call
+// held in a project) neither follows nor cancels the call, nor reads its output. Groups and
+// roles are authority, not context, and the session claim (OIDC sid) changes at every
+// sign-in: a call outlives both.
 func heldIn(a store.Approval, ec identity.ExecContext) bool {
 	var held identity.ExecContext
 	if json.Unmarshal(a.Exec, &held) != nil {
 		return false // a context the gateway cannot read binds to no one: fail closed
 	}
 	return a.Environment == ec.Environment && held.Environment == ec.Environment && held.Project == ec.Project &&
-		held.Session == ec.Session && slices.Equal(armedSet(held.Armed), armedSet(ec.Armed))
+		slices.Equal(armedSet(held.Armed), armedSet(ec.Armed))
 }
 
 // armedSet is globs as a set: sorted, without repeats.
