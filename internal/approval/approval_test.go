@@ -13,6 +13,7 @@ import (
 	"github.com/xemahq/xema/internal/app"
 	"github.com/xemahq/xema/internal/approval"
 	"github.com/xemahq/xema/internal/apptest"
+	"github.com/xemahq/xema/internal/audit"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
@@ -317,7 +318,7 @@ func TestPendingCallsBoundedPerSubject(t *testing.T) {
 	if err != nil || len(pending) != bound {
 		t.Fatalf("stored held calls: %d %v; want %d, nothing of the refused ones", len(pending), err, bound)
 	}
-	recs, err := f.app.Store.ListAudit(ctx, store.AuditQuery{Org: bot.Org, Ref: ref, Decision: "denied"})
+	recs, err := f.app.Store.ListAudit(ctx, store.AuditQuery{Org: bot.Org, Ref: ref, Decision: audit.DecisionDenied})
 	if err != nil || len(recs) != calls-bound || recs[0].Outcome != approval.CodeTooManyPending {
 		t.Fatalf("audit of the refusals: %d %v; want %d denied %s", len(recs), err, calls-bound, approval.CodeTooManyPending)
 	}

@@ -90,7 +90,7 @@ func (g *Gateway) RunApproved(ctx context.Context, ec identity.ExecContext, req 
 	if now := c.entry.Capability.BiomeVersion; now != heldVersion {
 		return nil, g.fail(ctx, c, audit.DecisionError, fault.New(fault.Conflict, CodeVersionChanged,
 			"%s was held under %s %s and the org's grant now routes it to %s; the approved call did not run (call it again to have it held under %s)",
-			req.Ref, c.entry.Capability.BiomeID, heldVersion, now, now))
+			req.Ref, c.entry.Capability.BiomeID, cmp.Or(heldVersion, "a version not recorded"), now, now))
 	}
 	return g.dispatch(ctx, c)
 }
