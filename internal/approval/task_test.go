@@ -329,3 +329,31 @@ func isAudience(err error) bool {
 	var fe *fault.Error
 	return errors.As(err, &fe) && fe.Kind == fault.Denied && fe.Code == approval.CodeAudienceIncompatible
 }
+
+// A call its revoke left held (the withdrawals failed, or a replica held it before it learned
+// of the revoke) is withdrawn when the biome is granted again, before the new grant is
+// recorded: it never runs under a grant it was not held under.
+func TestRegrantWithdrawsCallsARevokeLeft(t *testing.T) {
+	ctx := context.Background()
+	var fx *apptest.Fixture
+	f := newFixtureWith(t, map[string]any{"requiresApproval": true}, &fx)
+	id := f.hold(t, bot)
+	gs, err := f.app.Publisher.Grants(ctx, bot.Org, "")
+	if err != nil || len(gs) != 1 {
+		t.Fatalf("grants: %v %v", gs, err)
+	}
+	// Revoked in the store only: no withdrawal ran.
+	if _, err := f.app.Store.RevokeGrant(ctx, bot.Org, gs[0].ID, "user:root", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if tk, err := f.app.Approvals.Task(ctx, bot, id); err != nil || !tk.Waiting() {
+		t.Fatalf("before the re-grant: %+v %v; want still pending", tk, err)
+	}
+	fx.Regrant(t, map[string]any{ref: map[string]any{"requiresApproval": true}})
+	if tk, err := f.app.Approvals.Task(ctx, bot, id); err != nil || tk.Status != store.ApprovalWithdrawn {
+		t.Fatalf("after the re-grant: %+v %v; want withdrawn", tk, err)
+	}
+	if _, ferr := f.decide(approval.RefApprove, alice, map[string]any{"approvalId": id}); ferr == nil || ferr.Code != approval.CodeAlreadyDecided || f.runs.Load() != 0 {
+		t.Fatalf("approve under the new grant: %v, runs %d; want %s, no run", ferr, f.runs.Load(), approval.CodeAlreadyDecided)
+	}
+}

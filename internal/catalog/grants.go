@@ -123,7 +123,7 @@ func (p *Publisher) Revoke(ctx context.Context, org, id, by string) (GrantState,
 	if p.Revoked != nil {
 		if err := p.Revoked(ctx, g); err != nil {
 			return GrantState{}, fmt.Errorf("grant %s is revoked, but the calls held under it could not all be withdrawn "+
-				"(none can be approved while no grant of %s is in effect; reject those still pending before granting it again): %w",
+				"(none can be approved while no grant of %s is in effect, and granting it again withdraws them first): %w",
 				id, g.BiomeID, err)
 		}
 	}
