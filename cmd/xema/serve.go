@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xemahq/xema/internal/app"
+	"github.com/xemahq/xema/internal/approval"
 	"github.com/xemahq/xema/internal/buildinfo"
 	"github.com/xemahq/xema/internal/console"
 	"github.com/xemahq/xema/internal/egress"
@@ -91,6 +92,7 @@ func newServeCmd() *cobra.Command {
 	f.DurationVar(&cfg.ReloadEvery, "reload-every", 2*time.Second, "how often to look for policy data changed through another replica")
 	notifyF.addTo(f)
 	f.DurationVar(&cfg.ApprovalTTL, "approval-ttl", 24*time.Hour, "how long a call held for human approval may wait before it expires and never runs")
+	f.IntVar(&cfg.MaxPendingApprovals, "max-pending-approvals", approval.DefaultMaxPending, "most calls one subject of an org may have waiting for human approval at once (0: the default); beyond it a call is answered 429 TOO_MANY_PENDING and not held")
 	f.DurationVar(&cfg.MCPResyncEvery, "mcp-resync-every", 0, "how often to sync every external MCP server's tools (0: only on its tools/list_changed)")
 	f.DurationVar(&cfg.UnauthAuditInterval, "unauth-audit-interval", unauth.DefaultInterval, "unauthenticated attempts are audited in one record per route, reason and source per interval of this length")
 	f.StringVar(&mf.file, "master-key-file", "", "file of the master key wrapping the deployment's keys (also "+masterkey.EnvKeyFile+", or inline in "+

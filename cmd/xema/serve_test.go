@@ -151,6 +151,7 @@ func TestServeConfigNamesTheFlag(t *testing.T) {
 		"--policy-dir-poll":       func(s *serveConfig) { s.app.PolicyDirPoll = -time.Second },
 		"--mcp-resync-every":      func(s *serveConfig) { s.app.MCPResyncEvery = -time.Second },
 		"--approval-ttl":          func(s *serveConfig) { s.app.ApprovalTTL = -time.Second },
+		"--max-pending-approvals": func(s *serveConfig) { s.app.MaxPendingApprovals = -1 },
 		"--reload-every":          func(s *serveConfig) { s.app.ReloadEvery = -time.Second },
 		"--audit-retain":          func(s *serveConfig) { s.app.AuditRetain = time.Minute },
 		"--biomes":                func(s *serveConfig) { s.app.BiomesDir = filepath.Join(t.TempDir(), "missing") },

@@ -10,6 +10,7 @@ import (
 	"unicode"
 
 	"github.com/xemahq/xema/internal/app"
+	"github.com/xemahq/xema/internal/approval"
 	"github.com/xemahq/xema/internal/grant"
 	"github.com/xemahq/xema/internal/identity"
 )
@@ -60,6 +61,8 @@ func (s serveConfig) validate() error {
 		return fmt.Errorf("--mcp-resync-every %v: want 0 (off) or more", c.MCPResyncEvery)
 	case c.ApprovalTTL < 0:
 		return fmt.Errorf("--approval-ttl %v: want more than 0", c.ApprovalTTL)
+	case c.MaxPendingApprovals < 0:
+		return fmt.Errorf("--max-pending-approvals %d: want at least 1 (0 is the default, %d)", c.MaxPendingApprovals, approval.DefaultMaxPending)
 	case c.ReloadEvery < 0:
 		return fmt.Errorf("--reload-every %v: want more than 0", c.ReloadEvery)
 	case c.AuditRetain < 0 || (c.AuditRetain > 0 && c.AuditRetain < time.Hour):

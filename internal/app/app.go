@@ -84,6 +84,9 @@ type Config struct {
 	ReloadEvery time.Duration
 	// ApprovalTTL is how long a call held for approval may wait; 0 means approval.DefaultTTL.
 	ApprovalTTL time.Duration
+	// MaxPendingApprovals bounds the calls one subject of an org may have waiting for approval
+	// (--max-pending-approvals); 0 means approval.DefaultMaxPending.
+	MaxPendingApprovals int
 	// Notify is who is told of held calls (--approval-webhook, --approval-chat).
 	Notify notify.Config
 	// MCPResyncEvery is how often every external MCP server is synced; 0 is never (a pooled
@@ -300,7 +303,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if a.Gateway, err = gateway.New(gateway.Deps{Catalog: a.Catalog, Policy: eng, Audit: a.Audit, Kernel: a.Kernel,
 		Tokens: cfg.Tokens, HTTP: a.HTTP, InputHashKey: keys.InputHash,
 		Resolvers: []gateway.Resolver{a.Bindings, a.Federation}, Limiter: limiter,
-		Approvals: &approval.Queue{Store: st, TTL: cfg.ApprovalTTL, Now: cfg.Now, Notify: notifier}, Outbound: capacity.NewSlots(cfg.MaxInflight),
+		Approvals: &approval.Queue{Store: st, TTL: cfg.ApprovalTTL, Now: cfg.Now, Notify: notifier,
+			MaxPending: cfg.MaxPendingApprovals}, Outbound: capacity.NewSlots(cfg.MaxInflight),
 		PerProvider: capacity.NewProviderSlots(cfg.MaxPerProvider), Unauth: a.unauth, Spool: a.Spool, Outages: a.outages}); err != nil {
 		return nil, a.closeWith(err)
 	}
@@ -308,8 +312,12 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if a.Tools, err = metatool.New(metatool.Deps{Catalog: a.Catalog, Policy: eng, Runners: a.Gateway, CursorKey: keys.Cursor, Outages: a.outages}); err != nil {
 		return nil, a.closeWith(err)
 	}
-	a.Approvals = &approval.Service{Store: st, Policy: eng, Runner: a.Gateway, Audit: a.Audit, Replica: a.Replica, Spool: a.Spool,
+	a.Approvals = &approval.Service{Store: st, Policy: eng, Runner: a.Gateway, Audit: a.Audit, Catalog: a.Catalog, Replica: a.Replica, Spool: a.Spool,
 		Now: cfg.Now, Notify: notifier}
+	a.Publisher.Revoked = func(ctx context.Context, g store.Grant) error {
+		_, err := a.Approvals.WithdrawRevoked(ctx, g)
+		return err
+	}
 	if err := approval.Register(a.Kernel, a.Approvals); err != nil {
 		return nil, a.closeWith(err)
 	}

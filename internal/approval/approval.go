@@ -18,10 +18,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io/fs"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/xemahq/xema/internal/answer"
@@ -108,12 +110,21 @@ type Notifier interface {
 	Kick()
 }
 
+// DefaultMaxPending is how many calls one requester of an org may have waiting for approval
+// at once when the operator names no bound (--max-pending-approvals).
+const DefaultMaxPending = 100
+
+// CodeTooManyPending (429): the requester already has as many calls waiting for approval as
+// one subject may; the call was not held.
+const CodeTooManyPending = "TOO_MANY_PENDING"
+
 // Queue stores the calls the gateway holds (gateway.ApprovalQueue). It needs only the store,
 // so the gateway is built on it, and the Service that runs approved calls on the gateway:
 // each part is built once, in order.
 type Queue struct {
 	Store interface {
 		PutApproval(ctx context.Context, a store.Approval, events ...store.ApprovalEvent) error
+		CountPendingApprovals(ctx context.Context, org, requester string, limit int) (int, error)
 	}
 	// TTL is how long a held call may wait; 0 means DefaultTTL.
 	TTL time.Duration
@@ -121,9 +132,39 @@ type Queue struct {
 	Now func() time.Time
 	// Notify, when set, tells approvers the call is held.
 	Notify Notifier
+	// MaxPending bounds the calls one requester of an org may have pending at once, so one
+	// agent cannot fill the approvers' queue; 0 means DefaultMaxPending.
+	MaxPending int
+
+	// requesters serialize, per requester (striped), counting the pending calls and holding
+	// the one admitted: concurrent calls of one subject cannot pass the bound together.
+	requesters [64]sync.Mutex
 }
 
 var _ gateway.ApprovalQueue = (*Queue)(nil)
+
+// Admit is the bound on ec's pending calls, asked before anything of a call to hold is
+// stored: TOO_MANY_PENDING when ec has MaxPending calls pending already. An admitted caller
+// holds the requester's turn until it calls release, once the call is held (or not).
+func (q *Queue) Admit(ctx context.Context, ec identity.ExecContext) (release func(), err error) {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(ec.Org + "\x00" + ec.Subject.Ref)) // a hash's Write never fails
+	mu := &q.requesters[h.Sum32()%uint32(len(q.requesters))]
+	mu.Lock()
+	limit := cmp.Or(q.MaxPending, DefaultMaxPending)
+	n, err := q.Store.CountPendingApprovals(ctx, ec.Org, ec.Subject.Ref, limit)
+	switch {
+	case err != nil:
+		mu.Unlock()
+		return nil, fmt.Errorf("admit a held call of %s: %w", ec.Subject.Ref, err)
+	case n >= limit:
+		mu.Unlock()
+		return nil, fault.New(fault.RateLimited, CodeTooManyPending,
+			"%s already has %d calls waiting for approval, as many as one subject may; this call was not held: wait for a decision, or withdraw one (MCP tasks/cancel)",
+			ec.Subject.Ref, n)
+	}
+	return mu.Unlock, nil
+}
 
 // Hold stores the call, pending, until it expires.
 func (q *Queue) Hold(ctx context.Context, p gateway.Pending) error {
@@ -151,7 +192,7 @@ func (q *Queue) Hold(ctx context.Context, p gateway.Pending) error {
 
 // Runner runs an approved call through the funnel again, as its requester (gateway.Gateway).
 type Runner interface {
-	RunApproved(ctx context.Context, ec identity.ExecContext, req gateway.Request, parentAuditID string,
+	RunApproved(ctx context.Context, ec identity.ExecContext, req gateway.Request, heldVersion, parentAuditID string,
 		dispatching func(ctx context.Context) error) (*gateway.Result, error)
 }
 
@@ -169,6 +210,9 @@ type Service struct {
 	Policy *policy.Engine
 	Runner Runner
 	Audit  *audit.Log
+	// Catalog finds a held call's capability, whose resource property names the resource the
+	// policy judges an approver and a reader on, as it judged the requester.
+	Catalog gateway.Snapshots
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Replica names this gateway process's claims (stable across its restarts); "" means
@@ -393,10 +437,10 @@ func (s *Service) whyNot(ctx context.Context, ec identity.ExecContext, a store.A
 // approver asks the policy whether ec may decide a, whatever its state: nil when they may,
 // else why not.
 func (s *Service) approver(ctx context.Context, ec identity.ExecContext, a store.Approval, judged map[string]policy.Decision) (*WhyNot, error) {
-	key := a.Ref + "\x00" + a.Biome + "\x00" + a.Org + "\x00" + strconv.FormatBool(a.RequesterRef == ec.Subject.Ref)
+	ask := s.heldInput(ec, a)
+	key := a.Ref + "\x00" + a.Biome + "\x00" + a.Org + "\x00" + ask.Resource + "\x00" + strconv.FormatBool(a.RequesterRef == ec.Subject.Ref)
 	d, ok := judged[key]
 	if !ok {
-		ask := approverInput(ec, a)
 		ask.Approval = &policy.Approval{Requester: a.RequesterRef, ApprovalID: a.ID, Org: a.Org}
 		got, err := s.Policy.Decide(ctx, ask)
 		if err != nil {
@@ -447,9 +491,9 @@ func (s *Service) approve(ctx context.Context, call kernel.Call) (any, error) {
 		Holder: me, LeaseUntil: s.now().Add(LeaseRun)}); err != nil {
 		return nil, err
 	}
-	ran, denial := s.run(ctx, a)
-	if denial != nil {
-		return nil, redecided(ran, denial)
+	ran, refused := s.run(ctx, a)
+	if refused != nil {
+		return nil, refused
 	}
 	return view(ran, false), nil
 }
@@ -470,8 +514,9 @@ func redecided(a store.Approval, d *gateway.Denial) *fault.Error {
 // the held call's auditId (gateway.RunApproved). Right before the runner (after the run's
 // decision record) the approval moves running → dispatched: recovery sends a running one
 // back to pending (it never reached its provider) and ends a dispatched one interrupted.
-// The denial is the policy's, when it refused the call now.
-func (s *Service) run(ctx context.Context, a store.Approval) (store.Approval, *gateway.Denial) {
+// refused is the approver's answer when the call did not run after all: the policy's denial
+// now, or the biome version it was held under no longer serving (VERSION_CHANGED).
+func (s *Service) run(ctx context.Context, a store.Approval) (ran store.Approval, refused *fault.Error) {
 	me := s.replica()
 	end := store.ApprovalTransition{From: store.ApprovalRunning, To: store.ApprovalDone, Outcome: "ok", Holder: me}
 	dispatching := func(ctx context.Context) error {
@@ -482,14 +527,17 @@ func (s *Service) run(ctx context.Context, a store.Approval) (store.Approval, *g
 		return nil
 	}
 	var exec identity.ExecContext
-	var denial *gateway.Denial
 	if err := json.Unmarshal(a.Exec, &exec); err != nil {
 		end.To, end.Outcome = store.ApprovalFailed, "INVALID_EXEC_CONTEXT"
 	} else {
-		res, err := s.Runner.RunApproved(ctx, exec, gateway.Request{Ref: a.Ref, Input: a.Input}, a.AuditID, dispatching)
+		res, err := s.Runner.RunApproved(ctx, exec, gateway.Request{Ref: a.Ref, Input: a.Input}, a.BiomeVersion, a.AuditID, dispatching)
 		ended(&end, res, err)
-		if res != nil {
-			denial = res.Denial
+		var fe *fault.Error
+		switch {
+		case res != nil && res.Denial != nil:
+			refused = redecided(a, res.Denial)
+		case errors.As(err, &fe) && fe.Code == gateway.CodeVersionChanged:
+			refused = fe
 		}
 		ans, _ := answer.Of(res, err)
 		end.Answer, _ = json.Marshal(storedAnswer{Status: ans.Status, Body: ans.Body}) // a status and a JSON body encode
@@ -506,9 +554,9 @@ func (s *Service) run(ctx context.Context, a store.Approval) (store.Approval, *g
 			s.Spool.Add(spool.Entry{Approval: &t})
 		}
 		a.Status, a.Outcome = end.To, end.Outcome
-		return a, denial
+		return a, refused
 	}
-	return done, denial
+	return done, refused
 }
 
 // ended sets how the run of an approved call ended from RunApproved's answer: done with its
@@ -657,13 +705,28 @@ func denialCode(rs []policy.Reason) string {
 	return CodeNotApprover
 }
 
-// approverInput asks the policy whether the approver, in their own environment, holds the
-// held capability of the biome it runs for: its humanBaseline (org role and environments,
-// org administrators) or, for explicit-only, a grant that names them.
-func approverInput(ec identity.ExecContext, a store.Approval) policy.Input {
-	return policy.Input{Ref: a.Ref, Biome: a.Biome, Subject: policy.Subject{Kind: ec.Subject.Kind, Ref: ec.Subject.Ref},
-		Groups: ec.Groups, Roles: ec.Roles, OrgRole: ec.OrgRole, Org: ec.Org, Project: ec.Project, Session: ec.Session,
-		Environment: ec.Environment, Armed: ec.Armed}
+// heldInput is the held call as the policy would judge it made by ec, in their own
+// environment: the held capability, the biome it runs for and the resource it names. Asked
+// for an approver, it says whether they hold the capability themselves (humanBaseline, or for
+// explicit-only a grant that names them), on the same resource a grant's resources bind.
+func (s *Service) heldInput(ec identity.ExecContext, a store.Approval) policy.Input {
+	in := gateway.PolicyInput(ec, a.Ref, s.resource(a))
+	in.Biome = a.Biome
+	return in
+}
+
+// resource is the resource the held call names, read from its input by its capability's
+// resource property; "" when the capability is gone or declares none (the policy then
+// refuses a call a grant's resources bind: fail closed).
+func (s *Service) resource(a store.Approval) string {
+	if s.Catalog == nil {
+		return ""
+	}
+	e, ok := s.Catalog.Snapshot().For(a.Org, a.Ref)
+	if !ok {
+		return ""
+	}
+	return e.Resource(a.Input)
 }
 
 // move is one compare-and-set of a's state, mapping a lost race or an expiry to its error.
@@ -773,9 +836,11 @@ func (s *Service) audit(ctx context.Context, a store.Approval, by identity.ExecC
 }
 
 // Invocation is GET /v1/invocations/{id}: a held call's status, with its output once it has
-// run. Its requester may read it, and so may whoever the policy admits to approval:list@1 and
-// would see it there: an org administrator, or another member who may decide it. Anyone else
-// learns nothing, as for an unknown id.
+// run. Its requester may read it in the context it was held in (environment and armed set),
+// and so may whoever the policy admits to approval:list@1 and would see it there: an org
+// administrator, or another member who may decide it. Anyone else learns nothing, as for an
+// unknown id. An output is read only where the caller's own call could receive it
+// (AUDIENCE_INCOMPATIBLE otherwise).
 func (s *Service) Invocation(ctx context.Context, ec identity.ExecContext, id string) (View, error) {
 	notFound := fault.New(fault.NotFound, CodeNotFound, "no invocation %q", id)
 	a, err := s.Store.GetApproval(ctx, id)
@@ -785,9 +850,9 @@ func (s *Service) Invocation(ctx context.Context, ec identity.ExecContext, id st
 	if err != nil {
 		return View{}, fault.New(fault.Unavailable, fault.CodeStoreUnavailable, "store unavailable; nothing was read (fail closed)")
 	}
-	if a.RequesterRef != ec.Subject.Ref {
-		in := approverInput(ec, a)
-		in.Ref, in.Biome = RefList, ""
+	requester := a.RequesterRef == ec.Subject.Ref
+	if !requester || !heldIn(a, ec) {
+		in := gateway.PolicyInput(ec, RefList, "")
 		d, err := s.Policy.Decide(ctx, in)
 		if err != nil || !d.Allow {
 			return View{}, notFound
@@ -795,10 +860,15 @@ func (s *Service) Invocation(ctx context.Context, ec identity.ExecContext, id st
 		// approval:list@1 admits every member; a member who is no administrator reads only
 		// the calls the listing shows them (pending, theirs to decide) and the ones they
 		// decided: once a call is decided, its input and output are not every approver's.
-		if !ec.OrgAdmin() && a.DecidedBy != ec.Subject.Ref {
+		if !ec.OrgAdmin() && (requester || a.DecidedBy != ec.Subject.Ref) {
 			if why, err := s.whyNot(ctx, ec, a, nil); err != nil || why != nil {
 				return View{}, notFound
 			}
+		}
+	}
+	if ran(a) {
+		if err := s.audience(ctx, ec, a); err != nil {
+			return View{}, err
 		}
 	}
 	return view(a, true), nil

@@ -13,6 +13,7 @@ import (
 	"github.com/xemahq/xema/internal/app"
 	"github.com/xemahq/xema/internal/approval"
 	"github.com/xemahq/xema/internal/apptest"
+	"github.com/xemahq/xema/internal/audit"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
@@ -39,15 +40,22 @@ func newFixture(t *testing.T, customize map[string]any) *fixture {
 // of held calls as notifications say.
 func newFixtureWith(t *testing.T, customize map[string]any, fx **apptest.Fixture, notifications ...notify.Config) *fixture {
 	t.Helper()
-	var runs atomic.Int32
-	o := apptest.Options{Customize: map[string]any{ref: customize},
-		Provider: func(w http.ResponseWriter, _ *http.Request) {
-			runs.Add(1)
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write([]byte(`{"commentId":"c1"}`))
-		}}
+	o := apptest.Options{Customize: map[string]any{ref: customize}}
 	for _, n := range notifications {
 		o.Notify = n
+	}
+	return newFixtureOf(t, o, fx)
+}
+
+// newFixtureOf is the fixture of o, its provider counting its calls; the apptest fixture is
+// kept in *fx when fx is not nil.
+func newFixtureOf(t *testing.T, o apptest.Options, fx **apptest.Fixture) *fixture {
+	t.Helper()
+	var runs atomic.Int32
+	o.Provider = func(w http.ResponseWriter, _ *http.Request) {
+		runs.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"commentId":"c1"}`))
 	}
 	f := apptest.New(t, o)
 	if fx != nil {
@@ -226,4 +234,97 @@ func TestPeriodicRecoveryLeavesLiveRun(t *testing.T) {
 	if r.err != nil || r.v.Status != store.ApprovalDone || runs.Load() != 1 {
 		t.Fatalf("approve: %+v %v, runs %d; want done, one run", r.v, r.err, runs.Load())
 	}
+}
+
+// A grant customized with resources binds its held calls to them, and they can be approved:
+// the approver is judged on the held call's resource, as its requester was.
+func TestResourceGrantHeldCallIsApprovable(t *testing.T) {
+	f := newFixtureOf(t, apptest.Options{ResourceTicket: true,
+		Customize: map[string]any{ref: map[string]any{"requiresApproval": true, "resources": []string{"3f1c2a9e-*"}}}}, nil)
+	res, err := f.app.Gateway.Invoke(context.Background(), bot, gateway.Request{Ref: ref,
+		Input: json.RawMessage(`{"ticketId":"0a1c2a9e-8b4d-4c57-9a61-2b7e0f4d5c88","text":"hi"}`)})
+	if err != nil || res.Denial == nil {
+		t.Fatalf("a ticket outside the granted resources: %+v %v; want denied", res, err)
+	}
+	id := f.hold(t, bot)
+	v, ferr := f.decide(approval.RefApprove, alice, map[string]any{"approvalId": id})
+	if ferr != nil || v.Status != store.ApprovalDone || f.runs.Load() != 1 {
+		t.Fatalf("approve: %v, view %+v, runs %d; want done, run once", ferr, v, f.runs.Load())
+	}
+}
+
+// What the approver was shown is what runs: a call held under one biome version, approved
+// once the org's grant pins another, is refused VERSION_CHANGED and never runs; its
+// requester's task ends with the same refusal.
+func TestApprovedCallRunsOnlyTheVersionItWasHeldUnder(t *testing.T) {
+	ctx := context.Background()
+	var fx *apptest.Fixture
+	f := newFixtureWith(t, map[string]any{"requiresApproval": true}, &fx)
+	id := f.hold(t, bot)
+	held, err := f.app.Approvals.Invocation(ctx, alice, id)
+	if err != nil || held.BiomeVersion != "1.0.0" {
+		t.Fatalf("held call: %+v %v; want held under 1.0.0", held, err)
+	}
+	fx.Upgrade(t, "1.1.0", map[string]any{ref: map[string]any{"requiresApproval": true}})
+	_, ferr := f.decide(approval.RefApprove, alice, map[string]any{"approvalId": id})
+	if ferr == nil || ferr.Code != gateway.CodeVersionChanged || ferr.Kind != fault.Conflict || f.runs.Load() != 0 {
+		t.Fatalf("approve after the upgrade: %v, runs %d; want 409 %s, no run", ferr, f.runs.Load(), gateway.CodeVersionChanged)
+	}
+	tk, err := f.app.Approvals.Task(ctx, bot, id)
+	if err != nil || tk.Status != store.ApprovalFailed {
+		t.Fatalf("task: %+v %v; want failed", tk, err)
+	}
+	if st, code := endCode(t, tk); st != http.StatusConflict || code != gateway.CodeVersionChanged {
+		t.Fatalf("task end: %d %s; want 409 %s", st, code, gateway.CodeVersionChanged)
+	}
+	// Held again now, the call is held under the version serving, and runs when approved.
+	id = f.hold(t, bot)
+	if v, ferr := f.decide(approval.RefApprove, alice, map[string]any{"approvalId": id}); ferr != nil || v.Status != store.ApprovalDone || v.BiomeVersion != "1.1.0" || f.runs.Load() != 1 {
+		t.Fatalf("approve a call held under 1.1.0: %+v %v, runs %d; want done once", v, ferr, f.runs.Load())
+	}
+}
+
+// One subject cannot fill the approvers' queue: beyond MaxPending pending calls, however
+// many arrive at once, a call is refused 429 TOO_MANY_PENDING, audited, and not held; other
+// subjects still hold calls, and a decision frees a place.
+func TestPendingCallsBoundedPerSubject(t *testing.T) {
+	ctx := context.Background()
+	const bound, calls = 3, 24
+	f := newFixtureOf(t, apptest.Options{MaxPending: bound, Customize: map[string]any{ref: map[string]any{"requiresApproval": true}}}, nil)
+	input := json.RawMessage(`{"ticketId":"3f1c2a9e-8b4d-4c57-9a61-2b7e0f4d5c88","text":"hi"}`)
+	var held, refused atomic.Int32
+	var wg sync.WaitGroup
+	for range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := f.app.Gateway.Invoke(ctx, bot, gateway.Request{Ref: ref, Input: input})
+			var fe *fault.Error
+			switch {
+			case err == nil && res.Held != nil:
+				held.Add(1)
+			case errors.As(err, &fe) && fe.Code == approval.CodeTooManyPending && fe.Kind == fault.RateLimited && fe.AuditID != "":
+				refused.Add(1)
+			default:
+				t.Errorf("call: %+v %v; want held or %s", res, err, approval.CodeTooManyPending)
+			}
+		}()
+	}
+	wg.Wait()
+	if held.Load() != bound || refused.Load() != calls-bound {
+		t.Fatalf("%d calls at once: %d held, %d refused; want %d held", calls, held.Load(), refused.Load(), bound)
+	}
+	pending, err := f.app.Store.ListApprovals(ctx, store.ApprovalFilter{Org: bot.Org, RequesterRef: bot.Subject.Ref})
+	if err != nil || len(pending) != bound {
+		t.Fatalf("stored held calls: %d %v; want %d, nothing of the refused ones", len(pending), err, bound)
+	}
+	recs, err := f.app.Store.ListAudit(ctx, store.AuditQuery{Org: bot.Org, Ref: ref, Decision: audit.DecisionDenied})
+	if err != nil || len(recs) != calls-bound || recs[0].Outcome != approval.CodeTooManyPending {
+		t.Fatalf("audit of the refusals: %d %v; want %d denied %s", len(recs), err, calls-bound, approval.CodeTooManyPending)
+	}
+	f.hold(t, exec("agent:other-bot", "project", "")) // the bound is per subject
+	if _, ferr := f.decide(approval.RefReject, alice, map[string]any{"approvalId": pending[0].ID, "reason": "flood"}); ferr != nil {
+		t.Fatal(ferr)
+	}
+	f.hold(t, bot) // a decision frees a place
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/xemahq/xema/internal/apptest"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
+	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/store"
 )
 
@@ -180,5 +181,179 @@ func TestTaskEndsWithDenialOfApprovalTime(t *testing.T) {
 	}
 	if st, code := endCode(t, tk); st != http.StatusForbidden || code != gateway.CodeDenied || f.runs.Load() != 0 {
 		t.Fatalf("end: %d %s, runs %d; want the 403 %s of a synchronous call, no run", st, code, f.runs.Load(), gateway.CodeDenied)
+	}
+}
+
+// A task observed while its approved call runs at the provider has no end yet: a client told
+// "completed" with an error would retry, and the call would run twice.
+func TestTaskMidRunHasNoEnd(t *testing.T) {
+	ctx := context.Background()
+	entered, release := make(chan struct{}), make(chan struct{})
+	fx := apptest.New(t, apptest.Options{Customize: map[string]any{ref: map[string]any{"requiresApproval": true}},
+		Provider: func(w http.ResponseWriter, _ *http.Request) {
+			close(entered)
+			<-release
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"commentId":"c1"}`))
+		}})
+	f := &fixture{app: fx.App, clock: fx.Now}
+	id := f.hold(t, bot)
+	done := make(chan *fault.Error, 1)
+	go func() {
+		_, err := f.decide(approval.RefApprove, alice, map[string]any{"approvalId": id})
+		done <- err
+	}()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("the approved call never reached its provider")
+	}
+	tk, err := f.app.Approvals.Task(ctx, bot, id)
+	close(release)
+	if err != nil || tk.Status != store.ApprovalDispatched || tk.Waiting() || tk.End != nil {
+		t.Fatalf("task mid-run: %+v %v; want dispatched, not waiting, no end", tk, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("approve: %v", err)
+	}
+	if tk, err = f.app.Approvals.Task(ctx, bot, id); err != nil || tk.End == nil || tk.End.Status != http.StatusOK {
+		t.Fatalf("task after the run: %+v %v; want its 200 answer", tk, err)
+	}
+}
+
+// Revoking a grant ends the calls held under it: withdrawn by the revoker, audited, the
+// requester's task ended; granting the biome again later runs none of them.
+func TestRevokeWithdrawsHeldCalls(t *testing.T) {
+	ctx := context.Background()
+	var fx *apptest.Fixture
+	f := newFixtureWith(t, map[string]any{"requiresApproval": true}, &fx)
+	ids := []string{f.hold(t, bot), f.hold(t, bot)}
+	gs, err := f.app.Publisher.Grants(ctx, bot.Org, "")
+	if err != nil || len(gs) != 1 {
+		t.Fatalf("grants: %v %v", gs, err)
+	}
+	if _, err := f.app.Publisher.Revoke(ctx, bot.Org, gs[0].ID, "user:root"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		tk, err := f.app.Approvals.Task(ctx, bot, id)
+		if err != nil || tk.Status != store.ApprovalWithdrawn || !strings.Contains(tk.Withdrawn, "revoked by user:root") {
+			t.Fatalf("task after the revoke: %+v %v; want withdrawn, naming the revoke", tk, err)
+		}
+		if st, code := endCode(t, tk); st != http.StatusGone || code != approval.CodeWithdrawn || !strings.Contains(string(tk.End.Body), gs[0].ID) {
+			t.Fatalf("end: %d %s %s; want 410 %s naming grant %s", st, code, tk.End.Body, approval.CodeWithdrawn, gs[0].ID)
+		}
+		v, err := f.app.Approvals.Invocation(ctx, alice, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs, err := f.app.Store.ListAudit(ctx, store.AuditQuery{Org: bot.Org, ParentID: v.AuditID, Decision: approval.DecisionWithdrawn})
+		if err != nil || len(recs) != 1 || recs[0].SubjectRef != "user:root" {
+			t.Fatalf("audit of the withdrawal: %+v %v; want one %q record by user:root", recs, err, approval.DecisionWithdrawn)
+		}
+	}
+	fx.Regrant(t, map[string]any{ref: map[string]any{"requiresApproval": true}})
+	for _, id := range ids {
+		if _, ferr := f.decide(approval.RefApprove, alice, map[string]any{"approvalId": id}); ferr == nil || ferr.Code != approval.CodeAlreadyDecided {
+			t.Fatalf("approve after a re-grant: %v; want %s", ferr, approval.CodeAlreadyDecided)
+		}
+	}
+	if f.runs.Load() != 0 {
+		t.Fatalf("%d runs; want none", f.runs.Load())
+	}
+}
+
+// A held call is bound to the context it was held in: the same subject with a token of
+// another environment, armed set or project gets the answer of an unknown id from its task,
+// its cancellation and its invocation, and cancels nothing. An output is read only where a
+// call could receive it: an org administrator with a session token reading a confidential
+// output, and the requester once the grant admits public output only, are refused
+// AUDIENCE_INCOMPATIBLE.
+func TestHeldCallIsBoundToItsContext(t *testing.T) {
+	ctx := context.Background()
+	var fx *apptest.Fixture
+	f := newFixtureOf(t, apptest.Options{Classification: "confidential",
+		Customize: map[string]any{ref: map[string]any{"requiresApproval": true}}}, &fx)
+	id := f.hold(t, bot)
+	public := bot
+	public.Environment = "public-session"
+	narrower := bot
+	narrower.Armed = []string{"ticket:*"}
+	otherProject := bot
+	otherProject.Project = "acme-web"
+	same := bot
+	same.Armed = []string{"*", "*"} // the same set, written otherwise
+	unknown := func(err error, what string) {
+		t.Helper()
+		var fe *fault.Error
+		if !errors.As(err, &fe) || fe.Kind != fault.NotFound || fe.Code != approval.CodeNotFound || !strings.Contains(fe.Message, what) {
+			t.Fatalf("%v; want not found, as an unknown id", err)
+		}
+	}
+	for _, ec := range []identity.ExecContext{public, narrower, otherProject} {
+		_, err := f.app.Approvals.Task(ctx, ec, id)
+		unknown(err, `no task "`+id+`"`)
+		unknown(f.app.Approvals.Withdraw(ctx, ec, id), `no task "`+id+`"`)
+		_, err = f.app.Approvals.Invocation(ctx, ec, id)
+		unknown(err, `no invocation "`+id+`"`)
+	}
+	if tk, err := f.app.Approvals.Task(ctx, same, id); err != nil || !tk.Waiting() {
+		t.Fatalf("the held call's own context: %+v %v; want it still waiting", tk, err)
+	}
+	if _, ferr := f.decide(approval.RefApprove, alice, map[string]any{"approvalId": id}); ferr != nil {
+		t.Fatal(ferr)
+	}
+	if v, err := f.app.Approvals.Invocation(ctx, bot, id); err != nil || string(v.Output) != `{"commentId":"c1"}` {
+		t.Fatalf("the requester's invocation: %+v %v; want its output", v, err)
+	}
+	sessionAdmin := alice
+	sessionAdmin.Environment = "session"
+	if v, err := f.app.Approvals.Invocation(ctx, sessionAdmin, id); !isAudience(err) {
+		t.Fatalf("an administrator with a session token: %+v %v; want %s", v, err, approval.CodeAudienceIncompatible)
+	}
+	fx.Regrant(t, map[string]any{ref: map[string]any{"requiresApproval": true, "audience": []string{"public"}}})
+	tk, err := f.app.Approvals.Task(ctx, bot, id)
+	if err != nil || tk.Status != store.ApprovalDone {
+		t.Fatalf("task: %+v %v; want done", tk, err)
+	}
+	if st, code := endCode(t, tk); st != http.StatusForbidden || code != approval.CodeAudienceIncompatible || strings.Contains(string(tk.End.Body), "c1") {
+		t.Fatalf("task end once the grant admits public output only: %d %s %s; want 403 %s, no output", st, code, tk.End.Body, approval.CodeAudienceIncompatible)
+	}
+	if v, err := f.app.Approvals.Invocation(ctx, bot, id); !isAudience(err) {
+		t.Fatalf("the requester's invocation: %+v %v; want %s", v, err, approval.CodeAudienceIncompatible)
+	}
+}
+
+func isAudience(err error) bool {
+	var fe *fault.Error
+	return errors.As(err, &fe) && fe.Kind == fault.Denied && fe.Code == approval.CodeAudienceIncompatible
+}
+
+// A call its revoke left held (the withdrawals failed, or a replica held it before it learned
+// of the revoke) is withdrawn when the biome is granted again, before the new grant is
+// recorded: it never runs under a grant it was not held under.
+func TestRegrantWithdrawsCallsARevokeLeft(t *testing.T) {
+	ctx := context.Background()
+	var fx *apptest.Fixture
+	f := newFixtureWith(t, map[string]any{"requiresApproval": true}, &fx)
+	id := f.hold(t, bot)
+	gs, err := f.app.Publisher.Grants(ctx, bot.Org, "")
+	if err != nil || len(gs) != 1 {
+		t.Fatalf("grants: %v %v", gs, err)
+	}
+	// Revoked in the store only: no withdrawal ran.
+	if _, err := f.app.Store.RevokeGrant(ctx, bot.Org, gs[0].ID, "user:root", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if tk, err := f.app.Approvals.Task(ctx, bot, id); err != nil || !tk.Waiting() {
+		t.Fatalf("before the re-grant: %+v %v; want still pending", tk, err)
+	}
+	fx.Regrant(t, map[string]any{ref: map[string]any{"requiresApproval": true}})
+	if tk, err := f.app.Approvals.Task(ctx, bot, id); err != nil || tk.Status != store.ApprovalWithdrawn {
+		t.Fatalf("after the re-grant: %+v %v; want withdrawn", tk, err)
+	}
+	if _, ferr := f.decide(approval.RefApprove, alice, map[string]any{"approvalId": id}); ferr == nil || ferr.Code != approval.CodeAlreadyDecided || f.runs.Load() != 0 {
+		t.Fatalf("approve under the new grant: %v, runs %d; want %s, no run", ferr, f.runs.Load(), approval.CodeAlreadyDecided)
 	}
 }

@@ -31,6 +31,7 @@ type Fixture struct {
 	Now *time.Time
 
 	biomeID, version, digest string
+	dir                      string // the biome's files, as submitted
 }
 
 // Regrant approves the ticketing version again with another customization (ref → object):
@@ -41,6 +42,31 @@ func (f *Fixture) Regrant(t testing.TB, customize map[string]any) {
 	if _, err := f.App.Publisher.Install(context.Background(), req, identity.DefaultOrg, "user:root"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Upgrade submits the biome again as version and grants the org that version with customize:
+// the org's grant pins another version under calls already held.
+func (f *Fixture) Upgrade(t testing.TB, version string, customize map[string]any) {
+	t.Helper()
+	ctx := context.Background()
+	path := filepath.Join(f.dir, "biome.json")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(strings.Replace(string(raw), `"version": "`+f.version+`"`, `"version": "`+version+`"`, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, problems, err := manifest.LoadDir(f.dir)
+	if err != nil || len(problems) > 0 || b.Version != version {
+		t.Fatalf("load biome %s: %v %v", version, err, problems)
+	}
+	res, err := f.App.Publisher.SubmitDir(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.version, f.digest = res.Version, res.Digest.Hash
+	f.Regrant(t, customize)
 }
 
 // Options shape a fixture.
@@ -56,6 +82,14 @@ type Options struct {
 	// Copies installs the comment capability under that many more refs as well
 	// (ticket:comment<i>.add@1, CopyRef), each a key of its own for the policy.
 	Copies int
+	// ResourceTicket marks the comment capability's ticketId its resource property
+	// (x-xema-resource), so a grant's resources bind its calls.
+	ResourceTicket bool
+	// Classification, when set, replaces the comment capability's outputClassification
+	// (internal).
+	Classification string
+	// MaxPending bounds each subject's pending held calls; 0 is the gateway's default.
+	MaxPending int
 }
 
 // CopyRef is the ref of the i-th copy of the comment capability (Options.Copies).
@@ -78,7 +112,7 @@ func New(t testing.TB, o Options) *Fixture {
 	t.Cleanup(prov.Close)
 	now := time.Now()
 	a, err := app.New(ctx, app.Config{DataDir: t.TempDir(), ApprovalTTL: time.Hour, EgressAllow: egress.Loopback(),
-		OperatorOrg: identity.DefaultOrg, Tokens: staticToken("test-service-token"), Notify: o.Notify,
+		OperatorOrg: identity.DefaultOrg, Tokens: staticToken("test-service-token"), Notify: o.Notify, MaxPendingApprovals: o.MaxPending,
 		Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +134,14 @@ func New(t testing.TB, o Options) *Fixture {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(dir, f), []byte(strings.ReplaceAll(string(raw), "http://PROVIDER", prov.URL)), 0o644); err != nil {
+		text := strings.ReplaceAll(string(raw), "http://PROVIDER", prov.URL)
+		if o.Classification != "" {
+			text = strings.Replace(text, `"outputClassification": "internal"`, `"outputClassification": "`+o.Classification+`"`, 1)
+		}
+		if o.ResourceTicket {
+			text = strings.Replace(text, `"x-xema-resourceType": "ticket"`, `"x-xema-resourceType": "ticket", "`+manifest.ResourceAnnotation+`": true`, 1)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -120,7 +161,7 @@ func New(t testing.TB, o Options) *Fixture {
 	if _, err := a.Publisher.Install(ctx, req, identity.DefaultOrg, "user:root"); err != nil {
 		t.Fatal(err)
 	}
-	return &Fixture{App: a, Provider: prov, Now: &now, biomeID: res.BiomeID, version: res.Version, digest: res.Digest.Hash}
+	return &Fixture{App: a, Provider: prov, Now: &now, biomeID: res.BiomeID, version: res.Version, digest: res.Digest.Hash, dir: dir}
 }
 
 // writeCopies adds n copies of dir's comment contribution under CopyRef(i) and names them

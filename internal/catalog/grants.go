@@ -119,6 +119,14 @@ func (p *Publisher) Revoke(ctx context.Context, org, id, by string) (GrantState,
 	if err := p.Changed(ctx); err != nil {
 		return GrantState{}, err
 	}
+	// The policy serving now holds no new call under the grant: end those it left held.
+	if p.Revoked != nil {
+		if err := p.Revoked(ctx, g); err != nil {
+			return GrantState{}, fmt.Errorf("grant %s is revoked, but the calls held under it could not all be withdrawn "+
+				"(none can be approved while no grant of %s is in effect, and granting it again withdraws them first): %w",
+				id, g.BiomeID, err)
+		}
+	}
 	return GrantState{Grant: g, Status: GrantRevoked}, nil
 }
 

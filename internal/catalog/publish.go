@@ -53,6 +53,9 @@ type Publisher struct {
 	HasBinding func(ref string) bool
 	// Changed is called after every successful write.
 	Changed func(ctx context.Context) error
+	// Revoked, when set, is called once a revoke is written and the policy rebuilt, to end
+	// what the revoked grant left waiting (its pending held calls); its error is the revoke's.
+	Revoked func(ctx context.Context, g store.Grant) error
 	// Impact replays org's calls recorded since with candidate counted as if recorded (a
 	// grant's dry run); nil refuses dry runs.
 	Impact func(ctx context.Context, candidate store.Grant, since time.Time) (Impact, error)
@@ -358,6 +361,9 @@ func (p *Publisher) install(ctx context.Context, raw json.RawMessage, org, appro
 		imp, err := p.Impact(ctx, g, *dryRunSince)
 		return g, imp, err
 	}
+	if err := p.endRevoked(ctx, g.Org, g.BiomeID); err != nil {
+		return store.Grant{}, Impact{}, err
+	}
 	if err := p.Store.PutGrant(ctx, g); err != nil {
 		return store.Grant{}, Impact{}, fmt.Errorf("install: %w", err)
 	}
@@ -368,6 +374,28 @@ func (p *Publisher) install(ctx context.Context, raw json.RawMessage, org, appro
 		return store.Grant{}, Impact{}, err
 	}
 	return g, Impact{}, p.Changed(ctx)
+}
+
+// endRevoked ends, before org is granted biome again, the calls still held under its revoked
+// grant: those its revoke could not withdraw (the store failed) or a replica held before it
+// learned of the revoke. None of them runs under the new grant; if they cannot be ended,
+// nothing is granted (fail closed).
+func (p *Publisher) endRevoked(ctx context.Context, org, biome string) error {
+	if p.Revoked == nil {
+		return nil
+	}
+	gs, err := p.Grants(ctx, org, biome)
+	if err != nil {
+		return fmt.Errorf("install: %w", err)
+	}
+	last, ok := grant.Newest(gs)[grant.Scope{Org: org, Biome: biome}]
+	if !ok || !last.Revoked() {
+		return nil
+	}
+	if err := p.Revoked(ctx, last); err != nil {
+		return fmt.Errorf("install: the calls held under revoked grant %s could not all be withdrawn, so nothing was granted: %w", last.ID, err)
+	}
+	return nil
 }
 
 // validateGrant decodes and checks a grant request of org against the biome version it names.

@@ -30,6 +30,9 @@ const ObligationApproval = "approval"
 const (
 	CodePendingApproval     = "PENDING_APPROVAL"
 	CodeApprovalUnavailable = "APPROVAL_UNAVAILABLE"
+	// CodeVersionChanged (409): an approved call was held under a biome version the org's
+	// grant no longer routes it to; it did not run (RunApproved).
+	CodeVersionChanged = "VERSION_CHANGED"
 	// StatePendingApproval is the `status` of the 202 answer of a held call.
 	StatePendingApproval = "pending-approval"
 )

@@ -73,16 +73,24 @@ func codeOf(err error) string {
 // RunApproved runs a call a person has approved, as its requester: route, validate and
 // authorize again under the policy serving now (a grant revoked meanwhile denies), then
 // resolve and run, without counting limits or asking for approval a second time. Its
-// records link to parentAuditID, the audit record of the original call. dispatching, when
-// set, is called after the decision record and before the runner; its error stops the call
-// (the approval was taken by another replica's recovery), recorded as not dispatched.
-func (g *Gateway) RunApproved(ctx context.Context, ec identity.ExecContext, req Request, parentAuditID string,
+// records link to parentAuditID, the audit record of the original call. heldVersion is the
+// biome version the call was held under, the one its approver was shown: when the org's
+// grant routes the ref to another version now, the call is refused (VERSION_CHANGED) rather
+// than run on code nobody approved. dispatching, when set, is called after the decision
+// record and before the runner; its error stops the call (the approval was taken by another
+// replica's recovery), recorded as not dispatched.
+func (g *Gateway) RunApproved(ctx context.Context, ec identity.ExecContext, req Request, heldVersion, parentAuditID string,
 	dispatching func(ctx context.Context) error) (*Result, error) {
 	c := g.begin(ec, req)
 	c.rec.ParentID = parentAuditID
 	c.dispatching = dispatching
 	if res, err := g.admit(ctx, c); res != nil || err != nil {
 		return res, err
+	}
+	if now := c.entry.Capability.BiomeVersion; now != heldVersion {
+		return nil, g.fail(ctx, c, audit.DecisionError, fault.New(fault.Conflict, CodeVersionChanged,
+			"%s was held under %s %s and the org's grant now routes it to %s; the approved call did not run (call it again to have it held under %s)",
+			req.Ref, c.entry.Capability.BiomeID, cmp.Or(heldVersion, "a version not recorded"), now, now))
 	}
 	return g.dispatch(ctx, c)
 }
@@ -294,11 +302,22 @@ func (g *Gateway) limited(ctx context.Context, c *call, u *policy.Usage) (*Resul
 }
 
 // hold records the call as pending approval, then stores it with its validated input. The
-// audit record comes first: a call whose request is not audited is never held, so never run.
+// queue admits it first (a refusal stores nothing but its audit record), then the audit
+// record comes: a call whose request is not audited is never held, so never run.
 func (g *Gateway) hold(ctx context.Context, c *call) (*Result, error) {
 	if g.d.Approvals == nil {
 		return nil, g.fail(ctx, c, audit.DecisionError, fault.New(fault.Unavailable, CodeApprovalUnavailable, "this call requires a human approval and no approval queue is configured"))
 	}
+	release, err := g.d.Approvals.Admit(ctx, c.exec)
+	var refused *fault.Error
+	switch {
+	case errors.As(err, &refused):
+		return nil, g.fail(ctx, c, audit.DecisionDenied, refused)
+	case err != nil:
+		g.d.Outages.Failed(outage.ApprovalStore, err)
+		return nil, g.fail(ctx, c, audit.DecisionError, Unavailable(fault.CodeStoreUnavailable, outage.ApprovalStore))
+	}
+	defer release()
 	held := &Held{Code: CodePendingApproval, Status: StatePendingApproval, AuditID: c.rec.ID,
 		ApprovalID: audit.RandomID("apr_"), Message: "this call requires a human approval before it runs"}
 	if err := g.record(ctx, c, audit.DecisionPendingApproval, held.Code); err != nil {

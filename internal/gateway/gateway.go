@@ -121,6 +121,10 @@ func (g *Gateway) Deps() Deps { return g.d }
 
 // ApprovalQueue keeps a call until a person approves it.
 type ApprovalQueue interface {
+	// Admit is asked before anything of a call to hold is stored; a *fault.Error refuses it
+	// (e.g. its requester has too many calls pending), another error is the queue's outage.
+	// release is called once the call is held, or not.
+	Admit(ctx context.Context, ec identity.ExecContext) (release func(), err error)
 	Hold(ctx context.Context, p Pending) error
 }
 

@@ -230,7 +230,9 @@ func Operations() []Operation {
 		withGone(kernel("POST", "/v1/approvals/{id}/approve", "Approve a held call: it runs now", "approvals", approval.RefApprove, 200, true, pathParam("id", "approval id")), true),
 		withGone(kernel("POST", "/v1/approvals/{id}/reject", "Reject a held call with a reason: it never runs", "approvals", approval.RefReject, 200, true, pathParam("id", "approval id")), false),
 		{Method: "GET", Path: "/v1/invocations/{id}", Summary: "A held call's status and, once run, its output (the requester or an approver)", Tag: "approvals",
-			Params: []Param{pathParam("id", "approval id")}, Responses: merge(errorsOf(authed...), errorsOf(404), ok(200, "the held call", ref("Invocation")))},
+			Params: []Param{pathParam("id", "approval id")}, Responses: merge(errorsOf(authed...), errorsOf(404),
+				map[int]Response{http.StatusForbidden: {Description: "AUDIENCE_INCOMPATIBLE: the output may not be read from the caller's environment", Schema: ref("Error")}},
+				ok(200, "the held call", ref("Invocation")))},
 
 		{Method: "GET", Path: "/v1/audit", Summary: "Search the org's audit records, newest first (administrators: every subject's; others: their own)", Tag: "audit",
 			Params: []Param{query("ref", "capability ref"), query("subject", "subject ref"), query("decision", "a recorded decision"), query("reason", "a reason code"),

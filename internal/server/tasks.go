@@ -249,7 +249,7 @@ func taskOf(t approval.Task, resultType string) *taskResult {
 		LastUpdatedAt: t.UpdatedAt.UTC().Format(time.RFC3339Nano), PollIntervalMs: TaskPollInterval.Milliseconds()}
 	switch {
 	case t.Status == store.ApprovalWithdrawn:
-		r.Status, r.StatusMessage = taskCancelled, "withdrawn by its requester; the call never ran"
+		r.Status, r.StatusMessage = taskCancelled, "withdrawn "+t.Withdrawn+"; the call never ran"
 	case t.End != nil:
 		r.Status, r.Result = taskCompleted, completeResult(answerResult(*t.End))
 	case t.Waiting():

@@ -115,7 +115,9 @@ func TestMCPTasks(t *testing.T) {
 	bot, alice := apptest.Exec("agent:support-bot", "project", ""), apptest.Exec("user:alice", "org", "org_admin")
 	otherOrg := bot
 	otherOrg.Org = "other"
-	srv := mcpServer(f, tokens{"bot": bot, "alice": alice, "other": otherOrg, "peer": apptest.Exec("agent:peer", "project", "")})
+	public := bot // the requester with a token of another environment
+	public.Environment = "public-session"
+	srv := mcpServer(f, tokens{"bot": bot, "alice": alice, "other": otherOrg, "peer": apptest.Exec("agent:peer", "project", ""), "public": public})
 	defer srv.Close()
 	m := mcpModern{t, srv.URL}
 
@@ -138,7 +140,7 @@ func TestMCPTasks(t *testing.T) {
 	if got := m.call("bot", "tasks/get", map[string]any{"taskId": id}, true); got.Result["status"] != "working" || got.Result["resultType"] != "complete" {
 		t.Fatalf("tasks/get while pending: %v", got)
 	}
-	for _, who := range []string{"peer", "other", "alice"} {
+	for _, who := range []string{"peer", "other", "alice", "public"} {
 		got := m.call(who, "tasks/get", map[string]any{"taskId": id}, true)
 		unknown := m.call(who, "tasks/get", map[string]any{"taskId": "apr_aaaaaaaaaaaaaaaa"}, true)
 		if got.Error == nil || got.Error.Code != -32602 || unknown.Error == nil || got.Error.Code != unknown.Error.Code ||
@@ -150,6 +152,11 @@ func TestMCPTasks(t *testing.T) {
 				t.Fatalf("%s's %s: %+v; want -32602", who, method, c)
 			}
 		}
+	}
+	got, _, _ := callJSON(t, http.MethodGet, srv.URL+"/v1/invocations/"+id, "public")
+	unknown, _, _ := callJSON(t, http.MethodGet, srv.URL+"/v1/invocations/apr_aaaaaaaaaaaaaaaa", "public")
+	if got != http.StatusNotFound || unknown != got {
+		t.Fatalf("GET /v1/invocations/{id} with the requester's public token: %d; want %d, as for an unknown id", got, unknown)
 	}
 	if u := m.call("bot", "tasks/update", map[string]any{"taskId": id, "inputResponses": map[string]any{"x": map[string]any{"action": "accept"}}}, true); u.Error != nil || u.Result["resultType"] != "complete" {
 		t.Fatalf("tasks/update by the requester: %+v; want the acknowledgement", u)

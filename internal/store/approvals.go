@@ -163,6 +163,9 @@ type ObligationStore interface {
 	// ListApprovals returns the approvals matching f, newest first (ties by id, descending);
 	// with f.ExpiredBy, oldest expiry first.
 	ListApprovals(ctx context.Context, f ApprovalFilter) ([]Approval, error)
+	// CountPendingApprovals counts requester's pending approvals in org, reading at most
+	// limit (positive) of them: the answer is min(count, limit).
+	CountPendingApprovals(ctx context.Context, org, requester string, limit int) (int, error)
 	// TransitionApproval moves an approval if, and only if, it is in state t.From (and, with
 	// t.Live, not expired). ErrNotFound for an unknown id, ErrConflict otherwise; the
 	// returned approval is the stored one after the move, or as it is on ErrConflict.

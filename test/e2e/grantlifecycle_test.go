@@ -174,8 +174,9 @@ func TestGrantLifecycle(t *testing.T) {
 	})
 }
 
-// A call held for approval under a grant that is revoked meanwhile never runs: approving it
-// is refused with GRANT_NOT_IN_EFFECT (403), audited, and the provider is never called.
+// A call held for approval under a grant that is revoked meanwhile never runs: the revoke
+// withdraws it, approving it is refused with GRANT_NOT_IN_EFFECT (403), audited, and the
+// provider is never called.
 func TestGrantRevokeRefusesHeldCalls(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, e engineCase) {
 		g := startGateway(t, e.store(t))
@@ -184,6 +185,9 @@ func TestGrantRevokeRefusesHeldCalls(t *testing.T) {
 		bot := g.token("--subject", "agent:support-bot", "--env", "project")
 		id := str(heldCall(t, g, prov, admin, bot).Body, "approvalId")
 		expect(t, g.revoke(admin, g.activeGrant(admin, "ticketing")), http.StatusOK)
+		if v := g.get("/v1/invocations/"+id, bot); str(v.Body, "status") != "withdrawn" {
+			t.Fatalf("the held call after the revoke: %d %s; want withdrawn", v.Status, v.Raw)
+		}
 		r := g.post("/v1/approvals/"+id+"/approve", admin, map[string]any{})
 		if r.Status != http.StatusForbidden || str(r.Body, "code") != "GRANT_NOT_IN_EFFECT" || prov.count() != 0 {
 			t.Fatalf("approve under a revoked grant: %d %s; provider calls %d; want 403 GRANT_NOT_IN_EFFECT, no run", r.Status, r.Raw, prov.count())

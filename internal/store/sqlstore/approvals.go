@@ -91,6 +91,20 @@ func (s *Store) ListApprovals(ctx context.Context, f store.ApprovalFilter) ([]st
 	return list(ctx, s, "list approvals", scanApproval, q, args...)
 }
 
+// CountPendingApprovals implements store.ObligationStore, on the requester's index.
+func (s *Store) CountPendingApprovals(ctx context.Context, org, requester string, limit int) (int, error) {
+	op := fmt.Sprintf("count pending approvals of %q in %q", requester, org)
+	if org == "" || requester == "" || limit <= 0 {
+		return 0, fmt.Errorf("%s: org and requester are required, limit must be positive (%d): %w", op, limit, store.ErrInvalid)
+	}
+	var n int
+	if err := s.db.QueryRowContext(ctx, s.d.bind(`SELECT count(*) FROM (SELECT 1 FROM approvals
+		WHERE requester_ref = ? AND org = ? AND status = ? LIMIT ?) AS pending`), requester, org, store.ApprovalPending, limit).Scan(&n); err != nil {
+		return 0, s.fail(op, err)
+	}
+	return n, nil
+}
+
 // TransitionApproval implements store.ObligationStore: one conditional UPDATE, so of any
 // number of concurrent movers exactly one wins.
 func (s *Store) TransitionApproval(ctx context.Context, t store.ApprovalTransition) (store.Approval, error) {

@@ -23,6 +23,7 @@ func runObligations(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ApprovalTransitions", testApprovalTransitions},
 		{"ApprovalExpiry", testApprovalExpiry},
 		{"ApprovalWithdrawnAndAnswer", testApprovalWithdrawnAndAnswer},
+		{"CountPendingApprovals", testCountPendingApprovals},
 		{"ApprovalConcurrentApproveOneWinner", testApprovalConcurrent},
 		{"UsageSaveLoad", testUsageSaveLoad},
 		{"UsageWithAuditBatch", testUsageWithAuditBatch},
@@ -455,5 +456,41 @@ func testUsageWithAuditBatch(t *testing.T, s store.Store) {
 	}
 	if got, err := s.LoadUsage(ctx, now); err != nil || len(got) != 1 || got[0] != later {
 		t.Fatalf("after counters alone: %+v, %v; want %+v", got, err, later)
+	}
+}
+
+// testCountPendingApprovals: only the requester's pending approvals of the org count, at most
+// limit of them; a bad argument is refused.
+func testCountPendingApprovals(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	now := time.Now()
+	for i, a := range []store.Approval{newApproval("apr_c1", "kb:page.read@1", "agent:bot", now),
+		newApproval("apr_c2", "kb:page.read@1", "agent:bot", now), newApproval("apr_c3", "kb:page.read@1", "agent:bot", now),
+		newApproval("apr_other", "kb:page.read@1", "agent:other", now)} {
+		if i == 2 {
+			a.Org = "globex"
+		}
+		if err := s.PutApproval(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.TransitionApproval(ctx, store.ApprovalTransition{ID: "apr_c2", From: store.ApprovalPending, To: store.ApprovalRejected, At: now}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutApproval(ctx, newApproval("apr_c4", "kb:page.read@1", "agent:bot", now)); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ limit, want int }{{10, 2}, {2, 2}, {1, 1}} {
+		if n, err := s.CountPendingApprovals(ctx, "acme", "agent:bot", tc.limit); err != nil || n != tc.want {
+			t.Fatalf("count with limit %d: %d %v; want %d", tc.limit, n, err, tc.want)
+		}
+	}
+	for _, bad := range []struct {
+		org, requester string
+		limit          int
+	}{{"", "agent:bot", 1}, {"acme", "", 1}, {"acme", "agent:bot", 0}} {
+		if _, err := s.CountPendingApprovals(ctx, bad.org, bad.requester, bad.limit); !errors.Is(err, store.ErrInvalid) {
+			t.Fatalf("count %+v: %v; want ErrInvalid", bad, err)
+		}
 	}
 }
