@@ -333,10 +333,8 @@ type AuditPartitioner interface {
 // AuditPartitioner's store keeps created ahead of time (at open, and hourly while serving).
 const AuditPartitionsAhead = 7
 
-// Store is the one storage interface both engines implement.
-type Store interface {
-	FederationStore
-	BindingStore
+// CatalogStore keeps the biomes, their capabilities and the capabilities' lifecycle.
+type CatalogStore interface {
 	// PublishBiome stores a biome version and upserts its capabilities in one transaction:
 	// either everything lands or nothing does. Re-submitting identical content is a no-op;
 	// the same id+version with another ContentHash is ErrConflict. A capability with empty
@@ -361,7 +359,10 @@ type Store interface {
 	TransitionLifecycle(ctx context.Context, ev LifecycleEvent) error
 	// ListLifecycleEvents returns the transitions of ref, oldest first.
 	ListLifecycleEvents(ctx context.Context, ref string) ([]LifecycleEvent, error)
+}
 
+// GrantStore keeps the grants, and the revision of everything the policy is compiled from.
+type GrantStore interface {
 	// PutGrant records a grant once: a stored ID is ErrConflict, an unknown biome version
 	// ErrNotFound.
 	PutGrant(ctx context.Context, g Grant) error
@@ -372,6 +373,13 @@ type Store interface {
 	// revoked. It bumps the policy revision like every grant write.
 	RevokeGrant(ctx context.Context, org, id, by string, at time.Time) (Grant, error)
 
+	// Revision increases with every change to data the policy is compiled from
+	// (capabilities, lifecycle, grants), so replicas can tell when to rebuild.
+	Revision(ctx context.Context) (int64, error)
+}
+
+// AuditLogStore appends and reads the audit log.
+type AuditLogStore interface {
 	// AppendAudit writes durably; there is no update or delete (the schema refuses both).
 	// A stored ID is ErrConflict.
 	AppendAudit(ctx context.Context, r AuditRecord) error
@@ -384,6 +392,13 @@ type Store interface {
 	// ListAudit returns the records of one org matching q, newest first (time, then id,
 	// descending), at most q.Limit of them (MaxAuditPage when 0 or larger).
 	ListAudit(ctx context.Context, q AuditQuery) ([]AuditRecord, error)
+	// ScanAudit calls fn for every record f selects, in order, reading in pages so a large
+	// log is never held in memory; fn's error stops the scan and is returned.
+	ScanAudit(ctx context.Context, f AuditFilter, fn func(AuditRecord) error) error
+}
+
+// AuditStatsStore counts the overview's figures: the audit rollups and the approvals waiting.
+type AuditStatsStore interface {
 	// AuditStats counts one org's records of a time range (the overview's figures) from the
 	// rollups, the records past their watermarks (at most AuditStatsTail) and the range's
 	// unchained records: its cost grows with the range's buckets and distinct refs, never
@@ -396,9 +411,10 @@ type Store interface {
 	// ApprovalsWaiting counts org's pending approvals not expired at now, and the oldest's
 	// creation time (zero when none).
 	ApprovalsWaiting(ctx context.Context, org string, now time.Time) (int64, time.Time, error)
-	// ScanAudit calls fn for every record f selects, in order, reading in pages so a large
-	// log is never held in memory; fn's error stops the scan and is returned.
-	ScanAudit(ctx context.Context, f AuditFilter, fn func(AuditRecord) error) error
+}
+
+// AuditChainStore keeps the audit chains' heads and registrations (their integrity).
+type AuditChainStore interface {
 	// ChainHeads returns every chain's checkpointed head. AppendAudits checkpoints the last
 	// link of each chain of its batch in the batch's transaction.
 	ChainHeads(ctx context.Context) ([]ChainHead, error)
@@ -407,7 +423,10 @@ type Store interface {
 	RegisterChain(ctx context.Context, reg ChainRegistration, head ChainHead) error
 	// ChainRegistrations returns every registration, by No.
 	ChainRegistrations(ctx context.Context) ([]ChainRegistration, error)
+}
 
+// AuditPruneStore checkpoints and carries out the audit log's retention.
+type AuditPruneStore interface {
 	// LastLinksBefore returns, for every chain holding records older than before, the link
 	// of the highest Seq among them (the prune's boundary in that chain).
 	LastLinksBefore(ctx context.Context, before time.Time) ([]ChainLink, error)
@@ -425,11 +444,10 @@ type Store interface {
 	// time (AuditPartitioner) drops instead a whole partition lying beneath the checkpoints,
 	// one a call, and returns its count, which may exceed limit.
 	DeletePrunedAudit(ctx context.Context, limit int) (int64, error)
+}
 
-	ObligationStore
-	IdempotencyStore
-	HealthStore
-
+// KeyStore keeps the per-deployment secrets, wrapped by the master key.
+type KeyStore interface {
 	// DeploymentKey returns the per-deployment secret called name, storing candidate first
 	// if none is stored (insert-if-absent): replicas starting together all get the one key
 	// written first. The secret never leaves the store except through this call.
@@ -441,10 +459,23 @@ type Store interface {
 	// stored secret is not old (another writer replaced it) or a kept name is stored,
 	// ErrNotFound when name has none.
 	ReplaceDeploymentKey(ctx context.Context, name string, old, next []byte, keep ...DeploymentKeyEntry) error
+}
 
-	// Revision increases with every change to data the policy is compiled from
-	// (capabilities, lifecycle, grants), so replicas can tell when to rebuild.
-	Revision(ctx context.Context) (int64, error)
+// Store is the one storage interface both engines implement: the composition of the
+// interfaces of each concern, which consumers take one by one (or narrower ones of their own).
+type Store interface {
+	CatalogStore
+	GrantStore
+	AuditLogStore
+	AuditStatsStore
+	AuditChainStore
+	AuditPruneStore
+	KeyStore
+	FederationStore
+	BindingStore
+	ObligationStore
+	IdempotencyStore
+	HealthStore
 	Ping(ctx context.Context) error
 	Close() error
 }
