@@ -24,7 +24,7 @@ func repoRoot(t *testing.T) string {
 }
 
 var (
-	layerRow = regexp.MustCompile("^\\| ([0-9]+)\\. [^|]+\\| (.+) \\|$")
+	layerRow = regexp.MustCompile(`^\| ([0-9]+)\. [^|]+\| (.+) \|$`)
 	climbRow = regexp.MustCompile("^\\| `([^`]+)` \\| `([^`]+)` \\|")
 	pkgName  = regexp.MustCompile("`([^`]+)`")
 )
