@@ -241,7 +241,7 @@ func Output[T any](t testing.TB, res *gateway.Result, err error) T {
 	t.Helper()
 	var out T
 	if err != nil || res.Denial != nil || res.Held != nil {
-		t.Fatalf("want a call that ran; got error %v, result %+v", err, res)
+		t.Fatalf("want a call that ran; got error %v, %s", err, describe(res))
 	}
 	dec := json.NewDecoder(bytes.NewReader(res.Output))
 	dec.DisallowUnknownFields()
@@ -251,12 +251,25 @@ func Output[T any](t testing.TB, res *gateway.Result, err error) T {
 	return out
 }
 
+// describe is a result as a failing test shows it: the output as text.
+func describe(res *gateway.Result) string {
+	switch {
+	case res == nil:
+		return "no result"
+	case res.Denial != nil:
+		return fmt.Sprintf("denial %s %q", res.Denial.Code, res.Denial.Message)
+	case res.Held != nil:
+		return fmt.Sprintf("held %s", res.Held.ApprovalID)
+	}
+	return "output " + string(res.Output)
+}
+
 // Fault is err as a *fault.Error of kind and code, failing the test otherwise.
 func Fault(t testing.TB, res *gateway.Result, err error, kind fault.Kind, code string) *fault.Error {
 	t.Helper()
 	var fe *fault.Error
 	if !errors.As(err, &fe) {
-		t.Fatalf("want a %v %s error; got %T %v, result %+v", kind, code, err, err, res)
+		t.Fatalf("want a %v %s error; got %T %v, %s", kind, code, err, err, describe(res))
 	}
 	if fe.Kind != kind || fe.Code != code {
 		t.Fatalf("error %v %s %q, want %v %s", fe.Kind, fe.Code, fe.Message, kind, code)
@@ -281,7 +294,7 @@ func Names(e *fault.Error, pointer string) bool {
 func Denied(t testing.TB, res *gateway.Result, err error) {
 	t.Helper()
 	if err != nil || res.Denial == nil {
-		t.Fatalf("want a denial; got error %v, result %+v", err, res)
+		t.Fatalf("want a denial; got error %v, %s", err, describe(res))
 	}
 }
 
