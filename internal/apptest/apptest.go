@@ -4,8 +4,10 @@
 package apptest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -17,7 +19,10 @@ import (
 	"time"
 
 	"github.com/xemahq/xema/internal/app"
+	"github.com/xemahq/xema/internal/catalog"
 	"github.com/xemahq/xema/internal/egress"
+	"github.com/xemahq/xema/internal/fault"
+	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/manifest"
 	"github.com/xemahq/xema/internal/notify"
@@ -210,4 +215,134 @@ func Exec(subject, env, orgRole string) identity.ExecContext {
 	kind, _, _ := strings.Cut(subject, ":")
 	return identity.ExecContext{Subject: identity.Subject{Kind: kind, Ref: subject}, Environment: env, OrgRole: orgRole,
 		Org: identity.DefaultOrg, Armed: []string{"*"}}
+}
+
+// Admin is a verified org administrator of org: a person, whom the humanBaseline of the
+// gateway's own operations admits.
+func Admin(org string) identity.ExecContext {
+	ec := Exec("user:alice", "org", "org_admin")
+	ec.Org = org
+	return ec
+}
+
+// Call invokes ref with input (marshalled to JSON) as ec through the fixture's funnel.
+func (f *Fixture) Call(t testing.TB, ec identity.ExecContext, ref string, input any) (*gateway.Result, error) {
+	t.Helper()
+	raw, err := json.Marshal(input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f.App.Gateway.Invoke(context.Background(), ec, gateway.Request{Ref: ref, Input: raw})
+}
+
+// Output is the output of a call that ran, decoded strictly as T: a field T lacks fails the
+// test, so the answer is exactly T's shape.
+func Output[T any](t testing.TB, res *gateway.Result, err error) T {
+	t.Helper()
+	var out T
+	if err != nil || res.Denial != nil || res.Held != nil {
+		t.Fatalf("want a call that ran; got error %v, %s", err, describe(res))
+	}
+	dec := json.NewDecoder(bytes.NewReader(res.Output))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&out); err != nil {
+		t.Fatalf("output %s as %T: %v", res.Output, out, err)
+	}
+	return out
+}
+
+// describe is a result as a failing test shows it: the output as text.
+func describe(res *gateway.Result) string {
+	switch {
+	case res == nil:
+		return "no result"
+	case res.Denial != nil:
+		return fmt.Sprintf("denial %s %q", res.Denial.Code, res.Denial.Message)
+	case res.Held != nil:
+		return fmt.Sprintf("held %s", res.Held.ApprovalID)
+	}
+	return "output " + string(res.Output)
+}
+
+// Fault is err as a *fault.Error of kind and code, failing the test otherwise.
+func Fault(t testing.TB, res *gateway.Result, err error, kind fault.Kind, code string) *fault.Error {
+	t.Helper()
+	var fe *fault.Error
+	if !errors.As(err, &fe) {
+		t.Fatalf("want a %v %s error; got %T %v, %s", kind, code, err, err, describe(res))
+	}
+	if fe.Kind != kind || fe.Code != code {
+		t.Fatalf("error %v %s %q, want %v %s", fe.Kind, fe.Code, fe.Message, kind, code)
+	}
+	return fe
+}
+
+// Names reports whether e names the field at pointer: a violation at it, a violation of its
+// parent naming it (a missing required property), or the message.
+func Names(e *fault.Error, pointer string) bool {
+	i := strings.LastIndex(pointer, "/")
+	parent, name := pointer[:max(i, 0)], pointer[i+1:]
+	for _, v := range e.Violations {
+		if v.Path == pointer || (v.Path == parent && strings.Contains(v.Message, name)) {
+			return true
+		}
+	}
+	return strings.Contains(e.Message, pointer)
+}
+
+// Denied fails the test unless the policy refused the call.
+func Denied(t testing.TB, res *gateway.Result, err error) {
+	t.Helper()
+	if err != nil || res.Denial == nil {
+		t.Fatalf("want a denial; got error %v, %s", err, describe(res))
+	}
+}
+
+// State is what the admin operations change, as one comparable text: every grant of every
+// org, every biome's owner and versions, every capability's lifecycle.
+func (f *Fixture) State(t testing.TB) string {
+	t.Helper()
+	ctx := context.Background()
+	grants, err := f.App.Store.ListGrants(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owners, err := f.App.Store.BiomeOwners(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	versions := map[string]int{}
+	for id := range owners {
+		vs, err := f.App.Store.ListBiomeVersions(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		versions[id] = len(vs)
+	}
+	caps, err := f.App.Store.ListCapabilities(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lifecycles := map[string]string{}
+	for _, c := range caps {
+		lifecycles[c.Ref] = c.Lifecycle
+	}
+	raw, err := json.Marshal(map[string]any{"grants": grants, "owners": owners, "versions": versions, "lifecycles": lifecycles})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(raw)
+}
+
+// Submission is a biome of one capability, ref, served by the fixture's provider: what an
+// org submits as its own (biome:submit-to-store@1).
+func (f *Fixture) Submission(id, version, ref string) catalog.Submission {
+	biome := fmt.Sprintf(`{"id": %q, "version": %q, "requiresCapabilities": [%q], "defaultProfile": "internal-agent",
+		"permissionHints": [{"capability": %q, "reason": "Adds a note."}]}`, id, version, ref, ref)
+	contribution := fmt.Sprintf(`{"kind": "capability", "manifest": {"ref": %q, "title": "Add a note",
+		"summary": "Adds a note.", "sideEffects": "Adds a note.", "riskTier": "low", "requiresApproval": false,
+		"effectClass": "write", "reach": "integration", "outputClassification": "internal", "authorityEffect": "none",
+		"safeForAgents": true, "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}},
+		"outputSchema": {"type": "object"}}, "invocation": {"kind": "http", "url": %q, "timeoutMs": 5000}}`, ref, f.Provider.URL+"/note")
+	return catalog.Submission{Manifest: json.RawMessage(biome), Contributions: []json.RawMessage{json.RawMessage(contribution)}}
 }
