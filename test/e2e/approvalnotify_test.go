@@ -286,10 +286,10 @@ func TestApprovalRedecidedOnApprove(t *testing.T) {
 }
 
 // TestApprovalPages250: 250 held calls are each found once, a page at a time, through the
-// API and the CLI's --all.
+// API and the CLI's --all (one subject holds them all: the per-subject bound is raised).
 func TestApprovalPages250(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, e engineCase) {
-		g := startGateway(t, e.store(t))
+		g := startGateway(t, e.store(t), "--max-pending-approvals", "300")
 		prov := newProvider(t)
 		admin := g.adminToken()
 		bot := g.token("--subject", "agent:support-bot", "--env", "project")

@@ -391,7 +391,9 @@ func TestBackupRestoreUnderLoad(t *testing.T) {
 		}
 		restored.start()
 		agent = restored.token("--subject", "agent:support-bot", "--env", "project")
-		expect(t, restored.post("/v1/capabilities/invoke", agent, `{"ref":"kb:page.read@1","input":{"pageId":"welcome"}}`), http.StatusOK)
+		// Another capability than the load's: the restored counters may hold kb:page.read@1 at
+		// its rate limit, as the load left it.
+		expect(t, restored.post("/v1/capabilities/invoke", agent, `{"ref":"workflow:run.start@1","input":{"workflowId":"onboarding"}}`), http.StatusOK)
 	})
 }
 
