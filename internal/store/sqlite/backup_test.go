@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/xemahq/xema/internal/store"
@@ -60,5 +61,41 @@ func TestBackupRefusesCutPaths(t *testing.T) {
 	newStore(t, filepath.Join(dir, "xema.db"))
 	if err := Backup(ctx, filepath.Join(dir, "xema.db"), filepath.Join(dir, "ok.db")); err != nil {
 		t.Fatalf("a plain path: %v", err)
+	}
+}
+
+// TestBackupIsPrivate: a backup holds all the store holds, so it is written 0600 under the
+// usual umask 022 (SQLite alone creates 0644), as is a store restored from it; no partial
+// file is left beside it.
+func TestBackupIsPrivate(t *testing.T) {
+	old := syscall.Umask(0o022) // the usual umask, whatever the test runner's
+	t.Cleanup(func() { syscall.Umask(old) })
+	ctx := context.Background()
+	dir := t.TempDir()
+	src := filepath.Join(dir, "xema.db")
+	st, err := Open(ctx, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	backup := filepath.Join(dir, "backups", "b.db")
+	if err := os.Mkdir(filepath.Dir(backup), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := Backup(ctx, src, backup); err != nil {
+		t.Fatal(err)
+	}
+	restored := filepath.Join(dir, "restored", "xema.db")
+	if err := Restore(ctx, backup, restored); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{backup, restored} {
+		fi, err := os.Stat(path)
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %v, %v; want mode 0600", path, fi.Mode().Perm(), err)
+		}
+	}
+	if entries, _ := os.ReadDir(filepath.Dir(backup)); len(entries) != 1 {
+		t.Errorf("%d files beside the backup, want it alone", len(entries))
 	}
 }
