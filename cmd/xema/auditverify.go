@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -85,20 +86,12 @@ chain keys: the store and the master key.`,
 					return err
 				}
 				if res.Verified {
-					fmt.Fprintf(out, "intact: %d chain(s), %d chained record(s), %d older unchained record(s)", res.Chains, res.Records, res.Legacy)
-					if !res.Pruned.Before.IsZero() {
-						fmt.Fprintf(out, "; pruned before %s (verified from each chain's checkpoint; %d pruned record(s) awaiting deletion)",
-							res.Pruned.Before.UTC().Format(time.RFC3339), res.Pending)
-					}
-					fmt.Fprintln(out)
+					printIntact(out, res)
 					return nil
 				}
 				breaks = res.Breaks
 			}
-			for _, b := range breaks {
-				fmt.Fprintln(out, "BROKEN:", b.Error())
-			}
-			return &exitError{code: 1, err: fmt.Errorf("audit log not intact: first break at %s", breaks[0].Error())}
+			return reportBreaks(out, breaks)
 		},
 	}
 	sf.add(cmd)
@@ -106,4 +99,22 @@ chain keys: the store and the master key.`,
 	cmd.Flags().StringVar(&sinceAt, "since", "", "only report breaks at records from this time on: RFC 3339, or a duration ago such as 24h")
 	cmd.Flags().StringVar(&archive, "archive", "", "verify this archive (written by xema audit prune --archive) instead of the live log")
 	return cmd
+}
+
+// printIntact prints the summary of an intact audit log.
+func printIntact(out io.Writer, res audit.VerifyResult) {
+	fmt.Fprintf(out, "intact: %d chain(s), %d chained record(s), %d older unchained record(s)", res.Chains, res.Records, res.Legacy)
+	if !res.Pruned.Before.IsZero() {
+		fmt.Fprintf(out, "; pruned before %s (verified from each chain's checkpoint; %d pruned record(s) awaiting deletion)",
+			res.Pruned.Before.UTC().Format(time.RFC3339), res.Pending)
+	}
+	fmt.Fprintln(out)
+}
+
+// reportBreaks prints every break (at least one) and returns exit 1 naming the first.
+func reportBreaks(out io.Writer, breaks []audit.Break) error {
+	for _, b := range breaks {
+		fmt.Fprintln(out, "BROKEN:", b.Error())
+	}
+	return &exitError{code: 1, err: fmt.Errorf("audit log not intact: first break at %s", breaks[0].Error())}
 }
