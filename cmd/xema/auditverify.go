@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 
 	"github.com/xemahq/xema/internal/audit"
 	"github.com/xemahq/xema/internal/deploykeys"
+	"github.com/xemahq/xema/internal/masterkey"
 	"github.com/xemahq/xema/internal/timearg"
 )
 
@@ -64,14 +67,8 @@ chain keys: the store and the master key.`,
 				if keys, err = deploykeys.ChainKeys(ctx, st, w); err != nil {
 					return err
 				}
-				// Only keys the master key vouches for verify anything; any other key row is
-				// itself evidence (or a raw key still to adopt) and fails the check.
-				problems, err := deploykeys.Unauthenticated(ctx, st, w)
-				if err != nil {
+				if breaks, err = keyBreaks(ctx, st, w); err != nil {
 					return err
-				}
-				for _, p := range problems {
-					breaks = append(breaks, audit.Break{Problem: p.Why})
 				}
 			}
 			out := cmd.OutOrStdout()
@@ -100,27 +97,12 @@ chain keys: the store and the master key.`,
 					return err
 				}
 				if res.Verified && len(breaks) == 0 {
-					fmt.Fprintf(out, "intact: %d chain(s), %d chained record(s), %d older unchained record(s)", res.Chains, res.Records, res.Legacy)
-					if !res.Pruned.Before.IsZero() {
-						fmt.Fprintf(out, "; pruned before %s (verified from each chain's checkpoint; %d pruned record(s) awaiting deletion)",
-							res.Pruned.Before.UTC().Format(time.RFC3339), res.Pending)
-					}
-					fmt.Fprintln(out)
-					if res.Newest.ID != "" {
-						fmt.Fprintf(out, "newest record vouched for: %s at %s (whoever can write the database can still set the whole log back to an earlier state of itself: compare with your decision log export)\n",
-							res.Newest.ID, res.Newest.Time.UTC().Format(time.RFC3339Nano))
-					}
-					if res.PreRegistry > 0 {
-						fmt.Fprintf(out, "%d chain(s) written before the chain registry: their ends are not authenticated\n", res.PreRegistry)
-					}
+					printIntact(out, res)
 					return nil
 				}
 				breaks = append(breaks, res.Breaks...)
 			}
-			for _, b := range breaks {
-				fmt.Fprintln(out, "BROKEN:", b.Error())
-			}
-			return &exitError{code: 1, err: fmt.Errorf("audit log not intact: first break at %s", breaks[0].Error())}
+			return reportBreaks(out, breaks)
 		},
 	}
 	sf.add(cmd)
@@ -128,4 +110,44 @@ chain keys: the store and the master key.`,
 	cmd.Flags().StringVar(&sinceAt, "since", "", "only report breaks at records from this time on: RFC 3339, or a duration ago such as 24h")
 	cmd.Flags().StringVar(&archive, "archive", "", "verify this archive (written by xema audit prune --archive) instead of the live log")
 	return cmd
+}
+
+// keyBreaks are the stored keys the master key does not vouch for, as breaks: only keys it
+// vouches for verify anything, and any other key row is itself evidence (or a raw key still
+// to adopt), so it fails the check.
+func keyBreaks(ctx context.Context, st deploykeys.Store, w masterkey.Wrapper) ([]audit.Break, error) {
+	problems, err := deploykeys.Unauthenticated(ctx, st, w)
+	if err != nil {
+		return nil, err
+	}
+	var breaks []audit.Break
+	for _, p := range problems {
+		breaks = append(breaks, audit.Break{Problem: p.Why})
+	}
+	return breaks, nil
+}
+
+// printIntact prints the summary of an intact audit log.
+func printIntact(out io.Writer, res audit.VerifyResult) {
+	fmt.Fprintf(out, "intact: %d chain(s), %d chained record(s), %d older unchained record(s)", res.Chains, res.Records, res.Legacy)
+	if !res.Pruned.Before.IsZero() {
+		fmt.Fprintf(out, "; pruned before %s (verified from each chain's checkpoint; %d pruned record(s) awaiting deletion)",
+			res.Pruned.Before.UTC().Format(time.RFC3339), res.Pending)
+	}
+	fmt.Fprintln(out)
+	if res.Newest.ID != "" {
+		fmt.Fprintf(out, "newest record vouched for: %s at %s (whoever can write the database can still set the whole log back to an earlier state of itself: compare with your decision log export)\n",
+			res.Newest.ID, res.Newest.Time.UTC().Format(time.RFC3339Nano))
+	}
+	if res.PreRegistry > 0 {
+		fmt.Fprintf(out, "%d chain(s) written before the chain registry: their ends are not authenticated\n", res.PreRegistry)
+	}
+}
+
+// reportBreaks prints every break (at least one) and returns exit 1 naming the first.
+func reportBreaks(out io.Writer, breaks []audit.Break) error {
+	for _, b := range breaks {
+		fmt.Fprintln(out, "BROKEN:", b.Error())
+	}
+	return &exitError{code: 1, err: fmt.Errorf("audit log not intact: first break at %s", breaks[0].Error())}
 }

@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"os"
 	"strings"
 
 	"github.com/spf13/pflag"
 
 	"github.com/xemahq/xema/internal/notify"
+	"github.com/xemahq/xema/internal/secretbox"
 )
 
 // notifyFlags are who is told of held calls: --approval-webhook (repeatable; in the config
@@ -53,7 +53,7 @@ func (n *notifyFlags) config(publicURL, addr string, tls bool) (notify.Config, e
 		if s, ok := secrets[file]; ok {
 			return s, nil
 		}
-		raw, err := os.ReadFile(file)
+		raw, err := secretbox.ReadPrivate(file) // as private as the master key: it forges events
 		if err != nil {
 			return nil, fmt.Errorf("--approval-webhook-secret-file: %w", err)
 		}

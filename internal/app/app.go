@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -203,6 +204,16 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	// First, before anything is written to the data directory: a start refused for want of
+	// the master key leaves nothing behind.
+	if cfg.MasterKey.DataDir == "" {
+		cfg.MasterKey.DataDir = cfg.DataDir
+	}
+	master, err := openMaster(ctx, cfg.MasterKey, st)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
 	eng, err := policy.New(ctx, policy.Options{ExtraDir: cfg.PolicyDir})
 	if err != nil {
 		st.Close()
@@ -230,13 +241,6 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	a.HTTP = a.Egress.Client(nil)
 	if cfg.WrapTransport != nil {
 		a.HTTP.Transport = cfg.WrapTransport(a.HTTP.Transport)
-	}
-	if cfg.MasterKey.DataDir == "" {
-		cfg.MasterKey.DataDir = cfg.DataDir
-	}
-	master, err := cfg.MasterKey.Open(true)
-	if err != nil {
-		return nil, a.closeWith(err)
 	}
 	keys, err := deploykeys.Load(ctx, st, master)
 	if err != nil {
@@ -345,6 +349,30 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, a.closeWith(err)
 	}
 	return a, nil
+}
+
+// openMaster opens the master key of src. The development default, DATA_DIR/master.key, is
+// generated only for a store holding no wrapped key: against an existing deployment a new key
+// opens none of its keys, and left behind it would pass for the deployment's own at the
+// next start. Then nothing is created and the error names the file and the key wanted.
+func openMaster(ctx context.Context, src masterkey.Source, st store.Store) (masterkey.Wrapper, error) {
+	entries, err := st.ListDeploymentKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("master key: %w", err)
+	}
+	var ids []string
+	for _, e := range entries {
+		if id := masterkey.WrappedKeyID(e.Secret); id != "" && !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	w, err := src.Open(len(ids) == 0)
+	if errors.Is(err, masterkey.ErrNoMasterKey) && len(ids) > 0 && src.Inline == "" && src.File == "" {
+		return nil, fmt.Errorf("%w: %s does not exist, and this store's keys are wrapped by master key %s: a new key would open "+
+			"none of them, so none was created; put that key's file at %s, or give it with --master-key-file, %s or %s",
+			masterkey.ErrNoMasterKey, src.Default(), strings.Join(ids, ", "), src.Default(), masterkey.EnvKeyFile, masterkey.EnvKey)
+	}
+	return w, err
 }
 
 // bindings opens the credential keyring (src, or a key file created under dataDir at first

@@ -4,6 +4,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -121,5 +123,86 @@ func TestBusyConnectionsAreNotEvicted(t *testing.T) {
 	}
 	if err := <-fast; err != nil {
 		t.Fatalf("the newcomer: %v", err)
+	}
+}
+
+// counting is the loopback listener under the limit, counting the connections open at once:
+// accepted and not yet closed (the limit closes its victims through it).
+type counting struct {
+	net.Listener
+	mu         sync.Mutex
+	open, peak int
+}
+
+func (l *counting) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	l.open++
+	l.peak = max(l.peak, l.open)
+	l.mu.Unlock()
+	return &countedConn{Conn: c, l: l}, nil
+}
+
+func (l *counting) now() (open, peak int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.open, l.peak
+}
+
+type countedConn struct {
+	net.Conn
+	l    *counting
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() {
+		c.l.mu.Lock()
+		c.l.open--
+		c.l.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+// TestHoldsAtMostMax: however many clients come, idle or silent, no more than max
+// connections are open at once: each newcomer beyond max is served only after the limit
+// closed another (counted at the listener the limit wraps, when each request is served).
+func TestHoldsAtMostMax(t *testing.T) {
+	const max = 3
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := &counting{Listener: inner}
+	ln := connlimit.New(counted, max)
+	var servedAt []int // the connections open as each request was served
+	var mu sync.Mutex
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		open, _ := counted.now()
+		mu.Lock()
+		servedAt = append(servedAt, open)
+		mu.Unlock()
+		_, _ = io.WriteString(w, "ok")
+	}), ConnState: ln.ConnState, ReadHeaderTimeout: time.Minute, IdleTimeout: time.Hour}
+	go func() { _ = hs.Serve(ln) }()
+	t.Cleanup(func() { _ = hs.Close() })
+	url := "http://" + inner.Addr().String()
+	for i := range 3 * max {
+		if i%3 == 2 { // a client that connects and says nothing
+			s, err := net.Dial("tcp", inner.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
+		}
+		get(t, client(), url) // stays open, idle
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if _, peak := counted.now(); peak > max+1 || slices.Max(servedAt) > max {
+		t.Fatalf("connections open as each request was served: %v (peak accepted %d); want at most %d", servedAt, peak, max)
 	}
 }

@@ -83,14 +83,7 @@ func (k *Keys) wrapInPlace() error {
 
 // readFile reads the keyring file as stored, refusing one readable by group or others.
 func (k *Keys) readFile() ([]byte, error) {
-	fi, err := os.Stat(k.path)
-	if err != nil {
-		return nil, fmt.Errorf("credential keyring: %w", err)
-	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("credential keyring: %w: key file %s has mode %o, want 0600 or stricter", secretbox.ErrBadKey, k.path, fi.Mode().Perm())
-	}
-	b, err := os.ReadFile(k.path)
+	b, err := secretbox.ReadPrivate(k.path)
 	if err != nil {
 		return nil, fmt.Errorf("credential keyring: %w", err)
 	}

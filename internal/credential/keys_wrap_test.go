@@ -79,3 +79,35 @@ func TestKeyFileWrappedByMasterKey(t *testing.T) {
 		t.Fatalf("a wrapped keyring under another master key = %v, want ErrWrongMasterKey", err)
 	}
 }
+
+// TestKeyFileModes: a credential keyring file group or others may read is refused by name,
+// at 0640 and 0604 as at 0644: the data directory's, plain or wrapped, and one named by the
+// operator; 0600 opens.
+func TestKeyFileModes(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		w     masterkey.Wrapper
+		named bool
+	}{{"plain", nil, false}, {"wrapped", masterKey(t), false}, {"named", nil, true}} {
+		dir := t.TempDir()
+		if _, err := credential.OpenKeys(dir, secretbox.Source{}, tc.w); err != nil {
+			t.Fatal(err)
+		}
+		path, src := filepath.Join(dir, credential.KeyFileName), secretbox.Source{}
+		if tc.named {
+			src.File = path
+		}
+		for _, mode := range []os.FileMode{0o640, 0o604, 0o644, 0o600} {
+			if err := os.Chmod(path, mode); err != nil {
+				t.Fatal(err)
+			}
+			_, err := credential.OpenKeys(dir, src, tc.w)
+			switch {
+			case mode == 0o600 && err != nil:
+				t.Errorf("%s at 0600: %v", tc.name, err)
+			case mode != 0o600 && (!errors.Is(err, secretbox.ErrBadKey) || !strings.Contains(err.Error(), path)):
+				t.Errorf("%s at %04o: %v; want refused naming the file", tc.name, mode, err)
+			}
+		}
+	}
+}

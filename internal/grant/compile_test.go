@@ -283,3 +283,51 @@ func TestEffectiveRevoked(t *testing.T) {
 		t.Fatalf("newest = %v, want the revoked g-2", n)
 	}
 }
+
+// TestCompileRevoked: a revoked grant compiles to nothing: its org has no grant entry and
+// nothing granted to it in the index, the grant it changed does not come back, another
+// org's grant of the same biome is untouched, and the revision differs from the unrevoked
+// document's, so a serving bundle is rebuilt.
+func TestCompileRevoked(t *testing.T) {
+	first := demoGrant(t, "g_1", "read-only-assistant", t0, "")
+	changed := demoGrant(t, "g_2", "internal-agent", t0.Add(time.Hour), "")
+	changed.Supersedes = first.ID
+	beta := demoGrant(t, "g_3", "read-only-assistant", t0, "")
+	beta.Org = "beta"
+	type doc struct {
+		Grants    map[string]map[string]map[string]struct{ GrantID string }
+		GrantedTo map[string]map[string]any
+		Revision  string
+	}
+	compile := func(grants ...store.Grant) (d doc, orgs map[string]string) { // orgs: org → grant id, over every ref
+		raw, err := json.Marshal(compileDemo(t, grants...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(raw, &d); err != nil {
+			t.Fatal(err)
+		}
+		orgs = map[string]string{}
+		for _, byBiome := range d.Grants {
+			for org, g := range byBiome["demo"] {
+				orgs[org] = g.GrantID
+			}
+		}
+		return d, orgs
+	}
+	live, orgs := compile(first, changed, beta)
+	if orgs["acme"] != "g_2" || orgs["beta"] != "g_3" {
+		t.Fatalf("before the revoke: %v, want acme's g_2 and beta's g_3", orgs)
+	}
+	changed.RevokedBy, changed.RevokedAt = "user:admin", t0.Add(2*time.Hour)
+	revoked, orgs := compile(first, changed, beta)
+	if len(orgs) != 1 || orgs["beta"] != "g_3" {
+		t.Fatalf("after the revoke: %v, want beta's g_3 only (acme's revoked grant and the one it changed gone)", orgs)
+	}
+	if len(revoked.GrantedTo["acme"]) != 0 || len(revoked.GrantedTo["beta"]) == 0 {
+		t.Fatalf("grantedTo after the revoke: %v, want nothing for acme and beta's refs", revoked.GrantedTo)
+	}
+	if live.Revision == revoked.Revision {
+		t.Fatalf("the revoke left the revision %s unchanged", live.Revision)
+	}
+}

@@ -304,3 +304,57 @@ func TestUnreadableResultIsNotRunAgain(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayIsDecidedAgain: a retry under a key is decided again under the policy serving
+// now. After a re-grant that leaves the subject out, it is the policy's refusal (403, its
+// reason code, its own denied record linked to the first call), never the stored answer, and
+// nothing runs; the key keeps the first answer, so once the subject is granted again the
+// replay is that answer, byte for byte.
+func TestReplayIsDecidedAgain(t *testing.T) {
+	var runs atomic.Int64
+	f := apptest.New(t, apptest.Options{Provider: func(w http.ResponseWriter, _ *http.Request) {
+		runs.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"commentId":"c-redecided"}`))
+	}})
+	keys, ctx := f.App.Idempotency, context.Background()
+	ec := apptest.Exec("agent:support-bot", "project", "")
+	req := gateway.Request{Ref: commentRef, Input: comment}
+	const key = "redecide-key-1"
+	first, err := keys.Invoke(ctx, ec, req, key)
+	if err != nil || first.Status != http.StatusOK || first.Replayed || !bytes.Contains(first.Body, []byte(`"commentId":"c-redecided"`)) {
+		t.Fatalf("first call: %d %s %v", first.Status, first.Body, err)
+	}
+	var firstRec struct{ AuditID string }
+	_ = json.Unmarshal(first.Body, &firstRec)
+
+	f.Regrant(t, map[string]any{commentRef: map[string]any{"subjects": []string{"agent:someone-else"}}})
+	denied, err := keys.Invoke(ctx, ec, req, key)
+	if err != nil || denied.Status != http.StatusForbidden || denied.Replayed || bytes.Contains(denied.Body, []byte("c-redecided")) ||
+		!bytes.Contains(denied.Body, []byte(`"SUBJECT_NOT_COVERED"`)) {
+		t.Fatalf("the replay after the subject's grant was withdrawn: %d replayed=%v %s %v; want 403 SUBJECT_NOT_COVERED without the stored answer",
+			denied.Status, denied.Replayed, denied.Body, err)
+	}
+	linked, err := f.App.Store.ListAudit(ctx, store.AuditQuery{Org: ec.Org, ParentID: firstRec.AuditID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var deniedIDs []string
+	for _, rec := range linked {
+		if rec.Decision == "denied" && rec.SubjectRef == ec.Subject.Ref {
+			deniedIDs = append(deniedIDs, rec.ID)
+		}
+	}
+	var deniedAns struct{ AuditID string }
+	_ = json.Unmarshal(denied.Body, &deniedAns)
+	if len(deniedIDs) != 1 || deniedIDs[0] != deniedAns.AuditID {
+		t.Fatalf("denied records linked to the first call: %v; want the refused replay's own, %s", deniedIDs, deniedAns.AuditID)
+	}
+
+	f.Regrant(t, nil)
+	again, err := keys.Invoke(ctx, ec, req, key)
+	if err != nil || again.Status != first.Status || !again.Replayed || !bytes.Equal(again.Body, first.Body) || runs.Load() != 1 {
+		t.Fatalf("the replay once granted again: %d replayed=%v %s %v (runs %d); want the first answer, byte for byte, nothing run",
+			again.Status, again.Replayed, again.Body, err, runs.Load())
+	}
+}

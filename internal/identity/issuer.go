@@ -19,6 +19,8 @@ import (
 
 	"github.com/MicahParks/jwkset"
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/xemahq/xema/internal/secretbox"
 )
 
 // DevAudience is the audience of development tokens.
@@ -117,16 +119,9 @@ func loadOrCreateKey(path string) (*ecdsa.PrivateKey, error) {
 }
 
 func readKey(path string) (*ecdsa.PrivateKey, error) {
-	fi, err := os.Stat(path)
+	b, err := secretbox.ReadPrivate(path)
 	if err != nil {
-		return nil, err
-	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("signing key %s has mode %o, want 0600", path, fi.Mode().Perm())
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("signing key: %w", err)
 	}
 	block, _ := pem.Decode(b)
 	if block == nil || block.Type != "PRIVATE KEY" {

@@ -128,3 +128,30 @@ func TestSourceOpen(t *testing.T) {
 		t.Fatalf("the flag wins over the environment: %+v", got)
 	}
 }
+
+// TestKeyFileModes: a master key file group or others may read is refused by name, whether
+// named or in the data directory, at 0640 and 0604 as at 0644; 0600 opens.
+func TestKeyFileModes(t *testing.T) {
+	dir := t.TempDir()
+	s := Source{DataDir: dir}
+	if _, err := s.Open(true); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []os.FileMode{0o640, 0o604, 0o644, 0o600} {
+		if err := os.Chmod(s.Default(), mode); err != nil {
+			t.Fatal(err)
+		}
+		for name, src := range map[string]Source{"named": {File: s.Default()}, "in the data directory": s} {
+			_, err := src.Open(false)
+			if mode == 0o600 {
+				if err != nil {
+					t.Errorf("%s at 0600: %v", name, err)
+				}
+				continue
+			}
+			if err == nil || !strings.Contains(err.Error(), s.Default()) || !strings.Contains(err.Error(), "want 0600") {
+				t.Errorf("%s at %04o: %v; want refused naming the file", name, mode, err)
+			}
+		}
+	}
+}

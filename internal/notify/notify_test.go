@@ -3,6 +3,7 @@ package notify_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -43,6 +44,29 @@ func TestSignVerify(t *testing.T) {
 	} {
 		if err := notify.Verify(tc.secret, tc.header, []byte(tc.body), tc.now, 5*time.Minute); err == nil {
 			t.Errorf("%s: verified; want refused", name)
+		}
+	}
+}
+
+// TestSignKnownAnswer: the signature is HMAC-SHA256 keyed by the secret over "<t>.<body>",
+// hex, as a receiver computes it by hand (the values below were computed apart, with
+// Python's hmac): a change of key, message layout or encoding shows here.
+func TestSignKnownAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		secret, body string
+		t            int64
+		want         string
+	}{
+		{string(secret), `{"event":"held"}`, 1_800_000_000,
+			"t=1800000000,v1=8547b0975086ebb986727ac154058ab083c0f10103c868818b260cafc6f20abd"},
+		{"whsec_known_answer_test", `{"approvalId":"apr_1"}`, 1_700_000_000,
+			"t=1700000000,v1=ab83ab381e560817b4b54f530fe716a439e5194da6b76dad6715225da4c81a88"},
+	} {
+		if got := notify.Sign([]byte(tc.secret), tc.t, []byte(tc.body)); got != tc.want {
+			t.Errorf("Sign(%q, %d, %s) = %s, want %s", tc.secret, tc.t, tc.body, got, tc.want)
+		}
+		if err := notify.Verify([]byte(tc.secret), tc.want, []byte(tc.body), time.Unix(tc.t, 0), time.Minute); err != nil {
+			t.Errorf("Verify of the known signature %s: %v", tc.want, err)
 		}
 	}
 }
@@ -265,5 +289,65 @@ func TestMessage(t *testing.T) {
 	p.Event, p.Status, p.DecidedBy = notify.KindDecided, "rejected", "user:ann"
 	if m := notify.Message(p); !strings.Contains(m, "rejected by user:ann") {
 		t.Errorf("decided message %q", m)
+	}
+}
+
+// claims is the real outbox, keeping the events each round claimed.
+type claims struct {
+	store.ApprovalEventStore
+	claimed []store.ApprovalEvent
+}
+
+func (c *claims) ClaimApprovalEvents(ctx context.Context, holder string, now, leaseUntil time.Time, limit int) ([]store.ApprovalEvent, error) {
+	evs, err := c.ApprovalEventStore.ClaimApprovalEvents(ctx, holder, now, leaseUntil, limit)
+	c.claimed = append(c.claimed, evs...)
+	return evs, err
+}
+
+// A webhook answering 4xx (unauthorized, not found, gone) did not take the event: it is not
+// delivered but retried after its backoff, its answer kept as the attempt's error, and
+// delivered once the receiver answers 200.
+func TestDeliverRetriesClientErrors(t *testing.T) {
+	for _, status := range []int{http.StatusUnauthorized, http.StatusNotFound, http.StatusGone} {
+		t.Run(http.StatusText(status), func(t *testing.T) {
+			ctx := context.Background()
+			st, err := engine.Open(ctx, "", t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			rcv := &receiver{statuses: []int{status}}
+			srv := httptest.NewServer(rcv)
+			t.Cleanup(srv.Close)
+			clock := time.Now()
+			outbox := &claims{ApprovalEventStore: st}
+			d := &notify.Deliverer{Config: notify.Config{Webhooks: []notify.Webhook{{URL: srv.URL, Secret: secret}}},
+				Store: outbox, HTTP: egress.New(egress.Loopback()).Client(nil), Replica: "r1", Now: func() time.Time { return clock }}
+			a := held()
+			a.CreatedAt, a.ExpiresAt = clock, clock.Add(time.Hour)
+			if err := st.PutApproval(ctx, a, d.Events(a, notify.KindHeld, clock)...); err != nil {
+				t.Fatal(err)
+			}
+			for i, want := range []int{1, 0} { // answered status; not due again before its backoff
+				if n, err := d.Round(ctx); err != nil || n != want {
+					t.Fatalf("round %d: claimed %d, %v; want %d", i, n, err, want)
+				}
+			}
+			clock = clock.Add(notify.Backoff(1))
+			if n, err := d.Round(ctx); err != nil || n != 1 {
+				t.Fatalf("after the backoff: claimed %d, %v; want the event retried", n, err)
+			}
+			retried := outbox.claimed[len(outbox.claimed)-1]
+			if retried.Attempts != 1 || !strings.Contains(retried.LastError, fmt.Sprintf("answered %d", status)) {
+				t.Fatalf("the retried event: %d attempt(s), last error %q; want 1, naming the answer %d", retried.Attempts, retried.LastError, status)
+			}
+			clock = clock.Add(time.Hour)
+			if n, err := d.Round(ctx); err != nil || n != 0 {
+				t.Fatalf("after its delivery: claimed %d, %v; want none", n, err)
+			}
+			if got, bad := rcv.seen(); got != 2 || bad != 0 {
+				t.Fatalf("receiver saw %d signed attempts (%d badly signed); want 2", got, bad)
+			}
+		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"regexp"
 	"strings"
@@ -136,22 +137,39 @@ func (s Source) Keyring() (*Keyring, error) {
 // FromFile loads a keyring file (same format as Parse, one entry a line). The file must not be
 // readable by group or others.
 func FromFile(path string) (*Keyring, error) {
-	fi, err := os.Stat(path)
+	b, err := ReadPrivate(path)
 	if err != nil {
-		return nil, fmt.Errorf("secretbox key file: %w", err)
-	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("%w: key file %s has mode %o, want 0600 or stricter", ErrBadKey, path, fi.Mode().Perm())
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("secretbox key file: %w", err)
+		return nil, err
 	}
 	kr, err := Parse(string(b))
 	if err != nil {
 		return nil, fmt.Errorf("key file %s: %w", path, err)
 	}
 	return kr, nil
+}
+
+// ReadPrivate reads a file holding a secret (a key, a keyring, a webhook secret), refusing
+// with ErrBadKey one that group or others may read or write: a secret others can read is no
+// secret, and one they can write is not the operator's. The mode checked is that of the
+// file read (its open descriptor's), not of whatever the path names a moment later.
+func ReadPrivate(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("key file: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("key file: %w", err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return nil, fmt.Errorf("%w: key file %s has mode %04o, want 0600 or stricter (chmod 600 %s)", ErrBadKey, path, perm, path)
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return nil, fmt.Errorf("key file %s: %w", path, err)
+	}
+	return b, nil
 }
 
 // KeyID is the id of the key Seal uses.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -179,5 +180,43 @@ func TestSealNeverReusesANonce(t *testing.T) {
 		if got, err := kr.Open(sealed, aad); err != nil || !bytes.Equal(got, pt) {
 			t.Fatalf("Open = %q, %v", got, err)
 		}
+	}
+}
+
+// TestReadPrivate: a secret file any group or other may read or write is refused, naming its
+// mode, whichever bit it is (0640 and 0604 as well as 0644), and is left as it was; 0600 and
+// 0400 are read.
+func TestReadPrivate(t *testing.T) {
+	const content = "k1=c2VjcmV0\n"
+	for _, tc := range []struct {
+		mode os.FileMode
+		ok   bool
+	}{
+		{0o600, true}, {0o400, true},
+		{0o640, false}, {0o604, false}, {0o644, false}, {0o660, false}, {0o606, false}, {0o620, false}, {0o602, false},
+	} {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "key")
+			if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(path, tc.mode); err != nil {
+				t.Fatal(err)
+			}
+			got, err := ReadPrivate(path)
+			switch {
+			case tc.ok && (err != nil || string(got) != content):
+				t.Fatalf("read %q, %v; want the content", got, err)
+			case !tc.ok && (!errors.Is(err, ErrBadKey) || got != nil ||
+				!strings.Contains(err.Error(), "0"+strconv.FormatUint(uint64(tc.mode), 8)) || !strings.Contains(err.Error(), "want 0600")):
+				t.Fatalf("mode %04o: %q, %v; want refused naming the mode", tc.mode, got, err)
+			}
+			if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != tc.mode {
+				t.Fatalf("the file's mode became %v (%v)", fi.Mode(), err)
+			}
+		})
+	}
+	if _, err := ReadPrivate(filepath.Join(t.TempDir(), "missing")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a missing file: %v", err)
 	}
 }

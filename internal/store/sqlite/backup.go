@@ -15,6 +15,10 @@ import (
 // while other connections, a serving gateway's among them, keep writing: VACUUM INTO reads
 // one snapshot of the WAL-mode database in a read transaction of its own connection, which
 // holds no write lock. The copy is written aside and linked into place once whole and synced.
+// It holds all the store holds (held calls' inputs and outputs, idempotency bodies, the audit
+// log, the wrapped keys), so it is the owner's alone (0600) from its first byte: SQLite would
+// create it 0644 less the umask, so an empty file is created 0600 first, which VACUUM INTO
+// fills (it accepts an empty target).
 func Backup(ctx context.Context, path, dest string) error {
 	if err := checkPath(dest); err != nil {
 		return fmt.Errorf("backup: %w", err)
@@ -32,6 +36,9 @@ func Backup(ctx context.Context, path, dest string) error {
 	defer db.Close()
 	tmp := filepath.Join(filepath.Dir(dest), "."+filepath.Base(dest)+".partial")
 	_ = os.Remove(tmp) // a previous backup cut short
+	if err := createPrivate(tmp); err != nil {
+		return fmt.Errorf("backup %s: %w", dest, err)
+	}
 	defer os.Remove(tmp)
 	if _, err := db.ExecContext(ctx, `VACUUM INTO ?`, tmp); err != nil {
 		return fmt.Errorf("backup %s: %w", path, err)
@@ -78,6 +85,16 @@ func Restore(ctx context.Context, from, path string) error {
 	if err := f.Sync(); err != nil {
 		f.Close()
 		return fmt.Errorf("restore: %w", err)
+	}
+	return f.Close()
+}
+
+// createPrivate creates path empty, 0600 whatever the umask, failing if anything is there
+// (O_EXCL: not through a link planted in its place).
+func createPrivate(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
 	}
 	return f.Close()
 }

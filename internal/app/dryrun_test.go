@@ -1,0 +1,73 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xemahq/xema/internal/gateway"
+	"github.com/xemahq/xema/internal/identity"
+)
+
+// TestGrantDryRunReplaysOnlyItsOrg: a grant's dry run replays the calls of the grant's org
+// only. Another org calls more, under subjects of its own, and its grant was revoked, so
+// each of its calls would be a change if replayed: its volume, subjects and audit ids never
+// appear in the impact.
+func TestGrantDryRunReplaysOnlyItsOrg(t *testing.T) {
+	ctx := context.Background()
+	a, err := New(ctx, Config{DataDir: t.TempDir(), BiomesDir: repoBiomes(t), DevGrants: []string{"demo"}, OperatorOrg: identity.DefaultOrg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	mine, err := a.Publisher.Grants(ctx, identity.DefaultOrg, "demo")
+	if err != nil || len(mine) != 1 {
+		t.Fatalf("the demo's dev grant: %v %v", mine, err)
+	}
+	req, _ := json.Marshal(map[string]string{"biomeId": "demo", "version": mine[0].BiomeVersion, "digestHash": mine[0].DigestHash})
+	theirs, err := a.Publisher.Install(ctx, req, "acme", "user:acme-admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(org, subject string) string {
+		t.Helper()
+		ec := identity.ExecContext{Subject: identity.Subject{Kind: "agent", Ref: subject}, Environment: "project", Org: org, Armed: []string{"*"}}
+		res, err := a.Gateway.Invoke(ctx, ec, gateway.Request{Ref: "kb:page.read@1", Input: json.RawMessage(`{"pageId":"welcome"}`)})
+		if err != nil || res.Denial != nil {
+			t.Fatalf("%s's call: %+v %v", subject, res, err)
+		}
+		return res.AuditID
+	}
+	var myCalls, theirCalls []string
+	for range 2 {
+		myCalls = append(myCalls, call(identity.DefaultOrg, "agent:mine"))
+	}
+	for i := range 5 {
+		theirCalls = append(theirCalls, call("acme", fmt.Sprintf("agent:acme-%d", i)))
+	}
+	if _, err := a.Publisher.Revoke(ctx, "acme", theirs.ID, "user:acme-admin"); err != nil {
+		t.Fatal(err)
+	}
+
+	_, imp, err := a.Publisher.RevokeDryRun(ctx, identity.DefaultOrg, mine[0].ID, "user:root", time.Now().Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if imp.Considered != len(myCalls) || imp.AllowToDeny != len(myCalls) || len(imp.Losing) != 1 ||
+		imp.Losing[0].Subject != "agent:mine" || len(imp.Recent) != len(myCalls) {
+		t.Errorf("impact %+v; want this org's %d calls of agent:mine only", imp, len(myCalls))
+	}
+	raw, _ := json.Marshal(imp)
+	var leaked []string
+	for _, s := range append(theirCalls, "agent:acme-") {
+		if strings.Contains(string(raw), s) {
+			leaked = append(leaked, s)
+		}
+	}
+	if len(leaked) > 0 {
+		t.Errorf("the impact shows another org's %v: %s", leaked, raw)
+	}
+}
