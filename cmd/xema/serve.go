@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -381,16 +380,9 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 		return err
 	}
 	a.KeysReady = ids.KeysReady
-	srv := &server.Server{Gateway: a.Gateway, Tools: a.Tools, Idempotency: a.Idempotency, Environments: a.Environments(), Audit: a.Store, Approvals: a.Approvals, OperatorOrg: cfg.OperatorOrg, Auth: ids, Ready: a.Ready,
-		Bundles: a.Policy, Mounts: map[string]http.Handler{}, BundleReaders: bundleReaders, BodyReadTimeout: lim.read - lim.readHeader,
-		CORSOrigins: web.corsOrigins, PublicURL: web.publicURL, ConsoleOIDC: consoleOIDC, MetricsReaders: web.metricsReaders}
-	if idCfg.Issuer != "" {
-		srv.AuthorizationServers = []string{idCfg.Issuer}
-	}
-	for path, h := range ids.Mounts() {
-		srv.Mounts[path] = h
-	}
-	srv.Mounts["/mcp"] = srv.MCPHandler()
+	srv := a.Server(app.Edge{Auth: ids, Mounts: ids.Mounts(), Issuer: idCfg.Issuer, BundleReaders: bundleReaders,
+		MetricsReaders: web.metricsReaders, BodyReadTimeout: lim.read - lim.readHeader, CORSOrigins: web.corsOrigins,
+		PublicURL: web.publicURL, ConsoleOIDC: consoleOIDC})
 	// No ReadTimeout: it would also cut off a handler waiting for a slow provider. The body
 	// read is bounded by server.boundBody instead, the provider's wait by its timeoutMs.
 	return a.Run(ctx, app.Listener{Addr: addr, Handler: tracing.Handler(srv.Handler()), TLS: tlsCfg,
