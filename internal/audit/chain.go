@@ -90,7 +90,35 @@ func StartChain(ctx context.Context, st Registry, key []byte) (*Chain, error) {
 // HeadMAC authenticates a chain's checkpointed head (seq, hash) under the chain's key: a head
 // set back by anyone without the key does not verify.
 func HeadMAC(key []byte, chainID string, seq int64, hash string) string {
-	return keyedMAC(key, "xema-chain-head", chainID, strconv.FormatInt(seq, 10), hash)
+	return headMAC(hmac.New(sha256.New, key), chainID, seq, hash)
+}
+
+// headMAC is HeadMAC with mac, an HMAC-SHA256 under the chain's key, reset first: the writer
+// seals one a batch with the chain's own, allocating nothing but the result.
+func headMAC(mac hash.Hash, chainID string, seq int64, head string) string {
+	bp := linkBufs.Get().(*[]byte)
+	var digits [20]byte
+	n := strconv.AppendInt(digits[:0], seq, 10)
+	b := appendPart((*bp)[:0], "xema-chain-head")
+	b = appendPart(b, chainID)
+	b = strconv.AppendInt(b, int64(len(n)), 10)
+	b = append(append(b, ':'), n...)
+	b = appendPart(b, head)
+	mac.Reset()
+	mac.Write(b)
+	*bp = b
+	linkBufs.Put(bp)
+	var sum [sha256.Size]byte
+	out := make([]byte, 0, len("hmac-sha256:")+2*sha256.Size)
+	out = append(out, "hmac-sha256:"...)
+	return string(hex.AppendEncode(out, mac.Sum(sum[:0])))
+}
+
+// appendPart appends p length-prefixed ("len:p"), as keyedMAC encodes each part.
+func appendPart(b []byte, p string) []byte {
+	b = strconv.AppendInt(b, int64(len(p)), 10)
+	b = append(b, ':')
+	return append(b, p...)
 }
 
 // RegistrationMAC authenticates a chain's registration under the chain's key.
@@ -102,9 +130,11 @@ func RegistrationMAC(key []byte, r store.ChainRegistration) string {
 // keyedMAC is an HMAC-SHA256 under key of parts, each length-prefixed so no two lists encode alike.
 func keyedMAC(key []byte, parts ...string) string {
 	mac := hmac.New(sha256.New, key)
+	var b []byte
 	for _, p := range parts {
-		fmt.Fprintf(mac, "%d:%s", len(p), p)
+		b = appendPart(b, p)
 	}
+	mac.Write(b)
 	return "hmac-sha256:" + hex.EncodeToString(mac.Sum(nil))
 }
 
@@ -125,7 +155,7 @@ func (c *Chain) seal(rs []store.AuditRecord) (undoSeq int64, undoHead string) {
 		c.head = rs[i].Chain.Hash
 	}
 	if len(rs) > 0 {
-		rs[len(rs)-1].Chain.HeadMAC = HeadMAC(c.key, c.id, c.seq, c.head)
+		rs[len(rs)-1].Chain.HeadMAC = headMAC(c.mac, c.id, c.seq, c.head)
 	}
 	return undoSeq, undoHead
 }
