@@ -105,6 +105,9 @@ const (
 	CodeInternal = "INTERNAL"
 	// CodeStoreUnavailable answers a call the store could not serve (fail closed).
 	CodeStoreUnavailable = "STORE_UNAVAILABLE"
+	// CodeInvalidArgument answers an argument of an operation (not a capability's input) that
+	// is malformed or out of range: a meta-tool's, an admin operation's, an insight window.
+	CodeInvalidArgument = "INVALID_ARGUMENT"
 )
 
 // Of is err as the domain's error; anything else is the opaque internal error, whose text is
