@@ -3,7 +3,8 @@
 // between the edges (HTTP, MCP) and the funnel: it calls the funnel (Invoke, Replay), keeps
 // what the funnel returned (a result, in the domain's terms), and answers a replay with the
 // answer made of it by answer.Of, byte for byte the first call's; the funnel knows nothing
-// of it.
+// of it. A key is released rather than kept only when the funnel says the call did not run
+// (fault.Error.NotRun) and a retry may get past its refusal: no list of codes decides it.
 package idempotency
 
 import (
