@@ -66,8 +66,9 @@ func (g *Gateway) invoke(ctx context.Context, c *call) (*Result, error) {
 }
 
 // settle marks an error answered before the call was dispatched as not run. It is the one
-// place that decides it, from where the call got to, so no refusal before the runner (however
-// new its code) passes for a call that may have run, and none after it for one that did not.
+// place that decides it for the funnel, from where the call got to, so a refusal before the
+// runner passes for one that did not run however new its code; after it, only the runner's
+// own mark says so.
 func (c *call) settle(res *Result, err error) (*Result, error) {
 	var fe *fault.Error
 	if !c.dispatched && errors.As(err, &fe) {
