@@ -287,7 +287,9 @@ func policyOf(current string, spans []store.RevisionSpan) Policy {
 }
 
 func unavailable(what string, err error) error {
-	return fault.Wrap(err, fault.Unavailable, fault.CodeStoreUnavailable, "%s unavailable; nothing was counted", what)
+	e := fault.Wrap(err, fault.Unavailable, fault.CodeStoreUnavailable, "%s unavailable; nothing was counted", what)
+	e.NotRun = true // a read that failed did nothing: a retry under its key may read
+	return e
 }
 
 // CapabilityView is the answer of catalog:capability.get@1.
