@@ -146,14 +146,14 @@ func splitDryRun(input json.RawMessage) (req json.RawMessage, window *time.Durat
 	}
 	if !dry {
 		if since != "" {
-			return nil, nil, fault.New(fault.Invalid, "INVALID_ARGUMENT", "/since: only with dryRun")
+			return nil, nil, fault.New(fault.Invalid, fault.CodeInvalidArgument, "/since: only with dryRun")
 		}
 		return req, nil, nil
 	}
 	w := DefaultDryRunWindow
 	if since != "" {
 		if w, err = time.ParseDuration(since); err != nil || w <= 0 || w > MaxDryRunWindow {
-			return nil, nil, fault.New(fault.Invalid, "INVALID_ARGUMENT", "/since: %q is not a positive duration up to %v, such as 168h", since, MaxDryRunWindow)
+			return nil, nil, fault.New(fault.Invalid, fault.CodeInvalidArgument, "/since: %q is not a positive duration up to %v, such as 168h", since, MaxDryRunWindow)
 		}
 	}
 	return req, &w, nil

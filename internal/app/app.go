@@ -578,7 +578,9 @@ func (a *App) grantImpact(ctx context.Context, candidate store.Grant, since time
 	case a.dryRuns <- struct{}{}:
 		defer func() { <-a.dryRuns }()
 	default:
-		return catalog.Impact{}, fault.New(fault.Unavailable, catalog.CodeDryRunBusy, "another grant dry run is running; retry shortly")
+		e := fault.New(fault.Unavailable, catalog.CodeDryRunBusy, "another grant dry run is running; retry shortly")
+		e.NotRun = true // nothing was replayed
+		return catalog.Impact{}, e
 	}
 	data, rev, err := a.compile(ctx, a.Catalog.Snapshot(), candidate)
 	if err != nil {

@@ -159,7 +159,9 @@ func (s *Service) Invocation(ctx context.Context, ec identity.ExecContext, id st
 		return View{}, notFound
 	}
 	if err != nil {
-		return View{}, fault.New(fault.Unavailable, fault.CodeStoreUnavailable, "store unavailable; nothing was read (fail closed)")
+		e := fault.New(fault.Unavailable, fault.CodeStoreUnavailable, "store unavailable; nothing was read (fail closed)")
+		e.NotRun = true // a read that failed did nothing: a retry under its key may read
+		return View{}, e
 	}
 	requester := a.RequesterRef == ec.Subject.Ref
 	if !requester || !heldIn(a, ec) {

@@ -124,6 +124,9 @@ func (r *Runner) Run(ctx context.Context, call kernel.Call) (json.RawMessage, er
 		if errors.As(err, &re) && re.Code == credential.CodeNotFound {
 			return nil, fault.New(fault.Provider, credential.CodeMissingCredential, "binding %s names credential %s, which does not exist", b.ID, b.CredentialID)
 		}
+		if re != nil {
+			re.NotRun = true // the provider was never called
+		}
 		return nil, err
 	}
 	out, err := runner.Kernel{Handler: func(ctx context.Context, call kernel.Call) (any, error) {

@@ -83,7 +83,12 @@ type Error struct {
 	// Outcome is how a runner ended, told when the call ran but its ending is not the answer
 	// (the outcome record failed, a shutdown cut it off).
 	Outcome string `json:"outcome,omitempty"`
-	Err     error  `json:"-"`
+	// NotRun says nothing was done: the funnel sets it on every error it answers before it
+	// dispatches the call to its runner, and a runner or handler on a refusal of its own before
+	// it reaches its provider or changes anything. Its zero value, "it may have run", is the
+	// safe one: an idempotency key is released for a retry only when NotRun says so.
+	NotRun bool  `json:"-"`
+	Err    error `json:"-"`
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
@@ -100,6 +105,9 @@ const (
 	CodeInternal = "INTERNAL"
 	// CodeStoreUnavailable answers a call the store could not serve (fail closed).
 	CodeStoreUnavailable = "STORE_UNAVAILABLE"
+	// CodeInvalidArgument answers an argument of an operation (not a capability's input) that
+	// is malformed or out of range: a meta-tool's, an admin operation's, an insight window.
+	CodeInvalidArgument = "INVALID_ARGUMENT"
 )
 
 // Of is err as the domain's error; anything else is the opaque internal error, whose text is

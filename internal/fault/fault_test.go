@@ -71,3 +71,17 @@ func TestWrapKeepsTheCauseForTheLogOnly(t *testing.T) {
 		t.Fatalf("body %s", body)
 	}
 }
+
+// TestNotRunIsNeverAnswered: whether a call ran is the gateway's to act on (an idempotency
+// key's release), not part of the answer; and an error that never said so may have run.
+func TestNotRunIsNeverAnswered(t *testing.T) {
+	e := New(Unavailable, CodeStoreUnavailable, "the store is unavailable")
+	if e.NotRun {
+		t.Fatal("a new error says it did not run: only the funnel or a runner may say so")
+	}
+	e.NotRun = true
+	body, _ := json.Marshal(e)
+	if string(body) != `{"code":"STORE_UNAVAILABLE","message":"the store is unavailable"}` {
+		t.Fatalf("body %s", body)
+	}
+}

@@ -41,14 +41,21 @@ type call struct {
 	dispatching func(ctx context.Context) error
 	// reason is the first reason code of a denying decision (the metrics' reason label).
 	reason string
+	// dispatched is set as the call is handed to its runner: from then on it may have run.
+	dispatched bool
 }
 
 // Invoke runs req for the caller ec through the whole funnel. Every outcome, allowed or not,
 // is audited before Invoke returns. A call that ran, was refused or is held is a Result; an
 // error is always a *fault.Error. One exception, as io.Reader's: a call that ran but whose
 // outcome could not be recorded answers both its Result and the OUTCOME_NOT_RECORDED error.
+// An error answered before the call was dispatched says so (fault.Error.NotRun).
 func (g *Gateway) Invoke(ctx context.Context, ec identity.ExecContext, req Request) (*Result, error) {
 	c := g.begin(ec, req)
+	return c.settle(g.invoke(ctx, c))
+}
+
+func (g *Gateway) invoke(ctx context.Context, c *call) (*Result, error) {
 	if res, err := g.admit(ctx, c); res != nil || err != nil {
 		return res, err
 	}
@@ -56,6 +63,18 @@ func (g *Gateway) Invoke(ctx context.Context, ec identity.ExecContext, req Reque
 		return res, err
 	}
 	return g.dispatch(ctx, c)
+}
+
+// settle marks an error answered before the call was dispatched as not run. It is the one
+// place that decides it for the funnel, from where the call got to, so a refusal before the
+// runner passes for one that did not run however new its code; after it, only the runner's
+// own mark says so.
+func (c *call) settle(res *Result, err error) (*Result, error) {
+	var fe *fault.Error
+	if !c.dispatched && errors.As(err, &fe) {
+		fe.NotRun = true
+	}
+	return res, err
 }
 
 // codeOf is the typed code of a funnel error ("" for nil), for span status and metrics.
@@ -84,13 +103,17 @@ func (g *Gateway) RunApproved(ctx context.Context, ec identity.ExecContext, req 
 	c := g.begin(ec, req)
 	c.rec.ParentID = parentAuditID
 	c.dispatching = dispatching
+	return c.settle(g.runApproved(ctx, c, heldVersion))
+}
+
+func (g *Gateway) runApproved(ctx context.Context, c *call, heldVersion string) (*Result, error) {
 	if res, err := g.admit(ctx, c); res != nil || err != nil {
 		return res, err
 	}
 	if now := c.entry.Capability.BiomeVersion; now != heldVersion {
 		return nil, g.fail(ctx, c, audit.DecisionError, fault.New(fault.Conflict, CodeVersionChanged,
 			"%s was held under %s %s and the org's grant now routes it to %s; the approved call did not run (call it again to have it held under %s)",
-			req.Ref, c.entry.Capability.BiomeID, cmp.Or(heldVersion, "a version not recorded"), now, now))
+			c.req.Ref, c.entry.Capability.BiomeID, cmp.Or(heldVersion, "a version not recorded"), now, now))
 	}
 	return g.dispatch(ctx, c)
 }
@@ -385,6 +408,7 @@ func (g *Gateway) run(ctx context.Context, c *call, entry *catalog.Entry, r runn
 	rctx, step := telemetry.Start(runCtx, telemetry.StepRun, telemetry.AttrRef.String(entry.Ref()),
 		telemetry.AttrRunner.String(r.Kind()), telemetry.AttrAuditID.String(c.rec.ID))
 	began := time.Now()
+	c.dispatched = true
 	out, runErr := r.Run(rctx, kernel.Call{Ref: c.req.Ref, Input: c.req.Input, Exec: c.exec, AuditID: c.rec.ID})
 	if runErr == nil {
 		if v := checkOutput(entry, r.Kind(), out); len(v) > 0 {
@@ -459,7 +483,8 @@ func providerError(err error) *fault.Error {
 	}
 	v, total := capViolations(re.Violations)
 	return &fault.Error{Kind: kind, Code: re.Code, Message: re.Message, ProviderStatus: re.ProviderStatus, Violations: v,
-		ViolationCount: max(total, re.ViolationCount), ProviderBody: re.ProviderBody, ProviderBodyTruncated: re.ProviderBodyTruncated}
+		ViolationCount: max(total, re.ViolationCount), ProviderBody: re.ProviderBody, ProviderBodyTruncated: re.ProviderBodyTruncated,
+		NotRun: re.NotRun}
 }
 
 // fail audits a call that ends before running and returns the answer for the caller.

@@ -3,7 +3,8 @@
 // between the edges (HTTP, MCP) and the funnel: it calls the funnel (Invoke, Replay), keeps
 // what the funnel returned (a result, in the domain's terms), and answers a replay with the
 // answer made of it by answer.Of, byte for byte the first call's; the funnel knows nothing
-// of it.
+// of it. A key is released rather than kept only when the funnel says the call did not run
+// (fault.Error.NotRun) and a retry may get past its refusal: no list of codes decides it.
 package idempotency
 
 import (
@@ -18,15 +19,10 @@ import (
 	"time"
 
 	"github.com/xemahq/xema/internal/answer"
-	"github.com/xemahq/xema/internal/capacity"
-	"github.com/xemahq/xema/internal/catalog"
-	"github.com/xemahq/xema/internal/credential"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/outage"
-	"github.com/xemahq/xema/internal/ratelimit"
-	"github.com/xemahq/xema/internal/runner"
 	"github.com/xemahq/xema/internal/spool"
 	"github.com/xemahq/xema/internal/store"
 )
@@ -51,13 +47,6 @@ const (
 	// and nothing is made up in its place.
 	CodeResultUnreadable = "IDEMPOTENCY_RESULT_UNREADABLE"
 )
-
-// notRun are the codes of answers given before anything ran: a retry under the same key
-// must run the call, so their key is released rather than stored.
-var notRun = map[string]bool{gateway.CodeAuditUnavailable: true, fault.CodeStoreUnavailable: true,
-	gateway.CodePolicyUnavailable: true, capacity.CodeExceeded: true, capacity.CodeProviderBusy: true, ratelimit.CodeRateLimited: true,
-	ratelimit.CodeQuotaExceeded: true, gateway.CodeApprovalUnavailable: true, catalog.CodeDryRunBusy: true,
-	runner.CodeNoToken: true, credential.CodeUnavailable: true} // the provider was never called
 
 // Funnel is what the layer calls (gateway.Gateway).
 type Funnel interface {
@@ -123,9 +112,9 @@ func (k *Keys) Invoke(ctx context.Context, ec identity.ExecContext, req gateway.
 		return first, nil
 	}
 	res, err := k.Funnel.Invoke(ctx, ec, req)
-	ans, code := answer.Of(res, err)
+	ans, _ := answer.Of(res, err)
 	done := context.WithoutCancel(ctx)
-	if notRun[code] {
+	if released(res, err) {
 		_ = k.Store.ReleaseIdempotency(done, ec.Org, ec.Subject.Ref, key) // a failed release leaves the key in use: safe
 		return ans, nil
 	}
@@ -139,6 +128,19 @@ func (k *Keys) Invoke(ctx context.Context, ec identity.ExecContext, req gateway.
 		k.Spool.Add(spool.Entry{Idempotency: &c})
 	}
 	return ans, nil
+}
+
+// released says the key of a call is given back rather than its outcome kept: the call did
+// not run, as the funnel says (a limit's denial, or an error it marked NotRun), and its
+// refusal is one a retry may get past (a dependency unavailable, a limit). Anything else
+// is kept, and an error not marked is taken to have run: a retry must never run a call twice.
+// A policy's denial and a held call did not run either, but they are the call's answer.
+func released(res *gateway.Result, err error) bool {
+	if err != nil {
+		var fe *fault.Error
+		return errors.As(err, &fe) && fe.NotRun && (fe.Kind == fault.Unavailable || fe.Kind == fault.RateLimited)
+	}
+	return res.Denial != nil && res.Denial.Limited
 }
 
 // storedAnswer is the answer of a done key, made of its stored result by answer.Of as the

@@ -11,12 +11,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xemahq/xema/internal/admin"
 	"github.com/xemahq/xema/internal/apptest"
 	"github.com/xemahq/xema/internal/capacity"
+	"github.com/xemahq/xema/internal/catalog"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/idempotency"
 	"github.com/xemahq/xema/internal/identity"
+	"github.com/xemahq/xema/internal/kernel"
 	"github.com/xemahq/xema/internal/runner"
 	"github.com/xemahq/xema/internal/store"
 )
@@ -356,5 +359,92 @@ func TestReplayIsDecidedAgain(t *testing.T) {
 	if err != nil || again.Status != first.Status || !again.Replayed || !bytes.Equal(again.Body, first.Body) || runs.Load() != 1 {
 		t.Fatalf("the replay once granted again: %d replayed=%v %s %v (runs %d); want the first answer, byte for byte, nothing run",
 			again.Status, again.Replayed, again.Body, err, runs.Load())
+	}
+}
+
+// kernelWith is the funnel's kernel with ref served by h instead; a nil h serves ref by no
+// handler, so the funnel's resolvers are asked for it.
+type kernelWith struct {
+	gateway.Handlers
+	ref string
+	h   kernel.Handler
+}
+
+func (k kernelWith) Handler(ref string) (kernel.Handler, bool) {
+	if ref == k.ref {
+		return k.h, k.h != nil
+	}
+	return k.Handlers.Handler(ref)
+}
+
+// warmingUp resolves ref to run, refusing the first call with a code no package declares:
+// a dependency of a resolver that is not up yet (a fault injected before dispatch).
+type warmingUp struct {
+	ref     string
+	run     kernel.Handler
+	refused atomic.Bool
+}
+
+func (w *warmingUp) Resolve(_ context.Context, _ identity.ExecContext, e *catalog.Entry) (runner.Runner, bool, error) {
+	if e.Ref() != w.ref {
+		return nil, false, nil
+	}
+	if !w.refused.Swap(true) {
+		return nil, false, fault.New(fault.Unavailable, "RESOLVER_WARMING_UP", "the resolver is not ready; retry shortly")
+	}
+	return runner.Kernel{Handler: w.run}, true, nil
+}
+
+// TestReleaseFollowsDispatch: whether a key is released is where the call got to, not its
+// code. A refusal before the call is dispatched releases the key though its code is new to
+// every list, so the retry runs; a failure after it keeps the key though its code is one a
+// refusal before dispatch also answers (STORE_UNAVAILABLE), so the retry replays and the
+// call, which may have done its work, never runs twice.
+func TestReleaseFollowsDispatch(t *testing.T) {
+	const ref = admin.RefBiomeList
+	for _, tc := range []struct {
+		name     string
+		deps     func(d *gateway.Deps, run kernel.Handler)
+		fails    error // the handler's answer, once it has done its work
+		code     string
+		runs     int32 // how many times the handler ran, after the retry
+		replayed bool
+	}{
+		{name: "a new refusal before dispatch", code: "RESOLVER_WARMING_UP", runs: 1,
+			deps: func(d *gateway.Deps, run kernel.Handler) {
+				d.Kernel = kernelWith{Handlers: d.Kernel, ref: ref}
+				d.Resolvers = append(d.Resolvers, &warmingUp{ref: ref, run: run})
+			}},
+		{name: "a failure after dispatch", code: fault.CodeStoreUnavailable, runs: 1, replayed: true,
+			deps:  func(d *gateway.Deps, run kernel.Handler) { d.Kernel = kernelWith{Handlers: d.Kernel, ref: ref, h: run} },
+			fails: fault.New(fault.Unavailable, fault.CodeStoreUnavailable, "the store failed after the work was done")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := apptest.New(t, apptest.Options{})
+			var runs atomic.Int32
+			run := func(context.Context, kernel.Call) (any, error) {
+				if runs.Add(1); tc.fails != nil {
+					return nil, tc.fails
+				}
+				return map[string]any{"biomes": []any{}}, nil
+			}
+			keys := keysOver(t, f, func(d *gateway.Deps) { tc.deps(d, run) })
+			ctx, alice := context.Background(), apptest.Exec("user:alice", "org", "org_admin")
+			req := gateway.Request{Ref: ref, Input: json.RawMessage(`{}`)}
+			first, err := keys.Invoke(ctx, alice, req, "dispatch-key")
+			var body struct{ Code string }
+			_ = json.Unmarshal(first.Body, &body)
+			if err != nil || first.Status != http.StatusServiceUnavailable || body.Code != tc.code {
+				t.Fatalf("first call: %d %s %v; want 503 %s", first.Status, first.Body, err, tc.code)
+			}
+			retry, err := keys.Invoke(ctx, alice, req, "dispatch-key")
+			if err != nil || retry.Replayed != tc.replayed || runs.Load() != tc.runs {
+				t.Fatalf("retry under the key: %d %s replayed=%v %v (runs %d); want replayed=%v, runs %d", retry.Status, retry.Body,
+					retry.Replayed, err, runs.Load(), tc.replayed, tc.runs)
+			}
+			if !tc.replayed && !retry.Ran() {
+				t.Fatalf("the retry of a released key did not run: %d %s", retry.Status, retry.Body)
+			}
+		})
 	}
 }

@@ -199,7 +199,7 @@ func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 func (s *Service) Overview(ctx context.Context, org, name string) (Overview, error) {
 	w, ok := Windows[name]
 	if !ok {
-		return Overview{}, fault.New(fault.Invalid, "INVALID_ARGUMENT", "/window: %q is not one of 1h, 24h, 7d", name)
+		return Overview{}, fault.New(fault.Invalid, fault.CodeInvalidArgument, "/window: %q is not one of 1h, 24h, 7d", name)
 	}
 	// The window ends with the bucket in progress: whole buckets are what the rollups hold.
 	until := s.Now().UTC().Truncate(w.bucket).Add(w.bucket)
@@ -287,7 +287,9 @@ func policyOf(current string, spans []store.RevisionSpan) Policy {
 }
 
 func unavailable(what string, err error) error {
-	return fault.Wrap(err, fault.Unavailable, fault.CodeStoreUnavailable, "%s unavailable; nothing was counted", what)
+	e := fault.Wrap(err, fault.Unavailable, fault.CodeStoreUnavailable, "%s unavailable; nothing was counted", what)
+	e.NotRun = true // a read that failed did nothing: a retry under its key may read
+	return e
 }
 
 // CapabilityView is the answer of catalog:capability.get@1.

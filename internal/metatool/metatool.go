@@ -107,7 +107,7 @@ func domainOf(ref string) string {
 
 // Answer codes of the meta-tools' arguments (400).
 const (
-	CodeInvalidArgument = "INVALID_ARGUMENT"
+	CodeInvalidArgument = fault.CodeInvalidArgument
 	CodeInvalidCursor   = "INVALID_CURSOR"
 )
 

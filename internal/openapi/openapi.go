@@ -549,6 +549,10 @@ func typeSchemas() (map[string]any, error) {
 			p["description"] = desc
 		}
 	}
+	if p, ok := props["code"].(map[string]any); ok {
+		p["description"] = "a stable code; x-codes lists every code the gateway declares"
+		p["x-codes"] = Codes
+	}
 	out["Error"] = errAny
 	held, err := jsonschema.For[gateway.Held](opts)
 	if err != nil {

@@ -80,7 +80,9 @@ func (h HTTP) Run(ctx context.Context, call kernel.Call) (json.RawMessage, error
 
 	token, err := h.Tokens.Token(ctx, Audience(h.URL))
 	if err != nil {
-		return nil, fault.Wrap(err, fault.Internal, CodeNoToken, "the gateway could not obtain its service token")
+		e := fault.Wrap(err, fault.Internal, CodeNoToken, "the gateway could not obtain its service token")
+		e.NotRun = true // nothing was sent
+		return nil, e
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.URL, bytes.NewReader(call.Input))
 	if err != nil {
