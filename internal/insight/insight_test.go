@@ -117,7 +117,7 @@ var cases = []struct {
 			}
 		},
 		foreign: func(t *testing.T, _ world, res *gateway.Result, err error) {
-			apptest.Fault(t, res, err, fault.NotFound, gateway.CodeUnknownCapability)
+			_ = apptest.Fault(t, res, err, fault.NotFound, gateway.CodeUnknownCapability)
 		},
 	},
 	{
@@ -216,7 +216,7 @@ func TestInsightBadInput(t *testing.T) {
 func TestOverviewNamesTheWindow(t *testing.T) {
 	svc := &insight.Service{Now: time.Now}
 	_, err := svc.Overview(context.Background(), orgA, "2h")
-	if e := apptest.Fault(t, nil, err, fault.Invalid, "INVALID_ARGUMENT"); !apptest.Names(e, "/window") {
+	if e := apptest.Fault(t, nil, err, fault.Invalid, fault.CodeInvalidArgument); !apptest.Names(e, "/window") {
 		t.Fatalf("%q names no /window", e.Message)
 	}
 }
