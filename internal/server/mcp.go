@@ -36,7 +36,7 @@ func (s *Server) MCPHandler() http.Handler {
 		Capabilities: &mcp.ServerCapabilities{Logging: &mcp.LoggingCapabilities{}, //nolint:staticcheck // deprecated in 2026-07-28, still in the protocol versions clients speak
 			Extensions: map[string]any{TasksExtension: map[string]any{}}}})
 	s.addTasks(srv)
-	gw, tools := s.Gateway, s.Tools
+	tools := s.Tools
 	addTool(srv, "xema_capabilities_search", "Find the capabilities you are armed and authorized to invoke. All arguments are optional; anchor with resourceType (or a resource noun in query); page with cursor from nextCursor.", searchSchema, tools.Search)
 	addTool(srv, "xema_capabilities_describe", "Full input/output schemas, examples and side effects of up to 50 refs.", describeSchema,
 		func(ctx context.Context, ec identity.ExecContext, req metatool.DescribeRequest) (describeResult, error) {
@@ -51,14 +51,9 @@ func (s *Server) MCPHandler() http.Handler {
 			if len(req.Input) == 0 {
 				return nil, invalidRequest("missing required field /input")
 			}
-			call := gateway.Request{Ref: req.Ref, Input: req.Input}
-			var ans answer.Answer
-			if req.IdempotencyKey == nil {
-				ans, _ = answerOf(gw.Invoke(ctx, ec, call))
-			} else if ans, err = s.Idempotency.Invoke(ctx, ec, call, *req.IdempotencyKey); err != nil {
+			ans, err := s.call(ctx, ec, gateway.Request{Ref: req.Ref, Input: req.Input}, req.IdempotencyKey)
+			if err != nil {
 				return nil, err
-			} else {
-				ans = s.replayNow(ctx, ec, ans)
 			}
 			if ans.Held() {
 				s.offerTask(ctx, ec, ans)

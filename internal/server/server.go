@@ -20,6 +20,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/xemahq/xema/internal/answer"
 	"github.com/xemahq/xema/internal/approval"
 	"github.com/xemahq/xema/internal/console"
 	"github.com/xemahq/xema/internal/fault"
@@ -342,15 +343,30 @@ func (s *Server) invoke(c echo.Context) error {
 	if len(req.Input) == 0 {
 		return invalidRequest("missing required field /input")
 	}
-	if key := c.Request().Header.Get(IdempotencyHeader); key != "" {
-		ans, err := s.Idempotency.Invoke(c.Request().Context(), execOf(c), req, key)
-		if err != nil {
-			return err
-		}
-		return writeAnswer(c, s.replayNow(c.Request().Context(), execOf(c), ans))
+	var key *string
+	if k := c.Request().Header.Get(IdempotencyHeader); k != "" {
+		key = &k
 	}
-	ans, _ := answerOf(s.Gateway.Invoke(c.Request().Context(), execOf(c), req))
+	ans, err := s.call(c.Request().Context(), execOf(c), req, key)
+	if err != nil {
+		return err
+	}
 	return writeAnswer(c, ans)
+}
+
+// call is the one invoke both edges make: through the idempotency layer when a key is
+// given (a replayed hold answered where the held call now stands), else straight through
+// the funnel. The error is the idempotency layer's refusal of the key itself.
+func (s *Server) call(ctx context.Context, ec identity.ExecContext, req gateway.Request, key *string) (answer.Answer, error) {
+	if key == nil {
+		ans, _ := answerOf(s.Gateway.Invoke(ctx, ec, req))
+		return ans, nil
+	}
+	ans, err := s.Idempotency.Invoke(ctx, ec, req, *key)
+	if err != nil {
+		return answer.Answer{}, err
+	}
+	return s.replayNow(ctx, ec, ans), nil
 }
 
 // IdempotencyHeader carries a client's idempotency key on POST /v1/capabilities/invoke;
