@@ -2,6 +2,8 @@
 // of a call. It also runs the development issuer used when no external issuer is configured.
 package identity
 
+import "context"
+
 // Subject is who calls: kind is one of user, agent, workflow, service; Ref is "kind:name".
 type Subject struct {
 	Kind string `json:"kind"`
@@ -32,4 +34,19 @@ type ExecContext struct {
 // whole audit log and approval queue, not only their own share of it.
 func (ec ExecContext) OrgAdmin() bool {
 	return ec.OrgRole == "org_owner" || ec.OrgRole == "org_admin"
+}
+
+// callerKey is the context key of the verified caller: the one carrier every surface (HTTP,
+// MCP tools, MCP tasks) reads it from.
+type callerKey struct{}
+
+// WithCaller is ctx carrying ec, the caller the edge verified.
+func WithCaller(ctx context.Context, ec ExecContext) context.Context {
+	return context.WithValue(ctx, callerKey{}, ec)
+}
+
+// CallerOf is the verified caller ctx carries; false when no edge verified one.
+func CallerOf(ctx context.Context) (ExecContext, bool) {
+	ec, ok := ctx.Value(callerKey{}).(ExecContext)
+	return ec, ok
 }

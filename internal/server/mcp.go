@@ -25,8 +25,6 @@ import (
 // of the binary (buildinfo.Info.Short), the same `xema version` prints.
 var Version = buildinfo.Read().Short()
 
-const execKey = "xema.exec"
-
 // MCPHandler serves the six meta-tools over MCP (streamable HTTP). Every request carries the
 // same bearer token as the HTTP API and every tool call runs the same gateway code.
 func (s *Server) MCPHandler() http.Handler {
@@ -71,9 +69,6 @@ func (s *Server) MCPHandler() http.Handler {
 	return s.authenticateMCP(auth.RequireBearerToken(s.verifyMCP, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h))
 }
 
-// mcpCaller is the request-context key of the caller authenticateMCP verified.
-type mcpCaller struct{}
-
 // authenticateMCP verifies the bearer token before the SDK sees the request, so every refused
 // attempt is audited (the SDK's middleware refuses a missing header without asking the
 // verifier) and answered with the HTTP API's typed 401 body and its audit id.
@@ -101,7 +96,7 @@ func (s *Server) authenticateMCP(next http.Handler) http.Handler {
 			}
 			r.Body = io.NopCloser(bytes.NewReader(body))
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), mcpCaller{}, ec)))
+		next.ServeHTTP(w, r.WithContext(identity.WithCaller(r.Context(), ec)))
 	})
 }
 
@@ -125,11 +120,11 @@ type describeResult struct {
 
 // verifyMCP hands the SDK's bearer middleware the caller authenticateMCP verified.
 func (s *Server) verifyMCP(_ context.Context, _ string, r *http.Request) (*auth.TokenInfo, error) {
-	ec, ok := r.Context().Value(mcpCaller{}).(identity.ExecContext)
+	ec, ok := identity.CallerOf(r.Context())
 	if !ok {
 		return nil, fmt.Errorf("%w: no verified caller", auth.ErrInvalidToken)
 	}
-	return &auth.TokenInfo{UserID: ec.Subject.Ref, Extra: map[string]any{execKey: ec}}, nil
+	return &auth.TokenInfo{UserID: ec.Subject.Ref}, nil
 }
 
 // addTool registers one meta-tool: arguments decoded strictly, the caller taken from the
@@ -138,7 +133,7 @@ func addTool[Req, Res any](srv *mcp.Server, name, description string, schema jso
 	tool func(context.Context, identity.ExecContext, Req) (Res, error)) {
 	srv.AddTool(&mcp.Tool{Name: name, Description: description, InputSchema: schema},
 		func(ctx context.Context, call *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			ec, ok := execOfExtra(call.Extra)
+			ec, ok := identity.CallerOf(ctx)
 			if !ok {
 				return toolError(fault.New(fault.Unauthenticated, unauth.CodeUnauthenticated, "no verified caller")), nil
 			}
@@ -162,15 +157,6 @@ func addTool[Req, Res any](srv *mcp.Server, name, description string, schema jso
 			}
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(raw)}}, StructuredContent: json.RawMessage(raw)}, nil
 		})
-}
-
-// execOfExtra is the caller verifyMCP handed the SDK with the request.
-func execOfExtra(extra *mcp.RequestExtra) (identity.ExecContext, bool) {
-	if extra == nil || extra.TokenInfo == nil {
-		return identity.ExecContext{}, false
-	}
-	ec, ok := extra.TokenInfo.Extra[execKey].(identity.ExecContext)
-	return ec, ok
 }
 
 // toolError is a tool-level error: the same typed body the HTTP API answers.

@@ -217,8 +217,6 @@ func (s *Server) readyz(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
 }
 
-const ctxKey = "xema.exec"
-
 // authenticate verifies the bearer token; nothing behind it runs without a verified caller.
 func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
@@ -230,7 +228,7 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 			}
 			return answer
 		}
-		c.Set(ctxKey, ec)
+		c.SetRequest(c.Request().WithContext(identity.WithCaller(c.Request().Context(), ec)))
 		return next(c)
 	}
 }
@@ -266,7 +264,7 @@ func (s *Server) unauthenticated(r *http.Request, route string, err error) *faul
 }
 
 func execOf(c echo.Context) identity.ExecContext {
-	ec, _ := c.Get(ctxKey).(identity.ExecContext)
+	ec, _ := identity.CallerOf(c.Request().Context())
 	return ec
 }
 

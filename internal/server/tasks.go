@@ -72,7 +72,6 @@ type heldSlot struct{ task *approval.Task }
 
 type (
 	heldSlotKey struct{}
-	execCtxKey  struct{}
 )
 
 // addTasks serves the extension on srv (NewServer's capabilities advertise it).
@@ -84,7 +83,7 @@ func (s *Server) addTasks(srv *mcp.Server) {
 		"tasks/update": s.updateTask,
 	} {
 		err := mcp.AddReceivingCustomMethod(srv, method, func(ctx context.Context, _ *mcp.ServerSession, p *taskParams) (mcp.Result, error) {
-			ec, ok := ctx.Value(execCtxKey{}).(identity.ExecContext)
+			ec, ok := identity.CallerOf(ctx)
 			if !ok {
 				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "no verified caller"}
 			}
@@ -103,9 +102,6 @@ func (s *Server) addTasks(srv *mcp.Server) {
 // that declared the extension and was held with the held call's task instead of its result.
 func (s *Server) tasksMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		if ec, ok := execOfExtra(req.GetExtra()); ok {
-			ctx = context.WithValue(ctx, execCtxKey{}, ec)
-		}
 		if method != "tools/call" || !declaresTasks(req.GetParams()) {
 			return next(ctx, method, req)
 		}
