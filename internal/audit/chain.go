@@ -463,14 +463,7 @@ func Verify(ctx context.Context, st Verifier, keys [][]byte, since time.Time) (V
 			sealedLegacy = regs[0].Legacy
 		}
 	}
-	var unchained int64
-	err = st.ScanAudit(ctx, store.AuditFilter{}, func(r store.AuditRecord) error {
-		if r.Chain.ChainID == "" {
-			unchained++
-		}
-		if !since.IsZero() && r.Time.Before(since) {
-			return nil
-		}
+	err = st.ScanAudit(ctx, store.AuditFilter{Since: since}, func(r store.AuditRecord) error {
 		switch {
 		case r.Chain.ChainID == "" && (firstChained.IsZero() || r.Time.Before(firstChained)) && (registryBegan.IsZero() || r.Time.Before(registryBegan)):
 			res.Legacy++
@@ -483,6 +476,17 @@ func Verify(ctx context.Context, st Verifier, keys [][]byte, since time.Time) (V
 	})
 	if err != nil {
 		return res, err
+	}
+	// The count the registry sealed covers the whole log, whatever since says: counted
+	// through the unchained records' own index, never a second scan of the chained ones.
+	var unchained int64
+	if sealedLegacy >= 0 {
+		if err := st.ScanAudit(ctx, store.AuditFilter{Unchained: true}, func(store.AuditRecord) error {
+			unchained++
+			return nil
+		}); err != nil {
+			return res, err
+		}
 	}
 	if sealedLegacy >= 0 && unchained > sealedLegacy {
 		res.Breaks = append(res.Breaks, Break{Problem: fmt.Sprintf(
