@@ -78,11 +78,11 @@ used, and is what someone with write access to the database alone would insert.`
 				return err
 			}
 			defer st.Close()
-			w, err := masterkey.SourceFromEnv(mf.file, sf.dataDir, os.Getenv).Open(false)
+			w, err := mf.open(sf.dataDir)
 			if errors.Is(err, masterkey.ErrNoMasterKey) {
-				w = nil
+				w = nil // listed, not checked: the table says so
 			} else if err != nil {
-				return &exitError{code: 2, err: err}
+				return err
 			}
 			entries, err := deploykeys.Status(ctx, st, w)
 			if err != nil {

@@ -230,6 +230,10 @@ func TestKeysAtRest(t *testing.T) {
 		if out, err := g.run(append([]string{"audit", "verify"}, g.storeArgs()...)...); err == nil || !strings.Contains(out, "no master key") {
 			t.Fatalf("a command without the master key: %v\n%s", err, out)
 		}
+		// keys status lists without the master key, and says it checked nothing.
+		if out, code := g.cli(t, append([]string{"keys", "status"}, g.storeArgs()...)...); code != 0 || strings.Count(out, "not checked (no master key)") != 3 {
+			t.Fatalf("keys status without the master key: exit %d:\n%s", code, out)
+		}
 		// The start stops naming the file, and generates no key that would open nothing.
 		if out, err := g.run(serveArgs...); err == nil || !strings.Contains(out, "no master key") || !strings.Contains(out, masterFile) {
 			t.Fatalf("a missing master key: %v\n%s", err, out)
