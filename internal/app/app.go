@@ -174,10 +174,10 @@ type App struct {
 	draining atomic.Bool
 
 	decisions *decisionlog.Exporter // nil unless Config.DecisionLog
-	// loops are the background loops goLoop started; stopLoops end them.
+	// loops are the background loops goLoop started, each on loopCtx, which stopLoops ends.
 	loops     sync.WaitGroup
-	loopsMu   sync.Mutex
-	stopLoops []context.CancelFunc
+	loopCtx   context.Context
+	stopLoops context.CancelFunc
 	// chainKeys are the audit chain keys, current first (a prune verifies and checkpoints under them).
 	chainKeys [][]byte
 	// counters are the rate and quota counters in memory on the embedded store (nil on
@@ -231,6 +231,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	a := &App{Store: st, Kernel: kernel.New(), Catalog: catalog.New(st), Policy: eng,
 		envs: envs, profiles: grant.Builtin(), loadedAt: -1, cfg: cfg}
+	a.loopCtx, a.stopLoops = context.WithCancel(context.Background())
 	if a.Replica, err = replicaID(cfg.DataDir); err != nil {
 		return nil, a.closeWith(err)
 	}

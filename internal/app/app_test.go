@@ -149,9 +149,9 @@ func TestCloseWaitsForTheLoops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.runLoops(context.Background()) // a context that never ends: Close alone must stop them
+	a.runLoops() // nothing but Close stops them
 	ended := make(chan error, 1)
-	a.goLoop(context.Background(), func(ctx context.Context) {
+	a.goLoop(func(ctx context.Context) {
 		<-ctx.Done()
 		runtime.Gosched()
 		_, err := a.Store.ChainHeads(context.Background())

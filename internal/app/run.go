@@ -55,7 +55,7 @@ func (a *App) Run(ctx context.Context, l Listener) error {
 		}
 		defer ms.Close()
 	}
-	a.runLoops(ctx) // Close (deferred above) stops them and waits for each before the store closes
+	a.runLoops() // Close (deferred above) stops them and waits for each before the store closes
 	hs := &http.Server{Handler: l.Handler, ReadHeaderTimeout: l.ReadHeaderTimeout, IdleTimeout: l.IdleTimeout,
 		MaxHeaderBytes: 64 << 10, TLSConfig: l.TLS, ConnState: connState}
 	if l.Serving != nil {
@@ -88,9 +88,9 @@ const auditPruneEvery = 10 * time.Minute
 // of the last pass's interval are what GET /v1/stats reads from the log itself.
 const rollupEvery = 2 * time.Second
 
-// runLoops starts the background work of a serving gateway, each loop until ctx ends or
-// Close stops them; Close waits for every one before it closes what they use.
-func (a *App) runLoops(ctx context.Context) {
+// runLoops starts the background work of a serving gateway, each loop until Close stops it;
+// Close waits for every one before it closes what they use.
+func (a *App) runLoops() {
 	for _, loop := range []func(context.Context){
 		func(ctx context.Context) { a.Watch(ctx, a.cfg.ReloadEvery) },
 		func(ctx context.Context) { a.Policy.WatchExtra(ctx, a.cfg.PolicyDirPoll) },
@@ -104,26 +104,18 @@ func (a *App) runLoops(ctx context.Context) {
 		a.Notify.Run,
 		func(ctx context.Context) { a.Maintain(ctx, 15*time.Second) },
 	} {
-		a.goLoop(ctx, loop)
+		a.goLoop(loop)
 	}
 }
 
-// goLoop runs loop until ctx ends or Close stops it; Close waits for it.
-func (a *App) goLoop(ctx context.Context, loop func(context.Context)) {
-	a.loopsMu.Lock()
-	defer a.loopsMu.Unlock()
-	ctx, cancel := context.WithCancel(ctx)
-	a.stopLoops = append(a.stopLoops, cancel)
-	a.loops.Go(func() { loop(ctx) })
+// goLoop runs loop until Close stops it; Close waits for it.
+func (a *App) goLoop(loop func(context.Context)) {
+	a.loops.Go(func() { loop(a.loopCtx) })
 }
 
-// stopAndWaitLoops ends the loops runLoops started and waits for each.
+// stopAndWaitLoops ends the loops goLoop started and waits for each.
 func (a *App) stopAndWaitLoops() {
-	a.loopsMu.Lock()
-	for _, stop := range a.stopLoops {
-		stop()
-	}
-	a.loopsMu.Unlock()
+	a.stopLoops()
 	a.loops.Wait()
 }
 
