@@ -25,8 +25,12 @@ func TestDecodeDecision(t *testing.T) {
 		t.Fatalf("decode = %+v, %v\nwant %+v", got, err, want)
 	}
 	// Only the decision's own slices are allocated: reasons, suggestions, obligations.
+	// AllocsPerRun counts every goroutine's allocations: under the race detector, evaluation
+	// ~10x slower, the background preparation workers of the package's other tests still run
+	// while it measures (CI counted 41 once), so the count is checked without it (make test's
+	// main run).
 	fullValue := ast.MustParseTerm(full).Value
-	if n := testing.AllocsPerRun(100, func() { _, _ = decodeDecision(fullValue) }); n != 3 {
+	if n := testing.AllocsPerRun(100, func() { _, _ = decodeDecision(fullValue) }); n != 3 && !raceEnabled {
 		t.Errorf("decode makes %v allocations, want 3", n)
 	}
 	empty, err := decodeDecision(ast.MustParseTerm(`{"allow": true, "reasons": [], "suggestions": [], "obligations": null}`).Value)
