@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -29,6 +30,7 @@ type fixture struct {
 	app   *app.App
 	runs  *atomic.Int32
 	clock *time.Time
+	calls atomic.Int32 // distinct held calls made by hold
 }
 
 func newFixture(t *testing.T, customize map[string]any) *fixture {
@@ -77,11 +79,12 @@ func otherOrg(ec identity.ExecContext) identity.ExecContext {
 	return ec
 }
 
-// hold makes the approval-requiring call as requester and returns its approval id.
+// hold makes an approval-requiring call as requester, another each time (an identical one
+// would join the one pending), and returns its approval id.
 func (f *fixture) hold(t *testing.T, requester identity.ExecContext) string {
 	t.Helper()
 	res, err := f.app.Gateway.Invoke(context.Background(), requester, gateway.Request{Ref: ref,
-		Input: json.RawMessage(`{"ticketId":"3f1c2a9e-8b4d-4c57-9a61-2b7e0f4d5c88","text":"hi"}`)})
+		Input: fmt.Appendf(nil, `{"ticketId":"3f1c2a9e-8b4d-4c57-9a61-2b7e0f4d5c88","text":"hi %d"}`, f.calls.Add(1))})
 	if err != nil || res.Held == nil || res.Held.ApprovalID == "" || res.AuditID == "" {
 		t.Fatalf("held call: %+v %v, want held with approval and audit ids", res, err)
 	}
@@ -291,13 +294,14 @@ func TestPendingCallsBoundedPerSubject(t *testing.T) {
 	ctx := context.Background()
 	const bound, calls = 3, 24
 	f := newFixtureOf(t, apptest.Options{MaxPending: bound, Customize: map[string]any{ref: map[string]any{"requiresApproval": true}}}, nil)
-	input := json.RawMessage(`{"ticketId":"3f1c2a9e-8b4d-4c57-9a61-2b7e0f4d5c88","text":"hi"}`)
 	var held, refused atomic.Int32
 	var wg sync.WaitGroup
-	for range calls {
+	for i := range calls {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// Distinct calls: an identical one would join the one pending (TestIdenticalCallsJoinThePendingOne).
+			input := fmt.Appendf(nil, `{"ticketId":"3f1c2a9e-8b4d-4c57-9a61-2b7e0f4d5c88","text":"hi %d"}`, i)
 			res, err := f.app.Gateway.Invoke(ctx, bot, gateway.Request{Ref: ref, Input: input})
 			var fe *fault.Error
 			switch {

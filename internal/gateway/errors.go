@@ -56,6 +56,25 @@ type Held struct {
 	AuditID    string `json:"auditId"`
 	Status     string `json:"status"`
 	ApprovalID string `json:"approvalId"`
+	// Joined says an identical call of the requester was pending already: this one joined
+	// it (ApprovalID is that call's) instead of waiting for a second approval.
+	Joined bool `json:"joined,omitempty"`
+}
+
+// newHeld is the answer of the call audited as auditID, held as approvalID or joined to
+// the identical call pending already. The message says how its requester learns the
+// outcome: a client without MCP Tasks has no other way forward.
+func newHeld(auditID, approvalID string, joined *Joined) *Held {
+	h := &Held{Code: CodePendingApproval, Status: StatePendingApproval, AuditID: auditID, ApprovalID: approvalID}
+	lead := "this call requires a human approval before it runs"
+	if joined != nil {
+		h.ApprovalID, h.Joined = joined.ApprovalID, true
+		lead = "an identical call of yours already waits for a human approval; this call joined it (one decision, one run)"
+	}
+	h.Message = fmt.Sprintf("%s: approval %s. Learn its outcome with GET /v1/invocations/%s, or by retrying with the "+
+		"Idempotency-Key (MCP: idempotencyKey) the call was made with; calling again without one joins it while it waits",
+		lead, h.ApprovalID, h.ApprovalID)
+	return h
 }
 
 // UnknownCapability answers a ref the caller's catalog has no capability for (404).

@@ -326,12 +326,17 @@ func (g *Gateway) limited(ctx context.Context, c *call, u *policy.Usage) (*Resul
 
 // hold records the call as pending approval, then stores it with its validated input. The
 // queue admits it first (a refusal stores nothing but its audit record), then the audit
-// record comes: a call whose request is not audited is never held, so never run.
+// record comes: a call whose request is not audited is never held, so never run. A call
+// identical to one its requester has pending joins that one: its record links to the held
+// call's, and it is answered that call's approval.
 func (g *Gateway) hold(ctx context.Context, c *call) (*Result, error) {
 	if g.d.Approvals == nil {
 		return nil, g.fail(ctx, c, audit.DecisionError, fault.New(fault.Unavailable, CodeApprovalUnavailable, "this call requires a human approval and no approval queue is configured"))
 	}
-	release, err := g.d.Approvals.Admit(ctx, c.exec)
+	p := Pending{ID: audit.RandomID("apr_"), AuditID: c.rec.ID, Ref: c.entry.Ref(), Biome: c.entry.Capability.BiomeID,
+		BiomeVersion: c.entry.Capability.BiomeVersion, RiskTier: c.entry.Manifest.RiskTier,
+		PolicyRevision: c.rec.BundleRevision, Exec: c.exec, Input: c.req.Input}
+	joined, release, err := g.d.Approvals.Admit(ctx, p)
 	var refused *fault.Error
 	switch {
 	case errors.As(err, &refused):
@@ -341,21 +346,21 @@ func (g *Gateway) hold(ctx context.Context, c *call) (*Result, error) {
 		return nil, g.fail(ctx, c, audit.DecisionError, Unavailable(fault.CodeStoreUnavailable, outage.ApprovalStore))
 	}
 	defer release()
-	held := &Held{Code: CodePendingApproval, Status: StatePendingApproval, AuditID: c.rec.ID,
-		ApprovalID: audit.RandomID("apr_"), Message: "this call requires a human approval before it runs"}
-	if err := g.record(ctx, c, audit.DecisionPendingApproval, held.Code); err != nil {
+	if joined != nil {
+		c.rec.ParentID = joined.AuditID
+	}
+	if err := g.record(ctx, c, audit.DecisionPendingApproval, CodePendingApproval); err != nil {
 		return nil, err
 	}
-	p := Pending{ID: held.ApprovalID, AuditID: c.rec.ID, Ref: c.entry.Ref(), Biome: c.entry.Capability.BiomeID,
-		BiomeVersion: c.entry.Capability.BiomeVersion, RiskTier: c.entry.Manifest.RiskTier,
-		PolicyRevision: c.rec.BundleRevision, Exec: c.exec, Input: c.req.Input}
-	if err := g.d.Approvals.Hold(ctx, p); err != nil {
-		g.d.Outages.Failed(outage.ApprovalStore, err)
-		e := Unavailable(fault.CodeStoreUnavailable, outage.ApprovalStore)
-		e.AuditID = c.rec.ID
-		return nil, e
+	if joined == nil {
+		if joined, err = g.d.Approvals.Hold(ctx, p); err != nil {
+			g.d.Outages.Failed(outage.ApprovalStore, err)
+			e := Unavailable(fault.CodeStoreUnavailable, outage.ApprovalStore)
+			e.AuditID = c.rec.ID
+			return nil, e
+		}
 	}
-	return &Result{AuditID: c.rec.ID, Held: held}, nil
+	return &Result{AuditID: c.rec.ID, Held: newHeld(c.rec.ID, p.ID, joined)}, nil
 }
 
 // Resolve picks the runner serving the entry: a declared invocation, a live kernel handler,

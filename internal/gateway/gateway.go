@@ -119,14 +119,22 @@ func New(d Deps) (*Gateway, error) {
 // Deps are the parts g was built over (a copy: change it and call New for another funnel).
 func (g *Gateway) Deps() Deps { return g.d }
 
-// ApprovalQueue keeps a call until a person approves it.
+// ApprovalQueue keeps a call until a person approves it. A call identical to one its
+// requester has pending (same context, ref, biome version and input) joins that one instead
+// of being held again: one decision, one run.
 type ApprovalQueue interface {
-	// Admit is asked before anything of a call to hold is stored; a *fault.Error refuses it
-	// (e.g. its requester has too many calls pending), another error is the queue's outage.
-	// release is called once the call is held, or not.
-	Admit(ctx context.Context, ec identity.ExecContext) (release func(), err error)
-	Hold(ctx context.Context, p Pending) error
+	// Admit is asked before anything of p is stored: joined names the identical call pending
+	// already (p is not to be held); a *fault.Error refuses p (e.g. its requester has too many
+	// calls pending), another error is the queue's outage. release is called once the call is
+	// held, joined, or not.
+	Admit(ctx context.Context, p Pending) (joined *Joined, release func(), err error)
+	// Hold stores p; when an identical call was held meanwhile, it stores nothing and joined
+	// names that call.
+	Hold(ctx context.Context, p Pending) (joined *Joined, err error)
 }
+
+// Joined is the pending call an identical one joined: its approval and its audit record.
+type Joined struct{ ApprovalID, AuditID string }
 
 // Pending is a call held for approval: who asked, what, with the validated input, and what
 // the approver needs to judge it (the pinned biome version, the capability's risk tier, the

@@ -77,7 +77,8 @@ func errorsOf(statuses ...int) map[int]Response {
 		case http.StatusForbidden:
 			out[st] = Response{Description: "denied: the structured denial with its reasons, suggestions and auditId", Schema: ref("Denial")}
 		case http.StatusAccepted:
-			out[st] = Response{Description: "held for human approval: status pending-approval, approvalId and auditId (poll GET /v1/invocations/{id})", Schema: ref("Held")}
+			out[st] = Response{Description: "held for human approval (or joined to the identical call of the caller already held): status pending-approval, approvalId and auditId", Schema: ref("Held"),
+				Headers: map[string]string{"Location": "/v1/invocations/{approvalId}, where the caller follows the call", "Retry-After": "seconds between polls"}}
 		case http.StatusUnauthorized:
 			out[st] = Response{Description: "no or an invalid bearer token (the WWW-Authenticate header names the RFC 9728 metadata)", Schema: ref("Error"),
 				Headers: map[string]string{"WWW-Authenticate": "Bearer resource_metadata=\"<base>/.well-known/oauth-protected-resource\""}}

@@ -247,3 +247,49 @@ func TestIdempotentRetryFollowsHeldCall(t *testing.T) {
 		t.Fatalf("HTTP retry: %d %s, runs %d; want 200 with the run's answer, replayed, one run", resp.StatusCode, body.String(), runs)
 	}
 }
+
+// TestHeldAnswerSaysWhereToFollow: a held call over HTTP is 202 with Location (the
+// requester's GET /v1/invocations/{id}) and Retry-After; the identical call again joins it
+// (same approval, joined) instead of waiting for a second approval, and over MCP without the
+// extension the held result names the approval and how to follow it.
+func TestHeldAnswerSaysWhereToFollow(t *testing.T) {
+	f := apptest.New(t, apptest.Options{Customize: map[string]any{"ticket:comment.add@1": map[string]any{"requiresApproval": true}}})
+	srv := mcpServer(f, tokens{"bot": apptest.Exec("agent:support-bot", "project", "")})
+	defer srv.Close()
+	body := `{"ref":"ticket:comment.add@1","input":{"ticketId":"3f1c2a9e-8b4d-4c57-9a61-2b7e0f4d5c88","text":"hi"}}`
+	invoke := func() (*http.Response, gateway.Held) {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/capabilities/invoke", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer bot")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var h gateway.Held
+		if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+			t.Fatal(err)
+		}
+		return resp, h
+	}
+	resp, first := invoke()
+	loc := resp.Header.Get("Location")
+	if resp.StatusCode != http.StatusAccepted || first.ApprovalID == "" || first.Joined ||
+		loc != "/v1/invocations/"+first.ApprovalID || resp.Header.Get("Retry-After") != "5" ||
+		!strings.Contains(first.Message, "GET /v1/invocations/"+first.ApprovalID) {
+		t.Fatalf("held call: %d Location %q Retry-After %q %+v; want 202 naming where to follow it",
+			resp.StatusCode, loc, resp.Header.Get("Retry-After"), first)
+	}
+	resp, again := invoke()
+	if resp.StatusCode != http.StatusAccepted || again.ApprovalID != first.ApprovalID || !again.Joined ||
+		resp.Header.Get("Location") != loc || again.AuditID == first.AuditID {
+		t.Fatalf("the identical call again: %d %+v; want 202 joined to %s, audited as its own call", resp.StatusCode, again, first.ApprovalID)
+	}
+	if st, v, raw := callJSON(t, http.MethodGet, srv.URL+loc, "bot"); st != http.StatusOK || v["status"] != "pending" {
+		t.Fatalf("GET %s: %d %s; want the pending call", loc, st, raw)
+	}
+	text, isErr := toolText(t, mcpModern{t, srv.URL}.invoke("bot", false, "").Result)
+	if !isErr || !strings.Contains(text, `"joined":true`) || !strings.Contains(text, first.ApprovalID) || !strings.Contains(text, "idempotencyKey") {
+		t.Fatalf("the identical call over MCP without Tasks: %s; want it joined, naming the approval and how to follow it", text)
+	}
+}

@@ -69,6 +69,10 @@ type Approval struct {
 	// LeaseUntil is when another replica may recover it.
 	ClaimedBy  string
 	LeaseUntil time.Time
+	// CallKey identifies the call (requester context, ref, biome version, input): at most one
+	// pending approval of an org has a given key, so an identical call joins the pending one.
+	// Written with the approval only; "" joins nothing.
+	CallKey string
 }
 
 // Validate checks what the store itself requires of a new approval.
@@ -157,9 +161,13 @@ func (t ApprovalTransition) Validate() error {
 // approval and the rate-limit and quota counters shared by every replica.
 type ObligationStore interface {
 	// PutApproval stores a new pending approval, and queues events in the approval_events
-	// outbox in the same transaction; a stored ID is ErrConflict.
+	// outbox in the same transaction; a stored ID, or a pending approval of the org with the
+	// same CallKey, is ErrConflict.
 	PutApproval(ctx context.Context, a Approval, events ...ApprovalEvent) error
 	GetApproval(ctx context.Context, id string) (Approval, error)
+	// PendingApproval is org's pending approval with callKey (non-empty); ErrNotFound when
+	// there is none.
+	PendingApproval(ctx context.Context, org, callKey string) (Approval, error)
 	// ListApprovals returns the approvals matching f, newest first (ties by id, descending);
 	// with f.ExpiredBy, oldest expiry first.
 	ListApprovals(ctx context.Context, f ApprovalFilter) ([]Approval, error)

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -18,8 +19,14 @@ func (g *gateway) grantCustomized(admin string, sub response, customize map[stri
 
 const commentRef = "ticket:comment.add@1"
 
+// commentCalls numbers commentCall's calls.
+var commentCalls atomic.Int64
+
+// commentCall is a call of the comment capability, another one each time: an identical call
+// made while one is held joins it (TestIdenticalHeldCallsJoin).
 func commentCall() map[string]any {
-	return map[string]any{"ref": commentRef, "input": map[string]any{"ticketId": "3f1c2a9e-8b4d-4c57-9a61-2b7e0f4d5c88", "text": "hello"}}
+	return map[string]any{"ref": commentRef, "input": map[string]any{"ticketId": "3f1c2a9e-8b4d-4c57-9a61-2b7e0f4d5c88",
+		"text": fmt.Sprintf("hello %d", commentCalls.Add(1))}}
 }
 
 // heldCall installs ticketing with the comment capability requiring approval, makes one call
@@ -55,7 +62,7 @@ func TestApprovalFlow(t *testing.T) {
 
 		list := g.get("/v1/approvals?status=pending&ref="+commentRef+"&requester=agent:support-bot&biome=ticketing", admin)
 		expect(t, list, http.StatusOK)
-		if !strings.Contains(string(list.Raw), id) || !strings.Contains(string(list.Raw), `"text":"hello"`) {
+		if !strings.Contains(string(list.Raw), id) || !strings.Contains(string(list.Raw), `"text":"hello `) {
 			t.Fatalf("pending list lacks %s with its input: %s", id, list.Raw)
 		}
 		expect(t, g.get("/v1/approvals", bot), http.StatusForbidden)
@@ -77,7 +84,7 @@ func TestApprovalFlow(t *testing.T) {
 		if str(ok.Body, "status") != "done" || str(ok.Body, "decidedBy") != "user:alice" {
 			t.Fatalf("approve answer: %s", ok.Raw)
 		}
-		if prov.count() != 1 || !strings.Contains(string(prov.last(t).Body), `"text":"hello"`) {
+		if prov.count() != 1 || !strings.Contains(string(prov.last(t).Body), `"text":"hello `) {
 			t.Fatalf("provider calls after approval: %d", prov.count())
 		}
 		if got := prov.last(t).Header.Get("X-Xema-Audit-Id"); got == "" || got == auditID {
@@ -279,4 +286,56 @@ func TestApprovalsShell(t *testing.T) {
 	if err == nil || !strings.Contains(out, "APPROVAL_ALREADY_DECIDED") {
 		t.Fatalf("approving twice: %v\n%s", err, out)
 	}
+}
+
+// TestIdenticalHeldCallsJoin: a client without Tasks retrying a held call without a key, or
+// firing it several times at once (through two replicas on PostgreSQL), gets one held call:
+// every answer is 202 naming the same approval, with Location and Retry-After, one approval
+// is pending, and approving it runs the call once.
+func TestIdenticalHeldCallsJoin(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e engineCase) {
+		var gws []*gateway
+		if dsn := e.store(t); dsn != "" {
+			gws = startReplicas(t, dsn, 2) // two replicas on one database, sharing the development issuer
+		} else {
+			gws = []*gateway{startGateway(t, dsn)}
+		}
+		g := gws[0]
+		prov := newProvider(t)
+		admin := g.adminToken()
+		bot := g.token("--subject", "agent:support-bot", "--env", "project")
+		first := heldCall(t, g, prov, admin, bot)
+		id := str(first.Body, "approvalId")
+		call := map[string]any{"ref": commentRef, "input": map[string]any{"ticketId": "3f1c2a9e-8b4d-4c57-9a61-2b7e0f4d5c88", "text": "once"}}
+		for _, r := range gws[1:] { // the other replica serves the grant once it learned of it
+			waitFor(t, "the replica holds calls", http.StatusAccepted, func() response { return r.post("/v1/capabilities/invoke", bot, call) })
+		}
+		const calls = 8
+		answers := make([]response, calls)
+		var wg sync.WaitGroup
+		for i := range calls {
+			wg.Go(func() { answers[i] = gws[i%len(gws)].post("/v1/capabilities/invoke", bot, call) })
+		}
+		wg.Wait()
+		joined := str(answers[0].Body, "approvalId")
+		for i, r := range answers {
+			if r.Status != http.StatusAccepted || str(r.Body, "approvalId") != joined || joined == id ||
+				r.Header.Get("Location") != "/v1/invocations/"+joined || r.Header.Get("Retry-After") == "" {
+				t.Fatalf("identical call %d: %d Location %q %s; want 202 naming approval %s like the others",
+					i, r.Status, r.Header.Get("Location"), r.Raw, joined)
+			}
+		}
+		list := g.get("/v1/approvals?status=pending&requester=agent:support-bot", admin)
+		expect(t, list, http.StatusOK)
+		if n := strings.Count(string(list.Raw), `"approvalId"`); n != 2 {
+			t.Fatalf("pending approvals: %d in %s; want 2 (the first call and the identical ones)", n, list.Raw)
+		}
+		expect(t, g.post("/v1/approvals/"+joined+"/approve", admin, map[string]any{}), http.StatusOK)
+		if prov.count() != 1 {
+			t.Fatalf("the identical calls ran %d times; want once", prov.count())
+		}
+		if inv := g.get("/v1/invocations/"+joined, bot); str(inv.Body, "status") != "done" {
+			t.Fatalf("GET /v1/invocations/%s: %s; want done", joined, inv.Raw)
+		}
+	})
 }

@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"time"
@@ -35,12 +36,12 @@ func (s *Store) PutApproval(ctx context.Context, a store.Approval, events ...sto
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	return s.withEvents(ctx, op, len(events) > 0, func(c conn) error {
-		if _, err := s.exec(ctx, c, `INSERT INTO approvals (`+approvalColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?)`,
+		if _, err := s.exec(ctx, c, `INSERT INTO approvals (`+approvalColumns+`, call_key)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?)`,
 			a.ID, a.AuditID, a.Ref, a.Biome, a.RequesterRef, a.Environment, jsonArg(a.Exec), jsonArg(a.Input), a.Status,
 			a.DecidedBy, a.Reason, a.Outcome, jsonArg(a.Output), s.d.TimeArg(a.CreatedAt), s.d.TimeArg(a.ExpiresAt),
 			s.d.TimeArg(a.CreatedAt), a.Org, "", s.d.TimeArg(time.UnixMicro(0).UTC()), a.BiomeVersion, a.PolicyRevision,
-			a.RiskTier); err != nil {
+			a.RiskTier, sql.NullString{String: a.CallKey, Valid: a.CallKey != ""}); err != nil {
 			return s.fail(op, err)
 		}
 		return s.queueEvents(ctx, c, op, a.CreatedAt, events)
@@ -52,6 +53,20 @@ func (s *Store) GetApproval(ctx context.Context, id string) (store.Approval, err
 	a, err := scanApproval(s.db.QueryRowContext(ctx, s.d.bind(`SELECT `+approvalColumns+` FROM approvals WHERE id = ?`), id))
 	if err != nil {
 		return store.Approval{}, s.fail(fmt.Sprintf("get approval %q", id), err)
+	}
+	return a, nil
+}
+
+// PendingApproval implements store.ObligationStore, on the unique index of pending calls.
+func (s *Store) PendingApproval(ctx context.Context, org, callKey string) (store.Approval, error) {
+	op := fmt.Sprintf("get the pending approval of call %q in %q", callKey, org)
+	if org == "" || callKey == "" {
+		return store.Approval{}, fmt.Errorf("%s: org and call key are required: %w", op, store.ErrInvalid)
+	}
+	a, err := scanApproval(s.db.QueryRowContext(ctx, s.d.bind(`SELECT `+approvalColumns+` FROM approvals
+		WHERE org = ? AND call_key = ? AND status = ?`), org, callKey, store.ApprovalPending))
+	if err != nil {
+		return store.Approval{}, s.fail(op, err)
 	}
 	return a, nil
 }

@@ -24,6 +24,7 @@ func runObligations(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ApprovalExpiry", testApprovalExpiry},
 		{"ApprovalWithdrawnAndAnswer", testApprovalWithdrawnAndAnswer},
 		{"CountPendingApprovals", testCountPendingApprovals},
+		{"ApprovalOnePendingPerCall", testApprovalOnePendingPerCall},
 		{"ApprovalConcurrentApproveOneWinner", testApprovalConcurrent},
 		{"UsageSaveLoad", testUsageSaveLoad},
 		{"UsageWithAuditBatch", testUsageWithAuditBatch},
@@ -88,6 +89,62 @@ func testApprovalRoundTrip(t *testing.T, s store.Store) {
 	_, err = s.TransitionApproval(ctx, store.ApprovalTransition{ID: "apr_missing", From: store.ApprovalPending, To: store.ApprovalApproved})
 	if !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("transition unknown: %v, want ErrNotFound", err)
+	}
+}
+
+// testApprovalOnePendingPerCall: of identical calls put at once, one is pending and every
+// other is ErrConflict, and PendingApproval finds the one; once it is decided the call may be
+// held again, and calls without a key, or of another org, are never refused for it.
+func testApprovalOnePendingPerCall(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	const racers = 8
+	var won atomic.Int32
+	var wg sync.WaitGroup
+	for i := range racers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a := newApproval(fmt.Sprintf("apr_race%d", i), "kb:page.read@1", "agent:bot", now)
+			a.CallKey = "k1"
+			switch err := s.PutApproval(ctx, a); {
+			case err == nil:
+				won.Add(1)
+			case !errors.Is(err, store.ErrConflict):
+				t.Errorf("put %s: %v, want nil or ErrConflict", a.ID, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if won.Load() != 1 {
+		t.Fatalf("%d of %d identical calls were stored pending, want 1", won.Load(), racers)
+	}
+	pending, err := s.PendingApproval(ctx, "acme", "k1")
+	if err != nil || pending.Status != store.ApprovalPending || len(pending.ID) < 8 || pending.ID[:8] != "apr_race" {
+		t.Fatalf("PendingApproval(k1): %+v %v", pending, err)
+	}
+	if _, err := s.PendingApproval(ctx, "other", "k1"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("PendingApproval of another org: %v, want ErrNotFound", err)
+	}
+	other := newApproval("apr_otherorg", "kb:page.read@1", "agent:bot", now)
+	other.Org, other.CallKey = "other", "k1"
+	unkeyed := newApproval("apr_unkeyed", "kb:page.read@1", "agent:bot", now)
+	for _, a := range []store.Approval{other, unkeyed} {
+		if err := s.PutApproval(ctx, a); err != nil {
+			t.Fatalf("put %s: %v", a.ID, err)
+		}
+	}
+	if _, err := s.TransitionApproval(ctx, store.ApprovalTransition{ID: pending.ID, From: store.ApprovalPending,
+		To: store.ApprovalRejected, At: now}); err != nil {
+		t.Fatal(err)
+	}
+	again := newApproval("apr_again", "kb:page.read@1", "agent:bot", now)
+	again.CallKey = "k1"
+	if err := s.PutApproval(ctx, again); err != nil {
+		t.Fatalf("holding the call again once the first was decided: %v", err)
+	}
+	if got, err := s.PendingApproval(ctx, "acme", "k1"); err != nil || got.ID != again.ID {
+		t.Fatalf("PendingApproval(k1) after the decision: %s %v, want %s", got.ID, err, again.ID)
 	}
 }
 
