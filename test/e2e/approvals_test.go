@@ -339,3 +339,26 @@ func TestIdenticalHeldCallsJoin(t *testing.T) {
 		}
 	})
 }
+
+// TestApprovalWalkthrough runs docs/approvals.md's walkthroughs as written, over HTTP and
+// MCP, against a gateway started as `make run` starts it: the agent's call is held (202 with
+// Location), the approver approves it, and the agent learns the outcome and reads the page.
+func TestApprovalWalkthrough(t *testing.T) {
+	g := startGateway(t, "")
+	env := []string{"XEMA=" + g.bin, "SERVER=" + g.URL, "DATA=" + g.DataDir}
+	out := docShell(t, t.TempDir(), docBlock(t, "approvals.md", "walkthrough:http"), env...)
+	for _, want := range []string{"HTTP/1.1 202 Accepted", "Location: /v1/invocations/apr_", "Retry-After: 5",
+		`"status":"pending"`, "kb:page.publish@1: done (outcome ok)", `"status":"done"`, `"published":true`,
+		"escalate after 10 minutes"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("the HTTP walkthrough lacks %q:\n%s", want, out)
+		}
+	}
+	out = docShell(t, t.TempDir(), docBlock(t, "approvals.md", "walkthrough:mcp"), env...)
+	for _, want := range []string{`"resultType":"task"`, "kb:page.publish@1: done (outcome ok)", `"status":"completed"`,
+		`\"published\":true`} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("the MCP walkthrough lacks %q:\n%s", want, out)
+		}
+	}
+}
