@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/xemahq/xema/internal/admin"
+	"github.com/xemahq/xema/internal/catalog"
 	"github.com/xemahq/xema/internal/client"
 	"github.com/xemahq/xema/internal/grant"
 	"github.com/xemahq/xema/internal/timearg"
@@ -273,9 +274,14 @@ func printChange(w io.Writer, v admin.ChangeView) {
 		fmt.Fprintf(w, "  %s: %s -> %s\n", d.Path, orNone(d.From), orNone(d.To))
 	}
 	if v.Impact != nil {
-		fmt.Fprintf(w, "impact over the calls recorded since %s: %d considered, %d allowed would be denied, %d denied would be allowed\n",
-			v.Impact.Since, v.Impact.Considered, v.Impact.AllowToDeny, v.Impact.DenyToAllow)
+		printImpact(w, *v.Impact)
 	}
+}
+
+// printImpact writes what a grant's dry run would change over the org's recorded calls.
+func printImpact(w io.Writer, imp catalog.Impact) {
+	fmt.Fprintf(w, "impact over the calls recorded since %s: %d considered, %d allowed would be denied, %d allowed would be held for approval, %d denied would be allowed\n",
+		imp.Since, imp.Considered, imp.AllowToDeny, imp.AllowToHeld, imp.DenyToAllow)
 }
 
 func orNone(raw []byte) string {
@@ -300,8 +306,7 @@ func dryRunGrant(cmd *cobra.Command, cl *client.Client, req grant.Request, since
 	}
 	out := cmd.OutOrStdout()
 	fmt.Fprintf(out, "dry run (nothing recorded): %s@%s (digest %s), profile %s\n", printable(v.BiomeID), printable(v.Version), printable(v.DigestHash), printable(v.Profile))
-	fmt.Fprintf(out, "impact over the calls recorded since %s: %d considered, %d allowed would be denied, %d denied would be allowed\n",
-		v.Impact.Since, v.Impact.Considered, v.Impact.AllowToDeny, v.Impact.DenyToAllow)
+	printImpact(out, v.Impact)
 	return nil
 }
 

@@ -596,7 +596,7 @@ func (a *App) grantImpact(ctx context.Context, candidate store.Grant, since time
 		return catalog.Impact{}, fmt.Errorf("dry run: %w", err)
 	}
 	imp := catalog.Impact{Considered: rep.Considered, AllowToDeny: rep.AllowToDeny, DenyToAllow: rep.DenyToAllow,
-		Since: since.UTC().Format(time.RFC3339), Truncated: rep.Truncated, PrunedBefore: rep.PrunedBefore}
+		AllowToHeld: rep.AllowToHeld, Since: since.UTC().Format(time.RFC3339), Truncated: rep.Truncated, PrunedBefore: rep.PrunedBefore}
 	imp.Losing, imp.Recent = losing(rep.Changes)
 	return imp, nil
 }

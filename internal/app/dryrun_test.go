@@ -71,3 +71,41 @@ func TestGrantDryRunReplaysOnlyItsOrg(t *testing.T) {
 		t.Errorf("the impact shows another org's %v: %s", leaked, raw)
 	}
 }
+
+// TestGrantDryRunCountsHeldCalls: a grant that would require approval for a capability counts
+// the calls of it that ran without one as would-now-be-held, not as denied; calls that were
+// held already, and other capabilities' calls, are not counted.
+func TestGrantDryRunCountsHeldCalls(t *testing.T) {
+	ctx := context.Background()
+	a, err := New(ctx, Config{DataDir: t.TempDir(), BiomesDir: repoBiomes(t), DevGrants: []string{"demo"}, OperatorOrg: identity.DefaultOrg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	mine, err := a.Publisher.Grants(ctx, identity.DefaultOrg, "demo")
+	if err != nil || len(mine) != 1 {
+		t.Fatalf("the demo's dev grant: %v %v", mine, err)
+	}
+	ec := identity.ExecContext{Subject: identity.Subject{Kind: "agent", Ref: "agent:bot"}, Environment: "project",
+		Org: identity.DefaultOrg, Armed: []string{"*"}}
+	for i, c := range []struct{ ref, input string }{
+		{"workflow:run.start@1", `{"workflowId":"onboarding"}`},
+		{"workflow:run.start@1", `{"workflowId":"offboarding"}`},
+		{"kb:page.read@1", `{"pageId":"welcome"}`},
+		{"kb:page.publish@1", `{"pageId":"faq","title":"FAQ","body":"Ask."}`}, // held already
+	} {
+		res, err := a.Gateway.Invoke(ctx, ec, gateway.Request{Ref: c.ref, Input: json.RawMessage(c.input)})
+		if err != nil || res.Denial != nil || (i == 3) != (res.Held != nil) {
+			t.Fatalf("call %d (%s): %+v %v", i, c.ref, res, err)
+		}
+	}
+	req, _ := json.Marshal(map[string]any{"biomeId": "demo", "version": mine[0].BiomeVersion, "digestHash": mine[0].DigestHash,
+		"customize": map[string]any{"workflow:run.start@1": map[string]any{"requiresApproval": true}}})
+	_, imp, err := a.Publisher.DryRun(ctx, req, identity.DefaultOrg, "user:root", time.Now().Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if imp.Considered != 4 || imp.AllowToHeld != 2 || imp.AllowToDeny != 0 || imp.DenyToAllow != 0 {
+		t.Fatalf("impact %+v; want 4 considered, the 2 workflow starts now held, nothing denied", imp)
+	}
+}

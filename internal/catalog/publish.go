@@ -312,9 +312,12 @@ func (p *Publisher) Install(ctx context.Context, raw json.RawMessage, org, appro
 
 // Impact is what a grant would change over the calls an org recorded since Since.
 type Impact struct {
-	Considered  int    `json:"considered"`
-	AllowToDeny int    `json:"allowToDeny"`
-	DenyToAllow int    `json:"denyToAllow"`
+	Considered  int `json:"considered"`
+	AllowToDeny int `json:"allowToDeny"`
+	DenyToAllow int `json:"denyToAllow"`
+	// AllowToHeld counts calls that ran without a person's approval and would now be held
+	// for one (a customization's requiresApproval, a profile that holds their risk tier).
+	AllowToHeld int    `json:"allowToHeld"`
 	Since       string `json:"since"`
 	// Truncated is true when the replay stopped at its bound before the window's end.
 	Truncated bool `json:"truncated,omitempty"`

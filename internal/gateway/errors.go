@@ -9,6 +9,7 @@ import (
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/inputschema"
 	"github.com/xemahq/xema/internal/outage"
+	"github.com/xemahq/xema/internal/policy"
 )
 
 // Error codes the funnel answers with (the HTTP layer maps Status, MCP maps isError).
@@ -24,7 +25,7 @@ const (
 )
 
 // ObligationApproval is the obligation a decision carries when a person must approve the call.
-const ObligationApproval = "approval"
+const ObligationApproval = policy.ObligationApproval
 
 // Answers of the obligations step.
 const (

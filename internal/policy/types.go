@@ -1,5 +1,7 @@
 package policy
 
+import "slices"
+
 // Input is one call as the Rego sees it (docs/policy-data.md, "input").
 type Input struct {
 	Ref string `json:"ref"`
@@ -87,4 +89,13 @@ type Obligation struct {
 	Kind     string `json:"kind"`
 	Requests int    `json:"requests,omitempty"`
 	Per      string `json:"per,omitempty"`
+}
+
+// ObligationApproval is the obligation an allowing decision carries when a person must
+// approve the call before it runs.
+const ObligationApproval = "approval"
+
+// Held says the decision allows the call only once a person approves it.
+func (d Decision) Held() bool {
+	return d.Allow && slices.ContainsFunc(d.Obligations, func(o Obligation) bool { return o.Kind == ObligationApproval })
 }

@@ -34,6 +34,8 @@ type Window struct {
 type Side struct {
 	Allow   bool     `json:"allow"`
 	Reasons []string `json:"reasons"`
+	// Held: allowed once a person approves the call (a recorded call was held).
+	Held bool `json:"held,omitempty"`
 }
 
 // Change is one recorded call the candidate decides otherwise. Revision is the policy
@@ -62,11 +64,13 @@ type RevisionCount struct {
 // guessed).
 type Report struct {
 	// Candidate is the candidate policy's revision (a Decider with a Revision method).
-	Candidate     string `json:"candidateRevision,omitempty"`
-	Considered    int    `json:"considered"`
-	AllowToDeny   int    `json:"allowToDeny"`
-	DenyToAllow   int    `json:"denyToAllow"`
-	NotReplayable int    `json:"notReplayable"`
+	Candidate   string `json:"candidateRevision,omitempty"`
+	Considered  int    `json:"considered"`
+	AllowToDeny int    `json:"allowToDeny"`
+	DenyToAllow int    `json:"denyToAllow"`
+	// AllowToHeld counts calls that ran without a person's approval and would now be held.
+	AllowToHeld   int `json:"allowToHeld"`
+	NotReplayable int `json:"notReplayable"`
 	// Truncated is true when Window.Limit stopped the replay before the window's end.
 	Truncated bool `json:"truncated,omitempty"`
 	// PrunedBefore is set when the window reaches before the audit retention's boundary:
@@ -143,8 +147,13 @@ func Run(ctx context.Context, st Store, d Decider, w Window) (*Report, error) {
 			return fmt.Errorf("replay %s: %w", r.ID, err)
 		}
 		rep.Considered++
-		after := Side{Allow: dec.Allow, Reasons: codes(dec.Reasons)}
-		changed := before.Allow != after.Allow || !slices.Equal(before.Reasons, after.Reasons)
+		after := Side{Allow: dec.Allow, Reasons: codes(dec.Reasons), Held: dec.Held()}
+		if r.ParentID != "" {
+			// A call following another (an approved call's run, a joined or replayed one) was
+			// covered by that call's hold, or lack of one: it is never held by itself.
+			after.Held = before.Held
+		}
+		changed := before.Allow != after.Allow || before.Held != after.Held || !slices.Equal(before.Reasons, after.Reasons)
 		rep.count(r.BundleRevision, changed)
 		if !changed {
 			return nil
@@ -154,6 +163,8 @@ func Run(ctx context.Context, st Store, d Decider, w Window) (*Report, error) {
 			rep.AllowToDeny++
 		case !before.Allow && after.Allow:
 			rep.DenyToAllow++
+		case before.Allow && !before.Held && after.Held:
+			rep.AllowToHeld++
 		}
 		rep.Changes = append(rep.Changes, Change{AuditID: r.ID, Ref: r.Ref, Subject: r.SubjectRef,
 			Environment: r.Environment, Time: r.Time.UTC().Format(time.RFC3339Nano), Revision: r.BundleRevision,
@@ -186,7 +197,7 @@ func recorded(r store.AuditRecord) (Side, error) {
 			return Side{}, fmt.Errorf("audit record %s: reasons: %w", r.ID, err)
 		}
 	}
-	return Side{Allow: len(reasons) == 0, Reasons: codes(reasons)}, nil
+	return Side{Allow: len(reasons) == 0, Reasons: codes(reasons), Held: r.Decision == audit.DecisionPendingApproval}, nil
 }
 
 func codes(rs []policy.Reason) []string {

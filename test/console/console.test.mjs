@@ -174,7 +174,7 @@ await step("approve a grant from a digest", async () => {
   await effect.waitFor();
   expect((await effect.textContent()).includes("30/1m"), "the preview shows the customized limit");
   const impact = await page.locator("#grant-impact").textContent();
-  expect(/\d+ considered; 0 would now be denied, 0 would now be allowed/.test(impact), "the preview shows the grant's dry-run impact: " + impact);
+  expect(/\d+ considered; 0 would now be denied, 0 would now be held for approval, 0 would now be allowed/.test(impact), "the preview shows the grant's dry-run impact: " + impact);
   await shot("biome-grant-preview");
   await page.getByRole("button", { name: "Approve grant" }).click();
   const recorded = await page.getByText(/^Grant .* recorded/).textContent();
@@ -257,7 +257,7 @@ await step("grants: change one with its diff and impact first, revoke another", 
   const diff = await card.getByRole("list", { name: "Changes of the grant" }).textContent();
   expect(diff.includes("profile") && diff.includes("read-only-assistant"), "the change's diff: " + diff);
   const impact = await card.locator(".grant-change-impact").textContent();
-  expect(/\d+ considered; \d+ would now be denied, \d+ would now be allowed/.test(impact), "the change's impact: " + impact);
+  expect(/\d+ considered; \d+ would now be denied, \d+ would now be held for approval, \d+ would now be allowed/.test(impact), "the change's impact: " + impact);
   await shot("grants-change");
   await card.getByRole("button", { name: "Confirm change" }).click();
   const changed = page.getByRole("region", { name: /^Grant / }).filter({ hasText: "ticketing 1.1.0" });

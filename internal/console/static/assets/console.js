@@ -599,9 +599,7 @@ function grantForm(b, entries, access, profiles) {
   const impact = (dry) => {
     const i = dry.impact || {};
     return h("p", { id: "grant-impact", role: "status" },
-      `Replayed over this org's calls since ${i.since}: ${i.considered} considered; `,
-      h("span", { class: i.allowToDeny ? "tag bad" : "tag ok" }, `${i.allowToDeny} would now be denied`), ", ",
-      h("span", { class: i.denyToAllow ? "tag warn" : "tag ok" }, `${i.denyToAllow} would now be allowed`), ".");
+      `Replayed over this org's calls since ${i.since}: ${i.considered} considered; `, ...impactCounts(i));
   };
   const review = h("button", { type: "button", onclick: async () => {
     out.replaceChildren();
@@ -1134,8 +1132,7 @@ function changeForm(g, profiles, box) {
           h("li", { class: "changed" }, h("code", {}, d.path), `: ${JSON.stringify(d.from)} → ${JSON.stringify(d.to)}`)))
           : h("p", {}, "Nothing: the new grant would be the same."),
         h("p", { class: "grant-change-impact", role: "status" }, `Replayed over this org's calls since `, when(i.since), `: ${i.considered} considered; `,
-          h("span", { class: i.allowToDeny ? "tag bad" : "tag ok" }, `${i.allowToDeny} would now be denied`), ", ",
-          h("span", { class: i.denyToAllow ? "tag warn" : "tag ok" }, `${i.denyToAllow} would now be allowed`), "."));
+          ...impactCounts(i)));
       confirm.hidden = false;
     } catch (err) {
       preview.replaceChildren(errorBox(err));
@@ -1144,6 +1141,14 @@ function changeForm(g, profiles, box) {
   return h("form", { "aria-label": `Change grant ${g.grantId}`, onsubmit: (e) => e.preventDefault() },
     field("Profile", profile), field("Customization (JSON, by ref)", customize),
     h("div", { class: "row" }, review, confirm, h("button", { type: "button", onclick: () => box.replaceChildren() }, "Cancel")), preview);
+}
+
+// impactCounts are a grant dry run's counts: the calls that would now be denied, held for a
+// person's approval, or allowed.
+function impactCounts(i) {
+  return [h("span", { class: i.allowToDeny ? "tag bad" : "tag ok" }, `${i.allowToDeny} would now be denied`), ", ",
+    h("span", { class: i.allowToHeld ? "tag warn" : "tag ok" }, `${i.allowToHeld} would now be held for approval`), ", ",
+    h("span", { class: i.denyToAllow ? "tag warn" : "tag ok" }, `${i.denyToAllow} would now be allowed`), "."];
 }
 
 // revokeForm shows, before a grant ends, what revoking it would deny of the org's recorded
