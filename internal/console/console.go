@@ -25,6 +25,10 @@ const Prefix = "/console/"
 const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +
 	"form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 
+// FaviconPath is where browsers ask for a site's icon whatever the page names; the console's
+// icon answers it.
+const FaviconPath = "/favicon.ico"
+
 // Handler serves the console with the development sign-in only (a pasted token).
 func Handler() http.Handler { return New(nil) }
 
@@ -54,6 +58,9 @@ func New(oidc *OIDC) http.Handler {
 			return
 		}
 		p := path.Clean(r.URL.Path)
+		if p == FaviconPath {
+			p = "/console/assets/favicon.svg"
+		}
 		if rest, ok := strings.CutPrefix(p, "/console/assets/"); ok {
 			if _, err := fs.Stat(assets, "assets/"+rest); err != nil {
 				http.NotFound(w, r)

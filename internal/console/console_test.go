@@ -40,7 +40,8 @@ func TestDeepLinksServeThePage(t *testing.T) {
 }
 
 func TestAssets(t *testing.T) {
-	for path, ctype := range map[string]string{"/console/assets/console.js": "javascript", "/console/assets/console.css": "text/css"} {
+	for path, ctype := range map[string]string{"/console/assets/console.js": "javascript", "/console/assets/console.css": "text/css",
+		"/console/assets/favicon.svg": "image/svg+xml", FaviconPath: "image/svg+xml"} {
 		w := get(t, path)
 		if w.Code != http.StatusOK || !strings.Contains(w.Header().Get("Content-Type"), ctype) {
 			t.Errorf("%s: %d %s", path, w.Code, w.Header().Get("Content-Type"))

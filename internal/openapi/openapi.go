@@ -166,6 +166,8 @@ func Operations() []Operation {
 			Responses: map[int]Response{302: {Description: "to /console/"}}},
 		{Method: "GET", Path: "/console", Summary: "The web console (HTML)", Tag: "console", Public: true,
 			Responses: map[int]Response{200: {Description: "the console page", MediaType: "text/html", Schema: str}, 301: {Description: "to /console/"}, 308: {Description: "to /console/"}}},
+		{Method: "GET", Path: "/favicon.ico", Summary: "The console's icon (SVG), where browsers ask for a site's icon", Tag: "console", Public: true,
+			Responses: map[int]Response{200: {Description: "the icon", MediaType: "image/svg+xml", Schema: str}}},
 		{Method: "GET", Path: "/console/{path}", Summary: "The web console's page and assets (/console/assets/*)", Tag: "console", Public: true,
 			Params:    []Param{pathParam("path", "a console view or an asset under assets/")},
 			Responses: map[int]Response{200: {Description: "the page, a script or a stylesheet", MediaType: "text/html", Schema: str}, 404: {Description: "no such asset", MediaType: "text/plain", Schema: str}}},

@@ -124,6 +124,7 @@ func (s *Server) router() *echo.Echo {
 	e.GET("/console", con)
 	e.GET("/console/*", con)
 	e.POST(console.TokenPath, con)
+	e.GET(console.FaviconPath, con)
 	v1 := e.Group("/v1", s.authenticate)
 	v1.POST("/capabilities/invoke", s.invoke)
 	s.metaRoutes(v1)
