@@ -148,12 +148,14 @@ func (s *Service) replica() string {
 // View is the public shape of a held call: what was asked (ref, the biome version it was
 // pinned to, input), by whom, under which policy revision, until when, and how it ended.
 type View struct {
-	ApprovalID     string          `json:"approvalId"`
-	AuditID        string          `json:"auditId"`
-	Ref            string          `json:"ref"`
-	Biome          string          `json:"biome,omitempty"`
-	BiomeVersion   string          `json:"biomeVersion,omitempty"`
-	RiskTier       string          `json:"riskTier,omitempty"`
+	ApprovalID   string `json:"approvalId"`
+	AuditID      string `json:"auditId"`
+	Ref          string `json:"ref"`
+	Biome        string `json:"biome,omitempty"`
+	BiomeVersion string `json:"biomeVersion,omitempty"`
+	RiskTier     string `json:"riskTier,omitempty"`
+	// SideEffects is what the capability says calling it does (listed views only).
+	SideEffects    string          `json:"sideEffects,omitempty"`
 	PolicyRevision string          `json:"policyRevision,omitempty"`
 	Requester      string          `json:"requester"`
 	Environment    string          `json:"environment"`

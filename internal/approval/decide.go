@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/xemahq/xema/internal/catalog"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
@@ -204,12 +205,26 @@ func (s *Service) heldInput(ec identity.ExecContext, a store.Approval) policy.In
 // resource property; "" when the capability is gone or declares none (the policy then
 // refuses a call a grant's resources bind: fail closed).
 func (s *Service) resource(a store.Approval) string {
+	if e := s.entry(a); e != nil {
+		return e.Resource(a.Input)
+	}
+	return ""
+}
+
+// sideEffects is what the held call's capability says calling it does, for its approver; ""
+// when the capability is gone.
+func (s *Service) sideEffects(a store.Approval) string {
+	if e := s.entry(a); e != nil {
+		return e.Manifest.SideEffects
+	}
+	return ""
+}
+
+// entry is the held call's capability as the org's catalog serves it now; nil when gone.
+func (s *Service) entry(a store.Approval) *catalog.Entry {
 	if s.Catalog == nil {
-		return ""
+		return nil
 	}
-	e, ok := s.Catalog.Snapshot().For(a.Org, a.Ref)
-	if !ok {
-		return ""
-	}
-	return e.Resource(a.Input)
+	e, _ := s.Catalog.Snapshot().For(a.Org, a.Ref)
+	return e
 }

@@ -95,6 +95,7 @@ func (s *Service) list(ctx context.Context, call kernel.Call) (any, error) {
 				continue
 			}
 			v := view(a, false)
+			v.SideEffects = s.sideEffects(a)
 			can := why == nil
 			v.CanDecide, v.WhyNot = &can, why
 			page.Approvals = append(page.Approvals, v)

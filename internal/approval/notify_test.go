@@ -53,6 +53,9 @@ func TestListSaysWhoMayDecide(t *testing.T) {
 		t.Fatalf("alice's list: %+v %v", p, err)
 	}
 	for _, v := range p.Approvals {
+		if v.SideEffects != "Adds a comment the customer can read." {
+			t.Fatalf("the listed held call says its side effects are %q; want the capability's", v.SideEffects)
+		}
 		if v.CanDecide == nil || *v.CanDecide || v.WhyNot == nil || v.WhyNot.Code != approval.CodeNotApprover ||
 			!strings.Contains(v.WhyNot.Message, "not granted in org") || len(v.WhyNot.Reasons) == 0 {
 			t.Fatalf("alice (environment org) sees %+v; want canDecide false, NOT_AN_APPROVER naming environment org", v)

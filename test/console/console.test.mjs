@@ -69,6 +69,8 @@ await step("the overview shows the org's calls as the API counts them", async ()
   const held = await page.getByRole("region", { name: "Held calls" }).textContent();
   expect(held.includes(`${stats.held.waiting} calls wait`) && /the oldest for/.test(held), "held calls waiting: " + held);
   await page.getByRole("table", { name: "Runners" }).waitFor();
+  const mainText = await page.locator("main").textContent();
+  expect(!/\b1 calls\b/.test(mainText) && !/ to in /.test(mainText), "the overview's grammar: " + mainText);
   await shot("overview");
   // A denial reason links to the audit search it counts.
   const reason = stats.topDenialReasons[0];
@@ -93,6 +95,13 @@ await step("the overview shows the org's calls as the API counts them", async ()
 await step("approve a held call from its deep link and see it run", async () => {
   await page.goto(`${base}/console/approvals`);
   await approvalCard(env("HELD_REJECT")).waitFor();
+  // The navigation counts the calls waiting for a decision.
+  const waiting = (await apiGet("/v1/approvals?status=pending&limit=100")).approvals.length;
+  const badge = page.locator("#pending-count");
+  await badge.waitFor();
+  expect((await badge.textContent()) === String(waiting) && waiting >= 2, `the pending count ${await badge.textContent()}, the API ${waiting}`);
+  const icon = await page.evaluate(async () => { const r = await fetch("/favicon.ico"); return [r.status, r.headers.get("content-type")]; });
+  expect(icon[0] === 200 && icon[1].startsWith("image/svg+xml"), "GET /favicon.ico: " + icon);
   await shot("approvals");
   // The link a notification carries (notify.Config.DeepLink): the call's own page.
   await page.goto(`${base}/console/approvals/${env("HELD_APPROVE")}`);
@@ -101,6 +110,7 @@ await step("approve a held call from its deep link and see it run", async () => 
   expect((await card.textContent()).includes("ticket:comment.add@1"), "the held call shows its ref");
   expect((await card.textContent()).includes("agent:support-bot"), "the held call shows its requester");
   expect((await card.textContent()).includes('"text": "approve me"'), "the held call shows its input");
+  expect((await card.locator(".side-effects").textContent()) === "Adds a comment the customer can read.", "the held call shows its capability's side effects");
   await card.getByRole("button", { name: "Approve" }).click();
   const decided = approvalCard(env("HELD_APPROVE"));
   await decided.getByText("done", { exact: true }).waitFor();
@@ -123,6 +133,10 @@ await step("reject a held call with a reason", async () => {
   await page.goto(`${base}/console/approvals?status=any`);
   await approvalCard(env("HELD_APPROVE")).getByText("done", { exact: true }).waitFor();
   await shot("approvals-decided");
+  await page.goto(`${base}/console/approvals`);
+  await page.getByRole("heading", { name: /^Pending/ }).waitFor();
+  const left = (await apiGet("/v1/approvals?status=pending&limit=100")).approvals.length;
+  expect((await page.locator("#pending-count").count()) === (left ? 1 : 0), `the pending count once decided (${left} left)`);
 });
 
 await step("find a denial by ref and read its why-denied", async () => {
@@ -136,6 +150,20 @@ await step("find a denial by ref and read its why-denied", async () => {
   const rows = await page.getByRole("table", { name: "Audit records" }).locator("tbody tr").count();
   expect(rows === 2, `want two denials of ${env("DENIED_REF")}, got ${rows}`);
   await shot("audit");
+  // A call that ran is one row: its decision, and its outcome linking to the outcome record.
+  await page.goto(`${base}/console/audit?ref=${encodeURIComponent("kb:page.read@1")}`);
+  const reads = page.getByRole("table", { name: "Audit records" });
+  await reads.waitFor();
+  const ids = await reads.locator("tbody tr td:nth-child(2)").allTextContents();
+  const ran = await apiGet("/v1/audit?ref=kb:page.read@1&limit=100&omit=people-reads");
+  const calls = ran.records.filter((r) => !r.auditId.endsWith(".outcome")).length;
+  expect(ids.length === calls && !ids.some((id) => id.endsWith(".outcome")), `audit rows ${ids.length} for ${calls} calls: ${ids}`);
+  const ok = reads.getByRole("link", { name: "ok", exact: true }).first();
+  const lines = await reads.locator("td.time time").first().evaluate((t) => t.getClientRects().length);
+  expect(lines === 1, `the time column wraps onto ${lines} lines`);
+  await ok.click();
+  await page.waitForURL(/\/console\/audit\/[^/]+\.outcome$/);
+  await page.goto(`${base}/console/audit?ref=${encodeURIComponent(env("DENIED_REF"))}&decision=denied`);
   await row.click();
   await page.waitForURL(`${base}/console/audit/${env("DENIED_AUDIT")}`);
   await page.getByRole("heading", { name: "Why it was denied" }).waitFor();

@@ -88,6 +88,18 @@ function when(iso) {
   return h("time", { datetime: d.toISOString(), title: exactFormat.format(d) }, ago(d));
 }
 
+// plural is a count with its noun, singular for one: "1 call", "3 calls".
+function plural(n, noun) {
+  return `${n} ${noun}${n === 1 ? "" : "s"}`;
+}
+
+// exactly is a time as a date and clock time in the viewer's zone (a window's bounds, which
+// relative words would make vague: "from yesterday to in 9 minutes").
+function exactly(iso) {
+  const d = new Date(iso);
+  return isNaN(d) ? iso || "" : h("time", { datetime: d.toISOString() }, exactFormat.format(d));
+}
+
 // age is a duration in words, e.g. "2 h 5 min".
 function age(ms) {
   const m = Math.max(0, Math.round(ms / 60000));
@@ -226,9 +238,26 @@ function header(who) {
     const here = v.href === "/console/" ? path === "/console" : path.startsWith(v.href);
     return h("a", { href: v.href, "aria-current": here ? "page" : null }, v.name);
   }));
+  if (may(who, V.Approvals)) pendingBadge(nav);
   nav.hidden = false;
   document.getElementById("signout").hidden = false;
   document.getElementById("who").textContent = `${who.subject.ref} · org ${who.org}${who.orgRole ? " · " + who.orgRole : ""} · ${who.environment}`;
+}
+
+// pendingBadge shows beside Approvals how many held calls wait for the viewer's decision (an
+// administrator: in the org's queue). It is a hint: when it cannot be read, none is shown.
+async function pendingBadge(nav) {
+  let page;
+  try {
+    page = await api("GET", "/v1/approvals?status=pending&limit=100");
+  } catch {
+    return;
+  }
+  const n = (page.approvals || []).length;
+  const link = [...nav.querySelectorAll("a")].find((a) => a.getAttribute("href") === V.Approvals.href);
+  if (!n || !link) return;
+  const count = page.nextCursor ? `${n}+` : String(n);
+  link.after(h("a", { href: V.Approvals.href, class: "badge", id: "pending-count", "aria-label": `${count} held ${n === 1 && !page.nextCursor ? "call waits" : "calls wait"} for a decision` }, count));
 }
 
 async function render() {
@@ -633,6 +662,7 @@ function approvalCard(a, inv) {
       h("dt", {}, "Environment"), h("dd", {}, a.environment),
       a.biomeVersion ? [h("dt", {}, "Biome version"), h("dd", {}, `${a.biome || ""} ${a.biomeVersion}`)] : null,
       a.riskTier ? [h("dt", {}, "Risk"), h("dd", {}, risk(a.riskTier))] : null,
+      a.sideEffects ? [h("dt", {}, "Side effects"), h("dd", { class: "side-effects" }, a.sideEffects)] : null,
       a.policyRevision ? [h("dt", {}, "Held under policy"), h("dd", {}, h("code", {}, a.policyRevision))] : null,
       h("dt", {}, "Approval id"), h("dd", {}, link("/console/approvals/" + encodeURIComponent(a.approvalId), a.approvalId)),
       h("dt", {}, "Audit record"), h("dd", {}, link("/console/audit/" + encodeURIComponent(a.auditId), a.auditId)),
@@ -770,19 +800,20 @@ async function viewAudit() {
   // By default what agents and workflows did, and every denial: people's own page loads
   // through the console are audited too, and shown when asked for.
   if (q.get("reads") !== "include") apiq.set("omit", "people-reads");
-  apiq.set("limit", "25");
+  apiq.set("limit", "50"); // about 25 calls: a call that ran has two records, shown as one row
   let results;
   try {
     const page = await api("GET", "/v1/audit?" + apiq);
-    const rows = (page.records || []).map((r) => h("tr", {},
-      h("td", {}, when(r.time)), h("td", {}, link("/console/audit/" + encodeURIComponent(r.auditId), r.auditId)),
+    const rows = oneRowPerCall(page.records || []).map(({ call: r, outcome: o }) => h("tr", {},
+      h("td", { class: "time" }, when(r.time)), h("td", {}, link("/console/audit/" + encodeURIComponent(r.auditId), r.auditId)),
       h("td", {}, h("span", { class: "tag " + decisionClass(r.decision) }, r.decision)),
+      h("td", {}, o ? link("/console/audit/" + encodeURIComponent(o.auditId), o.outcome || "recorded") : r.outcome || ""),
       h("td", {}, r.subject.kind === "" ? h("code", {}, r.capability) : refLink(r.capability)), h("td", {}, r.subject.ref), h("td", {}, r.environment),
       h("td", {}, (r.reasons || []).map((x) => x.code).join(", "))));
     const next = new URLSearchParams(q);
     next.set("cursor", page.nextCursor || "");
     results = [
-      rows.length ? h("table", { "aria-label": "Audit records" }, h("thead", {}, h("tr", {}, ["Time", "Audit id", "Decision", "Capability", "Subject", "Environment", "Reasons"].map((t) => h("th", { scope: "col" }, t)))), h("tbody", {}, rows))
+      rows.length ? h("table", { "aria-label": "Audit records" }, h("thead", {}, h("tr", {}, ["Time", "Audit id", "Decision", "Outcome", "Capability", "Subject", "Environment", "Reasons"].map((t) => h("th", { scope: "col" }, t)))), h("tbody", {}, rows))
         : h("p", {}, "No record matches."),
       h("div", { class: "row" },
         q.get("cursor") ? link("/console/audit?" + new URLSearchParams([...q].filter(([k]) => k !== "cursor")), "First page") : null,
@@ -796,6 +827,16 @@ async function viewAudit() {
     h("p", { class: "muted", id: "audit-scope" }, q.get("reads") === "include" ? "Every record, people's reads through the console included."
       : "Agents', workflows' and services' calls, and every denial; people's reads through the console are left out (they are audited: tick the box to see them)."),
     results);
+}
+
+// oneRowPerCall pairs each call's decision record with its outcome record (id "<id>.outcome")
+// when both are on the page: a call is one row, its outcome a link to the outcome record. An
+// outcome whose decision is on another page stays a row of its own.
+function oneRowPerCall(records) {
+  const ids = new Set(records.map((r) => r.auditId));
+  const callOf = (r) => (r.auditId.endsWith(".outcome") ? r.auditId.slice(0, -".outcome".length) : "");
+  const outcomes = new Map(records.filter((r) => ids.has(callOf(r))).map((r) => [callOf(r), r]));
+  return records.filter((r) => !ids.has(callOf(r))).map((r) => ({ call: r, outcome: outcomes.get(r.auditId) }));
 }
 
 function decisionClass(d) {
@@ -930,7 +971,7 @@ function callsChart(stats) {
   const t = stats.totals;
   return svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img", "aria-labelledby": "chart-title chart-desc", preserveAspectRatio: "none" },
     svg("title", { id: "chart-title" }, `Calls per ${age(stats.bucketSeconds * 1000)} over the last ${stats.window}`),
-    svg("desc", { id: "chart-desc" }, `${t.calls} calls: ${t.allowed} allowed, ${t.held} held, ${t.denied} denied, ${t.failed} failed.`),
+    svg("desc", { id: "chart-desc" }, `${plural(t.calls, "call")}: ${t.allowed} allowed, ${t.held} held, ${t.denied} denied, ${t.failed} failed.`),
     grid, ticks, bars);
 }
 
@@ -958,7 +999,7 @@ async function viewOverview() {
     h("li", {}, h("a", { href: auditHref(st, { decision: "denied", reason: r.code }) }, h("code", {}, r.code)), ` ${r.count} denied`)))
     : h("p", {}, "No denial in this window.");
   const refs = st.topRefs.length ? h("ol", { "aria-label": "Top refs" }, st.topRefs.map((r) =>
-    h("li", {}, refLink(r.ref), " ", h("a", { href: auditHref(st, { ref: r.ref }), "aria-label": `${r.count} calls of ${r.ref} in the audit log` }, `${r.count} calls`))))
+    h("li", {}, refLink(r.ref), " ", h("a", { href: auditHref(st, { ref: r.ref }), "aria-label": `${plural(r.count, "call")} of ${r.ref} in the audit log` }, plural(r.count, "call")))))
     : h("p", {}, "No call in this window.");
   const held = st.held.waiting
     ? h("p", {}, h("a", { href: "/console/approvals" }, h("strong", {}, String(st.held.waiting)), st.held.waiting === 1 ? " call waits" : " calls wait"),
@@ -977,7 +1018,7 @@ async function viewOverview() {
   show("Overview", windows,
     st.uncounted ? h("p", { class: "notice", role: "status" }, `${st.uncounted} recent audit records are not counted yet: the overview's rollups are catching up with the log.`) : null,
     h("section", { "aria-labelledby": "calls-h" }, h("h2", { id: "calls-h" }, `Calls in the last ${win}: ${t.calls}`),
-      h("p", { class: "muted" }, "Counted from the audit log, from ", when(st.since), " to ", when(st.until),
+      h("p", { class: "muted" }, "Counted from the audit log since ", exactly(st.since),
         "; people's reads through the console are left out, as in the audit view."),
       callsChart(st), legend, table),
     h("div", { class: "panels" },
