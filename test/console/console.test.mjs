@@ -141,7 +141,9 @@ await step("reject a held call with a reason", async () => {
 
 await step("find a denial by ref and read its why-denied", async () => {
   await nav("Audit").click();
-  await page.getByLabel("Ref").fill(env("DENIED_REF"));
+  const search = page.getByRole("search", { name: "Search the audit log" }); // not the held calls' filter, which has a Ref too
+  await search.waitFor();
+  await search.getByLabel("Ref").fill(env("DENIED_REF"));
   await page.getByLabel("Decision").selectOption("denied");
   await page.getByRole("button", { name: "Search" }).click();
   await page.waitForURL(/\/console\/audit\?ref=/);
@@ -233,6 +235,13 @@ await step("catalog lists refs with their lifecycle", async () => {
   const table = page.getByRole("table", { name: "Capabilities" });
   await table.waitFor();
   expect((await table.textContent()).includes("kb:page.read@1"), "the catalog lists kb:page.read@1");
+  // An administrator also sees every capability of the org's biomes, and why each is or is not callable.
+  const org = page.getByRole("table", { name: "Every capability of the org's biomes" });
+  const row = (ref) => org.locator("tbody tr", { has: page.getByRole("link", { name: ref, exact: true }) }).locator("td.callable").textContent();
+  expect((await row("kb:page.read@1")) === "yes", "kb:page.read@1 for the admin: " + (await row("kb:page.read@1")));
+  expect((await row("kb:page.publish@1")) === "yes, once approved", "kb:page.publish@1: " + (await row("kb:page.publish@1")));
+  const unbound = await row("connector:channel.send-message@1");
+  expect(unbound.startsWith("no") && unbound.includes("binding"), "an unbound connector says why it is not callable: " + unbound);
   await shot("catalog");
 });
 

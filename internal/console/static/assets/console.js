@@ -903,10 +903,36 @@ async function viewCatalog() {
     h("td", {}, c.mutating ? "changes data" : "reads"),
     h("td", {}, c.deprecated ? h("span", { class: "tag warn" }, "deprecated") : "published"),
     h("td", {}, c.replacedBy ? refLink(c.replacedBy) : "")));
+  const admin = mayOp(viewer, "store:biome.list@1") && mayOp(viewer, "biome:grant.list@1");
   show("Catalog", form,
+    admin && !q.get("q") ? await orgCatalog() : null,
+    admin ? h("h2", {}, "What your token may invoke") : null,
     h("p", { class: "muted" }, "The capabilities you may invoke in your token's environment."),
     rows.length ? h("table", { "aria-label": "Capabilities" }, h("thead", {}, h("tr", {}, ["Ref", "Title", "Biome", "Risk", "Effect", "Lifecycle", "Replaced by"].map((t) => h("th", { scope: "col" }, t)))), h("tbody", {}, rows))
       : h("p", {}, "No capability."));
+}
+
+// orgCatalog is, for an administrator, every capability of the biome versions the org has
+// granted, each with whether their own token may call it now and, when not, why: the
+// preflight's blockers (a grant's environment, a missing binding...).
+async function orgCatalog() {
+  const [{ grants }, { biomes }] = await Promise.all([api("GET", "/v1/grants"), api("GET", "/v1/biomes")]);
+  const granted = new Set((grants || []).filter((g) => g.status === "active").map((g) => `${g.biomeId}@${g.version}`));
+  const caps = (biomes || []).filter((b) => granted.has(`${b.biomeId}@${b.version}`)).flatMap((b) =>
+    Object.values((b.digest && b.digest.domains) || {}).flat().map((c) => ({ ...c, biome: b.biomeId, version: b.version })));
+  const checks = await Promise.all(caps.map((c) => api("POST", "/v1/capabilities/preflight", { ref: c.ref })
+    .catch((err) => ({ ready: false, blockers: [{ code: err.code, detail: err.message }] }))));
+  const rows = caps.map((c, i) => {
+    const p = checks[i];
+    const held = (p.requirements || []).some((r) => r.kind === "approval");
+    return h("tr", {}, h("td", {}, refLink(c.ref)), h("td", {}, `${c.biome} ${c.version}`), h("td", {}, risk(c.riskTier)),
+      h("td", { class: "callable" }, p.ready ? h("span", { class: "tag ok" }, held ? "yes, once approved" : "yes")
+        : [h("span", { class: "tag bad" }, "no"), " ", (p.blockers || []).map((b) => b.detail || b.code).join("; ")]));
+  });
+  return [h("h2", {}, "Every capability of your org's biomes"),
+    h("p", { class: "muted" }, "Whether your token, in its environment, may call each one now, and why not."),
+    rows.length ? h("table", { "aria-label": "Every capability of the org's biomes" }, h("thead", {}, h("tr", {}, ["Ref", "Biome", "Risk", "You may call it"].map((t) => h("th", { scope: "col" }, t)))), h("tbody", {}, rows))
+      : h("p", {}, "The org has granted no biome.")];
 }
 
 // ---- overview ---------------------------------------------------------------------------
