@@ -10,7 +10,23 @@ import (
 
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
+	"github.com/xemahq/xema/internal/store"
 )
+
+// demoApp is a gateway with the demo biome granted to the default org, and that grant.
+func demoApp(t *testing.T) (*App, []store.Grant) {
+	t.Helper()
+	a, err := New(context.Background(), Config{DataDir: t.TempDir(), BiomesDir: repoBiomes(t), DevGrants: []string{"demo"}, OperatorOrg: identity.DefaultOrg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	mine, err := a.Publisher.Grants(context.Background(), identity.DefaultOrg, "demo")
+	if err != nil || len(mine) != 1 {
+		t.Fatalf("the demo's dev grant: %v %v", mine, err)
+	}
+	return a, mine
+}
 
 // TestGrantDryRunReplaysOnlyItsOrg: a grant's dry run replays the calls of the grant's org
 // only. Another org calls more, under subjects of its own, and its grant was revoked, so
@@ -18,15 +34,7 @@ import (
 // appear in the impact.
 func TestGrantDryRunReplaysOnlyItsOrg(t *testing.T) {
 	ctx := context.Background()
-	a, err := New(ctx, Config{DataDir: t.TempDir(), BiomesDir: repoBiomes(t), DevGrants: []string{"demo"}, OperatorOrg: identity.DefaultOrg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	mine, err := a.Publisher.Grants(ctx, identity.DefaultOrg, "demo")
-	if err != nil || len(mine) != 1 {
-		t.Fatalf("the demo's dev grant: %v %v", mine, err)
-	}
+	a, mine := demoApp(t)
 	req, _ := json.Marshal(map[string]string{"biomeId": "demo", "version": mine[0].BiomeVersion, "digestHash": mine[0].DigestHash})
 	theirs, err := a.Publisher.Install(ctx, req, "acme", "user:acme-admin")
 	if err != nil {
@@ -77,15 +85,7 @@ func TestGrantDryRunReplaysOnlyItsOrg(t *testing.T) {
 // held already, and other capabilities' calls, are not counted.
 func TestGrantDryRunCountsHeldCalls(t *testing.T) {
 	ctx := context.Background()
-	a, err := New(ctx, Config{DataDir: t.TempDir(), BiomesDir: repoBiomes(t), DevGrants: []string{"demo"}, OperatorOrg: identity.DefaultOrg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	mine, err := a.Publisher.Grants(ctx, identity.DefaultOrg, "demo")
-	if err != nil || len(mine) != 1 {
-		t.Fatalf("the demo's dev grant: %v %v", mine, err)
-	}
+	a, mine := demoApp(t)
 	ec := identity.ExecContext{Subject: identity.Subject{Kind: "agent", Ref: "agent:bot"}, Environment: "project",
 		Org: identity.DefaultOrg, Armed: []string{"*"}}
 	for i, c := range []struct{ ref, input string }{
