@@ -61,6 +61,8 @@ Without --armed the token is armed for every capability.`,
 	f.StringVar(&c.Project, "project", "", "project")
 	f.StringVar(&c.Session, "session", "", "session id")
 	f.StringArrayVar(&c.Armed, "armed", nil, "ref glob the caller is armed for, e.g. 'acme:*' (repeatable; default: all)")
+	f.StringArrayVar(&c.Actors, "act", nil, "an actor KIND:NAME acting for --subject (repeatable: the act chain, outermost first)")
+	f.StringArrayVar(&c.MayAct, "may-act", nil, "an actor KIND:NAME the subject allows to act for them (repeatable; the may_act claim)")
 	f.DurationVar(&c.TTL, "ttl", time.Hour, "lifetime, > 0 and <= 24h")
 	_ = cmd.MarkFlagRequired("subject")
 	_ = cmd.MarkFlagRequired("env")

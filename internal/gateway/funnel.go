@@ -202,11 +202,18 @@ func (g *Gateway) dispatch(ctx context.Context, c *call) (*Result, error) {
 }
 
 func (g *Gateway) begin(ec identity.ExecContext, req Request) *call {
-	return &call{exec: ec, req: req, start: time.Now(), rec: store.AuditRecord{
+	c := &call{exec: ec, req: req, start: time.Now(), rec: store.AuditRecord{
 		ID: audit.NewID("inv_"), Org: ec.Org, Ref: req.Ref,
 		SubjectKind: ec.Subject.Kind, SubjectRef: ec.Subject.Ref, Environment: ec.Environment,
 		InputHash: audit.InputHash(g.d.InputHashKey, req.Input), BundleRevision: g.d.Policy.Revision(),
 	}}
+	if ec.Delegation != nil {
+		// Every record of a delegated call, outcome records too, names the person and the
+		// actor chain: the subject columns hold the actor.
+		p := ec.Delegation.Person
+		c.rec.Detail = audit.DelegationDetail(audit.Subject{Kind: p.Kind, Ref: p.Ref}, ec.Delegation.Actors)
+	}
+	return c
 }
 
 // route finds the catalog entry; an unknown ref is a 404.
@@ -565,11 +572,16 @@ func (g *Gateway) RecordUnauthenticated(ctx context.Context, route, reason, sour
 
 // PolicyInput is the call as the Rego sees it: only verified claims, never headers.
 func PolicyInput(ec identity.ExecContext, ref, resource string) policy.Input {
-	return policy.Input{
+	in := policy.Input{
 		Ref: ref, Subject: policy.Subject{Kind: ec.Subject.Kind, Ref: ec.Subject.Ref},
 		Groups: ec.Groups, Roles: ec.Roles, OrgRole: ec.OrgRole, Org: ec.Org, Project: ec.Project,
 		Session: ec.Session, Environment: ec.Environment, Resource: resource, Armed: ec.Armed,
 	}
+	if d := ec.Delegation; d != nil {
+		in.Delegation = &policy.Delegation{Person: policy.Subject{Kind: d.Person.Kind, Ref: d.Person.Ref}, OrgRole: d.OrgRole,
+			Groups: d.Groups, Roles: d.Roles, Actors: d.Actors, MayAct: d.MayAct}
+	}
+	return in
 }
 
 func summary(reasons []policy.Reason) string {

@@ -28,6 +28,33 @@ type ExecContext struct {
 	// Armed holds ref globs the caller is armed for. A token without an armed claim is
 	// armed for all and verification sets ["*"], so Armed is never empty.
 	Armed []string `json:"armed"`
+	// Delegation is set when the caller acts for a person (the token's act claim): Subject
+	// is then the actor, whose grant covers the call, and the person's org role, groups and
+	// roles are the delegation's, never the actor's.
+	Delegation *Delegation `json:"delegation,omitempty"`
+}
+
+// Delegation is the person a delegated call acts for and the chain of actors (RFC 8693
+// act, the caller outermost).
+type Delegation struct {
+	Person  Subject  `json:"person"`
+	OrgRole string   `json:"orgRole,omitempty"`
+	Groups  []string `json:"groups"`
+	Roles   []string `json:"roles"`
+	// Actors is the act chain, outermost first: Actors[0] is the caller (ExecContext.Subject).
+	Actors []string `json:"actors"`
+	// MayAct lists the actors the person's token allows (may_act); nil when it names none,
+	// which leaves the choice to the grants.
+	MayAct []string `json:"mayAct,omitempty"`
+}
+
+// Principal is the subject a call is made for: the person of a delegated call, else the
+// caller. Owned resources and connections are the principal's.
+func (ec ExecContext) Principal() Subject {
+	if ec.Delegation != nil {
+		return ec.Delegation.Person
+	}
+	return ec.Subject
 }
 
 // OrgAdmin: the caller administers its org (org_admin or org_owner): they read the org's

@@ -339,6 +339,11 @@ func (v *Verifier) keyfunc(ctx context.Context) jwt.Keyfunc {
 		if !slices.Contains(v.algs, alg) {
 			return nil, reject(ReasonAlgNotAllowed, "alg %q is not in the allow-list %v", truncate(alg, 20), v.algs)
 		}
+		if typ, ok := t.Header["typ"]; ok && !accessTokenType(typ) {
+			// A JWT of another kind (a Txn-Token the gateway signs for a provider, a
+			// logout token) is never a bearer token here, whoever signed it.
+			return nil, reject(ReasonWrongType, "typ %q is not an access token's (JWT or at+jwt)", truncate(fmt.Sprint(typ), 30))
+		}
 		if _, ok := t.Header["crit"]; ok {
 			// RFC 7515 §4.1.11: a recipient must refuse a token whose crit names an extension
 			// it does not understand; the gateway understands none.
@@ -363,6 +368,20 @@ func (v *Verifier) keyfunc(ctx context.Context) jwt.Keyfunc {
 		}
 		return publicKey(jwk.Key()), nil
 	}
+}
+
+// accessTokenType: typ, when present, is one an access token carries (RFC 9068: at+jwt;
+// most issuers write JWT).
+func accessTokenType(typ any) bool {
+	s, ok := typ.(string)
+	if !ok {
+		return false
+	}
+	switch strings.ToLower(strings.TrimPrefix(strings.ToLower(s), "application/")) {
+	case "jwt", "at+jwt":
+		return true
+	}
+	return false
 }
 
 // classify turns a jwt error into a TokenError. It never copies the library's message, which

@@ -196,10 +196,18 @@ func TestInputValueIsTheJSONInput(t *testing.T) {
 		in.InstanceRelations = map[string]bool{"doc_page#editor": true}
 		in.Approval = &Approval{Requester: "user:bob", ApprovalID: "apr_1"}
 		in.Armed = []string{"kb:*", "doc:*"}
+		in.Delegation = &Delegation{Person: Subject{Kind: "user", Ref: "user:ann"}, OrgRole: "org_member", Groups: []string{"g"},
+			Roles: []string{"r"}, Actors: []string{"agent:support-bot"}, MayAct: []string{"agent:support-bot"}}
 	})
 	for _, tc := range append(corpus(), decisionCase{name: "every field", in: full}) {
 		asJSON := tc.in
-		for _, l := range []*[]string{&asJSON.Groups, &asJSON.Roles, &asJSON.Armed} {
+		lists := []*[]string{&asJSON.Groups, &asJSON.Roles, &asJSON.Armed}
+		if d := asJSON.Delegation; d != nil {
+			c := *d
+			asJSON.Delegation = &c
+			lists = append(lists, &c.Groups, &c.Roles, &c.Actors)
+		}
+		for _, l := range lists {
 			if *l == nil {
 				*l = []string{}
 			}
