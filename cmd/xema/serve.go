@@ -375,14 +375,18 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	defer ids.Close()
 	cfg.Tokens, cfg.WrapTransport = ids.ServiceTokens(), tracing.Transport
 	cfg.MaxInflight, cfg.MaxPerProvider = lim.maxInflight, lim.maxPerProvider
+	cfg.Name = web.publicURL
 	a, err := app.New(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	a.KeysReady = ids.KeysReady
-	srv := a.Server(app.Edge{Auth: ids, Mounts: ids.Mounts(), Issuer: idCfg.Issuer, BundleReaders: bundleReaders,
-		MetricsReaders: web.metricsReaders, BodyReadTimeout: lim.read - lim.readHeader, CORSOrigins: web.corsOrigins,
-		PublicURL: web.publicURL, ConsoleOIDC: consoleOIDC})
+	srv, err := a.Server(app.Edge{Auth: ids, Mounts: ids.Mounts(), IssuerJWKS: ids.IssuerJWKS(), Issuer: idCfg.Issuer,
+		BundleReaders: bundleReaders, MetricsReaders: web.metricsReaders, BodyReadTimeout: lim.read - lim.readHeader,
+		CORSOrigins: web.corsOrigins, PublicURL: web.publicURL, ConsoleOIDC: consoleOIDC})
+	if err != nil {
+		return err
+	}
 	// No ReadTimeout: it would also cut off a handler waiting for a slow provider. The body
 	// read is bounded by server.boundBody instead, the provider's wait by its timeoutMs.
 	return a.Run(ctx, app.Listener{Addr: addr, Handler: tracing.Handler(srv.Handler()), TLS: tlsCfg,

@@ -55,6 +55,7 @@ import (
 	"github.com/xemahq/xema/internal/spool"
 	"github.com/xemahq/xema/internal/store"
 	"github.com/xemahq/xema/internal/store/engine"
+	"github.com/xemahq/xema/internal/txntoken"
 	"github.com/xemahq/xema/internal/unauth"
 )
 
@@ -72,6 +73,9 @@ type Config struct {
 	// OperatorOrg is the org whose administrators act for the operator: they move the
 	// lifecycle of the operator's biome store and read audit records of no org.
 	OperatorOrg string
+	// Name is the gateway's name in the Txn-Tokens it signs (iss and req_wl): its public
+	// URL; "" is "xema".
+	Name string
 	// DecisionLog ships decisions in OPA's decision-log format: "stdout", "file:PATH" or an
 	// http(s) URL; "" is off. DecisionLogMask erases those JSON pointers from each input.
 	DecisionLog     string
@@ -140,6 +144,9 @@ type App struct {
 	Gateway   *gateway.Gateway
 	// Tools answers the meta-tools (search, describe, plan, preflight, explain, whoami).
 	Tools *metatool.Tools
+	// TxnTokens signs the trusted context of critical operations; the gateway's JWKS
+	// publishes its keys.
+	TxnTokens *txntoken.Signer
 	// Idempotency keeps the answers of calls made with an idempotency key, in the store.
 	Idempotency *idempotency.Keys
 	// Bindings resolves connector capabilities through org-level provider bindings.
@@ -248,6 +255,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, a.closeWith(err)
 	}
 	a.chainKeys = keys.Chains
+	if a.TxnTokens, err = txntoken.New(cmp.Or(cfg.Name, "xema"), keys.TxnTokens); err != nil {
+		return nil, a.closeWith(err)
+	}
 	chain, err := audit.StartChain(ctx, st, keys.Chain)
 	if err != nil {
 		return nil, a.closeWith(err)
@@ -306,7 +316,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	a.outages = outage.New()
 	a.unauth = &unauth.Aggregator{Audit: a.Audit, Revision: eng.Revision, Interval: cfg.UnauthAuditInterval}
 	if a.Gateway, err = gateway.New(gateway.Deps{Catalog: a.Catalog, Policy: eng, Audit: a.Audit, Kernel: a.Kernel,
-		Tokens: cfg.Tokens, HTTP: a.HTTP, InputHashKey: keys.InputHash,
+		Tokens: cfg.Tokens, HTTP: a.HTTP, InputHashKey: keys.InputHash, TxnTokens: a.TxnTokens,
 		Resolvers: []gateway.Resolver{a.Bindings, a.Federation}, Limiter: limiter,
 		Approvals: &approval.Queue{Store: st, TTL: cfg.ApprovalTTL, Now: cfg.Now, Notify: notifier,
 			MaxPending: cfg.MaxPendingApprovals}, Outbound: capacity.NewSlots(cfg.MaxInflight),

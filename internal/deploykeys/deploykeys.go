@@ -23,8 +23,22 @@ import (
 	"github.com/xemahq/xema/internal/store"
 )
 
+// KeyTxnToken is the seed of the Ed25519 key that signs the Txn-Tokens of critical
+// operations (internal/txntoken).
+const KeyTxnToken = "txn-token-signing"
+
 // Names are the per-deployment keys, in the order they are loaded.
-var Names = []string{audit.KeyCursor, audit.KeyInputHash, audit.KeyChain}
+var Names = []string{audit.KeyCursor, audit.KeyInputHash, audit.KeyChain, KeyTxnToken}
+
+// retains are the keys a rotation retires rather than drops: what they signed must still
+// verify (chains written before, Txn-Tokens in flight during a rolling restart).
+var retains = map[string]bool{audit.KeyChain: true, KeyTxnToken: true}
+
+// retiredKey reports whether name is a retired key (of a key retains keeps).
+func retiredKey(name string) bool {
+	base, _, ok := strings.Cut(name, retiredSep)
+	return ok && retains[base]
+}
 
 // Consequences says, for each key, what rotating it does: `xema keys rotate` prints it.
 var Consequences = map[string]string{
@@ -34,6 +48,8 @@ var Consequences = map[string]string{
 		"so equal inputs no longer match across the rotation; takes effect at each replica's next start",
 	audit.KeyChain: "chains started after the rotation (each replica's next start) are keyed with the new key; the old key is " +
 		"kept, so chains written before it still verify",
+	KeyTxnToken: "Txn-Tokens are signed with the new key from each replica's next start; the old key stays published in the " +
+		"gateway's JWKS, so tokens signed before verify",
 }
 
 // retiredSep separates a retired chain key's name from the time it was retired at.
@@ -51,6 +67,9 @@ type Keys struct {
 	// newest first, so chains written before a rotation still verify.
 	Chain  []byte
 	Chains [][]byte
+	// TxnTokens are the Txn-Token signing seeds: the current one, then the retired ones
+	// (still published), newest first.
+	TxnTokens [][]byte
 }
 
 // Store keeps the per-deployment secrets (store.Store).
@@ -136,11 +155,16 @@ func Load(ctx context.Context, st Store, w masterkey.Wrapper) (Keys, error) {
 		}
 		*d.dst = key
 	}
-	chains, err := ChainKeys(ctx, st, w)
-	if err != nil {
+	if _, err := load(ctx, st, w, KeyTxnToken); err != nil {
 		return Keys{}, err
 	}
-	k.Chains = chains
+	var err error
+	if k.Chains, err = retainedKeys(ctx, st, w, audit.KeyChain); err != nil {
+		return Keys{}, err
+	}
+	if k.TxnTokens, err = retainedKeys(ctx, st, w, KeyTxnToken); err != nil {
+		return Keys{}, err
+	}
 	return k, nil
 }
 
@@ -171,6 +195,11 @@ func load(ctx context.Context, st Store, w masterkey.Wrapper, name string) ([]by
 // retired one is left out (Unauthenticated names it). It never generates one: a store
 // without a chain key has none.
 func ChainKeys(ctx context.Context, st Store, w masterkey.Wrapper) ([][]byte, error) {
+	return retainedKeys(ctx, st, w, audit.KeyChain)
+}
+
+// retainedKeys is ChainKeys for any key a rotation retires (retains).
+func retainedKeys(ctx context.Context, st Store, w masterkey.Wrapper, name string) ([][]byte, error) {
 	entries, err := st.ListDeploymentKeys(ctx)
 	if err != nil {
 		return nil, err
@@ -183,14 +212,14 @@ func ChainKeys(ctx context.Context, st Store, w masterkey.Wrapper) ([][]byte, er
 	var old []retired
 	for _, e := range entries {
 		switch {
-		case e.Name == audit.KeyChain:
+		case e.Name == name:
 			o, err := open(ctx, w, e)
 			if err != nil {
 				return nil, err
 			}
 			current = o.key
-		case strings.HasPrefix(e.Name, audit.KeyChain+retiredSep):
-			at, perr := strconv.ParseInt(strings.TrimPrefix(e.Name, audit.KeyChain+retiredSep), 10, 64)
+		case strings.HasPrefix(e.Name, name+retiredSep):
+			at, perr := strconv.ParseInt(strings.TrimPrefix(e.Name, name+retiredSep), 10, 64)
 			o, err := open(ctx, w, e)
 			if err != nil || perr != nil {
 				continue // not vouched for: Unauthenticated names it
@@ -226,15 +255,16 @@ func Unauthenticated(ctx context.Context, st Store, w masterkey.Wrapper) ([]Prob
 	var out []Problem
 	for _, e := range entries {
 		_, err := open(ctx, w, e)
-		retired := strings.HasPrefix(e.Name, audit.KeyChain+retiredSep)
+		retired := retiredKey(e.Name)
 		switch {
 		case err != nil && (retired || errors.Is(err, ErrUnauthenticated)):
 			out = append(out, Problem{Name: e.Name, Why: err.Error()})
 		case err != nil:
 			return nil, err
 		case retired:
-			if _, perr := strconv.ParseInt(strings.TrimPrefix(e.Name, audit.KeyChain+retiredSep), 10, 64); perr != nil {
-				out = append(out, Problem{Name: e.Name, Why: "a retired chain key's name must end in its retirement time (unix nanoseconds)"})
+			_, at, _ := strings.Cut(e.Name, retiredSep)
+			if _, perr := strconv.ParseInt(at, 10, 64); perr != nil {
+				out = append(out, Problem{Name: e.Name, Why: "a retired key's name must end in its retirement time (unix nanoseconds)"})
 			}
 		}
 	}
@@ -252,8 +282,8 @@ func bindTimes(ctx context.Context, st Store, w masterkey.Wrapper) error {
 	}
 	for _, e := range entries {
 		o, err := open(ctx, w, e)
-		if err != nil && strings.HasPrefix(e.Name, audit.KeyChain+retiredSep) {
-			slog.Warn("a stored chain key is not authenticated under the master key and is not used: 'xema keys status' and 'xema audit verify' name it",
+		if err != nil && retiredKey(e.Name) {
+			slog.Warn("a stored retired key is not authenticated under the master key and is not used: 'xema keys status' and 'xema audit verify' name it",
 				"key", e.Name)
 			continue
 		}
@@ -331,7 +361,7 @@ func Rotate(ctx context.Context, st Store, w masterkey.Wrapper, name string) err
 		return err
 	}
 	var keep []store.DeploymentKeyEntry
-	if name == audit.KeyChain {
+	if retains[name] {
 		retiredName := name + retiredSep + strconv.FormatInt(now.UnixNano(), 10)
 		created := current.created
 		if created.IsZero() {

@@ -24,6 +24,7 @@ import (
 	"github.com/xemahq/xema/internal/spool"
 	"github.com/xemahq/xema/internal/store"
 	"github.com/xemahq/xema/internal/telemetry"
+	"github.com/xemahq/xema/internal/txntoken"
 	"github.com/xemahq/xema/internal/unauth"
 	"go.opentelemetry.io/otel/attribute"
 )
@@ -414,9 +415,17 @@ func (g *Gateway) run(ctx context.Context, c *call, entry *catalog.Entry, r runn
 	defer stop()
 	rctx, step := telemetry.Start(runCtx, telemetry.StepRun, telemetry.AttrRef.String(entry.Ref()),
 		telemetry.AttrRunner.String(r.Kind()), telemetry.AttrAuditID.String(c.rec.ID))
+	envelope, err := g.envelope(c, entry, r)
+	if err != nil {
+		step.End(CodeTxnTokenFailed)
+		g.closeUndispatched(ctx, c, r.Kind())
+		fe := fault.Of(err)
+		fe.AuditID = c.rec.ID
+		return nil, fe
+	}
 	began := time.Now()
 	c.dispatched = true
-	out, runErr := r.Run(rctx, kernel.Call{Ref: c.req.Ref, Input: c.req.Input, Exec: c.exec, AuditID: c.rec.ID})
+	out, runErr := r.Run(rctx, kernel.Call{Ref: c.req.Ref, Input: c.req.Input, Exec: c.exec, AuditID: c.rec.ID, TxnToken: envelope})
 	if runErr == nil {
 		if v := checkOutput(entry, r.Kind(), out); len(v) > 0 {
 			runErr = invalidOutput(c.req.Ref, v)
@@ -598,4 +607,33 @@ func mustJSON(v any) json.RawMessage {
 		return nil
 	}
 	return raw
+}
+
+// envelope is the Txn-Token of a call whose capability declares the critical-operation
+// projection ("" for others): the trusted context signed for its provider. A capability that
+// asks for one and cannot get it does not run (fail closed).
+func (g *Gateway) envelope(c *call, entry *catalog.Entry, r runner.Runner) (string, error) {
+	p := entry.Manifest.TrustedContextProjection
+	if p == nil || p.Profile != txntoken.Profile || p.Delivery != txntoken.Delivery {
+		return "", nil
+	}
+	if g.d.TxnTokens == nil {
+		return "", fault.New(fault.Unavailable, CodeTxnTokenFailed, "%s needs a signed trusted context and this gateway has no Txn-Token key", c.req.Ref)
+	}
+	carrier, ok := r.(interface{ Audience() string })
+	if !ok {
+		return "", fault.New(fault.Provider, CodeTxnTokenFailed, "%s declares a signed trusted context, which its %s runner cannot carry (an http invocation can)", c.req.Ref, r.Kind())
+	}
+	principal := c.exec.Principal()
+	call := txntoken.Call{AuditID: c.rec.ID, Subject: principal.Ref, Audience: carrier.Audience(), Ref: c.req.Ref,
+		Context: txntoken.Context{Org: c.exec.Org, Environment: c.exec.Environment, InputHash: txntoken.InputHash(c.req.Input),
+			RiskTier: entry.Manifest.RiskTier, Approval: c.req.Approval}}
+	if d := c.exec.Delegation; d != nil {
+		call.Actors = d.Actors
+	}
+	tok, err := g.d.TxnTokens.Sign(call, time.Now())
+	if err != nil {
+		return "", fault.Wrap(err, fault.Internal, CodeTxnTokenFailed, "the gateway could not sign the trusted context of %s", c.req.Ref)
+	}
+	return tok, nil
 }

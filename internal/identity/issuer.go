@@ -149,7 +149,10 @@ func (i *Issuer) KeyID() string { return i.kid }
 func (i *Issuer) JWKS() json.RawMessage { return json.RawMessage(i.jwks) }
 
 // JWKSHandler serves the JWK Set (mounted at /.well-known/jwks.json).
-func (i *Issuer) JWKSHandler() http.Handler {
+func (i *Issuer) JWKSHandler() http.Handler { return ServeJWKS(i.jwks) }
+
+// ServeJWKS serves the JWK Set jwks, read-only and cacheable.
+func ServeJWKS(jwks []byte) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
@@ -158,7 +161,7 @@ func (i *Issuer) JWKSHandler() http.Handler {
 		}
 		w.Header().Set("Content-Type", "application/jwk-set+json")
 		w.Header().Set("Cache-Control", "public, max-age=300")
-		_, _ = w.Write(i.jwks)
+		_, _ = w.Write(jwks)
 	})
 }
 

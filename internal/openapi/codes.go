@@ -50,6 +50,7 @@ var Codes = sorted(
 	gateway.CodeInvalidInput, gateway.CodeInvalidOutput, gateway.CodeNoRunner, gateway.CodeOutcomeNotRecorded,
 	gateway.CodePendingApproval, gateway.CodePolicyUnavailable, gateway.CodeUnknownCapability,
 	gateway.CodeVersionChanged,
+	gateway.CodeTxnTokenFailed,
 	grant.CodeInvalidDuration, grant.CodeInvalidGlob, grant.CodeInvalidJSON, grant.CodeInvalidLimit,
 	grant.CodeInvalidSubject, grant.CodeInvalidType, grant.CodeInvalidValue, grant.CodeMissingField,
 	grant.CodeStaleDigest, grant.CodeUnknownBiomeVersion, grant.CodeUnknownCapability, grant.CodeUnknownEnvironment,

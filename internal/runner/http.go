@@ -16,6 +16,7 @@ import (
 
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/kernel"
+	"github.com/xemahq/xema/internal/txntoken"
 )
 
 // MaxResponseBytes bounds what the gateway reads from a provider.
@@ -69,6 +70,9 @@ type HTTP struct {
 // Kind is "http".
 func (HTTP) Kind() string { return "http" }
 
+// Audience is the provider's audience: whom its tokens, and its Txn-Tokens, are for.
+func (h HTTP) Audience() string { return Audience(h.URL) }
+
 // Run performs the call. The service token is required: there is no anonymous fallback.
 func (h HTTP) Run(ctx context.Context, call kernel.Call) (json.RawMessage, error) {
 	timeout := h.Timeout
@@ -93,6 +97,9 @@ func (h HTTP) Run(ctx context.Context, call kernel.Call) (json.RawMessage, error
 	req.Header.Set("X-Xema-Ref", call.Ref)
 	req.Header.Set("X-Xema-Audit-Id", call.AuditID)
 	req.Header.Set("Authorization", "Bearer "+token)
+	if call.TxnToken != "" {
+		req.Header.Set(txntoken.Header, call.TxnToken)
+	}
 
 	resp, err := h.Client.Do(req)
 	if err != nil {
