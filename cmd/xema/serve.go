@@ -122,6 +122,7 @@ func newServeCmd() *cobra.Command {
 	f.StringArrayVar(&web.corsOrigins, "cors-origin", nil, "a browser origin (scheme://host[:port]) granted CORS, e.g. for a browser MCP client; repeatable; no other origin is")
 	f.StringVar(&web.consoleClientID, "console-client-id", "", "OAuth client id (public, PKCE, no secret) of the web console at --issuer: /console/login then signs in with the authorization code flow, redirect URI <public URL>/console/callback")
 	f.StringVar(&web.consoleScope, "console-scope", "openid", "scopes the console asks --issuer for (space-separated; openid is always asked)")
+	f.StringVar(&cfg.TokenExchange, "token-exchange", "", "a JSON file of providers whose calls carry a token exchanged (RFC 8693) for the caller's (docs/identity.md)")
 	f.StringVar(&web.publicURL, "public-url", "", "the gateway's external base URL (behind a proxy), named in the RFC 9728 metadata; default: from each request's Host")
 	f.StringVar(&web.tlsCert, "tls-cert", "", "PEM certificate (chain) to serve HTTPS with; needs --tls-key")
 	f.StringVar(&web.tlsKey, "tls-key", "", "PEM private key of --tls-cert")

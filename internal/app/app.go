@@ -33,6 +33,7 @@ import (
 	"github.com/xemahq/xema/internal/demo"
 	"github.com/xemahq/xema/internal/deploykeys"
 	"github.com/xemahq/xema/internal/egress"
+	"github.com/xemahq/xema/internal/exchange"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/federation"
 	"github.com/xemahq/xema/internal/gateway"
@@ -110,6 +111,9 @@ type Config struct {
 	// Tokens mints the gateway's outbound service tokens (the server identity's); nil sends
 	// none (a provider needing one is answered NO_SERVICE_TOKEN).
 	Tokens runner.TokenSource
+	// TokenExchange names the file of providers whose calls carry a token exchanged for the
+	// caller's (internal/exchange); "" exchanges none.
+	TokenExchange string
 	// WrapTransport, when set, wraps every outbound transport (e.g. in client spans).
 	WrapTransport func(http.RoundTripper) http.RoundTripper
 	// SecretKeys is where the credential keyring comes from ($XEMA_SECRET_KEY or
@@ -305,6 +309,10 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, a.closeWith(err)
 	}
 	a.Federation = federation.New(st, a.Rebuild, cfg.Tokens, federation.Options{Egress: a.Egress, Stdio: stdio})
+	providerTokens, err := a.providerTokens(ctx, cfg)
+	if err != nil {
+		return nil, a.closeWith(err)
+	}
 	if cfg.WrapTransport != nil {
 		a.Federation.WrapTransport(cfg.WrapTransport)
 	}
@@ -316,7 +324,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	a.outages = outage.New()
 	a.unauth = &unauth.Aggregator{Audit: a.Audit, Revision: eng.Revision, Interval: cfg.UnauthAuditInterval}
 	if a.Gateway, err = gateway.New(gateway.Deps{Catalog: a.Catalog, Policy: eng, Audit: a.Audit, Kernel: a.Kernel,
-		Tokens: cfg.Tokens, HTTP: a.HTTP, InputHashKey: keys.InputHash, TxnTokens: a.TxnTokens,
+		Tokens: providerTokens, HTTP: a.HTTP, InputHashKey: keys.InputHash, TxnTokens: a.TxnTokens,
 		Resolvers: []gateway.Resolver{a.Bindings, a.Federation}, Limiter: limiter,
 		Approvals: &approval.Queue{Store: st, TTL: cfg.ApprovalTTL, Now: cfg.Now, Notify: notifier,
 			MaxPending: cfg.MaxPendingApprovals}, Outbound: capacity.NewSlots(cfg.MaxInflight),
@@ -790,4 +798,18 @@ func (a *App) catchUp(ctx context.Context) {
 			slog.Error("policy rebuild failed; keeping the serving bundle", "err", err)
 		}
 	}
+}
+
+// providerTokens is the token source of the http runners: the gateway's own, or with
+// cfg.TokenExchange a token exchanged for the caller's for the providers it names. The token
+// endpoints are checked as URLs that receive a credential: the caller's token is sent there.
+func (a *App) providerTokens(ctx context.Context, cfg Config) (runner.TokenSource, error) {
+	if cfg.TokenExchange == "" {
+		return cfg.Tokens, nil
+	}
+	c, err := exchange.Load(cfg.TokenExchange, func(raw string) string { return a.Egress.CheckURL(raw, true) })
+	if err != nil {
+		return nil, err
+	}
+	return exchange.New(ctx, c, cfg.Tokens, a.HTTP)
 }

@@ -104,6 +104,9 @@ func (g *Gateway) RunApproved(ctx context.Context, ec identity.ExecContext, req 
 	c := g.begin(ec, req)
 	c.rec.ParentID = parentAuditID
 	c.dispatching = dispatching
+	// The run is the requester's: the approver's request, whose context this is, must lend
+	// it neither their identity nor their bearer token.
+	ctx = identity.WithCaller(ctx, ec)
 	return c.settle(g.runApproved(ctx, c, heldVersion))
 }
 

@@ -67,13 +67,33 @@ func (ec ExecContext) OrgAdmin() bool {
 // MCP tools, MCP tasks) reads it from.
 type callerKey struct{}
 
-// WithCaller is ctx carrying ec, the caller the edge verified.
+// callerValue is what the carrier holds: the caller and, when the edge verified it from a
+// bearer token in this request, that token (for a token exchange on the caller's behalf).
+type callerValue struct {
+	ec    ExecContext
+	token string
+}
+
+// WithCaller is ctx carrying ec, with no bearer token: a call made for ec outside its own
+// request (a held call run when approved) can never present another request's token.
 func WithCaller(ctx context.Context, ec ExecContext) context.Context {
-	return context.WithValue(ctx, callerKey{}, ec)
+	return context.WithValue(ctx, callerKey{}, callerValue{ec: ec})
+}
+
+// WithVerified is ctx carrying ec and the bearer token it was verified from.
+func WithVerified(ctx context.Context, ec ExecContext, token string) context.Context {
+	return context.WithValue(ctx, callerKey{}, callerValue{ec: ec, token: token})
 }
 
 // CallerOf is the verified caller ctx carries; false when no edge verified one.
 func CallerOf(ctx context.Context) (ExecContext, bool) {
-	ec, ok := ctx.Value(callerKey{}).(ExecContext)
-	return ec, ok
+	v, ok := ctx.Value(callerKey{}).(callerValue)
+	return v.ec, ok
+}
+
+// SubjectTokenOf is the bearer token the caller ctx carries was verified from; false when
+// ctx carries none.
+func SubjectTokenOf(ctx context.Context) (string, bool) {
+	v, _ := ctx.Value(callerKey{}).(callerValue)
+	return v.token, v.token != ""
 }

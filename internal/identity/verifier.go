@@ -213,15 +213,24 @@ func remoteKeys(ctx context.Context, cfg Config) (keyfunc.Keyfunc, error) {
 
 // Authenticate verifies the request's "Authorization: Bearer" token.
 func (v *Verifier) Authenticate(r *http.Request) (ExecContext, error) {
+	tok, err := BearerToken(r)
+	if err != nil {
+		return ExecContext{}, err
+	}
+	return v.Verify(r.Context(), tok)
+}
+
+// BearerToken is the request's "Authorization: Bearer" token.
+func BearerToken(r *http.Request) (string, error) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
-		return ExecContext{}, reject(ReasonMissingToken, "no Authorization header")
+		return "", reject(ReasonMissingToken, "no Authorization header")
 	}
 	scheme, tok, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
-		return ExecContext{}, reject(ReasonMissingToken, "Authorization header is not \"Bearer <token>\"")
+		return "", reject(ReasonMissingToken, "Authorization header is not \"Bearer <token>\"")
 	}
-	return v.Verify(r.Context(), strings.TrimSpace(tok))
+	return strings.TrimSpace(tok), nil
 }
 
 // Verify checks the token (signature, kid, alg, iss, aud, exp, nbf, iat) and maps its claims.

@@ -84,7 +84,11 @@ func (h HTTP) Run(ctx context.Context, call kernel.Call) (json.RawMessage, error
 
 	token, err := h.Tokens.Token(ctx, Audience(h.URL))
 	if err != nil {
-		e := fault.Wrap(err, fault.Internal, CodeNoToken, "the gateway could not obtain its service token")
+		// A source that says why (a refused token exchange) is answered as it said.
+		var e *fault.Error
+		if !errors.As(err, &e) {
+			e = fault.Wrap(err, fault.Internal, CodeNoToken, "the gateway could not obtain its service token")
+		}
 		e.NotRun = true // nothing was sent
 		return nil, e
 	}
