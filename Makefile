@@ -18,8 +18,10 @@ build: ## build bin/xema
 bundle: build ## build the demo policy bundle (bundles/demo.tar.gz)
 	./$(BIN) bundle build -o bundles/demo.tar.gz --data bundles/demo/data.json --revision demo
 
-run: build ## run the gateway on its embedded default (SQLite, development issuer, the demo biome)
-	./$(BIN) serve --addr 127.0.0.1:8181 --data-dir .xema --biomes biomes --dev-grant demo
+# make run ADDR=0.0.0.0:9000 listens elsewhere.
+ADDR ?= 127.0.0.1:8181
+run: build ## run the gateway on its embedded default (SQLite, development issuer, the demo biome) on ADDR
+	./$(BIN) serve --addr $(ADDR) --data-dir .xema --biomes biomes --dev-grant demo
 
 # The container tests (test/e2e/container_test.go) run on their own with -v, so that where
 # podman cannot run their SKIP line is seen. The chart checks are a module of their own
