@@ -25,19 +25,25 @@ import (
 	"github.com/xemahq/xema/internal/testpg"
 )
 
-// quickStartBlock returns the ```sh block of docs/operations.md that follows the line
-// <!-- quickstart:NAME ... -->.
-func quickStartBlock(t *testing.T, name string) string {
+// docBlock returns the ```sh block of the doc (a path under docs/) that follows the line
+// <!-- MARK ... -->.
+func docBlock(t *testing.T, doc, mark string) string {
 	t.Helper()
-	doc, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "operations.md"))
+	text, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", doc))
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile("(?s)<!-- quickstart:" + name + "[^>]*-->\n```sh\n(.*?)```").FindSubmatch(doc)
+	m := regexp.MustCompile("(?s)<!-- " + regexp.QuoteMeta(mark) + "[ >][^>]*-->\n```sh\n(.*?)```").FindSubmatch(text)
 	if m == nil {
-		t.Fatalf("docs/operations.md has no quickstart:%s block", name)
+		t.Fatalf("docs/%s has no %s block", doc, mark)
 	}
 	return string(m[1])
+}
+
+// quickStartBlock returns the block of docs/operations.md marked <!-- quickstart:NAME ... -->.
+func quickStartBlock(t *testing.T, name string) string {
+	t.Helper()
+	return docBlock(t, "operations.md", "quickstart:"+name)
 }
 
 // TestProductionQuickStart runs the production quick start of docs/operations.md as written,
