@@ -5,7 +5,7 @@ BIN := bin/xema
 BUILDINFO := github.com/xemahq/xema/internal/buildinfo
 LDFLAGS := -X $(BUILDINFO).commit=$(shell git rev-parse HEAD 2>/dev/null) -X $(BUILDINFO).version=$(shell git describe --tags --always --dirty 2>/dev/null)
 
-.PHONY: help build run test unit lint bench policy-test fuzz bundle cover image
+.PHONY: help build run run-image test unit lint bench policy-test fuzz bundle cover image
 
 # make help lists the targets: each documented by a '## ' comment on its line.
 help: ## list the targets
@@ -43,6 +43,15 @@ unit: ## the fast tests: packages whose tests start no service
 IMAGE ?= xema:$(shell git describe --tags --always --dirty 2>/dev/null)
 image: ## build the OCI image with podman
 	deploy/image/build.sh $(IMAGE)
+
+# The image run as `make run` runs the binary (docs/operations.md, "The image"): the demo biome
+# mounted, SQLite and the development issuer in the volume xema-data. containers.conf as
+# build.sh uses it: podman on hosts like the development VM refuses to run without it.
+CONTAINERS_CONF := $(or $(CONTAINERS_CONF),$(abspath deploy/image/containers.conf))
+run-image: image ## build the image and run it on ADDR like make run (the demo biome mounted, data in the volume xema-data)
+	CONTAINERS_CONF=$(CONTAINERS_CONF) podman run --rm --read-only --read-only-tmpfs=false -p $(ADDR):8181 \
+		-v xema-data:/data -v $(abspath biomes):/biomes:ro $(IMAGE) \
+		serve --addr 0.0.0.0:8181 --data-dir /data --biomes /biomes --dev-grant demo
 
 # The packages whose concurrency the race detector checks in CI (-short: a sample of the
 # large corpora, the race detector slowing evaluation ~10x).

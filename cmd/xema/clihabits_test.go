@@ -3,6 +3,7 @@ package main
 import (
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -81,6 +82,24 @@ func TestMakeRunAddr(t *testing.T) {
 		out, err := exec.Command("make", args...).CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "serve "+want) {
 			t.Errorf("make %s: %v, want serve %s in:\n%s", strings.Join(args, " "), err, want, out)
+		}
+	}
+}
+
+// TestMakeRunImage: `make run-image` runs the image as docs/operations.md does: containers.conf
+// (podman on hosts like the development VM needs it), the root read-only, biomes/ mounted
+// read-only, data in the volume xema-data, on ADDR.
+func TestMakeRunImage(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skipf("SKIP: no make: %v", err)
+	}
+	cmd := exec.Command("make", "-n", "-C", "../..", "run-image", "IMAGE=xema:t", "ADDR=127.0.0.1:9999")
+	cmd.Env = append(os.Environ(), "CONTAINERS_CONF=")
+	out, err := cmd.CombinedOutput()
+	for _, want := range []string{"deploy/image/build.sh xema:t", "deploy/image/containers.conf podman run", "--read-only --read-only-tmpfs=false",
+		"-p 127.0.0.1:9999:8181", "-v xema-data:/data", "biomes:/biomes:ro xema:t", "--biomes /biomes --dev-grant demo"} {
+		if err != nil || !strings.Contains(string(out), want) {
+			t.Fatalf("make -n run-image: %v; want %q in:\n%s", err, want, out)
 		}
 	}
 }
