@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"math/big"
 	"net"
 	"os"
@@ -151,6 +152,13 @@ func TestProductionQuickStart(t *testing.T) {
 	for f, before := range keys {
 		if after, _ := os.ReadFile(filepath.Join(work, f)); len(before) == 0 || string(after) != string(before) {
 			t.Fatalf("the rerun changed %s", f)
+		}
+	}
+	// Both replicas sealed with the shared keyring, found through the config: neither made one
+	// of its own in its data dir (which the other could not open).
+	for _, r := range []string{"replica-a", "replica-b"} {
+		if _, err := os.Stat(filepath.Join(work, r, "secret.key")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s keeps a keyring of its own (%v): the shared one was not found", r, err)
 		}
 	}
 
