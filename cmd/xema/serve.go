@@ -45,6 +45,9 @@ func newServeCmd() *cobra.Command {
 		web     webFlags
 		mf      masterFlags
 		notifyF notifyFlags
+		// secretKeyFile is the credential keyring's file: in the config file, a restarted
+		// replica finds it without the environment it was first started with.
+		secretKeyFile string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -62,6 +65,10 @@ func newServeCmd() *cobra.Command {
 				return &exitError{code: 2, err: err}
 			}
 			fromEnv(&cfg, &idCfg)
+			if secretKeyFile != "" { // the flag (or the config file) over the environment, as for the master key
+				cfg.SecretKeys = secretbox.Source{File: secretKeyFile}
+				idCfg.SecretKeys = cfg.SecretKeys
+			}
 			cfg.MasterKey = masterkey.SourceFromEnv(mf.file, cfg.DataDir, os.Getenv)
 			if err := bound.apply(&cfg, idCfg); err != nil {
 				return &exitError{code: 2, err: err}
@@ -94,6 +101,7 @@ func newServeCmd() *cobra.Command {
 	f.IntVar(&cfg.MaxPendingApprovals, "max-pending-approvals", approval.DefaultMaxPending, "most calls one subject of an org may have waiting for human approval at once (0: the default); beyond it a call is answered 429 TOO_MANY_PENDING and not held")
 	f.DurationVar(&cfg.MCPResyncEvery, "mcp-resync-every", 0, "how often to sync every external MCP server's tools (0: only on its tools/list_changed)")
 	f.DurationVar(&cfg.UnauthAuditInterval, "unauth-audit-interval", unauth.DefaultInterval, "unauthenticated attempts are audited in one record per route, reason and source per interval of this length")
+	f.StringVar(&secretKeyFile, "secret-key-file", "", "file of the credential keyring (KID=BASE64 lines, newest first; over "+secretbox.EnvKeyFile+" and "+secretbox.EnvKey+"); every replica needs the same")
 	f.StringVar(&mf.file, "master-key-file", "", "file of the master key wrapping the deployment's keys (also "+masterkey.EnvKeyFile+", or inline in "+
 		masterkey.EnvKey+"); default: DATA_DIR/"+masterkey.FileName+", generated at first start (development only: it lies beside the data)")
 	f.Var(retention{&cfg.AuditRetain}, "audit-retain", "remove audit records older than this (90d, 720h; 0 keeps everything), checked every 10 minutes in small batches")

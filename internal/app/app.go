@@ -453,6 +453,11 @@ func (a *App) publishKernel(ctx context.Context) error {
 	for _, s := range skipped {
 		slog.Error("kernel capability skipped: partial or invalid descriptor", "ref", s.Ref, "reason", s.Reason)
 	}
+	// In ref order: the registrations come in whatever order the packages registered them (some
+	// over a map), and the version below hashes them in order, so a restart must not reorder it.
+	slices.SortFunc(accepted, func(x, y kernel.Accepted) int {
+		return cmp.Compare(x.Contribution.Manifest.Ref, y.Contribution.Manifest.Ref)
+	})
 	b := &manifest.Biome{ID: KernelBiome, DefaultProfile: "unrestricted"}
 	h := sha256.New()
 	for _, reg := range accepted {

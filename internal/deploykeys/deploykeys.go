@@ -6,7 +6,6 @@
 package deploykeys
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -52,8 +51,28 @@ var Consequences = map[string]string{
 		"gateway's JWKS, so tokens signed before verify",
 }
 
-// retiredSep separates a retired chain key's name from the time it was retired at.
+// retiredSep separates a retired key's name from the time it was retired at, in RFC
+// 3339 (audit-chain@2026-12-05T18:40:12.5Z), or in unix nanoseconds as versions before wrote it.
 const retiredSep = "@"
+
+// retiredName is the name a key retired at t is kept under.
+func retiredName(name string, t time.Time) string {
+	return name + retiredSep + t.UTC().Format(time.RFC3339Nano)
+}
+
+// retiredAt is the retirement time a retired key's name carries; false when name is not
+// one or its time does not parse.
+func retiredAt(name string) (time.Time, bool) {
+	base, at, ok := strings.Cut(name, retiredSep)
+	if !ok || !retains[base] {
+		return time.Time{}, false
+	}
+	if t, err := time.Parse(time.RFC3339Nano, at); err == nil {
+		return t, true
+	}
+	nanos, err := strconv.ParseInt(at, 10, 64)
+	return time.Unix(0, nanos), err == nil
+}
 
 // ErrUnauthenticated marks a stored key the master key does not vouch for: stored raw (by a
 // version before wrapping, or by anyone with write access to the database), or sealed for
@@ -76,7 +95,7 @@ type Keys struct {
 type Store interface {
 	DeploymentKey(ctx context.Context, name string, candidate []byte) ([]byte, error)
 	ListDeploymentKeys(ctx context.Context) ([]store.DeploymentKeyEntry, error)
-	ReplaceDeploymentKey(ctx context.Context, name string, old, next []byte, keep ...store.DeploymentKeyEntry) error
+	ReplaceDeploymentKey(ctx context.Context, name string, old, next []byte, created time.Time, keep ...store.DeploymentKeyEntry) error
 }
 
 // A key is sealed by the master key with its name as associated data and its creation time
@@ -206,7 +225,7 @@ func retainedKeys(ctx context.Context, st Store, w masterkey.Wrapper, name strin
 	}
 	var current []byte
 	type retired struct {
-		at  int64
+		at  time.Time
 		key []byte
 	}
 	var old []retired
@@ -219,15 +238,15 @@ func retainedKeys(ctx context.Context, st Store, w masterkey.Wrapper, name strin
 			}
 			current = o.key
 		case strings.HasPrefix(e.Name, name+retiredSep):
-			at, perr := strconv.ParseInt(strings.TrimPrefix(e.Name, name+retiredSep), 10, 64)
+			at, ok := retiredAt(e.Name)
 			o, err := open(ctx, w, e)
-			if err != nil || perr != nil {
+			if err != nil || !ok {
 				continue // not vouched for: Unauthenticated names it
 			}
 			old = append(old, retired{at, o.key})
 		}
 	}
-	slices.SortFunc(old, func(a, b retired) int { return cmp.Compare(b.at, a.at) })
+	slices.SortFunc(old, func(a, b retired) int { return b.at.Compare(a.at) })
 	var keys [][]byte
 	if current != nil {
 		keys = append(keys, current)
@@ -262,9 +281,8 @@ func Unauthenticated(ctx context.Context, st Store, w masterkey.Wrapper) ([]Prob
 		case err != nil:
 			return nil, err
 		case retired:
-			_, at, _ := strings.Cut(e.Name, retiredSep)
-			if _, perr := strconv.ParseInt(at, 10, 64); perr != nil {
-				out = append(out, Problem{Name: e.Name, Why: "a retired key's name must end in its retirement time (unix nanoseconds)"})
+			if _, ok := retiredAt(e.Name); !ok {
+				out = append(out, Problem{Name: e.Name, Why: "a retired key's name must end in its retirement time (RFC 3339, or unix nanoseconds)"})
 			}
 		}
 	}
@@ -298,7 +316,7 @@ func bindTimes(ctx context.Context, st Store, w masterkey.Wrapper) error {
 			return err
 		}
 		// A replica sealing it at the same moment wins the compare-and-swap: its sealing is as good.
-		if err := st.ReplaceDeploymentKey(ctx, e.Name, e.Secret, sealed); err != nil && !errors.Is(err, store.ErrConflict) {
+		if err := st.ReplaceDeploymentKey(ctx, e.Name, e.Secret, sealed, e.CreatedAt); err != nil && !errors.Is(err, store.ErrConflict) {
 			return fmt.Errorf("deployment key %s: bind its creation time: %w", e.Name, err)
 		}
 	}
@@ -323,7 +341,7 @@ func AdoptRaw(ctx context.Context, st Store, w masterkey.Wrapper) ([]string, err
 		if err != nil {
 			return adopted, err
 		}
-		if err := st.ReplaceDeploymentKey(ctx, e.Name, e.Secret, sealed); err != nil {
+		if err := st.ReplaceDeploymentKey(ctx, e.Name, e.Secret, sealed, e.CreatedAt); err != nil {
 			return adopted, fmt.Errorf("deployment key %s: adopt: %w", e.Name, err)
 		}
 		adopted = append(adopted, e.Name)
@@ -332,7 +350,7 @@ func AdoptRaw(ctx context.Context, st Store, w masterkey.Wrapper) ([]string, err
 }
 
 // Rotate replaces the key name with a fresh one, sealed by w. A chain key is retired under
-// a name of its own (audit-chain@<unix nanoseconds>), never dropped. Consequences[name] says
+// a name of its own (audit-chain@<retirement time, RFC 3339>), never dropped. Consequences[name] says
 // what follows.
 func Rotate(ctx context.Context, st Store, w masterkey.Wrapper, name string) error {
 	if _, ok := Consequences[name]; !ok {
@@ -362,18 +380,18 @@ func Rotate(ctx context.Context, st Store, w masterkey.Wrapper, name string) err
 	}
 	var keep []store.DeploymentKeyEntry
 	if retains[name] {
-		retiredName := name + retiredSep + strconv.FormatInt(now.UnixNano(), 10)
+		retired := retiredName(name, now)
 		created := current.created
 		if created.IsZero() {
 			created = old.CreatedAt
 		}
-		resealed, err := seal(ctx, w, retiredName, current.key, created)
+		resealed, err := seal(ctx, w, retired, current.key, created)
 		if err != nil {
 			return err
 		}
-		keep = append(keep, store.DeploymentKeyEntry{Name: retiredName, Secret: resealed, CreatedAt: created})
+		keep = append(keep, store.DeploymentKeyEntry{Name: retired, Secret: resealed, CreatedAt: created})
 	}
-	if err := st.ReplaceDeploymentKey(ctx, name, old.Secret, next, keep...); err != nil {
+	if err := st.ReplaceDeploymentKey(ctx, name, old.Secret, next, now, keep...); err != nil {
 		return fmt.Errorf("rotate deployment key %s: %w", name, err)
 	}
 	return nil
@@ -404,7 +422,7 @@ func Rewrap(ctx context.Context, st Store, w masterkey.Wrapper) (int, error) {
 		if err != nil {
 			return n, err
 		}
-		if err := st.ReplaceDeploymentKey(ctx, e.Name, e.Secret, sealed); err != nil {
+		if err := st.ReplaceDeploymentKey(ctx, e.Name, e.Secret, sealed, created); err != nil {
 			return n, fmt.Errorf("rewrap deployment key %s: %w", e.Name, err)
 		}
 		n++

@@ -287,7 +287,8 @@ func (m ClaimMapping) Map(claims map[string]any) (ExecContext, error) {
 	if ec.Org == "" {
 		// An external issuer's token lands in an org only by its claim or the operator's
 		// --default-org: never silently in the operator's own org.
-		return ExecContext{}, fmt.Errorf("no org (claim %q) and no default org for this issuer", m.Org.Claim)
+		// Said to the caller and the operator alike: which claim, and the flag that lands such tokens.
+		return ExecContext{}, fmt.Errorf("no org (claim %q) and no default org for this issuer: the issuer must set the claim, or the gateway name the org of such tokens with xema serve --default-org ORG", m.Org.Claim)
 	}
 	if ec.OrgRole == "" && m.OrgRoleFromRoles {
 		for _, r := range orgRoles {

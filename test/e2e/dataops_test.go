@@ -220,7 +220,8 @@ func TestKeysAtRest(t *testing.T) {
 			t.Fatal(err)
 		}
 		serveArgs := append([]string{"serve", "--addr", "127.0.0.1:0"}, g.storeArgs()...)
-		if out, err := g.run(append(serveArgs, "--master-key-file", wrong)...); err == nil || !strings.Contains(out, "wrong master key") {
+		if out, err := g.run(append(serveArgs, "--master-key-file", wrong)...); err == nil || !strings.Contains(out, "wrong master key") ||
+			!strings.Contains(out, `(configured: "w1" from `+wrong+`)`) || !strings.Contains(out, "a new key cannot open what the old one wrapped") {
 			t.Fatalf("a wrong master key: %v\n%s", err, out)
 		}
 		masterFile := filepath.Join(g.DataDir, "master.key")
