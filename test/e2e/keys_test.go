@@ -234,14 +234,14 @@ func TestKeysMasterKeyRotation(t *testing.T) {
 			retired = name
 		}
 	}
-	if len(before) != 4 || !regexp.MustCompile(`^audit-chain@\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$`).MatchString(retired) {
-		t.Fatalf("want the three keys and a retired chain key named by its RFC 3339 retirement time: %v", before)
+	if len(before) != 5 || !regexp.MustCompile(`^audit-chain@\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$`).MatchString(retired) {
+		t.Fatalf("want the four keys and a retired chain key named by its RFC 3339 retirement time: %v", before)
 	}
 
 	if err := os.WriteFile(mk, []byte(entry("m2", 2)+entry("m1", 1)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if out := keys("rewrap", "--master-key-file", mk); !strings.Contains(out, "rewrapped 4 key(s) under master key m2") {
+	if out := keys("rewrap", "--master-key-file", mk); !strings.Contains(out, "rewrapped 5 key(s) under master key m2") {
 		t.Fatalf("rewrap: %s", out)
 	}
 	checked, listed := rows(keys("status", "--master-key-file", mk)), rows(keys("status"))
