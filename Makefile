@@ -89,8 +89,8 @@ $(OPA):
 # gateway's audit log and stock OPA; CPU per call of each process, the gateway's RSS and
 # profile, and the funnel ÷ floor ratios of RPS, CPU per call and p99, then their ranges over
 # 3 more alternating rounds of the floor and the funnel). ~5 minutes.
-BENCH := BenchmarkDecision|BenchmarkTake|BenchmarkAppend|BenchmarkVerify|BenchmarkBoundBody|BenchmarkValidate$$|BenchmarkLinkHash
-BENCH_PKGS := ./internal/policy ./internal/ratelimit ./internal/audit ./internal/identity ./internal/server ./internal/inputschema
+BENCH := BenchmarkDecision|BenchmarkTake|BenchmarkAppend|BenchmarkVerify|BenchmarkBoundBody|BenchmarkValidate$$|BenchmarkLinkHash|BenchmarkSign|BenchmarkCachedToken
+BENCH_PKGS := ./internal/policy ./internal/ratelimit ./internal/audit ./internal/identity ./internal/server ./internal/inputschema ./internal/txntoken ./internal/exchange
 bench: build $(OPA) ## the Go benchmarks of the funnel's steps, then the load harness on both engines (~5 min)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime 200x -benchmem $(BENCH_PKGS)
 	$(GO) test -run '^$$' -bench 'BenchmarkSearch$$|BenchmarkDescribe|BenchmarkSearchable' -benchtime 5x ./internal/metatool ./internal/policy

@@ -33,7 +33,7 @@ type downstream struct {
 	claims []jwt.MapClaims
 }
 
-func newDownstream(t *testing.T, jwksURL string) *downstream {
+func newDownstream(t testing.TB, jwksURL string) *downstream {
 	k, err := keyfunc.NewDefaultCtx(context.Background(), []string{jwksURL})
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +71,7 @@ type rig struct {
 	clock sync.Mutex
 }
 
-func newRig(t *testing.T) *rig {
+func newRig(t testing.TB) *rig {
 	t.Helper()
 	ctx := context.Background()
 	iss, err := identity.OpenIssuer(t.TempDir(), "")
@@ -116,7 +116,7 @@ func newRig(t *testing.T) *rig {
 func (r *rig) advance(d time.Duration) { r.clock.Lock(); r.now = r.now.Add(d); r.clock.Unlock() }
 
 // caller is the context the edge builds for a verified token of c.
-func (r *rig) caller(t *testing.T, c identity.DevClaims) context.Context {
+func (r *rig) caller(t testing.TB, c identity.DevClaims) context.Context {
 	t.Helper()
 	c.Environment, c.TTL = "project", time.Hour
 	tok, err := r.iss.Mint(c)
@@ -260,4 +260,24 @@ func contains(xs []string, x string) bool {
 		}
 	}
 	return false
+}
+
+// BenchmarkCachedToken is what a call whose token comes from a cached exchange pays: the
+// caller's key and one lookup (the funnel's own CPU a call is ~300-400 µs; BENCHMARKS.md).
+func BenchmarkCachedToken(b *testing.B) {
+	r := newRig(b)
+	ctx := r.caller(b, identity.DevClaims{Subject: "user:ann", Actors: []string{"agent:bot"}})
+	aud := runner.Audience(r.prov.URL)
+	if _, err := r.src.Token(ctx, aud); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := r.src.Token(ctx, aud); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if r.as.Exchanges() != 1 {
+		b.Fatalf("%d exchanges", r.as.Exchanges())
+	}
 }
