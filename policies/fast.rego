@@ -101,19 +101,31 @@ granted_subjects contains k if {
 	on != false
 }
 
+# Not delegation_malformed nor actor_not_allowed, but one positive test of the shape and the
+# actor: a delegated call's residual then evaluates one rule body, not one a field.
 delegation_denied if {
 	delegated
-	delegation_malformed
+	not delegation_admitted
+}
+
+delegation_admitted if {
+	is_string(input.delegation.person.ref)
+	input.delegation.person.ref != ""
+	is_array(input.delegation.actors)
+	delegation_actor_admitted
+}
+
+# mayAct null admits any actor; a list, those it names; anything else none.
+delegation_actor_admitted if input.delegation.mayAct == null
+
+delegation_actor_admitted if {
+	is_array(input.delegation.mayAct)
+	input.subject.ref in input.delegation.mayAct
 }
 
 delegation_denied if {
 	delegated
 	not cap.delegable == true
-}
-
-delegation_denied if {
-	delegated
-	actor_not_allowed
 }
 
 delegation_denied if {
