@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -61,6 +62,18 @@ func TestActingForAPerson(t *testing.T) {
 		direct := g.post("/v1/capabilities/search", g.token("--subject", "agent:support-bot", "--env", "project"), map[string]any{})
 		if refs := refsOf(direct.Body, "capabilities"); !slices.Contains(refs, "connector:channel.send-message@1") {
 			t.Fatalf("the agent's own search %v lacks send-message: the previous check proves nothing", refs)
+		}
+
+		// The same over MCP, through the official go-sdk client.
+		sess, err := mcpSession(t, g, forAnn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, isErr := callTool(t, sess, "xema_capabilities_invoke", read); isErr || out["output"] == nil {
+			t.Fatalf("MCP invoke for the person: %v", out)
+		}
+		if out, isErr := callTool(t, sess, "xema_capabilities_invoke", send); !isErr || !strings.Contains(fmt.Sprint(out), "NOT_DELEGABLE") {
+			t.Fatalf("MCP invoke of an undelegable capability: %v, want NOT_DELEGABLE", out)
 		}
 
 		other := g.token("--subject", "user:ann", "--env", "project", "--act", "agent:support-bot", "--may-act", "agent:other")
