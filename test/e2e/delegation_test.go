@@ -64,6 +64,16 @@ func TestActingForAPerson(t *testing.T) {
 			t.Fatalf("the agent's own search %v lacks send-message: the previous check proves nothing", refs)
 		}
 
+		// Describe hides what the pair could not invoke; preflight names why.
+		if d := g.post("/v1/capabilities/describe", forAnn, map[string]any{"refs": []string{"connector:channel.send-message@1"}}); d.Status != http.StatusNotFound {
+			t.Errorf("describe of an undelegable capability for the pair: %d %s; want 404, as for a capability it cannot see", d.Status, d.Raw)
+		}
+		expect(t, g.post("/v1/capabilities/describe", forAnn, map[string]any{"refs": []string{"kb:page.read@1"}}), http.StatusOK)
+		pre := g.post("/v1/capabilities/preflight", forAnn, map[string]any{"ref": "connector:channel.send-message@1"})
+		if !strings.Contains(string(pre.Raw), "NOT_DELEGABLE") {
+			t.Errorf("preflight for the pair: %d %s; want a NOT_DELEGABLE blocker", pre.Status, pre.Raw)
+		}
+
 		// The same over MCP, through the official go-sdk client.
 		sess, err := mcpSession(t, g, forAnn)
 		if err != nil {
