@@ -228,7 +228,8 @@ function header(who) {
   }));
   nav.hidden = false;
   document.getElementById("signout").hidden = false;
-  document.getElementById("who").textContent = `${who.subject.ref} · org ${who.org}${who.orgRole ? " · " + who.orgRole : ""} · ${who.environment}`;
+  const acting = who.delegation ? ` for ${who.delegation.person.ref}` : "";
+  document.getElementById("who").textContent = `${who.subject.ref}${acting} · org ${who.org}${who.orgRole ? " · " + who.orgRole : ""} · ${who.environment}`;
 }
 
 async function render() {
