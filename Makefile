@@ -5,7 +5,7 @@ BIN := bin/xema
 BUILDINFO := github.com/xemahq/xema/internal/buildinfo
 LDFLAGS := -X $(BUILDINFO).commit=$(shell git rev-parse HEAD 2>/dev/null) -X $(BUILDINFO).version=$(shell git describe --tags --always --dirty 2>/dev/null)
 
-.PHONY: help build run test unit lint bench policy-test fuzz bundle cover image
+.PHONY: help build run run-image test unit lint bench policy-test fuzz bundle cover image
 
 # make help lists the targets: each documented by a '## ' comment on its line.
 help: ## list the targets
@@ -18,8 +18,10 @@ build: ## build bin/xema
 bundle: build ## build the demo policy bundle (bundles/demo.tar.gz)
 	./$(BIN) bundle build -o bundles/demo.tar.gz --data bundles/demo/data.json --revision demo
 
-run: build ## run the gateway on its embedded default (SQLite, development issuer, the demo biome)
-	./$(BIN) serve --addr 127.0.0.1:8181 --data-dir .xema --biomes biomes --dev-grant demo
+# make run ADDR=0.0.0.0:9000 listens elsewhere.
+ADDR ?= 127.0.0.1:8181
+run: build ## run the gateway on its embedded default (SQLite, development issuer, the demo biome) on ADDR
+	./$(BIN) serve --addr $(ADDR) --data-dir .xema --biomes biomes --dev-grant demo
 
 # The container tests (test/e2e/container_test.go) run on their own with -v, so that where
 # podman cannot run their SKIP line is seen. The chart checks are a module of their own
@@ -41,6 +43,15 @@ unit: ## the fast tests: packages whose tests start no service
 IMAGE ?= xema:$(shell git describe --tags --always --dirty 2>/dev/null)
 image: ## build the OCI image with podman
 	deploy/image/build.sh $(IMAGE)
+
+# The image run as `make run` runs the binary (docs/operations.md, "The image"): the demo biome
+# mounted, SQLite and the development issuer in the volume xema-data. containers.conf as
+# build.sh uses it: podman on hosts like the development VM refuses to run without it.
+CONTAINERS_CONF := $(or $(CONTAINERS_CONF),$(abspath deploy/image/containers.conf))
+run-image: image ## build the image and run it on ADDR like make run (the demo biome mounted, data in the volume xema-data)
+	CONTAINERS_CONF=$(CONTAINERS_CONF) podman run --rm --read-only --read-only-tmpfs=false -p $(ADDR):8181 \
+		-v xema-data:/data -v $(abspath biomes):/biomes:ro $(IMAGE) \
+		serve --addr 0.0.0.0:8181 --data-dir /data --biomes /biomes --dev-grant demo
 
 # The packages whose concurrency the race detector checks in CI (-short: a sample of the
 # large corpora, the race detector slowing evaluation ~10x).
@@ -78,17 +89,18 @@ $(OPA):
 # gateway's audit log and stock OPA; CPU per call of each process, the gateway's RSS and
 # profile, and the funnel ÷ floor ratios of RPS, CPU per call and p99, then their ranges over
 # 3 more alternating rounds of the floor and the funnel). ~5 minutes.
-BENCH := BenchmarkDecision|BenchmarkTake|BenchmarkAppend|BenchmarkVerify|BenchmarkBoundBody|BenchmarkValidate$$|BenchmarkLinkHash
-BENCH_PKGS := ./internal/policy ./internal/ratelimit ./internal/audit ./internal/identity ./internal/server ./internal/inputschema
+BENCH := BenchmarkDecision|BenchmarkTake|BenchmarkAppend|BenchmarkVerify|BenchmarkBoundBody|BenchmarkValidate$$|BenchmarkLinkHash|BenchmarkSign|BenchmarkCachedToken
+BENCH_PKGS := ./internal/policy ./internal/ratelimit ./internal/audit ./internal/identity ./internal/server ./internal/inputschema ./internal/txntoken ./internal/exchange
 bench: build $(OPA) ## the Go benchmarks of the funnel's steps, then the load harness on both engines (~5 min)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime 200x -benchmem $(BENCH_PKGS)
 	$(GO) test -run '^$$' -bench 'BenchmarkSearch$$|BenchmarkDescribe|BenchmarkSearchable' -benchtime 5x ./internal/metatool ./internal/policy
 	$(GO) run ./test/load -xema $(BIN) -opa $(OPA) -engines sqlite,postgres -workers 16 -duration 5s -warmup 1s -rounds 3 -cpuprofile bin/bench-profiles
 
 # Stock OPA (a tool dependency in go.mod) runs the Rego tests; coverage must stay at 90% or more.
-policy-test: ## stock opa test over policies/ (coverage 90% or more)
+# The example platform policy's tests run beside the built-in ones (docs/platform-policy.md).
+policy-test: ## stock opa test over policies/ (coverage 90% or more) and examples/policies/
 	$(GO) tool opa test policies/ --coverage --threshold 90 > /dev/null
-	$(GO) tool opa test policies/
+	$(GO) tool opa test policies/ examples/policies/
 
 # Go statement coverage of the module's own packages (cmd/, internal/, schemas/), printed
 # twice over one denominator (tools/cover/percent.awk): from the unit tests alone (every

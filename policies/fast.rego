@@ -3,7 +3,7 @@ package xema.authz
 # The allow path, written positively so the common call is cheap to decide.
 #
 # `clean` holds when no `deny` rule can fire: it is the conjunction of the negations of every
-# deny rule's body (checks.rego, grant.rego, baseline.rego, approval.rego, authz.rego and the
+# deny rule's body (checks.rego, grant.rego, baseline.rego, approval.rego, delegation.rego, authz.rego and the
 # platform's data.xema.custom.deny), each written at least as strictly as the rule it
 # stands for. When it holds, the decision is clean_decision (authz.rego), which evaluates no
 # deny rule; when it does not, full_decision is computed. So `clean` may be stricter than
@@ -57,6 +57,9 @@ clean if {
 
 	# baseline.rego: with a grant, only explicit-only can deny.
 	not explicit_only_uncovered
+
+	# delegation.rego: an undelegated call, or one every delegation rule admits.
+	not delegation_denied
 }
 
 # The environments a clean call may name: env_kind is defined (ENVIRONMENT_NOT_ALLOWED),
@@ -98,6 +101,38 @@ granted_subjects contains k if {
 	on != false
 }
 
+# Not delegation_malformed nor actor_not_allowed, but one positive test of the shape and the
+# actor: a delegated call's residual then evaluates one rule body, not one a field.
+delegation_denied if {
+	delegated
+	not delegation_admitted
+}
+
+delegation_admitted if {
+	is_string(input.delegation.person.ref)
+	input.delegation.person.ref != ""
+	is_array(input.delegation.actors)
+	delegation_actor_admitted
+}
+
+# mayAct null admits any actor; a list, those it names; anything else none.
+delegation_actor_admitted if input.delegation.mayAct == null
+
+delegation_actor_admitted if {
+	is_array(input.delegation.mayAct)
+	input.subject.ref in input.delegation.mayAct
+}
+
+delegation_denied if {
+	delegated
+	not cap.delegable == true
+}
+
+delegation_denied if {
+	delegated
+	not person_allowed
+}
+
 custom_denies if {
 	some _ in data.xema.custom.deny
 }
@@ -132,7 +167,7 @@ resource_outside_grant if {
 resource_not_owned if {
 	cap.reach == "owner"
 	is_string(input.resource)
-	object.get(input, ["resourceOwner"], "") != input.subject.ref
+	object.get(input, ["resourceOwner"], "") != resource_owner_subject
 }
 
 grant_audience_denied if {

@@ -86,11 +86,12 @@ resource_granted if {
 	glob.match(pattern, ["/"], input.resource)
 }
 
-# reach "owner": the named resource must belong to the caller.
-deny contains {"code": "RESOURCE_NOT_REACHABLE", "detail": sprintf("%s is not owned by %s", [input.resource, input.subject.ref])} if {
+# reach "owner": the named resource must belong to the caller (to the person of a delegated
+# call, delegation.rego).
+deny contains {"code": "RESOURCE_NOT_REACHABLE", "detail": sprintf("%s is not owned by %s", [input.resource, resource_owner_subject])} if {
 	cap.reach == "owner"
 	is_string(input.resource)
-	object.get(input, ["resourceOwner"], "") != input.subject.ref
+	object.get(input, ["resourceOwner"], "") != resource_owner_subject
 }
 
 deny contains {"code": "AUDIENCE_INCOMPATIBLE", "detail": sprintf("the grant for %s does not admit %s output", [input.ref, classification])} if {

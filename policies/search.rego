@@ -87,7 +87,8 @@ search_clean_groups contains id if {
 	search_admits(search_group_cap(group), group.grant)
 }
 
-# The conditions of clean that read only the caller.
+# The conditions of clean that read only the caller. A delegated caller's refs are decided
+# one by one (delegation.rego reads the person and each capability's delegable).
 search_caller_clean if {
 	is_string(input.environment)
 	input.environment != ""
@@ -99,6 +100,7 @@ search_caller_clean if {
 	input.subject.ref != ""
 	is_array(input.armed)
 	not approval_key
+	not delegated
 	not input.usage.rateExceeded == true
 	not input.usage.quotaExceeded == true
 	not search_names_resource

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -12,16 +13,35 @@ import (
 // adminFlags are the gateway URL and bearer token of the commands that call the HTTP API.
 type adminFlags struct{ server, token string }
 
+// The environment variables standing in for --server and --token, so a shell session names the
+// gateway and its token once. They are read when a command runs, never as a flag's default: a
+// default would print the token in --help.
+const (
+	envServer     = "XEMA_SERVER"
+	envToken      = "XEMA_TOKEN"
+	defaultServer = "http://127.0.0.1:8181"
+)
+
 func (f *adminFlags) add(cmd *cobra.Command) { f.addTo(cmd.Flags()) }
 
 func (f *adminFlags) addTo(fs *pflag.FlagSet) {
-	fs.StringVar(&f.server, "server", "http://127.0.0.1:8181", "gateway URL")
-	fs.StringVar(&f.token, "token", "", "bearer token")
+	fs.StringVar(&f.server, "server", "", "gateway URL (default $"+envServer+", else "+defaultServer+")")
+	fs.StringVar(&f.token, "token", "", "bearer token (default $"+envToken+")")
 }
 
 // client checks the flags and returns the gateway client; bad flags are a usage error.
 func (f *adminFlags) client() (*client.Client, error) {
-	c, err := client.New(f.server, f.token)
+	server, token := f.server, f.token
+	if server == "" {
+		server = os.Getenv(envServer)
+	}
+	if server == "" {
+		server = defaultServer
+	}
+	if token == "" {
+		token = os.Getenv(envToken)
+	}
+	c, err := client.New(server, token)
 	if err != nil {
 		return nil, &exitError{code: 2, err: err}
 	}

@@ -9,6 +9,8 @@ import (
 	"regexp"
 
 	"github.com/spf13/cobra"
+
+	"github.com/xemahq/xema/schemas"
 )
 
 // biomeIDPattern is the id of a biome (schemas/biome.schema.json).
@@ -62,6 +64,7 @@ ref, the schemas and the provider URL, then lint and submit it (docs/authoring.m
 }
 
 const initBiome = `{
+  "$schema": "` + schemas.BiomeID + `",
   "id": %q,
   "version": "0.1.0",
   "requiresCapabilities": ["%s:hello@1"],
@@ -73,6 +76,7 @@ const initBiome = `{
 `
 
 const initContribution = `{
+  "$schema": "` + schemas.ContributionID + `",
   "kind": "capability",
   "manifest": {
     "ref": "%s:hello@1",

@@ -4,13 +4,19 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/xemahq/xema/internal/catalog"
 	"github.com/xemahq/xema/internal/client"
+	"github.com/xemahq/xema/internal/grant"
 	"github.com/xemahq/xema/internal/manifest"
 )
 
@@ -24,7 +30,7 @@ func newBiomeSubmitCmd() *cobra.Command {
 		Use:   "submit DIR",
 		Short: "Submit a biome version to a gateway and print its permission digest",
 		Long: `Lint DIR, then POST it to /v1/biomes and print the submitted version and its permission
-digest. Every problem (the local lint's, or the gateway's) is printed with its JSON pointer:
+digest (with --format json, the gateway's answer). Every problem (the local lint's, or the gateway's) is printed with its JSON pointer:
 FILE: POINTER: MESSAGE, or with --format json the gateway's error body ({code, message, auditId,
 violations: [{path, message}]}) or the lint's [{file, path, message}] on stdout.
 
@@ -57,7 +63,7 @@ Exit status: 0 submitted, 1 problems or a refusal, 2 a usage error or an unreada
 			if err != nil {
 				return err
 			}
-			var out json.RawMessage
+			var out catalog.SubmitResult
 			if err := c.Do(cmd.Context(), "POST", "/v1/biomes", sub, &out); err != nil {
 				var ae *client.APIError
 				if format == "json" && errors.As(err, &ae) && len(ae.Body) > 0 && json.Valid(ae.Body) {
@@ -68,12 +74,56 @@ Exit status: 0 submitted, 1 problems or a refusal, 2 a usage error or an unreada
 				}
 				return err
 			}
-			return writeJSON(cmd.OutOrStdout(), out)
+			if format == "json" {
+				return writeJSON(cmd.OutOrStdout(), out)
+			}
+			return writeSubmitted(cmd.OutOrStdout(), out)
 		},
 	}
 	api.add(cmd)
 	cmd.Flags().StringVar(&format, "format", "text", "output format: text or json")
 	return cmd
+}
+
+// writeSubmitted prints a submitted version for a person: the digest an admin approves, each
+// capability it asks for by domain, what changed since the previous version, and the next step.
+func writeSubmitted(w io.Writer, r catalog.SubmitResult) error {
+	d := r.Digest
+	fmt.Fprintf(w, "submitted %s %s: permission digest %s, risk tier %s\n", printable(r.BiomeID), printable(r.Version), printable(d.Hash), printable(d.RiskTier))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  DOMAIN\tCAPABILITY\tRISK\tAPPROVAL\tREASON")
+	for _, domain := range slices.Sorted(maps.Keys(d.Domains)) {
+		for _, e := range d.Domains[domain] {
+			approval := "-"
+			if e.RequiresApproval {
+				approval = "required"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", printable(domain), printable(e.Ref), printable(e.RiskTier), approval, printable(e.Reason))
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if prev := d.Diff.PreviousVersion; prev != "" {
+		fmt.Fprintf(w, "since %s: added %s; removed %s; changed %s\n", printable(prev), refList(d.Diff.Added), refList(d.Diff.Removed), changedList(d.Diff.Changed))
+	}
+	_, err := fmt.Fprintf(w, "next: an org admin approves it: xema grant create --biome %s --version %s\n", printable(r.BiomeID), printable(r.Version))
+	return err
+}
+
+func refList(refs []string) string {
+	if len(refs) == 0 {
+		return "none"
+	}
+	return printable(strings.Join(refs, ", "))
+}
+
+func changedList(changes []grant.Change) string {
+	refs := make([]string, len(changes))
+	for i, c := range changes {
+		refs[i] = c.Ref + " (" + strings.Join(slices.Sorted(maps.Keys(c.Fields)), ", ") + ")"
+	}
+	return refList(refs)
 }
 
 // readSubmission sends the files as written: the gateway validates them again.

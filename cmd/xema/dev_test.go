@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 
@@ -81,5 +82,25 @@ func TestDevTokenRejectsBadFlags(t *testing.T) {
 	var ee *exitError
 	if !errors.As(err, &ee) || ee.code != 2 {
 		t.Fatalf("a bad flag value exits 2: %v", err)
+	}
+}
+
+// TestDevIssuerListensOnLoopbackOnly: the issuer hands a token to whoever asks, so an address
+// beyond loopback is refused (exit 2, saying why) before any key is made; and dev token
+// --issuer takes no --data-dir, whose key it would not use.
+func TestDevIssuerListensOnLoopbackOnly(t *testing.T) {
+	dir := t.TempDir()
+	for _, addr := range []string{"0.0.0.0:0", "192.0.2.1:8555", ":8555", "nonsense"} {
+		out, code := xema(t, "dev", "issuer", "--addr", addr, "--data-dir", dir)
+		if code != 2 || !strings.Contains(out, "--addr") {
+			t.Errorf("dev issuer --addr %s: exit %d:\n%s", addr, code, out)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("a refused start made %v", entries)
+	}
+	out, code := xema(t, "dev", "token", "--issuer", "http://127.0.0.1:1", "--data-dir", dir, "--subject", "agent:x", "--env", "project")
+	if code != 2 || !strings.Contains(out, "--data-dir does not apply") {
+		t.Fatalf("dev token --issuer --data-dir: exit %d:\n%s", code, out)
 	}
 }

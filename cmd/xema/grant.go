@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -147,28 +149,99 @@ func grantSince(g admin.GrantView) string {
 	return "-"
 }
 
-// newGrantRevokeCmd is `xema grant revoke ID`: DELETE /v1/grants/{id}.
+// newGrantRevokeCmd is `xema grant revoke ID`: it first shows what revoking would deny of the
+// org's recorded calls (DELETE /v1/grants/{id}?dryRun=true), then revokes once confirmed: an
+// answer y on the terminal, or --yes for scripts.
 func newGrantRevokeCmd(api *adminFlags, format *string) *cobra.Command {
-	return &cobra.Command{
+	var (
+		dryRun, yes bool
+		since       string
+	)
+	cmd := &cobra.Command{
 		Use:   "revoke GRANT_ID",
-		Short: "Revoke an active grant of your org: its biome's capabilities are no longer granted",
-		Args:  cobra.ExactArgs(1),
+		Short: "Revoke an active grant of your org: shows what it would deny, then revokes once confirmed (--yes for scripts)",
+		Long: `Revoke takes the grant's biome's capabilities away from your org and withdraws the calls held
+under it. It first prints the grant and what revoking it would deny of your org's recorded calls,
+then asks for confirmation (y); --yes revokes without asking, --dry-run only shows. Without a
+confirmation nothing is revoked and the command exits 1.`,
+		Example: `  xema grant revoke g_123 --dry-run
+  xema grant revoke g_123 --yes`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if dryRun && yes {
+				return &exitError{code: 2, err: errors.New("--dry-run and --yes exclude each other")}
+			}
 			cl, err := api.client()
 			if err != nil {
 				return err
 			}
+			if since, err = window(since); err != nil {
+				return err
+			}
+			path := "/v1/grants/" + url.PathEscape(args[0])
+			dry := path + "?dryRun=true"
+			if since != "" {
+				dry += "&since=" + url.QueryEscape(since)
+			}
+			var preview admin.RevokeDryRunView
+			if err := cl.Do(cmd.Context(), http.MethodDelete, dry, nil, &preview); err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if dryRun && *format == "json" {
+				return writeJSON(out, preview)
+			}
+			switch {
+			case *format != "json":
+				printRevoke(out, preview)
+			case !yes:
+				printRevoke(cmd.ErrOrStderr(), preview) // stdout keeps to the JSON answer
+			}
+			if dryRun {
+				fmt.Fprintln(out, "dry run: nothing revoked")
+				return nil
+			}
+			if !yes && !confirm(cmd, fmt.Sprintf("revoke grant %s? [y/N] ", printable(preview.GrantID))) {
+				return &exitError{code: 1, err: errors.New("not confirmed: nothing revoked (answer y, or give --yes)")}
+			}
 			var g admin.GrantView
-			if err := cl.Do(cmd.Context(), http.MethodDelete, "/v1/grants/"+url.PathEscape(args[0]), nil, &g); err != nil {
+			if err := cl.Do(cmd.Context(), http.MethodDelete, path, nil, &g); err != nil {
 				return err
 			}
 			if *format == "json" {
-				return writeJSON(cmd.OutOrStdout(), g)
+				return writeJSON(out, g)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "grant %s (%s@%s) revoked by %s at %s\n", g.GrantID, g.BiomeID, g.Version, g.RevokedBy, g.RevokedAt)
+			fmt.Fprintf(out, "grant %s (%s@%s) revoked by %s at %s\n", printable(g.GrantID), printable(g.BiomeID), printable(g.Version), printable(g.RevokedBy), printable(g.RevokedAt))
 			return nil
 		},
 	}
+	fl := cmd.Flags()
+	fl.BoolVar(&dryRun, "dry-run", false, "only show the grant and what revoking it would deny")
+	fl.BoolVar(&yes, "yes", false, "revoke without asking (for scripts)")
+	fl.StringVar(&since, "since", "", "replay the calls recorded since then until now for the impact: RFC 3339, or a duration ago such as 24h (default 168h)")
+	return cmd
+}
+
+// printRevoke prints a revoke's preview: the grant and who would lose what.
+func printRevoke(w io.Writer, v admin.RevokeDryRunView) {
+	fmt.Fprintf(w, "grant %s: %s@%s, profile %s, approved by %s\n", printable(v.GrantID), printable(v.BiomeID), printable(v.Version), printable(v.Profile), printable(v.ApprovedBy))
+	fmt.Fprintf(w, "revoking it, of the %d calls recorded since %s, would deny %d allowed ones\n", v.Impact.Considered, v.Impact.Since, v.Impact.AllowToDeny)
+	for _, c := range v.Impact.Losing {
+		fmt.Fprintf(w, "  %s: %d call(s)\n", printable(c.Subject), c.Calls)
+	}
+}
+
+// confirm asks question on stderr and reads one line of stdin: true only for y or yes. A
+// closed stdin (a script) is no.
+func confirm(cmd *cobra.Command, question string) bool {
+	fmt.Fprint(cmd.ErrOrStderr(), question)
+	answer, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
+	switch strings.ToLower(strings.TrimSpace(answer)) {
+	case "y", "yes":
+		return true
+	}
+	fmt.Fprintln(cmd.ErrOrStderr())
+	return false
 }
 
 // newGrantChangeCmd is `xema grant change ID`: it always shows the diff and the dry-run impact

@@ -120,6 +120,7 @@ used, and is what someone with write access to the database alone would insert.`
 		},
 	}
 	sf.add(status)
+	mf.add(status)
 	var rsf storeFlags
 	var rmf masterFlags
 	rotate := &cobra.Command{

@@ -5,8 +5,10 @@ package main
 import (
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/xemahq/xema/internal/buildinfo"
 )
@@ -22,6 +24,8 @@ func newRootCmd() *cobra.Command {
 		Version: buildinfo.Read().Short(),
 	}
 	root.SetVersionTemplate(buildinfo.Read().String() + "\n")
+	cobra.AddTemplateFunc("flagUsages", flagUsages)
+	root.SetUsageTemplate(strings.ReplaceAll(root.UsageTemplate(), "Flags.FlagUsages", "Flags | flagUsages"))
 	root.SetOut(&terminalWriter{w: os.Stdout})
 	root.SetErr(&terminalWriter{w: os.Stderr})
 	root.AddCommand(newServeCmd(), newDevCmd(), newBiomeCmd(), newGrantCmd(), newPolicyCmd(), newBundleCmd(),
@@ -53,3 +57,21 @@ func exitCode(err error) int {
 	}
 	return 1
 }
+
+// flagUsages is pflag's FlagUsages without the "[=true|false]" pflag 1.1 writes after every
+// boolean flag (`-h, --help[=true|false]`): a boolean flag is given bare, as everywhere else.
+// Each boolean's value is wrapped in a type without IsBoolFlag, which pflag prints plainly.
+func flagUsages(fs *pflag.FlagSet) string {
+	plain := pflag.NewFlagSet("", pflag.ContinueOnError)
+	fs.VisitAll(func(f *pflag.Flag) {
+		c := *f
+		if f.Value.Type() == "bool" {
+			c.Value = plainBool{f.Value}
+		}
+		plain.AddFlag(&c)
+	})
+	return plain.FlagUsages()
+}
+
+// plainBool is a boolean flag's value without its IsBoolFlag method.
+type plainBool struct{ pflag.Value }

@@ -254,7 +254,11 @@ func printReplay(out io.Writer, rep *replay.Report, took time.Duration) {
 		return "deny " + strings.Join(s.Reasons, ",")
 	}
 	for _, c := range rep.Changes {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", printable(c.AuditID), printable(c.Time), printable(c.Revision), printable(c.Ref), printable(c.Subject),
+		subject := c.Subject
+		if c.OnBehalfOf != "" {
+			subject += " for " + c.OnBehalfOf
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", printable(c.AuditID), printable(c.Time), printable(c.Revision), printable(c.Ref), printable(subject),
 			printable(c.Environment), printable(side(c.Before)), printable(side(c.After)))
 	}
 	tw.Flush()

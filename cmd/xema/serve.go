@@ -45,6 +45,9 @@ func newServeCmd() *cobra.Command {
 		web     webFlags
 		mf      masterFlags
 		notifyF notifyFlags
+		// secretKeyFile is the credential keyring's file: in the config file, a restarted
+		// replica finds it without the environment it was first started with.
+		secretKeyFile string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -62,6 +65,10 @@ func newServeCmd() *cobra.Command {
 				return &exitError{code: 2, err: err}
 			}
 			fromEnv(&cfg, &idCfg)
+			if secretKeyFile != "" { // the flag (or the config file) over the environment, as for the master key
+				cfg.SecretKeys = secretbox.Source{File: secretKeyFile}
+				idCfg.SecretKeys = cfg.SecretKeys
+			}
 			cfg.MasterKey = masterkey.SourceFromEnv(mf.file, cfg.DataDir, os.Getenv)
 			if err := bound.apply(&cfg, idCfg); err != nil {
 				return &exitError{code: 2, err: err}
@@ -94,6 +101,7 @@ func newServeCmd() *cobra.Command {
 	f.IntVar(&cfg.MaxPendingApprovals, "max-pending-approvals", approval.DefaultMaxPending, "most calls one subject of an org may have waiting for human approval at once (0: the default); beyond it a call is answered 429 TOO_MANY_PENDING and not held")
 	f.DurationVar(&cfg.MCPResyncEvery, "mcp-resync-every", 0, "how often to sync every external MCP server's tools (0: only on its tools/list_changed)")
 	f.DurationVar(&cfg.UnauthAuditInterval, "unauth-audit-interval", unauth.DefaultInterval, "unauthenticated attempts are audited in one record per route, reason and source per interval of this length")
+	f.StringVar(&secretKeyFile, "secret-key-file", "", "file of the credential keyring (KID=BASE64 lines, newest first; over "+secretbox.EnvKeyFile+" and "+secretbox.EnvKey+"); every replica needs the same")
 	f.StringVar(&mf.file, "master-key-file", "", "file of the master key wrapping the deployment's keys (also "+masterkey.EnvKeyFile+", or inline in "+
 		masterkey.EnvKey+"); default: DATA_DIR/"+masterkey.FileName+", generated at first start (development only: it lies beside the data)")
 	f.Var(retention{&cfg.AuditRetain}, "audit-retain", "remove audit records older than this (90d, 720h; 0 keeps everything), checked every 10 minutes in small batches")
@@ -122,6 +130,7 @@ func newServeCmd() *cobra.Command {
 	f.StringArrayVar(&web.corsOrigins, "cors-origin", nil, "a browser origin (scheme://host[:port]) granted CORS, e.g. for a browser MCP client; repeatable; no other origin is")
 	f.StringVar(&web.consoleClientID, "console-client-id", "", "OAuth client id (public, PKCE, no secret) of the web console at --issuer: /console/login then signs in with the authorization code flow, redirect URI <public URL>/console/callback")
 	f.StringVar(&web.consoleScope, "console-scope", "openid", "scopes the console asks --issuer for (space-separated; openid is always asked)")
+	f.StringVar(&cfg.TokenExchange, "token-exchange", "", "a JSON file of providers whose calls carry a token exchanged (RFC 8693) for the caller's (docs/identity.md)")
 	f.StringVar(&web.publicURL, "public-url", "", "the gateway's external base URL (behind a proxy), named in the RFC 9728 metadata; default: from each request's Host")
 	f.StringVar(&web.tlsCert, "tls-cert", "", "PEM certificate (chain) to serve HTTPS with; needs --tls-key")
 	f.StringVar(&web.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
@@ -375,14 +384,18 @@ func serve(ctx context.Context, addr string, cfg app.Config, idCfg identity.Serv
 	defer ids.Close()
 	cfg.Tokens, cfg.WrapTransport = ids.ServiceTokens(), tracing.Transport
 	cfg.MaxInflight, cfg.MaxPerProvider = lim.maxInflight, lim.maxPerProvider
+	cfg.Name = web.publicURL
 	a, err := app.New(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	a.KeysReady = ids.KeysReady
-	srv := a.Server(app.Edge{Auth: ids, Mounts: ids.Mounts(), Issuer: idCfg.Issuer, BundleReaders: bundleReaders,
-		MetricsReaders: web.metricsReaders, BodyReadTimeout: lim.read - lim.readHeader, CORSOrigins: web.corsOrigins,
-		PublicURL: web.publicURL, ConsoleOIDC: consoleOIDC})
+	srv, err := a.Server(app.Edge{Auth: ids, Mounts: ids.Mounts(), IssuerJWKS: ids.IssuerJWKS(), Issuer: idCfg.Issuer,
+		BundleReaders: bundleReaders, MetricsReaders: web.metricsReaders, BodyReadTimeout: lim.read - lim.readHeader,
+		CORSOrigins: web.corsOrigins, PublicURL: web.publicURL, ConsoleOIDC: consoleOIDC})
+	if err != nil {
+		return err
+	}
 	// No ReadTimeout: it would also cut off a handler waiting for a slow provider. The body
 	// read is bounded by server.boundBody instead, the provider's wait by its timeoutMs.
 	return a.Run(ctx, app.Listener{Addr: addr, Handler: tracing.Handler(srv.Handler()), TLS: tlsCfg,

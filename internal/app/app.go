@@ -33,6 +33,7 @@ import (
 	"github.com/xemahq/xema/internal/demo"
 	"github.com/xemahq/xema/internal/deploykeys"
 	"github.com/xemahq/xema/internal/egress"
+	"github.com/xemahq/xema/internal/exchange"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/federation"
 	"github.com/xemahq/xema/internal/gateway"
@@ -55,6 +56,7 @@ import (
 	"github.com/xemahq/xema/internal/spool"
 	"github.com/xemahq/xema/internal/store"
 	"github.com/xemahq/xema/internal/store/engine"
+	"github.com/xemahq/xema/internal/txntoken"
 	"github.com/xemahq/xema/internal/unauth"
 )
 
@@ -72,6 +74,9 @@ type Config struct {
 	// OperatorOrg is the org whose administrators act for the operator: they move the
 	// lifecycle of the operator's biome store and read audit records of no org.
 	OperatorOrg string
+	// Name is the gateway's name in the Txn-Tokens it signs (iss and req_wl): its public
+	// URL; "" is "xema".
+	Name string
 	// DecisionLog ships decisions in OPA's decision-log format: "stdout", "file:PATH" or an
 	// http(s) URL; "" is off. DecisionLogMask erases those JSON pointers from each input.
 	DecisionLog     string
@@ -106,6 +111,9 @@ type Config struct {
 	// Tokens mints the gateway's outbound service tokens (the server identity's); nil sends
 	// none (a provider needing one is answered NO_SERVICE_TOKEN).
 	Tokens runner.TokenSource
+	// TokenExchange names the file of providers whose calls carry a token exchanged for the
+	// caller's (internal/exchange); "" exchanges none.
+	TokenExchange string
 	// WrapTransport, when set, wraps every outbound transport (e.g. in client spans).
 	WrapTransport func(http.RoundTripper) http.RoundTripper
 	// SecretKeys is where the credential keyring comes from ($XEMA_SECRET_KEY or
@@ -140,6 +148,9 @@ type App struct {
 	Gateway   *gateway.Gateway
 	// Tools answers the meta-tools (search, describe, plan, preflight, explain, whoami).
 	Tools *metatool.Tools
+	// TxnTokens signs the trusted context of critical operations; the gateway's JWKS
+	// publishes its keys.
+	TxnTokens *txntoken.Signer
 	// Idempotency keeps the answers of calls made with an idempotency key, in the store.
 	Idempotency *idempotency.Keys
 	// Bindings resolves connector capabilities through org-level provider bindings.
@@ -248,6 +259,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, a.closeWith(err)
 	}
 	a.chainKeys = keys.Chains
+	if a.TxnTokens, err = txntoken.New(cmp.Or(cfg.Name, "xema"), keys.TxnTokens); err != nil {
+		return nil, a.closeWith(err)
+	}
 	chain, err := audit.StartChain(ctx, st, keys.Chain)
 	if err != nil {
 		return nil, a.closeWith(err)
@@ -295,6 +309,10 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, a.closeWith(err)
 	}
 	a.Federation = federation.New(st, a.Rebuild, cfg.Tokens, federation.Options{Egress: a.Egress, Stdio: stdio})
+	providerTokens, err := a.providerTokens(ctx, cfg)
+	if err != nil {
+		return nil, a.closeWith(err)
+	}
 	if cfg.WrapTransport != nil {
 		a.Federation.WrapTransport(cfg.WrapTransport)
 	}
@@ -306,7 +324,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	a.outages = outage.New()
 	a.unauth = &unauth.Aggregator{Audit: a.Audit, Revision: eng.Revision, Interval: cfg.UnauthAuditInterval}
 	if a.Gateway, err = gateway.New(gateway.Deps{Catalog: a.Catalog, Policy: eng, Audit: a.Audit, Kernel: a.Kernel,
-		Tokens: cfg.Tokens, HTTP: a.HTTP, InputHashKey: keys.InputHash,
+		Tokens: providerTokens, HTTP: a.HTTP, InputHashKey: keys.InputHash, TxnTokens: a.TxnTokens,
 		Resolvers: []gateway.Resolver{a.Bindings, a.Federation}, Limiter: limiter,
 		Approvals: &approval.Queue{Store: st, TTL: cfg.ApprovalTTL, Now: cfg.Now, Notify: notifier,
 			MaxPending: cfg.MaxPendingApprovals}, Outbound: capacity.NewSlots(cfg.MaxInflight),
@@ -435,6 +453,11 @@ func (a *App) publishKernel(ctx context.Context) error {
 	for _, s := range skipped {
 		slog.Error("kernel capability skipped: partial or invalid descriptor", "ref", s.Ref, "reason", s.Reason)
 	}
+	// In ref order: the registrations come in whatever order the packages registered them (some
+	// over a map), and the version below hashes them in order, so a restart must not reorder it.
+	slices.SortFunc(accepted, func(x, y kernel.Accepted) int {
+		return cmp.Compare(x.Contribution.Manifest.Ref, y.Contribution.Manifest.Ref)
+	})
 	b := &manifest.Biome{ID: KernelBiome, DefaultProfile: "unrestricted"}
 	h := sha256.New()
 	for _, reg := range accepted {
@@ -780,4 +803,18 @@ func (a *App) catchUp(ctx context.Context) {
 			slog.Error("policy rebuild failed; keeping the serving bundle", "err", err)
 		}
 	}
+}
+
+// providerTokens is the token source of the http runners: the gateway's own, or with
+// cfg.TokenExchange a token exchanged for the caller's for the providers it names. The token
+// endpoints are checked as URLs that receive a credential: the caller's token is sent there.
+func (a *App) providerTokens(ctx context.Context, cfg Config) (runner.TokenSource, error) {
+	if cfg.TokenExchange == "" {
+		return cfg.Tokens, nil
+	}
+	c, err := exchange.Load(cfg.TokenExchange, func(raw string) string { return a.Egress.CheckURL(raw, true) })
+	if err != nil {
+		return nil, err
+	}
+	return exchange.New(ctx, c, cfg.Tokens, a.HTTP)
 }

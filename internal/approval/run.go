@@ -13,6 +13,7 @@ import (
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/spool"
 	"github.com/xemahq/xema/internal/store"
+	"github.com/xemahq/xema/internal/txntoken"
 )
 
 // run runs an approved call and records how it ended. The run's own audit records link to
@@ -35,7 +36,8 @@ func (s *Service) run(ctx context.Context, a store.Approval) (ran store.Approval
 	if err := json.Unmarshal(a.Exec, &exec); err != nil {
 		end.To, end.Outcome = store.ApprovalFailed, "INVALID_EXEC_CONTEXT"
 	} else {
-		res, err := s.Runner.RunApproved(ctx, exec, gateway.Request{Ref: a.Ref, Input: a.Input}, a.BiomeVersion, a.AuditID, dispatching)
+		res, err := s.Runner.RunApproved(ctx, exec, gateway.Request{Ref: a.Ref, Input: a.Input,
+			Approval: &txntoken.Approval{ID: a.ID, By: a.DecidedBy, At: a.UpdatedAt.Unix()}}, a.BiomeVersion, a.AuditID, dispatching)
 		ended(&end, res, err)
 		var fe *fault.Error
 		switch {

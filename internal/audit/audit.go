@@ -93,6 +93,36 @@ type Record struct {
 	// Aggregate is set on the records of unauthenticated attempts, audited in aggregate
 	// (gateway.UnauthAggregator).
 	Aggregate *Aggregate `json:"aggregate,omitempty"`
+	// OnBehalfOf is set on the records of a delegated call: Subject is then its actor.
+	OnBehalfOf *OnBehalfOf `json:"onBehalfOf,omitempty"`
+}
+
+// OnBehalfOf is the person a delegated call acted for and the chain of actors, the caller
+// (the record's subject) first.
+type OnBehalfOf struct {
+	Person Subject  `json:"person"`
+	Actors []string `json:"actors"`
+}
+
+// DelegationDetail is the detail of a delegated call's records: the delegation as the
+// Execution Context's JSON writes it, so a record whose detail is that context reads the same.
+func DelegationDetail(person Subject, actors []string) json.RawMessage {
+	raw, _ := json.Marshal(map[string]OnBehalfOf{"delegation": {Person: person, Actors: actors}})
+	return raw
+}
+
+// DelegationOf is the delegation a record's detail names, or nil.
+func DelegationOf(r store.AuditRecord) *OnBehalfOf {
+	if len(r.Detail) == 0 {
+		return nil
+	}
+	var d struct {
+		Delegation *OnBehalfOf `json:"delegation"`
+	}
+	if json.Unmarshal(r.Detail, &d) != nil || d.Delegation == nil || d.Delegation.Person.Ref == "" {
+		return nil
+	}
+	return d.Delegation
 }
 
 // Aggregate describes an aggregate record: the unauthenticated attempts of one (route,
@@ -138,6 +168,7 @@ type Subject struct {
 type Denial struct {
 	AuditID     string          `json:"auditId"`
 	Subject     Subject         `json:"subject"`
+	OnBehalfOf  *OnBehalfOf     `json:"onBehalfOf,omitempty"`
 	Capability  string          `json:"capability"`
 	Environment string          `json:"environment"`
 	Decision    string          `json:"decision"`
@@ -154,7 +185,7 @@ func View(r store.AuditRecord) Record {
 		Reasons: orEmpty(r.Reasons), Suggestions: r.Suggestions, Obligations: r.Obligations,
 		BundleRevision: r.BundleRevision, InputHash: r.InputHash, Runner: r.Runner,
 		Outcome: r.Outcome, LatencyMicros: r.LatencyMicros, ParentID: r.ParentID,
-		Aggregate: AggregateOf(r),
+		Aggregate: AggregateOf(r), OnBehalfOf: DelegationOf(r),
 	}
 }
 
@@ -165,7 +196,7 @@ func WhyDenied(r store.AuditRecord) (d Denial, ok bool) {
 		return Denial{}, false
 	}
 	return Denial{
-		AuditID: r.ID, Subject: Subject{Kind: r.SubjectKind, Ref: r.SubjectRef},
+		AuditID: r.ID, Subject: Subject{Kind: r.SubjectKind, Ref: r.SubjectRef}, OnBehalfOf: DelegationOf(r),
 		Capability: r.Ref, Environment: r.Environment, Decision: DecisionDenied,
 		Reasons: orEmpty(r.Reasons), Suggestions: orEmpty(r.Suggestions),
 	}, true

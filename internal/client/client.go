@@ -28,7 +28,7 @@ func New(server, token string) (*Client, error) {
 		return nil, fmt.Errorf("--server %q: want an http(s) URL such as http://127.0.0.1:8181", server)
 	}
 	if token == "" {
-		return nil, fmt.Errorf("--token is required")
+		return nil, fmt.Errorf("--token (or XEMA_TOKEN) is required")
 	}
 	return &Client{Server: strings.TrimRight(server, "/"), Token: token, HTTP: &http.Client{Timeout: 30 * time.Second}}, nil
 }

@@ -6,7 +6,6 @@
 package deploykeys
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -23,8 +22,22 @@ import (
 	"github.com/xemahq/xema/internal/store"
 )
 
+// KeyTxnToken is the seed of the Ed25519 key that signs the Txn-Tokens of critical
+// operations (internal/txntoken).
+const KeyTxnToken = "txn-token-signing"
+
 // Names are the per-deployment keys, in the order they are loaded.
-var Names = []string{audit.KeyCursor, audit.KeyInputHash, audit.KeyChain}
+var Names = []string{audit.KeyCursor, audit.KeyInputHash, audit.KeyChain, KeyTxnToken}
+
+// retains are the keys a rotation retires rather than drops: what they signed must still
+// verify (chains written before, Txn-Tokens in flight during a rolling restart).
+var retains = map[string]bool{audit.KeyChain: true, KeyTxnToken: true}
+
+// retiredKey reports whether name is a retired key (of a key retains keeps).
+func retiredKey(name string) bool {
+	base, _, ok := strings.Cut(name, retiredSep)
+	return ok && retains[base]
+}
 
 // Consequences says, for each key, what rotating it does: `xema keys rotate` prints it.
 var Consequences = map[string]string{
@@ -34,10 +47,32 @@ var Consequences = map[string]string{
 		"so equal inputs no longer match across the rotation; takes effect at each replica's next start",
 	audit.KeyChain: "chains started after the rotation (each replica's next start) are keyed with the new key; the old key is " +
 		"kept, so chains written before it still verify",
+	KeyTxnToken: "Txn-Tokens are signed with the new key from each replica's next start; the old key stays published in the " +
+		"gateway's JWKS, so tokens signed before verify",
 }
 
-// retiredSep separates a retired chain key's name from the time it was retired at.
+// retiredSep separates a retired key's name from the time it was retired at, in RFC
+// 3339 (audit-chain@2026-12-05T18:40:12.5Z), or in unix nanoseconds as versions before wrote it.
 const retiredSep = "@"
+
+// retiredName is the name a key retired at t is kept under.
+func retiredName(name string, t time.Time) string {
+	return name + retiredSep + t.UTC().Format(time.RFC3339Nano)
+}
+
+// retiredAt is the retirement time a retired key's name carries; false when name is not
+// one or its time does not parse.
+func retiredAt(name string) (time.Time, bool) {
+	base, at, ok := strings.Cut(name, retiredSep)
+	if !ok || !retains[base] {
+		return time.Time{}, false
+	}
+	if t, err := time.Parse(time.RFC3339Nano, at); err == nil {
+		return t, true
+	}
+	nanos, err := strconv.ParseInt(at, 10, 64)
+	return time.Unix(0, nanos), err == nil
+}
 
 // ErrUnauthenticated marks a stored key the master key does not vouch for: stored raw (by a
 // version before wrapping, or by anyone with write access to the database), or sealed for
@@ -51,13 +86,16 @@ type Keys struct {
 	// newest first, so chains written before a rotation still verify.
 	Chain  []byte
 	Chains [][]byte
+	// TxnTokens are the Txn-Token signing seeds: the current one, then the retired ones
+	// (still published), newest first.
+	TxnTokens [][]byte
 }
 
 // Store keeps the per-deployment secrets (store.Store).
 type Store interface {
 	DeploymentKey(ctx context.Context, name string, candidate []byte) ([]byte, error)
 	ListDeploymentKeys(ctx context.Context) ([]store.DeploymentKeyEntry, error)
-	ReplaceDeploymentKey(ctx context.Context, name string, old, next []byte, keep ...store.DeploymentKeyEntry) error
+	ReplaceDeploymentKey(ctx context.Context, name string, old, next []byte, created time.Time, keep ...store.DeploymentKeyEntry) error
 }
 
 // A key is sealed by the master key with its name as associated data and its creation time
@@ -136,11 +174,16 @@ func Load(ctx context.Context, st Store, w masterkey.Wrapper) (Keys, error) {
 		}
 		*d.dst = key
 	}
-	chains, err := ChainKeys(ctx, st, w)
-	if err != nil {
+	if _, err := load(ctx, st, w, KeyTxnToken); err != nil {
 		return Keys{}, err
 	}
-	k.Chains = chains
+	var err error
+	if k.Chains, err = retainedKeys(ctx, st, w, audit.KeyChain); err != nil {
+		return Keys{}, err
+	}
+	if k.TxnTokens, err = retainedKeys(ctx, st, w, KeyTxnToken); err != nil {
+		return Keys{}, err
+	}
 	return k, nil
 }
 
@@ -171,34 +214,39 @@ func load(ctx context.Context, st Store, w masterkey.Wrapper, name string) ([]by
 // retired one is left out (Unauthenticated names it). It never generates one: a store
 // without a chain key has none.
 func ChainKeys(ctx context.Context, st Store, w masterkey.Wrapper) ([][]byte, error) {
+	return retainedKeys(ctx, st, w, audit.KeyChain)
+}
+
+// retainedKeys is ChainKeys for any key a rotation retires (retains).
+func retainedKeys(ctx context.Context, st Store, w masterkey.Wrapper, name string) ([][]byte, error) {
 	entries, err := st.ListDeploymentKeys(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var current []byte
 	type retired struct {
-		at  int64
+		at  time.Time
 		key []byte
 	}
 	var old []retired
 	for _, e := range entries {
 		switch {
-		case e.Name == audit.KeyChain:
+		case e.Name == name:
 			o, err := open(ctx, w, e)
 			if err != nil {
 				return nil, err
 			}
 			current = o.key
-		case strings.HasPrefix(e.Name, audit.KeyChain+retiredSep):
-			at, perr := strconv.ParseInt(strings.TrimPrefix(e.Name, audit.KeyChain+retiredSep), 10, 64)
+		case strings.HasPrefix(e.Name, name+retiredSep):
+			at, ok := retiredAt(e.Name)
 			o, err := open(ctx, w, e)
-			if err != nil || perr != nil {
+			if err != nil || !ok {
 				continue // not vouched for: Unauthenticated names it
 			}
 			old = append(old, retired{at, o.key})
 		}
 	}
-	slices.SortFunc(old, func(a, b retired) int { return cmp.Compare(b.at, a.at) })
+	slices.SortFunc(old, func(a, b retired) int { return b.at.Compare(a.at) })
 	var keys [][]byte
 	if current != nil {
 		keys = append(keys, current)
@@ -226,15 +274,15 @@ func Unauthenticated(ctx context.Context, st Store, w masterkey.Wrapper) ([]Prob
 	var out []Problem
 	for _, e := range entries {
 		_, err := open(ctx, w, e)
-		retired := strings.HasPrefix(e.Name, audit.KeyChain+retiredSep)
+		retired := retiredKey(e.Name)
 		switch {
 		case err != nil && (retired || errors.Is(err, ErrUnauthenticated)):
 			out = append(out, Problem{Name: e.Name, Why: err.Error()})
 		case err != nil:
 			return nil, err
 		case retired:
-			if _, perr := strconv.ParseInt(strings.TrimPrefix(e.Name, audit.KeyChain+retiredSep), 10, 64); perr != nil {
-				out = append(out, Problem{Name: e.Name, Why: "a retired chain key's name must end in its retirement time (unix nanoseconds)"})
+			if _, ok := retiredAt(e.Name); !ok {
+				out = append(out, Problem{Name: e.Name, Why: "a retired key's name must end in its retirement time (RFC 3339, or unix nanoseconds)"})
 			}
 		}
 	}
@@ -252,8 +300,8 @@ func bindTimes(ctx context.Context, st Store, w masterkey.Wrapper) error {
 	}
 	for _, e := range entries {
 		o, err := open(ctx, w, e)
-		if err != nil && strings.HasPrefix(e.Name, audit.KeyChain+retiredSep) {
-			slog.Warn("a stored chain key is not authenticated under the master key and is not used: 'xema keys status' and 'xema audit verify' name it",
+		if err != nil && retiredKey(e.Name) {
+			slog.Warn("a stored retired key is not authenticated under the master key and is not used: 'xema keys status' and 'xema audit verify' name it",
 				"key", e.Name)
 			continue
 		}
@@ -268,7 +316,7 @@ func bindTimes(ctx context.Context, st Store, w masterkey.Wrapper) error {
 			return err
 		}
 		// A replica sealing it at the same moment wins the compare-and-swap: its sealing is as good.
-		if err := st.ReplaceDeploymentKey(ctx, e.Name, e.Secret, sealed); err != nil && !errors.Is(err, store.ErrConflict) {
+		if err := st.ReplaceDeploymentKey(ctx, e.Name, e.Secret, sealed, e.CreatedAt); err != nil && !errors.Is(err, store.ErrConflict) {
 			return fmt.Errorf("deployment key %s: bind its creation time: %w", e.Name, err)
 		}
 	}
@@ -293,7 +341,7 @@ func AdoptRaw(ctx context.Context, st Store, w masterkey.Wrapper) ([]string, err
 		if err != nil {
 			return adopted, err
 		}
-		if err := st.ReplaceDeploymentKey(ctx, e.Name, e.Secret, sealed); err != nil {
+		if err := st.ReplaceDeploymentKey(ctx, e.Name, e.Secret, sealed, e.CreatedAt); err != nil {
 			return adopted, fmt.Errorf("deployment key %s: adopt: %w", e.Name, err)
 		}
 		adopted = append(adopted, e.Name)
@@ -302,7 +350,7 @@ func AdoptRaw(ctx context.Context, st Store, w masterkey.Wrapper) ([]string, err
 }
 
 // Rotate replaces the key name with a fresh one, sealed by w. A chain key is retired under
-// a name of its own (audit-chain@<unix nanoseconds>), never dropped. Consequences[name] says
+// a name of its own (audit-chain@<retirement time, RFC 3339>), never dropped. Consequences[name] says
 // what follows.
 func Rotate(ctx context.Context, st Store, w masterkey.Wrapper, name string) error {
 	if _, ok := Consequences[name]; !ok {
@@ -331,19 +379,19 @@ func Rotate(ctx context.Context, st Store, w masterkey.Wrapper, name string) err
 		return err
 	}
 	var keep []store.DeploymentKeyEntry
-	if name == audit.KeyChain {
-		retiredName := name + retiredSep + strconv.FormatInt(now.UnixNano(), 10)
+	if retains[name] {
+		retired := retiredName(name, now)
 		created := current.created
 		if created.IsZero() {
 			created = old.CreatedAt
 		}
-		resealed, err := seal(ctx, w, retiredName, current.key, created)
+		resealed, err := seal(ctx, w, retired, current.key, created)
 		if err != nil {
 			return err
 		}
-		keep = append(keep, store.DeploymentKeyEntry{Name: retiredName, Secret: resealed, CreatedAt: created})
+		keep = append(keep, store.DeploymentKeyEntry{Name: retired, Secret: resealed, CreatedAt: created})
 	}
-	if err := st.ReplaceDeploymentKey(ctx, name, old.Secret, next, keep...); err != nil {
+	if err := st.ReplaceDeploymentKey(ctx, name, old.Secret, next, now, keep...); err != nil {
 		return fmt.Errorf("rotate deployment key %s: %w", name, err)
 	}
 	return nil
@@ -374,7 +422,7 @@ func Rewrap(ctx context.Context, st Store, w masterkey.Wrapper) (int, error) {
 		if err != nil {
 			return n, err
 		}
-		if err := st.ReplaceDeploymentKey(ctx, e.Name, e.Secret, sealed); err != nil {
+		if err := st.ReplaceDeploymentKey(ctx, e.Name, e.Secret, sealed, created); err != nil {
 			return n, fmt.Errorf("rewrap deployment key %s: %w", e.Name, err)
 		}
 		n++

@@ -34,6 +34,9 @@ const (
 	// CodeVersionChanged (409): an approved call was held under a biome version the org's
 	// grant no longer routes it to; it did not run (RunApproved).
 	CodeVersionChanged = "VERSION_CHANGED"
+	// CodeTxnTokenFailed refuses, before it runs, a call whose capability declares the
+	// critical-operation projection when its Txn-Token cannot be signed or carried.
+	CodeTxnTokenFailed = "TXN_TOKEN_FAILED"
 	// StatePendingApproval is the `status` of the 202 answer of a held call.
 	StatePendingApproval = "pending-approval"
 )

@@ -24,6 +24,7 @@ import (
 	"github.com/xemahq/xema/internal/spool"
 	"github.com/xemahq/xema/internal/store"
 	"github.com/xemahq/xema/internal/telemetry"
+	"github.com/xemahq/xema/internal/txntoken"
 	"github.com/xemahq/xema/internal/unauth"
 	"go.opentelemetry.io/otel/attribute"
 )
@@ -103,6 +104,9 @@ func (g *Gateway) RunApproved(ctx context.Context, ec identity.ExecContext, req 
 	c := g.begin(ec, req)
 	c.rec.ParentID = parentAuditID
 	c.dispatching = dispatching
+	// The run is the requester's: the approver's request, whose context this is, must lend
+	// it neither their identity nor their bearer token.
+	ctx = identity.WithCaller(ctx, ec)
 	return c.settle(g.runApproved(ctx, c, heldVersion))
 }
 
@@ -202,11 +206,18 @@ func (g *Gateway) dispatch(ctx context.Context, c *call) (*Result, error) {
 }
 
 func (g *Gateway) begin(ec identity.ExecContext, req Request) *call {
-	return &call{exec: ec, req: req, start: time.Now(), rec: store.AuditRecord{
+	c := &call{exec: ec, req: req, start: time.Now(), rec: store.AuditRecord{
 		ID: audit.NewID("inv_"), Org: ec.Org, Ref: req.Ref,
 		SubjectKind: ec.Subject.Kind, SubjectRef: ec.Subject.Ref, Environment: ec.Environment,
 		InputHash: audit.InputHash(g.d.InputHashKey, req.Input), BundleRevision: g.d.Policy.Revision(),
 	}}
+	if ec.Delegation != nil {
+		// Every record of a delegated call, outcome records too, names the person and the
+		// actor chain: the subject columns hold the actor.
+		p := ec.Delegation.Person
+		c.rec.Detail = audit.DelegationDetail(audit.Subject{Kind: p.Kind, Ref: p.Ref}, ec.Delegation.Actors)
+	}
+	return c
 }
 
 // route finds the catalog entry; an unknown ref is a 404.
@@ -412,9 +423,17 @@ func (g *Gateway) run(ctx context.Context, c *call, entry *catalog.Entry, r runn
 	defer stop()
 	rctx, step := telemetry.Start(runCtx, telemetry.StepRun, telemetry.AttrRef.String(entry.Ref()),
 		telemetry.AttrRunner.String(r.Kind()), telemetry.AttrAuditID.String(c.rec.ID))
+	envelope, err := g.envelope(c, entry, r)
+	if err != nil {
+		step.End(CodeTxnTokenFailed)
+		g.closeUndispatched(ctx, c, r.Kind())
+		fe := fault.Of(err)
+		fe.AuditID = c.rec.ID
+		return nil, fe
+	}
 	began := time.Now()
 	c.dispatched = true
-	out, runErr := r.Run(rctx, kernel.Call{Ref: c.req.Ref, Input: c.req.Input, Exec: c.exec, AuditID: c.rec.ID})
+	out, runErr := r.Run(rctx, kernel.Call{Ref: c.req.Ref, Input: c.req.Input, Exec: c.exec, AuditID: c.rec.ID, TxnToken: envelope})
 	if runErr == nil {
 		if v := checkOutput(entry, r.Kind(), out); len(v) > 0 {
 			runErr = invalidOutput(c.req.Ref, v)
@@ -570,11 +589,16 @@ func (g *Gateway) RecordUnauthenticated(ctx context.Context, route, reason, sour
 
 // PolicyInput is the call as the Rego sees it: only verified claims, never headers.
 func PolicyInput(ec identity.ExecContext, ref, resource string) policy.Input {
-	return policy.Input{
+	in := policy.Input{
 		Ref: ref, Subject: policy.Subject{Kind: ec.Subject.Kind, Ref: ec.Subject.Ref},
 		Groups: ec.Groups, Roles: ec.Roles, OrgRole: ec.OrgRole, Org: ec.Org, Project: ec.Project,
 		Session: ec.Session, Environment: ec.Environment, Resource: resource, Armed: ec.Armed,
 	}
+	if d := ec.Delegation; d != nil {
+		in.Delegation = &policy.Delegation{Person: policy.Subject{Kind: d.Person.Kind, Ref: d.Person.Ref}, OrgRole: d.OrgRole,
+			Groups: d.Groups, Roles: d.Roles, Actors: d.Actors, MayAct: d.MayAct}
+	}
+	return in
 }
 
 func summary(reasons []policy.Reason) string {
@@ -591,4 +615,33 @@ func mustJSON(v any) json.RawMessage {
 		return nil
 	}
 	return raw
+}
+
+// envelope is the Txn-Token of a call whose capability declares the critical-operation
+// projection ("" for others): the trusted context signed for its provider. A capability that
+// asks for one and cannot get it does not run (fail closed).
+func (g *Gateway) envelope(c *call, entry *catalog.Entry, r runner.Runner) (string, error) {
+	p := entry.Manifest.TrustedContextProjection
+	if p == nil || p.Profile != txntoken.Profile || p.Delivery != txntoken.Delivery {
+		return "", nil
+	}
+	if g.d.TxnTokens == nil {
+		return "", fault.New(fault.Unavailable, CodeTxnTokenFailed, "%s needs a signed trusted context and this gateway has no Txn-Token key", c.req.Ref)
+	}
+	carrier, ok := r.(interface{ Audience() string })
+	if !ok {
+		return "", fault.New(fault.Provider, CodeTxnTokenFailed, "%s declares a signed trusted context, which its %s runner cannot carry (an http invocation can)", c.req.Ref, r.Kind())
+	}
+	principal := c.exec.Principal()
+	call := txntoken.Call{AuditID: c.rec.ID, Subject: principal.Ref, Audience: carrier.Audience(), Ref: c.req.Ref,
+		Context: txntoken.Context{Org: c.exec.Org, Environment: c.exec.Environment, InputHash: txntoken.InputHash(c.req.Input),
+			RiskTier: entry.Manifest.RiskTier, Approval: c.req.Approval}}
+	if d := c.exec.Delegation; d != nil {
+		call.Actors = d.Actors
+	}
+	tok, err := g.d.TxnTokens.Sign(call, time.Now())
+	if err != nil {
+		return "", fault.Wrap(err, fault.Internal, CodeTxnTokenFailed, "the gateway could not sign the trusted context of %s", c.req.Ref)
+	}
+	return tok, nil
 }

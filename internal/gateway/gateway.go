@@ -24,6 +24,7 @@ import (
 	"github.com/xemahq/xema/internal/runner"
 	"github.com/xemahq/xema/internal/spool"
 	"github.com/xemahq/xema/internal/store"
+	"github.com/xemahq/xema/internal/txntoken"
 	"github.com/xemahq/xema/internal/unauth"
 )
 
@@ -46,6 +47,10 @@ type Deps struct {
 	// InputHashKey keys the audit records' input hashes (audit.InputHash); a per-deployment
 	// secret from the store, shared by replicas.
 	InputHashKey []byte
+	// TxnTokens signs the Txn-Token a capability declaring trustedContextProjection
+	// (critical-operation-v1, server-envelope) sends its provider; nil sends none, and such
+	// a capability's calls are refused before they run.
+	TxnTokens *txntoken.Signer
 	// Resolvers serve refs that neither a declared invocation nor a kernel handler serves
 	// (org-level provider bindings, federated MCP servers). The first that claims a ref wins.
 	Resolvers []Resolver
@@ -161,6 +166,8 @@ type Resolver interface {
 type Request struct {
 	Ref   string          `json:"ref"`
 	Input json.RawMessage `json:"input"`
+	// Approval is the approval that released a held call (RunApproved); nil otherwise.
+	Approval *txntoken.Approval `json:"-"`
 }
 
 // Result is how the funnel decided a call: it ran (Output, answered `{output, auditId,

@@ -59,6 +59,7 @@ type descriptor struct {
 	CallerConstraint     string `json:"callerConstraint"`
 	RequiresApproval     bool   `json:"requiresApproval"`
 	SafeForAgents        *bool  `json:"safeForAgents"`
+	Delegable            *bool  `json:"delegable"`
 	HumanBaseline        any    `json:"humanBaseline"`
 	RequiredBindings     []any  `json:"requiredBindings"`
 	InstanceGrade        any    `json:"instanceGrade"`
@@ -168,6 +169,7 @@ func capabilityData(c store.Capability, d descriptor) CapabilityData {
 		AuthorityEffect:      d.AuthorityEffect,
 		Biome:                BiomeData{ID: c.BiomeID, Version: c.BiomeVersion},
 		CallerConstraint:     d.CallerConstraint,
+		Delegable:            d.Delegable != nil && *d.Delegable,
 		DescriptorKind:       d.DescriptorKind,
 		EffectClass:          effectiveEffectClass(d.EffectClass),
 		HumanBaseline:        d.HumanBaseline,

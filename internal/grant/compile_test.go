@@ -135,7 +135,7 @@ func TestCompileDocument(t *testing.T) {
 	assertJSON(t, "biome:install@1", data["capabilities"].(map[string]any)["biome:install@1"], `{
 		"biome":{"id":"kernel","version":"1.0.0"},"lifecycle":"published","replacedBy":"",
 		"riskTier":"high","effectClass":"admin","outputClassification":"internal","reach":"integration",
-		"authorityEffect":"none","descriptorKind":"","requiresApproval":false,"safeForAgents":false,
+		"authorityEffect":"none","delegable":false,"descriptorKind":"","requiresApproval":false,"safeForAgents":false,
 		"callerConstraint":"","humanBaseline":{"kind":"org-administrators","environments":["org"]},
 		"requiredBindings":[],"instanceGrade":null,"resource":""}`)
 	assertJSON(t, "profiles.support-chatbot", data["profiles"].(map[string]any)["support-chatbot"], `{

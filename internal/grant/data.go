@@ -144,19 +144,21 @@ type BiomeData struct {
 // the manifest the Rego reads, with the catalog entry's lifecycle. The nested objects stay
 // generic JSON so the Rego sees exactly what the author wrote.
 type CapabilityData struct {
-	AuthorityEffect      string    `json:"authorityEffect"`
-	Biome                BiomeData `json:"biome"`
-	CallerConstraint     string    `json:"callerConstraint"`
-	DescriptorKind       string    `json:"descriptorKind"`
-	EffectClass          string    `json:"effectClass"`
-	HumanBaseline        any       `json:"humanBaseline"`
-	InstanceGrade        any       `json:"instanceGrade"`
-	Lifecycle            string    `json:"lifecycle"`
-	OutputClassification string    `json:"outputClassification"`
-	Reach                string    `json:"reach"`
-	ReplacedBy           string    `json:"replacedBy"`
-	RequiredBindings     []any     `json:"requiredBindings"` // never null: [] when none
-	RequiresApproval     bool      `json:"requiresApproval"`
+	AuthorityEffect  string    `json:"authorityEffect"`
+	Biome            BiomeData `json:"biome"`
+	CallerConstraint string    `json:"callerConstraint"`
+	// Delegable: a caller acting for a person may call it (policies/delegation.rego).
+	Delegable            bool   `json:"delegable"`
+	DescriptorKind       string `json:"descriptorKind"`
+	EffectClass          string `json:"effectClass"`
+	HumanBaseline        any    `json:"humanBaseline"`
+	InstanceGrade        any    `json:"instanceGrade"`
+	Lifecycle            string `json:"lifecycle"`
+	OutputClassification string `json:"outputClassification"`
+	Reach                string `json:"reach"`
+	ReplacedBy           string `json:"replacedBy"`
+	RequiredBindings     []any  `json:"requiredBindings"` // never null: [] when none
+	RequiresApproval     bool   `json:"requiresApproval"`
 	// Resource is the input property naming the resource a call acts on ("" when none): a
 	// grant restricting resources denies a call that does not name it.
 	Resource      string `json:"resource"`

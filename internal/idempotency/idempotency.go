@@ -182,7 +182,11 @@ func scopeHash(ec identity.ExecContext, req gateway.Request) string {
 		Armed       []string `json:"armed"`
 		Groups      []string `json:"groups"`
 		Roles       []string `json:"roles"`
-	}{ec.Subject.Kind, ec.OrgRole, ec.Environment, ec.Project, ec.Session, sorted(ec.Armed), sorted(ec.Groups), sorted(ec.Roles)}
+		// Delegation is the person a delegated call acts for: an agent's key reused for
+		// another person is another call, never a replay of the first person's answer.
+		// Absent for other calls, whose hash is unchanged.
+		Delegation *identity.Delegation `json:"delegation,omitempty"`
+	}{ec.Subject.Kind, ec.OrgRole, ec.Environment, ec.Project, ec.Session, sorted(ec.Armed), sorted(ec.Groups), sorted(ec.Roles), ec.Delegation}
 	h := sha256.New()
 	h.Write([]byte(req.Ref))
 	h.Write([]byte{0})

@@ -25,6 +25,7 @@ const (
 	ReasonBadClaims     = "bad_claims"      // claims do not map to a valid Execution Context
 	ReasonOutboundToken = "outbound_token"  // a token the gateway minted for a provider, replayed inbound
 	ReasonTTLTooLong    = "ttl_too_long"    // exp−iat (or exp−now without iat) exceeds the maximum token lifetime
+	ReasonWrongType     = "wrong_typ"       // the header's typ names another kind of JWT (a Txn-Token, an ID token's typ)
 )
 
 // TokenError is a rejected token: a reason code and a short detail written by this package

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -148,7 +149,10 @@ func (i *Issuer) KeyID() string { return i.kid }
 func (i *Issuer) JWKS() json.RawMessage { return json.RawMessage(i.jwks) }
 
 // JWKSHandler serves the JWK Set (mounted at /.well-known/jwks.json).
-func (i *Issuer) JWKSHandler() http.Handler {
+func (i *Issuer) JWKSHandler() http.Handler { return ServeJWKS(i.jwks) }
+
+// ServeJWKS serves the JWK Set jwks, read-only and cacheable.
+func ServeJWKS(jwks []byte) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
@@ -157,7 +161,7 @@ func (i *Issuer) JWKSHandler() http.Handler {
 		}
 		w.Header().Set("Content-Type", "application/jwk-set+json")
 		w.Header().Set("Cache-Control", "public, max-age=300")
-		_, _ = w.Write(i.jwks)
+		_, _ = w.Write(jwks)
 	})
 }
 
@@ -191,6 +195,10 @@ type DevClaims struct {
 	// Outbound marks a token the gateway sends to a provider (claim xema_use "outbound"):
 	// its audience must be a provider's, and no verifier accepts it.
 	Outbound bool
+	// Actors, when set, is the act chain (outermost first): the token says they act for
+	// Subject. MayAct is the may_act claim: the actors Subject allows.
+	Actors []string
+	MayAct []string
 }
 
 // Validate checks every field, naming the first that is wrong.
@@ -218,6 +226,14 @@ func (c DevClaims) Validate() error {
 				return errors.New("groups and roles must not be empty strings")
 			}
 		}
+	}
+	for _, a := range append(slices.Clone(c.Actors), c.MayAct...) {
+		if kind, name, ok := strings.Cut(a, ":"); !ok || !ValidSubjectKind(kind) || name == "" || strings.ContainsAny(name, " \t\r\n") {
+			return fmt.Errorf("actor %q must be KIND:NAME, KIND one of %v", a, subjectKinds)
+		}
+	}
+	if len(c.Actors) > MaxActDepth {
+		return fmt.Errorf("%d actors: the act chain holds at most %d", len(c.Actors), MaxActDepth)
 	}
 	if c.Armed != nil && len(c.Armed) == 0 {
 		return errors.New("armed is empty: omit it to arm for all, or give patterns")
@@ -257,6 +273,16 @@ func (i *Issuer) Mint(c DevClaims) (string, error) {
 	if c.Outbound {
 		claims[ClaimUse] = "outbound"
 	}
+	if len(c.Actors) > 0 {
+		claims["act"] = actClaim(c.Actors)
+	}
+	if len(c.MayAct) > 0 {
+		may := make([]any, len(c.MayAct))
+		for i, a := range c.MayAct {
+			may[i] = map[string]any{"sub": a}
+		}
+		claims["may_act"] = may
+	}
 	for k, v := range map[string][]string{ClaimGroups: c.Groups, ClaimRoles: c.Roles, ClaimArmed: c.Armed} {
 		if v != nil {
 			claims[k] = v
@@ -269,4 +295,13 @@ func (i *Issuer) Mint(c DevClaims) (string, error) {
 		return "", fmt.Errorf("dev token: sign: %w", err)
 	}
 	return s, nil
+}
+
+// actClaim nests an act chain, outermost first, as RFC 8693 writes it.
+func actClaim(actors []string) map[string]any {
+	act := map[string]any{"sub": actors[len(actors)-1]}
+	for i := len(actors) - 2; i >= 0; i-- {
+		act = map[string]any{"sub": actors[i], "act": act}
+	}
+	return act
 }

@@ -48,6 +48,11 @@ type ClaimMapping struct {
 	Project          Field `json:"project"`
 	Environment      Field `json:"environment"`
 	Session          Field `json:"session"`
+	// Act names the claim saying who acts for the subject (RFC 8693 act: {sub, act?});
+	// "" means "act". MayAct names the claim limiting who may ({sub} or a list of them);
+	// "" means "may_act". docs/identity.md, "Acting for a person".
+	Act    string `json:"act,omitempty"`
+	MayAct string `json:"mayAct,omitempty"`
 }
 
 // Claim names the development issuer writes (and DevMapping reads).
@@ -282,7 +287,8 @@ func (m ClaimMapping) Map(claims map[string]any) (ExecContext, error) {
 	if ec.Org == "" {
 		// An external issuer's token lands in an org only by its claim or the operator's
 		// --default-org: never silently in the operator's own org.
-		return ExecContext{}, fmt.Errorf("no org (claim %q) and no default org for this issuer", m.Org.Claim)
+		// Said to the caller and the operator alike: which claim, and the flag that lands such tokens.
+		return ExecContext{}, fmt.Errorf("no org (claim %q) and no default org for this issuer: the issuer must set the claim, or the gateway name the org of such tokens with xema serve --default-org ORG", m.Org.Claim)
 	}
 	if ec.OrgRole == "" && m.OrgRoleFromRoles {
 		for _, r := range orgRoles {
@@ -307,6 +313,9 @@ func (m ClaimMapping) Map(claims map[string]any) (ExecContext, error) {
 	if err := ValidateArmed(ec.Armed); err != nil {
 		return ExecContext{}, err
 	}
+	if ec, err = m.delegate(claims, ec); err != nil {
+		return ExecContext{}, err
+	}
 	if err := noControl(ec); err != nil {
 		return ExecContext{}, err
 	}
@@ -322,6 +331,12 @@ func noControl(ec ExecContext) error {
 	}{{"subject", []string{ec.Subject.Ref}}, {"org", []string{ec.Org}}, {"project", []string{ec.Project}},
 		{"environment", []string{ec.Environment}}, {"session", []string{ec.Session}}, {"groups", ec.Groups},
 		{"roles", ec.Roles}, {"armed", ec.Armed}}
+	if d := ec.Delegation; d != nil {
+		fields = append(fields, []struct {
+			name   string
+			values []string
+		}{{"act chain", d.Actors}, {"may_act", d.MayAct}, {"groups", d.Groups}, {"roles", d.Roles}}...)
+	}
 	for _, f := range fields {
 		for _, v := range f.values {
 			if strings.ContainsFunc(v, unicode.IsControl) {

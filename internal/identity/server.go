@@ -61,7 +61,9 @@ type ServerIdentity struct {
 	*Verifier
 	tokens TokenSource
 	mounts map[string]http.Handler
-	cancel context.CancelFunc
+	// issuerJWKS is the development issuer's key set; nil with an external issuer.
+	issuerJWKS json.RawMessage
+	cancel     context.CancelFunc
 }
 
 // NewServerIdentity sets up inbound verification and outbound tokens. Any failure is fatal
@@ -83,6 +85,7 @@ func NewServerIdentity(ctx context.Context, cfg ServerConfig) (*ServerIdentity, 
 		}
 		vcfg = dev.VerifierConfig()
 		si.mounts[JWKSPath] = dev.JWKSHandler()
+		si.issuerJWKS = dev.JWKS()
 	} else {
 		if cfg.DefaultOrg != "" {
 			mapping.Org.Default = cfg.DefaultOrg
@@ -119,6 +122,10 @@ func (s *ServerIdentity) ServiceTokens() TokenSource { return s.tokens }
 
 // Mounts are the handlers the server serves by path (the dev issuer's JWKS).
 func (s *ServerIdentity) Mounts() map[string]http.Handler { return s.mounts }
+
+// IssuerJWKS is the development issuer's key set, which the gateway's JWKS also serves; nil
+// with an external issuer.
+func (s *ServerIdentity) IssuerJWKS() json.RawMessage { return s.issuerJWKS }
 
 // Close stops the background JWKS refresh.
 func (s *ServerIdentity) Close() { s.cancel() }

@@ -165,6 +165,9 @@ func TestExternalIssuerOrg(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			_, err := strict.Verify(t.Context(), tok)
 			assertRejected(t, err, identity.ReasonBadClaims, tok)
+			if !strings.Contains(err.Error(), `no org (claim "xema_org")`) || !strings.Contains(err.Error(), "xema serve --default-org ORG") {
+				t.Fatalf("the refusal does not name the claim and --default-org: %v", err)
+			}
 			ec, err := defaulted.Verify(t.Context(), tok)
 			if err != nil || ec.Org != "tenant-x" {
 				t.Fatalf("with --default-org: %+v %v", ec, err)

@@ -213,15 +213,24 @@ func remoteKeys(ctx context.Context, cfg Config) (keyfunc.Keyfunc, error) {
 
 // Authenticate verifies the request's "Authorization: Bearer" token.
 func (v *Verifier) Authenticate(r *http.Request) (ExecContext, error) {
+	tok, err := BearerToken(r)
+	if err != nil {
+		return ExecContext{}, err
+	}
+	return v.Verify(r.Context(), tok)
+}
+
+// BearerToken is the request's "Authorization: Bearer" token.
+func BearerToken(r *http.Request) (string, error) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
-		return ExecContext{}, reject(ReasonMissingToken, "no Authorization header")
+		return "", reject(ReasonMissingToken, "no Authorization header")
 	}
 	scheme, tok, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
-		return ExecContext{}, reject(ReasonMissingToken, "Authorization header is not \"Bearer <token>\"")
+		return "", reject(ReasonMissingToken, "Authorization header is not \"Bearer <token>\"")
 	}
-	return v.Verify(r.Context(), strings.TrimSpace(tok))
+	return strings.TrimSpace(tok), nil
 }
 
 // Verify checks the token (signature, kid, alg, iss, aud, exp, nbf, iat) and maps its claims.
@@ -339,6 +348,11 @@ func (v *Verifier) keyfunc(ctx context.Context) jwt.Keyfunc {
 		if !slices.Contains(v.algs, alg) {
 			return nil, reject(ReasonAlgNotAllowed, "alg %q is not in the allow-list %v", truncate(alg, 20), v.algs)
 		}
+		if typ, ok := t.Header["typ"]; ok && !accessTokenType(typ) {
+			// A JWT of another kind (a Txn-Token the gateway signs for a provider, a
+			// logout token) is never a bearer token here, whoever signed it.
+			return nil, reject(ReasonWrongType, "typ %q is not an access token's (JWT or at+jwt)", truncate(fmt.Sprint(typ), 30))
+		}
 		if _, ok := t.Header["crit"]; ok {
 			// RFC 7515 §4.1.11: a recipient must refuse a token whose crit names an extension
 			// it does not understand; the gateway understands none.
@@ -363,6 +377,20 @@ func (v *Verifier) keyfunc(ctx context.Context) jwt.Keyfunc {
 		}
 		return publicKey(jwk.Key()), nil
 	}
+}
+
+// accessTokenType: typ, when present, is one an access token carries (RFC 9068: at+jwt;
+// most issuers write JWT).
+func accessTokenType(typ any) bool {
+	s, ok := typ.(string)
+	if !ok {
+		return false
+	}
+	switch strings.ToLower(strings.TrimPrefix(strings.ToLower(s), "application/")) {
+	case "jwt", "at+jwt":
+		return true
+	}
+	return false
 }
 
 // classify turns a jwt error into a TokenError. It never copies the library's message, which

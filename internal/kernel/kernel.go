@@ -25,6 +25,9 @@ type Call struct {
 	Input   json.RawMessage
 	Exec    identity.ExecContext
 	AuditID string
+	// TxnToken is the signed trusted context of a critical operation (internal/txntoken),
+	// sent to the provider as the Txn-Token header; "" when the capability declares none.
+	TxnToken string
 }
 
 // Handler runs one capability in-process. Its result is marshalled as the call's output.

@@ -181,6 +181,7 @@ func Check(biome File, contributions []File) (*Biome, []Problem) {
 	}
 
 	var b Biome
+	delete(top, "$schema") // for editors only (the schema allows it): not part of the biome
 	if p := decodeInto(biome.Name, "", v, &b); p != nil {
 		return nil, []Problem{*p}
 	}

@@ -48,6 +48,9 @@ func checkContribution(file, prefix string, v any) (Contribution, []Problem) {
 // typed decodes a contribution that passed every check into its Go type.
 func typed(file, prefix string, v any) (Contribution, *Problem) {
 	var c Contribution
+	if top, ok := v.(map[string]any); ok {
+		delete(top, "$schema") // for editors only (the schema allows it): not part of the contribution
+	}
 	if p := decodeInto(file, prefix, v, &c); p != nil {
 		return Contribution{}, p
 	}

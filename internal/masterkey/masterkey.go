@@ -68,7 +68,12 @@ func WrappedKeyID(b []byte) string {
 // Local is a master keyring held by the process: new values are wrapped under its first key,
 // values wrapped under any of its keys unwrap (so the master key itself can be rotated by
 // listing a new key first, then rewrapping).
-type Local struct{ kr *secretbox.Keyring }
+type Local struct {
+	kr *secretbox.Keyring
+	// from names where the key was read (a file, or EnvKey), for the error of a value it
+	// does not open; "" for a keyring given directly.
+	from string
+}
 
 // NewLocal wraps with kr.
 func NewLocal(kr *secretbox.Keyring) *Local { return &Local{kr: kr} }
@@ -92,10 +97,31 @@ func (l *Local) Unwrap(_ context.Context, wrapped, aad []byte) ([]byte, error) {
 	}
 	pt, err := l.kr.Open(strings.TrimPrefix(string(wrapped), prefix), purpose(aad))
 	if err != nil {
-		return nil, fmt.Errorf("%w: wrapped under master key %q, which does not open it (configured: %q): %w",
-			ErrWrongMasterKey, WrappedKeyID(wrapped), l.ID(), err)
+		return nil, fmt.Errorf("%w: wrapped under master key %q, which does not open it (configured: %q%s): %w; %s",
+			ErrWrongMasterKey, WrappedKeyID(wrapped), l.ID(), l.fromClause(), err, l.remedy(WrappedKeyID(wrapped)))
 	}
 	return pt, nil
+}
+
+func (l *Local) fromClause() string {
+	if l.from == "" {
+		return ""
+	}
+	return " from " + l.from
+}
+
+// remedy says what to do about a value the key does not open: a key of the same id that does
+// not open it is another key under an old name (a regenerated file), which no new key can
+// replace.
+func (l *Local) remedy(wrappedID string) string {
+	where := "the master key"
+	if l.from != "" {
+		where = l.from
+	}
+	if l.kr.Has(wrappedID) {
+		return fmt.Sprintf("%s holds a key named %q, but not the one that wrapped it (was it generated again?): put back the deployment's master key (its backup, your secret manager) and start again", where, wrappedID)
+	}
+	return fmt.Sprintf("give the master key %q (a %s=... line in %s, or the file that holds it): a new key cannot open what the old one wrapped", wrappedID, wrappedID, where)
 }
 
 func purpose(aad []byte) []byte { return append([]byte("xema-master-key:"), aad...) }
@@ -141,7 +167,7 @@ func (s Source) Open(generate bool) (Wrapper, error) {
 		if err != nil {
 			return nil, fmt.Errorf("master key %s: %w", EnvKey, err)
 		}
-		return NewLocal(kr), nil
+		return &Local{kr: kr, from: EnvKey}, nil
 	case s.File != "":
 		return openFile(s.File)
 	case s.DataDir == "":
@@ -171,7 +197,7 @@ func openFile(path string) (Wrapper, error) {
 	if err != nil {
 		return nil, fmt.Errorf("master key: %w", err)
 	}
-	return NewLocal(kr), nil
+	return &Local{kr: kr, from: path}, nil
 }
 
 // createFile writes a new master key file unless one exists: written aside, then linked into

@@ -155,3 +155,43 @@ func TestKeyFileModes(t *testing.T) {
 		}
 	}
 }
+
+// TestWrongMasterKeySaysWhatToDo: a value the master key does not open is reported with the
+// file the key came from and the way out: a file regenerated under the same id is named as
+// such (put the deployment's key back), a key of another id asks for the one that wrapped it.
+func TestWrongMasterKeySaysWhatToDo(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "master.key")
+	write := func(entry string) Wrapper {
+		t.Helper()
+		if err := os.WriteFile(file, []byte(entry+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		w, err := Source{File: file}.Open(false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	wrapped, err := write(keyEntry(t, "m1")).Wrap(ctx, []byte("data key"), []byte("audit-chain"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for entry, want := range map[string]string{
+		keyEntry(t, "m1"): `wrapped under master key "m1", which does not open it (configured: "m1" from ` + file + `)`,
+		keyEntry(t, "m2"): `wrapped under master key "m1", which does not open it (configured: "m2" from ` + file + `)`,
+	} {
+		_, err := write(entry).Unwrap(ctx, wrapped, []byte("audit-chain"))
+		if !errors.Is(err, ErrWrongMasterKey) || !strings.Contains(err.Error(), want) {
+			t.Fatalf("err = %v, want it to say %s", err, want)
+		}
+		remedy := `give the master key "m1" (a m1=... line in ` + file
+		if strings.HasPrefix(entry, "m1=") {
+			remedy = file + ` holds a key named "m1", but not the one that wrapped it (was it generated again?): put back the deployment's master key`
+		}
+		if !strings.Contains(err.Error(), remedy) {
+			t.Fatalf("err = %v, want it to say %s", err, remedy)
+		}
+	}
+}

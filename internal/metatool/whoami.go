@@ -15,13 +15,15 @@ type Caller struct {
 	OrgRole     string           `json:"orgRole,omitempty"`
 	Environment string           `json:"environment"`
 	Project     string           `json:"project,omitempty"`
-	Operations  []string         `json:"operations"`
+	// Delegation is set when the caller acts for a person: who, and the actor chain.
+	Delegation *identity.Delegation `json:"delegation,omitempty"`
+	Operations []string             `json:"operations"`
 }
 
 // Whoami describes the caller.
 func (m *Tools) Whoami(ctx context.Context, ec identity.ExecContext) Caller {
 	return Caller{Subject: ec.Subject, Org: ec.Org, OrgRole: ec.OrgRole, Environment: ec.Environment, Project: ec.Project,
-		Operations: m.operations(ctx, ec)}
+		Delegation: ec.Delegation, Operations: m.operations(ctx, ec)}
 }
 
 // operations returns the refs of the gateway's own capabilities (kernel runners) the caller

@@ -10,6 +10,7 @@ import (
 	"github.com/xemahq/xema/internal/connector"
 	"github.com/xemahq/xema/internal/credential"
 	"github.com/xemahq/xema/internal/egress"
+	"github.com/xemahq/xema/internal/exchange"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/federation"
 	"github.com/xemahq/xema/internal/gateway"
@@ -50,6 +51,8 @@ var Codes = sorted(
 	gateway.CodeInvalidInput, gateway.CodeInvalidOutput, gateway.CodeNoRunner, gateway.CodeOutcomeNotRecorded,
 	gateway.CodePendingApproval, gateway.CodePolicyUnavailable, gateway.CodeUnknownCapability,
 	gateway.CodeVersionChanged,
+	gateway.CodeTxnTokenFailed,
+	exchange.CodeFailed,
 	grant.CodeInvalidDuration, grant.CodeInvalidGlob, grant.CodeInvalidJSON, grant.CodeInvalidLimit,
 	grant.CodeInvalidSubject, grant.CodeInvalidType, grant.CodeInvalidValue, grant.CodeMissingField,
 	grant.CodeStaleDigest, grant.CodeUnknownBiomeVersion, grant.CodeUnknownCapability, grant.CodeUnknownEnvironment,

@@ -21,7 +21,7 @@ func syntheticData(n int) map[string]any {
 		caps[ref] = map[string]any{
 			"biome": map[string]any{"id": "b0", "version": "1.0.0"}, "lifecycle": "published",
 			"riskTier": "low", "effectClass": "read", "outputClassification": "internal",
-			"requiresApproval": false, "safeForAgents": true, "humanBaseline": nil,
+			"requiresApproval": false, "safeForAgents": true, "delegable": true, "humanBaseline": nil,
 			"requiredBindings": []any{}, "instanceGrade": nil,
 		}
 		perBiome := make(map[string]any, biomesPerRef)
@@ -75,7 +75,8 @@ func benchCalls(n int) (allow, deny Input) {
 
 // BenchmarkDecision is the uncached decision (the engine's decision cache is off) of a
 // key whose residuals are ready: repeated traffic, as here, has them prepared in the
-// background; BenchmarkFirstCall is a key's first call.
+// background; BenchmarkFirstCall is a key's first call. Three calls: an allowed one, a denied
+// one, and the allowed one made by its agent for a person (input.delegation).
 func BenchmarkDecision(b *testing.B) {
 	ctx := context.Background()
 	for _, n := range []int{100, 10_000, 100_000} {
@@ -86,7 +87,7 @@ func BenchmarkDecision(b *testing.B) {
 				name  string
 				in    Input
 				allow bool
-			}{{"allow", allow, true}, {"deny", deny, false}} {
+			}{{"allow", allow, true}, {"deny", deny, false}, {"delegated", forAnn(allow), true}} {
 				b.Run(c.name, func(b *testing.B) {
 					for range 2 { // the key's entry, then (deny) its residual of full_decision
 						if _, err := e.Decide(ctx, c.in); err != nil {

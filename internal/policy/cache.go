@@ -146,6 +146,18 @@ func cacheKey(in Input) string {
 	} else {
 		b.WriteByte('~')
 	}
+	if d := in.Delegation; d != nil {
+		b.WriteString("d")
+		s(d.Person.Kind)
+		s(d.Person.Ref)
+		s(d.OrgRole)
+		list(d.Groups)
+		list(d.Roles)
+		list(d.Actors)
+		list(d.MayAct)
+	} else {
+		b.WriteByte('~')
+	}
 	return b.String()
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -146,6 +147,8 @@ func TestCacheKeyCoversEveryInputField(t *testing.T) {
 	base.Approval = &Approval{Requester: "human:ann", ApprovalID: "apr_1"}
 	base.Bindings = map[string]bool{"b": true}
 	base.InstanceRelations = map[string]bool{"r": false}
+	base.Delegation = &Delegation{Person: Subject{Kind: "user", Ref: "user:ann"}, OrgRole: "org_member",
+		Groups: []string{"g"}, Roles: []string{"r"}, Actors: []string{base.Subject.Ref}, MayAct: []string{base.Subject.Ref}}
 	checkKeyCoversFields(t, base) // every sub-field of the pointers
 }
 
@@ -177,12 +180,20 @@ func checkKeyCoversFields(t *testing.T, base Input) {
 				return
 			}
 			for i := range v.Elem().NumField() {
-				in := base
-				in.Usage, in.Approval = cloneUsage(base.Usage), cloneApproval(base.Approval)
-				f := reflect.ValueOf(&in).Elem().FieldByName(path).Elem().Field(i)
-				walk(path, f, func() {})
-				if cacheKey(in) == baseKey {
-					t.Errorf("changing %s.%s leaves the cache key unchanged", path, v.Elem().Type().Field(i).Name)
+				leaves := 1
+				if v.Elem().Field(i).Kind() == reflect.Struct {
+					leaves = v.Elem().Field(i).NumField()
+				}
+				for j := range leaves {
+					in := clonePointers(base)
+					f := reflect.ValueOf(&in).Elem().FieldByName(path).Elem().Field(i)
+					if f.Kind() == reflect.Struct {
+						f = f.Field(j)
+					}
+					walk(path, f, func() {})
+					if cacheKey(in) == baseKey {
+						t.Errorf("changing %s.%s (%d) leaves the cache key unchanged", path, v.Elem().Type().Field(i).Name, j)
+					}
 				}
 			}
 			return
@@ -204,8 +215,7 @@ func checkKeyCoversFields(t *testing.T, base Input) {
 	typ := reflect.TypeFor[Input]()
 	for i := range typ.NumField() {
 		name := typ.Field(i).Name
-		in := base
-		in.Usage, in.Approval = cloneUsage(base.Usage), cloneApproval(base.Approval)
+		in := clonePointers(base)
 		f := reflect.ValueOf(&in).Elem().Field(i)
 		kind := f.Kind()
 		walk(name, f, func() {})
@@ -216,6 +226,17 @@ func checkKeyCoversFields(t *testing.T, base Input) {
 			t.Errorf("changing Input.%s leaves the cache key unchanged", name)
 		}
 	}
+}
+
+// clonePointers is in with its own copies of what its pointers hold.
+func clonePointers(in Input) Input {
+	in.Usage, in.Approval = cloneUsage(in.Usage), cloneApproval(in.Approval)
+	if d := in.Delegation; d != nil {
+		c := *d
+		c.Groups, c.Roles, c.Actors, c.MayAct = slices.Clone(d.Groups), slices.Clone(d.Roles), slices.Clone(d.Actors), slices.Clone(d.MayAct)
+		in.Delegation = &c
+	}
+	return in
 }
 
 func cloneUsage(u *Usage) *Usage {

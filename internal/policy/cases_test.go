@@ -35,6 +35,18 @@ func approving(in Input, requester string) Input {
 	return in
 }
 
+// forAnn is in made by its subject acting for user:ann, an org member in group support,
+// changed by fs.
+func forAnn(in Input, fs ...func(*Delegation)) Input {
+	d := &Delegation{Person: Subject{Kind: "user", Ref: "user:ann"}, OrgRole: "org_member", Groups: []string{"support"},
+		Roles: []string{}, Actors: []string{in.Subject.Ref}}
+	for _, f := range fs {
+		f(d)
+	}
+	in.Delegation = d
+	return in
+}
+
 func with(in Input, f func(*Input)) Input {
 	f(&in)
 	return in
@@ -81,6 +93,19 @@ func decisionCases() []decisionCase {
 		{"approver is not a person", approving(read, "agent:other-bot"), []string{"APPROVER_NOT_HUMAN"}},
 		{"approval without requester", approving(rootInstall, ""), []string{"INVALID_INPUT"}},
 		{"platform deny", with(read, func(in *Input) { in.Subject.Ref = "agent:blocked" }), []string{"PLATFORM_BLOCKED"}},
+		{"delegated read", forAnn(read), nil},
+		{"delegated write, both editors", forAnn(with(agentCall("kb:page.write@1"), func(in *Input) { in.Groups = []string{"editors"} }),
+			func(d *Delegation) { d.Groups = []string{"editors"} }), nil},
+		{"delegated write, person not an editor", forAnn(with(agentCall("kb:page.write@1"), func(in *Input) { in.Groups = []string{"editors"} })),
+			[]string{"PERSON_NOT_ALLOWED"}},
+		{"delegated write, actor not an editor", forAnn(agentCall("kb:page.write@1"), func(d *Delegation) { d.Groups = []string{"editors"} }),
+			[]string{"SUBJECT_NOT_COVERED"}},
+		{"not delegable", forAnn(with(agentCall("connector:scm.create-pull-request@1"), func(in *Input) {
+			in.Bindings = map[string]bool{"repository/writer": true}
+		})), []string{"NOT_DELEGABLE"}},
+		{"actor the person allows", forAnn(read, func(d *Delegation) { d.MayAct = []string{"agent:support-bot"} }), nil},
+		{"actor the person does not allow", forAnn(read, func(d *Delegation) { d.MayAct = []string{"agent:other"} }), []string{"ACTOR_NOT_ALLOWED"}},
+		{"delegation without person", forAnn(read, func(d *Delegation) { d.Person = Subject{} }), []string{"INVALID_INPUT"}},
 	}
 }
 

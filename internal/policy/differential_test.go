@@ -208,6 +208,13 @@ func diffInputs(r *rand.Rand, n int, globs []string) []Input {
 		if r.IntN(8) == 0 {
 			in.Biome = pick(r, []string{"demo", "other"})
 		}
+		if r.IntN(5) == 0 {
+			in.Delegation = &Delegation{Person: pick(r, diffSubjects), OrgRole: pick(r, []string{"", "org_member", "org_admin"}),
+				Groups: some(r, diffGroups), Roles: some(r, diffRoles), Actors: []string{in.Subject.Ref}}
+			if r.IntN(3) == 0 {
+				in.Delegation.MayAct = some(r, []string{in.Subject.Ref, "agent:other"})
+			}
+		}
 		out = append(out, in)
 	}
 	return out

@@ -148,7 +148,7 @@ func ownPolicy(mods []module) bool {
 
 // embeddedSources are the embedded policies' sources by their path in a bundle.
 var embeddedSources = sync.OnceValue(func() map[string]string {
-	mods, err := readModules(policies.FS(), "policies", false)
+	mods, err := readModules(policies.FS(), "policies", "policies", false)
 	if err != nil {
 		panic(fmt.Sprintf("policy: embedded policies: %v", err)) // New would have failed first
 	}
@@ -192,19 +192,19 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 
 // readAll parses the embedded policies and the platform Rego of the extra dir.
 func (e *Engine) readAll() ([]module, error) {
-	mods, err := readModules(policies.FS(), "policies", false)
+	mods, err := readModules(policies.FS(), "policies", "policies", false)
 	if err != nil {
 		return nil, err
 	}
 	if e.extraDir == "" {
 		return mods, nil
 	}
-	extra, err := readModules(os.DirFS(e.extraDir), "custom", false)
+	extra, err := readModules(os.DirFS(e.extraDir), "custom", e.extraDir, false)
 	if err != nil {
 		return nil, fmt.Errorf("platform policy dir %s: %w", e.extraDir, err)
 	}
 	for _, m := range extra {
-		if err := checkPlatformModule(m.path, m.parsed); err != nil {
+		if err := checkPlatformModule(m.parsed.Package.Location.File, m.parsed); err != nil {
 			return nil, err
 		}
 	}
@@ -212,8 +212,9 @@ func (e *Engine) readAll() ([]module, error) {
 }
 
 // readModules parses every .rego file of fsys (tests only when withTests), naming each
-// prefix/path.
-func readModules(fsys fs.FS, prefix string, withTests bool) ([]module, error) {
+// prefix/path in the bundle and dir/path in errors: dir is where the operator finds the file
+// (a platform policy's own path, not the bundle's custom/ name).
+func readModules(fsys fs.FS, prefix, dir string, withTests bool) ([]module, error) {
 	var mods []module
 	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -226,10 +227,10 @@ func readModules(fsys fs.FS, prefix string, withTests bool) ([]module, error) {
 		if err != nil {
 			return fmt.Errorf("read %s: %w", p, err)
 		}
-		name := filepath.ToSlash(filepath.Join(prefix, p))
-		parsed, err := ast.ParseModuleWithOpts(name, string(src), ast.ParserOptions{RegoVersion: ast.RegoV1})
+		name, file := filepath.ToSlash(filepath.Join(prefix, p)), filepath.Join(dir, p)
+		parsed, err := ast.ParseModuleWithOpts(file, string(src), ast.ParserOptions{RegoVersion: ast.RegoV1})
 		if err != nil {
-			return fmt.Errorf("parse %s: %w", name, err)
+			return fmt.Errorf("parse %s: %w", file, err)
 		}
 		m, err := withGlobsOutOfIndex(module{path: name, source: string(src), parsed: parsed})
 		if err != nil {

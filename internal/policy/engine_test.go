@@ -196,10 +196,18 @@ func TestInputValueIsTheJSONInput(t *testing.T) {
 		in.InstanceRelations = map[string]bool{"doc_page#editor": true}
 		in.Approval = &Approval{Requester: "user:bob", ApprovalID: "apr_1"}
 		in.Armed = []string{"kb:*", "doc:*"}
+		in.Delegation = &Delegation{Person: Subject{Kind: "user", Ref: "user:ann"}, OrgRole: "org_member", Groups: []string{"g"},
+			Roles: []string{"r"}, Actors: []string{"agent:support-bot"}, MayAct: []string{"agent:support-bot"}}
 	})
 	for _, tc := range append(corpus(), decisionCase{name: "every field", in: full}) {
 		asJSON := tc.in
-		for _, l := range []*[]string{&asJSON.Groups, &asJSON.Roles, &asJSON.Armed} {
+		lists := []*[]string{&asJSON.Groups, &asJSON.Roles, &asJSON.Armed}
+		if d := asJSON.Delegation; d != nil {
+			c := *d
+			asJSON.Delegation = &c
+			lists = append(lists, &c.Groups, &c.Roles, &c.Actors)
+		}
+		for _, l := range lists {
 			if *l == nil {
 				*l = []string{}
 			}
@@ -219,5 +227,56 @@ func TestInputValueIsTheJSONInput(t *testing.T) {
 		if got := inputValue(tc.in); got.Compare(want) != 0 {
 			t.Fatalf("%s:\n built %v\n JSON  %v", tc.name, got, want)
 		}
+	}
+}
+
+// TestPlatformRegoErrorsNameTheFile: a platform policy that does not parse, does not compile
+// or is outside xema.custom is reported under its own path in --policy-dir (what the operator
+// opens), never under the bundle's custom/ name; at start and on reload.
+func TestPlatformRegoErrorsNameTheFile(t *testing.T) {
+	ctx := context.Background()
+	for name, src := range map[string]string{
+		"parse":   "package xema.custom\n\ndeny contains {",
+		"compile": "package xema.custom\n\ndeny contains x if x := no_such_function(1)\n",
+		"package": "package xema.authz\n\ndeny contains {\"code\": \"X\", \"detail\": \"\"}\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			file := filepath.Join(dir, "team", "broken.rego")
+			if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			check := func(when string, err error) {
+				t.Helper()
+				if err == nil || !strings.Contains(err.Error(), file) || strings.Contains(err.Error(), "custom/team") {
+					t.Fatalf("%s: %v; want an error naming %s", when, err, file)
+				}
+			}
+			// At start.
+			if err := os.WriteFile(file, []byte(src), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			e, err := New(ctx, Options{ExtraDir: dir})
+			if err == nil {
+				err = e.Load(ctx, testData(t), "r1")
+			}
+			check("at start", err)
+
+			// On reload, over a serving policy.
+			if err := os.WriteFile(file, []byte("package xema.custom\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if e, err = New(ctx, Options{ExtraDir: dir}); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.Load(ctx, testData(t), "r1"); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(file, []byte(src+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err = e.ReloadExtra(ctx)
+			check("on reload", err)
+		})
 	}
 }

@@ -65,8 +65,9 @@ func withGlobsOutOfIndex(m module) (module, error) {
 	if err != nil {
 		return module{}, fmt.Errorf("format %s: %w", m.path, err)
 	}
-	// Parsed again from the text served, so the module compiled is the one a stock OPA reads.
-	parsed, err := ast.ParseModuleWithOpts(m.path, string(src), ast.ParserOptions{RegoVersion: ast.RegoV1})
+	// Parsed again from the text served, so the module compiled is the one a stock OPA reads;
+	// under the file name of the first parse, which errors name.
+	parsed, err := ast.ParseModuleWithOpts(m.parsed.Package.Location.File, string(src), ast.ParserOptions{RegoVersion: ast.RegoV1})
 	if err != nil {
 		return module{}, fmt.Errorf("parse %s after keeping its globs out of the index: %w", m.path, err)
 	}

@@ -12,6 +12,8 @@ var (
 	kBindings, kInstanceRelations      = ast.StringTerm("bindings"), ast.StringTerm("instanceRelations")
 	kApproval, kRequester, kApprovalID = ast.StringTerm("approval"), ast.StringTerm("requester"), ast.StringTerm("approvalId")
 	kApprovalOrg                       = ast.StringTerm("org")
+	kDelegation, kPerson, kOrgRole     = ast.StringTerm("delegation"), ast.StringTerm("person"), ast.StringTerm("orgRole")
+	kActors, kMayAct                   = ast.StringTerm("actors"), ast.StringTerm("mayAct")
 	optionalKeys                       = [...]*ast.Term{ast.StringTerm("biome"), ast.StringTerm("orgRole"), ast.StringTerm("org"),
 		ast.StringTerm("project"), ast.StringTerm("session"), ast.StringTerm("resource"), ast.StringTerm("resourceOwner")}
 )
@@ -59,6 +61,26 @@ func inputValue(in Input) ast.Value {
 			[2]*ast.Term{kApprovalID, b.str(in.Approval.ApprovalID)},
 			[2]*ast.Term{kApprovalOrg, b.str(in.Approval.Org)},
 		))})
+	}
+	if d := in.Delegation; d != nil {
+		pairs = append(pairs, [2]*ast.Term{kDelegation, b.term(b.delegation(d))})
+	}
+	return ast.NewObject(pairs...)
+}
+
+func (b *termSlab) delegation(d *Delegation) ast.Value {
+	pairs := [][2]*ast.Term{
+		{kPerson, b.term(ast.NewObject([2]*ast.Term{kKind, b.str(d.Person.Kind)}, [2]*ast.Term{kRef, b.str(d.Person.Ref)}))},
+		{kGroups, b.strings(d.Groups)},
+		{kRoles, b.strings(d.Roles)},
+		{kActors, b.strings(d.Actors)},
+		{kMayAct, ast.NullTerm()},
+	}
+	if d.MayAct != nil {
+		pairs[4][1] = b.strings(d.MayAct)
+	}
+	if d.OrgRole != "" {
+		pairs = append(pairs, [2]*ast.Term{kOrgRole, b.str(d.OrgRole)})
 	}
 	return ast.NewObject(pairs...)
 }

@@ -72,7 +72,7 @@ func Test(ctx context.Context, opts TestOptions) (TestReport, error) {
 	if len(opts.Dirs) == 0 && !opts.WithBuiltin {
 		return TestReport{}, errors.New("policy test: give a policy DIR, or --with-builtin for the built-in policies' tests")
 	}
-	list, err := readModules(policies.FS(), "policies", opts.WithBuiltin)
+	list, err := readModules(policies.FS(), "policies", "policies", opts.WithBuiltin)
 	if err != nil {
 		return TestReport{}, fmt.Errorf("policy test: embedded policies: %w", err)
 	}

@@ -29,6 +29,24 @@ type Input struct {
 	InstanceRelations map[string]bool `json:"instanceRelations,omitempty"`
 	// Approval is set when the subject is deciding a held call of Ref; nil otherwise.
 	Approval *Approval `json:"approval,omitempty"`
+	// Delegation is set when Subject acts for a person; nil otherwise.
+	Delegation *Delegation `json:"delegation,omitempty"`
+}
+
+// Delegation is the person a delegated call acts for (policies/delegation.rego): the
+// capability must be delegable, the person must hold it (their baseline or a grant that
+// covers them) and, when their token limits who may act for them (MayAct), the caller must
+// be one of those.
+type Delegation struct {
+	Person  Subject  `json:"person"`
+	OrgRole string   `json:"orgRole,omitempty"`
+	Groups  []string `json:"groups"`
+	Roles   []string `json:"roles"`
+	// Actors is the act chain, outermost (the caller, Subject) first.
+	Actors []string `json:"actors"`
+	// MayAct is nil (null) when the person's token names no allowed actor; an empty list
+	// allows none.
+	MayAct []string `json:"mayAct"`
 }
 
 // Approval names the held call an approver is deciding, so the policy can refuse its

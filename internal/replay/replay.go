@@ -41,9 +41,11 @@ type Side struct {
 // Change is one recorded call the candidate decides otherwise. Revision is the policy
 // revision that decided it when it was recorded.
 type Change struct {
-	AuditID     string `json:"auditId"`
-	Ref         string `json:"ref"`
-	Subject     string `json:"subject"`
+	AuditID string `json:"auditId"`
+	Ref     string `json:"ref"`
+	Subject string `json:"subject"`
+	// OnBehalfOf is the person a delegated call was made for (Subject being its actor).
+	OnBehalfOf  string `json:"onBehalfOf,omitempty"`
 	Environment string `json:"environment"`
 	Time        string `json:"time"`
 	Revision    string `json:"revision"`
@@ -166,9 +168,13 @@ func Run(ctx context.Context, st Store, d Decider, w Window) (*Report, error) {
 		case before.Allow && !before.Held && after.Held:
 			rep.AllowToHeld++
 		}
-		rep.Changes = append(rep.Changes, Change{AuditID: r.ID, Ref: r.Ref, Subject: r.SubjectRef,
+		c := Change{AuditID: r.ID, Ref: r.Ref, Subject: r.SubjectRef,
 			Environment: r.Environment, Time: r.Time.UTC().Format(time.RFC3339Nano), Revision: r.BundleRevision,
-			Before: before, After: after})
+			Before: before, After: after}
+		if d := audit.DelegationOf(r); d != nil {
+			c.OnBehalfOf = d.Person.Ref
+		}
+		rep.Changes = append(rep.Changes, c)
 		return nil
 	})
 	if err != nil && !errors.Is(err, errLimit) {

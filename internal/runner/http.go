@@ -16,6 +16,7 @@ import (
 
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/kernel"
+	"github.com/xemahq/xema/internal/txntoken"
 )
 
 // MaxResponseBytes bounds what the gateway reads from a provider.
@@ -69,6 +70,9 @@ type HTTP struct {
 // Kind is "http".
 func (HTTP) Kind() string { return "http" }
 
+// Audience is the provider's audience: whom its tokens, and its Txn-Tokens, are for.
+func (h HTTP) Audience() string { return Audience(h.URL) }
+
 // Run performs the call. The service token is required: there is no anonymous fallback.
 func (h HTTP) Run(ctx context.Context, call kernel.Call) (json.RawMessage, error) {
 	timeout := h.Timeout
@@ -80,7 +84,11 @@ func (h HTTP) Run(ctx context.Context, call kernel.Call) (json.RawMessage, error
 
 	token, err := h.Tokens.Token(ctx, Audience(h.URL))
 	if err != nil {
-		e := fault.Wrap(err, fault.Internal, CodeNoToken, "the gateway could not obtain its service token")
+		// A source that says why (a refused token exchange) is answered as it said.
+		var e *fault.Error
+		if !errors.As(err, &e) {
+			e = fault.Wrap(err, fault.Internal, CodeNoToken, "the gateway could not obtain its service token")
+		}
 		e.NotRun = true // nothing was sent
 		return nil, e
 	}
@@ -93,6 +101,9 @@ func (h HTTP) Run(ctx context.Context, call kernel.Call) (json.RawMessage, error
 	req.Header.Set("X-Xema-Ref", call.Ref)
 	req.Header.Set("X-Xema-Audit-Id", call.AuditID)
 	req.Header.Set("Authorization", "Bearer "+token)
+	if call.TxnToken != "" {
+		req.Header.Set(txntoken.Header, call.TxnToken)
+	}
 
 	resp, err := h.Client.Do(req)
 	if err != nil {

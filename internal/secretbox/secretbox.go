@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -174,6 +175,11 @@ func ReadPrivate(path string) ([]byte, error) {
 
 // KeyID is the id of the key Seal uses.
 func (kr *Keyring) KeyID() string { return kr.keys[0].id }
+
+// Has reports whether the keyring holds a key of id kid.
+func (kr *Keyring) Has(kid string) bool {
+	return slices.ContainsFunc(kr.keys, func(k key) bool { return k.id == kid })
+}
 
 // Seal encrypts plaintext with the newest key. aad binds the sealed value to its purpose
 // (e.g. "identity/registration:client_secret"): opening it under another aad fails.

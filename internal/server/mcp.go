@@ -96,7 +96,7 @@ func (s *Server) authenticateMCP(next http.Handler) http.Handler {
 			}
 			r.Body = io.NopCloser(bytes.NewReader(body))
 		}
-		next.ServeHTTP(w, r.WithContext(identity.WithCaller(r.Context(), ec)))
+		next.ServeHTTP(w, r.WithContext(verifiedContext(r, ec)))
 	})
 }
 

@@ -229,9 +229,15 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 			}
 			return answer
 		}
-		c.SetRequest(c.Request().WithContext(identity.WithCaller(c.Request().Context(), ec)))
+		c.SetRequest(c.Request().WithContext(verifiedContext(c.Request(), ec)))
 		return next(c)
 	}
+}
+
+// verifiedContext is r's context carrying ec and the bearer token it was verified from.
+func verifiedContext(r *http.Request, ec identity.ExecContext) context.Context {
+	tok, _ := identity.BearerToken(r) // verified just now: present
+	return identity.WithVerified(r.Context(), ec, tok)
 }
 
 // verify is the funnel's authenticate step: the bearer token checked against the issuer.

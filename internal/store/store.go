@@ -454,11 +454,11 @@ type KeyStore interface {
 	DeploymentKey(ctx context.Context, name string, candidate []byte) ([]byte, error)
 	// ListDeploymentKeys returns every stored per-deployment secret, by name.
 	ListDeploymentKeys(ctx context.Context) ([]DeploymentKeyEntry, error)
-	// ReplaceDeploymentKey sets the secret of name from old to next and stores each of keep
-	// (a retired key under a name of its own), in one transaction: ErrConflict when the
-	// stored secret is not old (another writer replaced it) or a kept name is stored,
-	// ErrNotFound when name has none.
-	ReplaceDeploymentKey(ctx context.Context, name string, old, next []byte, keep ...DeploymentKeyEntry) error
+	// ReplaceDeploymentKey sets the secret of name from old to next, created when next's key
+	// was created (a rewrap keeps the key's own time), and stores each of keep (a retired key
+	// under a name of its own), in one transaction: ErrConflict when the stored secret is not
+	// old (another writer replaced it) or a kept name is stored, ErrNotFound when name has none.
+	ReplaceDeploymentKey(ctx context.Context, name string, old, next []byte, created time.Time, keep ...DeploymentKeyEntry) error
 }
 
 // Store is the one storage interface both engines implement: the composition of the

@@ -147,8 +147,13 @@ func testHTTPRunner(t *testing.T, g *gateway, agent string, prov *provider) {
 func testSuccessor(t *testing.T, g *gateway, admin, agent string, prov *provider) {
 	v2 := biomeDir(t, "ticketing-v2", prov.URL)
 	out, err := g.run("biome", "submit", v2, "--server", g.URL, "--token", admin)
+	if err != nil || !strings.Contains(out, "since 1.0.0: added ticket:find@2; removed none") {
+		t.Fatalf("xema biome submit names no diff against 1.0.0: %v\n%s", err, out)
+	}
+	// The same version again is the same submission; JSON on request.
+	out, err = g.run("biome", "submit", v2, "--server", g.URL, "--token", admin, "--format", "json")
 	if err != nil {
-		t.Fatalf("xema biome submit: %v\n%s", err, out)
+		t.Fatalf("xema biome submit --format json: %v\n%s", err, out)
 	}
 	var sub struct {
 		Version string `json:"version"`

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -93,9 +94,26 @@ func TestAuthoring(t *testing.T) {
 			}
 		})
 
+		// Each file init writes names its schema for editors; the gateway takes it as written.
+		for _, f := range []string{"biome.json", filepath.Join("contributions", "hello.capability.contribution.json")} {
+			raw, _ := os.ReadFile(filepath.Join(dir, f))
+			var doc struct {
+				Schema string `json:"$schema"`
+			}
+			if json.Unmarshal(raw, &doc) != nil || !strings.HasPrefix(doc.Schema, "https://xema.dev/schemas/") {
+				t.Fatalf("init's %s names no schema:\n%s", f, raw)
+			}
+		}
+
+		// Text by default: the digest, what it asks for and the next step; JSON on request.
 		out, err = g.run(append([]string{"biome", "submit", dir}, api...)...)
-		if err != nil || !strings.Contains(out, `"hash": "sha256:`) {
+		if err != nil || !strings.HasPrefix(out, "submitted greeter 0.1.0: permission digest sha256:") ||
+			!regexp.MustCompile(`(?m)^  greeter +greeter:hello@1 +low +- +Greets someone`).MatchString(out) ||
+			!strings.Contains(out, "next: an org admin approves it: xema grant create --biome greeter --version 0.1.0") {
 			t.Fatalf("submit: %v\n%s", err, out)
+		}
+		if out, err := g.run(append([]string{"biome", "submit", dir, "--format", "json"}, api...)...); err != nil || !strings.Contains(out, `"hash": "sha256:`) {
+			t.Fatalf("submit --format json: %v\n%s", err, out)
 		}
 
 		out, err = g.run(append([]string{"grant", "create", "--biome", "greeter", "--version", "0.1.0", "--dry-run", "--since", "1h"}, api...)...)

@@ -15,6 +15,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -442,4 +444,43 @@ func restartUnderLoad(t *testing.T, a, b *container, admin string, sub response)
 	t.Logf("restart of container B under load: %d calls answered by A, %d by B (%d before the restart), %d unanswered while B was down; "+
 		"B ready again %v after the restart began; statuses %v; audit records missing: %d",
 		len(calls[a]), len(calls[b]), before, refused.Load(), restarted.Round(time.Millisecond), statuses, missing)
+}
+
+// TestContainerRunAsDocumented runs docs/operations.md's image block as written, in bash from
+// the repository's root, with the first block's values set (the test's image, a container and
+// volume of its own, a free port) and no CONTAINERS_CONF of the test's: the demo biome mounted,
+// the container ready, an agent's first call answered.
+func TestContainerRunAsDocumented(t *testing.T) {
+	p := needPodman(t)
+	inputs := map[string]string{"IMAGE": imageName, "NAME": randomName("xema-e2e-doc"), "VOLUME": randomName("xema-e2e-doc-data"),
+		"PORT": strconv.Itoa(testnet.FreePort(t))}
+	for _, name := range regexp.MustCompile(`(?m)(?:^|\s)([A-Z_]+)=`).FindAllStringSubmatch(docBlock(t, "operations.md", "image:inputs"), -1) {
+		if _, ok := inputs[name[1]]; !ok {
+			t.Fatalf("the image's inputs name %s, which this test does not set", name[1])
+		}
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			logs, _ := p.run("logs", inputs["NAME"])
+			t.Logf("container logs:\n%s", logs)
+		}
+		_, _ = p.run("rm", "-f", "-t", "0", inputs["NAME"])
+		_, _ = p.run("volume", "rm", "-f", inputs["VOLUME"])
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", docBlock(t, "operations.md", "image:run"))
+	cmd.Dir = repoRoot(t)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CONTAINERS_CONF=") { // the doc's own setting, not the test's
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	for k, v := range inputs {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `"status":"ready"`) || !strings.Contains(string(out), `"auditId":"inv_`) || !strings.Contains(string(out), "Welcome") {
+		t.Fatalf("the documented run (%v) did not answer the first call:\n%s", err, out)
+	}
 }

@@ -181,7 +181,7 @@ func TestKeysAtRest(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, e engineCase) {
 		g := startGateway(t, e.store(t))
 		out, code := g.cli(t, append([]string{"keys", "status"}, g.storeArgs()...)...)
-		if code != 0 || strings.Count(out, "\n") != 4 || strings.Contains(out, "raw") {
+		if code != 0 || strings.Count(out, "\n") != 5 || strings.Contains(out, "raw") { // a header and four keys
 			t.Fatalf("keys status: exit %d:\n%s", code, out)
 		}
 		rows, err := rawDB(t, g).Query(`SELECT name, secret FROM deployment_keys`)
@@ -220,7 +220,8 @@ func TestKeysAtRest(t *testing.T) {
 			t.Fatal(err)
 		}
 		serveArgs := append([]string{"serve", "--addr", "127.0.0.1:0"}, g.storeArgs()...)
-		if out, err := g.run(append(serveArgs, "--master-key-file", wrong)...); err == nil || !strings.Contains(out, "wrong master key") {
+		if out, err := g.run(append(serveArgs, "--master-key-file", wrong)...); err == nil || !strings.Contains(out, "wrong master key") ||
+			!strings.Contains(out, `(configured: "w1" from `+wrong+`)`) || !strings.Contains(out, "a new key cannot open what the old one wrapped") {
 			t.Fatalf("a wrong master key: %v\n%s", err, out)
 		}
 		masterFile := filepath.Join(g.DataDir, "master.key")
@@ -231,7 +232,7 @@ func TestKeysAtRest(t *testing.T) {
 			t.Fatalf("a command without the master key: %v\n%s", err, out)
 		}
 		// keys status lists without the master key, and says it checked nothing.
-		if out, code := g.cli(t, append([]string{"keys", "status"}, g.storeArgs()...)...); code != 0 || strings.Count(out, "not checked (no master key)") != 3 {
+		if out, code := g.cli(t, append([]string{"keys", "status"}, g.storeArgs()...)...); code != 0 || strings.Count(out, "not checked (no master key)") != 4 {
 			t.Fatalf("keys status without the master key: exit %d:\n%s", code, out)
 		}
 		// The start stops naming the file, and generates no key that would open nothing.

@@ -115,6 +115,10 @@ func TestExplainPolicyDirReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	until("the broken file is logged", func() bool { return strings.Contains(g.logs.String(), "platform policy not reloaded") })
+	// Under the path the operator edits, not the bundle's custom/ name.
+	if logs := g.logs.String(); !strings.Contains(logs, file+":3:") || strings.Contains(logs, "custom/frozen.rego") {
+		t.Errorf("the reload error does not name %s:\n%s", file, logs)
+	}
 	expect(t, g.post("/v1/capabilities/invoke", agent, call), http.StatusOK)
 	expect(t, g.get("/readyz", ""), http.StatusOK)
 }

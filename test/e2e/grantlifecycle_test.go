@@ -159,15 +159,30 @@ func TestGrantLifecycle(t *testing.T) {
 			t.Fatalf("xema grant change --yes: %v\n%s", err, out)
 		}
 		fourth := g.activeGrant(admin, "ticketing")
-		out, err = g.run(append([]string{"grant", "revoke", fourth}, cli...)...)
-		if err != nil || !strings.Contains(out, "revoked by user:alice") {
-			t.Fatalf("xema grant revoke: %v\n%s", err, out)
+		// Revoke shows what it would deny first; it revokes only once confirmed (y, or --yes).
+		out, err = g.run(append([]string{"grant", "revoke", fourth, "--dry-run"}, cli...)...)
+		if err != nil || !strings.Contains(out, "grant "+fourth+": ticketing@1.0.0") || !strings.Contains(out, "would deny") ||
+			!strings.Contains(out, "dry run: nothing revoked") || g.activeGrant(admin, "ticketing") != fourth {
+			t.Fatalf("xema grant revoke --dry-run: %v\n%s", err, out)
+		}
+		for answer, want := range map[string]string{"": "not confirmed: nothing revoked", "n\n": "not confirmed: nothing revoked"} {
+			out, code := g.cliInput(t, answer, append([]string{"grant", "revoke", fourth}, cli...)...)
+			if code != 1 || !strings.Contains(out, "revoke grant "+fourth+"? [y/N]") || !strings.Contains(out, want) || g.activeGrant(admin, "ticketing") != fourth {
+				t.Fatalf("xema grant revoke answered %q: exit %d\n%s", answer, code, out)
+			}
+		}
+		if out, code := g.cliInput(t, "", append([]string{"grant", "revoke", fourth, "--dry-run", "--yes"}, cli...)...); code != 2 || g.activeGrant(admin, "ticketing") != fourth {
+			t.Fatalf("xema grant revoke --dry-run --yes: exit %d\n%s", code, out)
+		}
+		out, code := g.cliInput(t, "y\n", append([]string{"grant", "revoke", fourth}, cli...)...)
+		if code != 0 || !strings.Contains(out, "revoked by user:alice") {
+			t.Fatalf("xema grant revoke answered y: exit %d\n%s", code, out)
 		}
 		out, err = g.run(append([]string{"grant", "list", "--biome", "ticketing"}, cli...)...)
 		if err != nil || strings.Count(out, "superseded by") != 2 || strings.Count(out, "revoked by user:alice") != 2 {
 			t.Fatalf("xema grant list: %v\n%s", err, out)
 		}
-		out, err = g.run(append([]string{"grant", "revoke", fourth}, cli...)...)
+		out, err = g.run(append([]string{"grant", "revoke", fourth, "--yes"}, cli...)...)
 		if err == nil || !strings.Contains(out, "GRANT_NOT_ACTIVE") {
 			t.Fatalf("xema grant revoke twice: %v\n%s", err, out)
 		}

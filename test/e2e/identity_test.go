@@ -173,6 +173,18 @@ func algNone(t *testing.T, token string) string {
 // well past the verifier's leeway, without waiting for it.
 func expiredToken(t *testing.T, g *gateway, token string) string {
 	t.Helper()
+	return resigned(t, g, token, func(header, claims map[string]any) {
+		now := time.Now()
+		claims["iat"] = now.Add(-3 * time.Minute).Unix()
+		claims["nbf"] = now.Add(-3 * time.Minute).Unix()
+		claims["exp"] = now.Add(-2 * time.Minute).Unix()
+	})
+}
+
+// resigned is token with its header and claims changed by edit, signed again with the
+// development issuer's key under g's data directory: a token the issuer could have minted.
+func resigned(t *testing.T, g *gateway, token string, edit func(header, claims map[string]any)) string {
+	t.Helper()
 	header, claims := segments(t, token)
 	pemBytes, err := os.ReadFile(filepath.Join(g.DataDir, "issuer", "signing-key.pem"))
 	if err != nil {
@@ -186,12 +198,13 @@ func expiredToken(t *testing.T, g *gateway, token string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now()
-	claims["iat"] = now.Add(-3 * time.Minute).Unix()
-	claims["nbf"] = now.Add(-3 * time.Minute).Unix()
-	claims["exp"] = now.Add(-2 * time.Minute).Unix()
+	edit(header, claims)
 	tok := jwt.NewWithClaims(jwt.SigningMethodES256, jwt.MapClaims(claims))
-	tok.Header["kid"] = header["kid"]
+	for k, v := range header {
+		if k != "alg" {
+			tok.Header[k] = v
+		}
+	}
 	signed, err := tok.SignedString(key)
 	if err != nil {
 		t.Fatal(err)

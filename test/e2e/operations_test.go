@@ -140,3 +140,32 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.
 	pool.AddCert(cert)
 	return certFile, keyFile, pool
 }
+
+// TestKernelBiomeVersionStable: restarts of one binary publish the built-in biome (xema)
+// once: every start finds the version it published before, whatever order the packages
+// registered their capabilities in.
+func TestKernelBiomeVersionStable(t *testing.T) {
+	g := startGateway(t, "")
+	for range 3 {
+		g.stop()
+		g.cmd = nil
+		g.start()
+	}
+	g.stop()
+	rows, err := rawDB(t, g).Query(`SELECT version FROM biome_versions WHERE id = 'xema'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var versions []string
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		versions = append(versions, v)
+	}
+	if rows.Err() != nil || len(versions) != 1 {
+		t.Fatalf("four starts stored the built-in biome as %v (%v), want one version", versions, rows.Err())
+	}
+}

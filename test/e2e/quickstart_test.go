@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"math/big"
 	"net"
 	"os"
@@ -25,106 +26,157 @@ import (
 	"github.com/xemahq/xema/internal/testpg"
 )
 
-// quickStartBlock returns the ```sh block of docs/operations.md that follows the line
-// <!-- quickstart:NAME ... -->.
-func quickStartBlock(t *testing.T, name string) string {
+// docBlock returns the ```sh block of the doc (a path under docs/) that follows the line
+// <!-- MARK ... -->.
+func docBlock(t *testing.T, doc, mark string) string {
 	t.Helper()
-	doc, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "operations.md"))
+	text, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", doc))
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile("(?s)<!-- quickstart:" + name + "[^>]*-->\n```sh\n(.*?)```").FindSubmatch(doc)
+	m := regexp.MustCompile("(?s)<!-- " + regexp.QuoteMeta(mark) + "[ >][^>]*-->\n```sh\n(.*?)```").FindSubmatch(text)
 	if m == nil {
-		t.Fatalf("docs/operations.md has no quickstart:%s block", name)
+		t.Fatalf("docs/%s has no %s block", doc, mark)
 	}
 	return string(m[1])
 }
 
+// quickStartBlock returns the block of docs/operations.md marked <!-- quickstart:NAME ... -->.
+func quickStartBlock(t *testing.T, name string) string {
+	t.Helper()
+	return docBlock(t, "operations.md", "quickstart:"+name)
+}
+
 // TestProductionQuickStart runs the production quick start of docs/operations.md as written,
-// in bash: hydra (real) as the issuer, a PostgreSQL database of the test's own cluster, a TLS
-// certificate generated here, two replicas on the database, /readyz on both, the demo biome
-// granted by an org administrator's hydra token through one, and an agent's first call with
-// its hydra token through each. The inputs the doc's first block names are the ones set here.
+// in bash: xema dev issuer as the issuer, a PostgreSQL database of the test's own cluster, a
+// TLS certificate generated here, two replicas on the database, /readyz on both, the demo
+// biome granted by an org administrator through one, and an agent's first call through each.
+// The inputs the doc's first block names are the ones set here. Then every process it started
+// is stopped and it runs again in a fresh shell (a reboot, a rerun): the master key and the
+// keyring are kept and the store opens; the doc's step 2 of before (a master key written
+// again) is what stops a replica, naming the file and what to do.
 func TestProductionQuickStart(t *testing.T) {
-	needHydra(t, "the production quick start")
-	for _, tool := range []string{"bash", "curl", "base64", "head"} {
+	for _, tool := range []string{"bash", "curl", "base64", "head", "grep"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("the quick start needs %s: %v", tool, err)
 		}
 	}
-	h := hydratest.StartWithLogin(t, map[string]hydratest.Person{
-		"admin": {Subject: "user:alice", AccessToken: map[string]any{"xema_org": "acme", "xema_org_role": "org_admin", "xema_env": "org"}},
-		"agent": {Subject: "agent:support-bot", AccessToken: map[string]any{"xema_org": "acme", "xema_env": "prod", "groups": []string{"support"}}},
-	})
-	const callback = "http://127.0.0.1:1/callback" // never reached: the flow stops at the redirect
-	client := h.CreatePublicClient(t, callback, "xema")
 	inputs := map[string]string{
 		"XEMA_STORE":  testpg.NewDatabase(t),
-		"ISSUER":      h.Issuer,
+		"ISSUER_ADDR": "127.0.0.1:" + itoa(testnet.FreePort(t)),
 		"REPLICA_A":   "127.0.0.1:" + itoa(testnet.FreePort(t)),
 		"REPLICA_B":   "127.0.0.1:" + itoa(testnet.FreePort(t)),
-		"ADMIN_TOKEN": h.AuthorizationCodeToken(t, client, callback, "xema", "admin"),
-		"AGENT_TOKEN": h.AuthorizationCodeToken(t, client, callback, "xema", "agent"),
 	}
 	for _, name := range regexp.MustCompile(`(?m)(?:^|\s)(?:export )?([A-Z_]+)=`).FindAllStringSubmatch(quickStartBlock(t, "inputs"), -1) {
 		if _, ok := inputs[name[1]]; !ok {
 			t.Fatalf("the quick start's inputs name %s, which this test does not set", name[1])
 		}
 	}
-
 	work := t.TempDir()
 	writeTestCertificate(t, work)
 	if err := os.Symlink(filepath.Join(repoRoot(t), "biomes"), filepath.Join(work, "biomes")); err != nil {
 		t.Fatal(err)
 	}
-	script := filepath.Join(work, "quickstart.sh")
-	if err := os.WriteFile(script, []byte(quickStartBlock(t, "run")), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", script)
-	cmd.Dir = work
+	script := quickStartBlock(t, "run")
 	bin := t.TempDir() // xema on the PATH, as the doc assumes, whatever the built binary's name
 	if err := os.Symlink(xemaBinary(t), filepath.Join(bin, "xema")); err != nil {
 		t.Fatal(err)
 	}
-	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
-	for k, v := range inputs {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	// The replicas the script starts in the background share its process group: ended with it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	var out testnet.Output
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stopGroup(t, cmd.Process.Pid) })
-	err := cmd.Wait()
 	logs := func() string {
 		var b strings.Builder
-		for _, r := range []string{"replica-a.log", "replica-b.log"} {
+		for _, r := range []string{"issuer.log", "replica-a.log", "replica-b.log"} {
 			raw, _ := os.ReadFile(filepath.Join(work, r))
 			b.WriteString("\n--- " + r + ":\n" + string(raw))
 		}
 		return b.String()
 	}
-	if err != nil {
-		t.Fatalf("the quick start failed (%v):\n%s%s", err, out.String(), logs())
-	}
-	// Both replicas ready, the grant recorded, and one answer of the demo page per replica.
-	got := out.String()
-	t.Logf("the quick start's output:\n%s", got)
-	if strings.Count(got, `"status":"ready"`) != 2 || !strings.Contains(got, "profile internal-agent") ||
-		strings.Count(got, `"auditId":"inv_`) != 2 || strings.Count(got, "Welcome") < 2 {
-		t.Fatalf("the quick start's output lacks two ready replicas, the grant or two answers:\n%s%s", got, logs())
-	}
-	for _, r := range []string{"replica-a.log", "replica-b.log"} {
-		raw, _ := os.ReadFile(filepath.Join(work, r))
-		if !strings.Contains(string(raw), `"tls":true`) || !strings.Contains(string(raw), `"console":"https://`) {
-			t.Fatalf("%s does not show a TLS start with the console's URL:\n%s", r, raw)
+	// run runs script in a fresh bash with only the inputs set, then stops every process it
+	// started (its group), returning what it printed.
+	run := func(what, script string) (string, error) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "bash", "-c", script)
+		cmd.Dir = work
+		cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+		for k, v := range inputs {
+			cmd.Env = append(cmd.Env, k+"="+v)
 		}
+		// The processes the script starts in the background share its process group: ended with it.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		var out testnet.Output
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		err := cmd.Wait()
+		stopGroup(t, cmd.Process.Pid)
+		t.Logf("the quick start's %s output:\n%s", what, out.String())
+		return out.String(), err
+	}
+	check := func(what, got string) {
+		t.Helper()
+		if strings.Count(got, `"status":"ready"`) != 2 || strings.Count(got, `"auditId":"inv_`) != 2 || strings.Count(got, "Welcome") < 2 {
+			t.Fatalf("the quick start's %s run lacks two ready replicas or two answers:\n%s%s", what, got, logs())
+		}
+		for _, r := range []string{"replica-a.log", "replica-b.log"} {
+			raw, _ := os.ReadFile(filepath.Join(work, r))
+			if !strings.Contains(string(raw), `"tls":true`) || !strings.Contains(string(raw), `"console":"https://`) {
+				t.Fatalf("%s does not show a TLS start with the console's URL:\n%s", r, raw)
+			}
+		}
+	}
+
+	got, err := run("first", script)
+	if err != nil {
+		t.Fatalf("the quick start failed (%v):\n%s%s", err, got, logs())
+	}
+	check("first", got)
+	if !strings.Contains(got, "profile internal-agent") {
+		t.Fatalf("the first run recorded no grant:\n%s", got)
+	}
+	keys := map[string][]byte{}
+	for _, f := range []string{"master.key", "secret.key", filepath.Join("issuer", "issuer", "signing-key.pem")} {
+		keys[f], _ = os.ReadFile(filepath.Join(work, f))
+	}
+
+	// Again, from a fresh shell: the same keys, the grant found, both replicas serving.
+	got, err = run("second", script)
+	if err != nil {
+		t.Fatalf("the quick start's second run failed (%v):\n%s%s", err, got, logs())
+	}
+	check("second", got)
+	if strings.Contains(got, "profile internal-agent") {
+		t.Fatalf("the second run recorded a second grant:\n%s", got)
+	}
+	for f, before := range keys {
+		if after, _ := os.ReadFile(filepath.Join(work, f)); len(before) == 0 || string(after) != string(before) {
+			t.Fatalf("the rerun changed %s", f)
+		}
+	}
+	// Both replicas sealed with the shared keyring, found through the config: neither made one
+	// of its own in its data dir (which the other could not open).
+	for _, r := range []string{"replica-a", "replica-b"} {
+		if _, err := os.Stat(filepath.Join(work, r, "secret.key")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s keeps a keyring of its own (%v): the shared one was not found", r, err)
+		}
+	}
+
+	// What a rerun that writes the master key again meets: the replica stops, naming the file
+	// and what to do.
+	master := filepath.Join(work, "master.key")
+	if err := os.Rename(master, master+".kept"); err != nil {
+		t.Fatal(err)
+	}
+	overwrite := `xema dev issuer --addr "$ISSUER_ADDR" --data-dir issuer > issuer.log 2>&1 &
+curl -fsS --retry 30 --retry-all-errors --retry-delay 1 "http://$ISSUER_ADDR/.well-known/openid-configuration" > /dev/null
+umask 077
+printf 'm1=%s\n' "$(head -c32 /dev/urandom | base64)" > master.key
+xema serve --config xema.yaml --addr "$REPLICA_A" --data-dir replica-a`
+	got, err = run("overwritten master key", overwrite)
+	if err == nil || !strings.Contains(got, `wrapped under master key "m1", which does not open it (configured: "m1" from master.key)`) ||
+		!strings.Contains(got, `master.key holds a key named "m1", but not the one that wrapped it (was it generated again?): put back the deployment's master key`) {
+		t.Fatalf("a replica under a master key written again: %v\n%s", err, got)
 	}
 }
 

@@ -26,7 +26,14 @@ func (g *gateway) storeArgs() []string {
 // cli runs the xema CLI and returns its stdout and exit code (failing on anything but an exit).
 func (g *gateway) cli(t *testing.T, args ...string) (string, int) {
 	t.Helper()
+	return g.cliInput(t, "", args...)
+}
+
+// cliInput is cli with stdin reading input (a person's answers).
+func (g *gateway) cliInput(t *testing.T, input string, args ...string) (string, int) {
+	t.Helper()
 	cmd := exec.Command(g.bin, args...)
+	cmd.Stdin = strings.NewReader(input)
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

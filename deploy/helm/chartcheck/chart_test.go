@@ -182,7 +182,8 @@ func stripComments(doc string) string {
 
 // valuesCase is one values file and what its render must hold.
 type valuesCase struct {
-	file      string // under the chart; "" for the defaults
+	file      string   // under the chart; "" for the defaults
+	set       []string // --set beside it: what the defaults leave to the operator
 	fullname  string
 	replicas  int32
 	kinds     []string
@@ -190,7 +191,7 @@ type valuesCase struct {
 }
 
 var cases = []valuesCase{
-	{file: "", fullname: "xema", replicas: 3, migration: "hook", kinds: []string{
+	{file: "", set: []string{"config.issuer=https://idp.example.com/realms/xema"}, fullname: "xema", replicas: 3, migration: "hook", kinds: []string{
 		"ConfigMap/xema", "Deployment/xema", "Job/xema-migrate", "NetworkPolicy/xema", "PodDisruptionBudget/xema",
 		"Service/xema", "ServiceAccount/xema"}},
 	{file: "ci/production-values.yaml", fullname: "xema", replicas: 5, migration: "hook", kinds: []string{
@@ -212,6 +213,9 @@ func TestChart(t *testing.T) {
 			var args []string
 			if c.file != "" {
 				args = []string{"--values", filepath.Join(chartDir(t), c.file)}
+			}
+			for _, s := range c.set {
+				args = append(args, "--set", s)
 			}
 			if out, err := runHelm(t, append([]string{"lint", "--strict", chartDir(t), "--kube-version", kubeVersion}, args...)...); err != nil {
 				t.Fatalf("helm lint --strict: %v", err)
@@ -519,7 +523,8 @@ func serveFlags(t *testing.T) map[string]bool {
 	return flags
 }
 
-// Values that would make a broken deployment are refused with a message naming them.
+// Values that would make a broken deployment are refused with a message naming them; the
+// shipped values alone are refused for want of the operator's issuer.
 func TestChartRefusesBadValues(t *testing.T) {
 	for _, c := range []struct {
 		set  []string
@@ -527,6 +532,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 	}{
 		{[]string{"config.addr=0.0.0.0:80"}, "config.addr is set by the chart"},
 		{[]string{"config.store=postgres://x"}, "config.store is set by the chart"},
+		{nil, "config.issuer (your OIDC issuer) is required: its URL, the exact iss of its tokens, e.g. --set config.issuer=https://"},
 		{[]string{"config.issuer="}, "config.issuer (your OIDC issuer) is required"},
 		{[]string{"config.audience="}, "config.audience (the audience your issuer's tokens carry for the gateway) is required"},
 		{[]string{"store.existingSecret="}, "store.existingSecret (a Secret holding the PostgreSQL DSN) or store.dsn is required"},
@@ -534,6 +540,9 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{[]string{"networkPolicy.metricsFrom=null"}, "networkPolicy.metricsFrom must name the scraper"},
 	} {
 		args := []string{"template", "xema", chartDir(t), "--kube-version", kubeVersion}
+		if c.set != nil { // the issuer the defaults leave out, so each case fails on its own value
+			args = append(args, "--set", "config.issuer=https://idp.example.com/realms/xema")
+		}
 		for _, s := range c.set {
 			args = append(args, "--set", s)
 		}
@@ -541,5 +550,41 @@ func TestChartRefusesBadValues(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("helm template --set %v: %v; want an error saying %q", c.set, err, c.want)
 		}
+	}
+}
+
+// TestChartRendersOfflineAsDocumented runs the chart README's render block as written, in bash
+// from the repository's root with the pinned helm on the PATH: it renders the Deployment with
+// the issuer given, into the file the README names.
+func TestChartRendersOfflineAsDocumented(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join(chartDir(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)<!-- chart:render [^>]*-->\n```sh\n(.*?)```").FindSubmatch(readme)
+	if m == nil {
+		t.Fatal("deploy/helm/xema/README.md has no chart:render block")
+	}
+	bin := t.TempDir()
+	if err := os.Symlink(helm(t), filepath.Join(bin, "helm")); err != nil {
+		t.Fatal(err)
+	}
+	run := func(script string) (string, error) {
+		home := t.TempDir()
+		cmd := exec.Command("bash", "-euo", "pipefail", "-c", script)
+		cmd.Dir = repoRoot(t)
+		cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
+			"HELM_CACHE_HOME="+home, "HELM_CONFIG_HOME="+home, "HELM_DATA_HOME="+home)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out := filepath.Join(t.TempDir(), "xema-rendered.yaml")
+	script := strings.ReplaceAll(string(m[1]), "> xema-rendered.yaml", "> "+out) // not into the checkout
+	if got, err := run(script); err != nil {
+		t.Fatalf("the README's render failed: %v\n%s", err, got)
+	}
+	rendered, err := os.ReadFile(out)
+	if err != nil || !strings.Contains(string(rendered), "kind: Deployment") || !strings.Contains(string(rendered), "issuer: https://keycloak.example.com/realms/acme") {
+		t.Fatalf("the README's render holds no Deployment with the issuer: %v\n%s", err, rendered)
 	}
 }

@@ -52,7 +52,7 @@ func (s *Store) ListDeploymentKeys(ctx context.Context) ([]store.DeploymentKeyEn
 
 // ReplaceDeploymentKey implements store.Store: a compare-and-swap on the stored secret, so
 // two replicas migrating or rotating one key at once change it once.
-func (s *Store) ReplaceDeploymentKey(ctx context.Context, name string, old, next []byte, keep ...store.DeploymentKeyEntry) error {
+func (s *Store) ReplaceDeploymentKey(ctx context.Context, name string, old, next []byte, created time.Time, keep ...store.DeploymentKeyEntry) error {
 	op := fmt.Sprintf("replace deployment key %q", name)
 	if name == "" || len(old) == 0 || len(next) == 0 {
 		return fmt.Errorf("%s: %w: name, old and next must be non-empty", op, store.ErrInvalid)
@@ -62,10 +62,9 @@ func (s *Store) ReplaceDeploymentKey(ctx context.Context, name string, old, next
 			return fmt.Errorf("%s: %w: a kept key needs a name and a secret", op, store.ErrInvalid)
 		}
 	}
-	now := s.d.TimeArg(store.Stamp(time.Now()))
 	return s.inTx(ctx, op, func(tx *sql.Tx) error {
 		n, err := s.exec(ctx, tx, `UPDATE deployment_keys SET secret = ?, created_at = ? WHERE name = ? AND secret = ?`,
-			base64.StdEncoding.EncodeToString(next), now, name, base64.StdEncoding.EncodeToString(old))
+			base64.StdEncoding.EncodeToString(next), s.d.TimeArg(store.Stamp(created)), name, base64.StdEncoding.EncodeToString(old))
 		if err != nil {
 			return s.fail(op, err)
 		}

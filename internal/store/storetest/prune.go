@@ -179,7 +179,7 @@ func testDeploymentKeyReplace(t *testing.T, s store.Store) {
 		{"kept name stored", "audit-chain", []byte("v1"), []byte("v2"), []store.DeploymentKeyEntry{{Name: "search-cursor", Secret: []byte("k")}}, store.ErrConflict},
 		{"kept without secret", "audit-chain", []byte("v1"), []byte("v2"), []store.DeploymentKeyEntry{{Name: "k"}}, store.ErrInvalid},
 	} {
-		if err := s.ReplaceDeploymentKey(ctx, tc.key, tc.old, tc.next, tc.keep...); !errors.Is(err, tc.want) {
+		if err := s.ReplaceDeploymentKey(ctx, tc.key, tc.old, tc.next, t0, tc.keep...); !errors.Is(err, tc.want) {
 			t.Errorf("%s: ReplaceDeploymentKey = %v, want %v", tc.name, err, tc.want)
 		}
 	}
@@ -187,14 +187,16 @@ func testDeploymentKeyReplace(t *testing.T, s store.Store) {
 		t.Fatalf("a refused replace changed the key: %q", got)
 	}
 	retired := store.DeploymentKeyEntry{Name: "audit-chain@1", Secret: []byte("v1-retired"), CreatedAt: t0}
-	if err := s.ReplaceDeploymentKey(ctx, "audit-chain", []byte("v1"), []byte("v2"), retired); err != nil {
+	created := t0.Add(time.Hour)
+	if err := s.ReplaceDeploymentKey(ctx, "audit-chain", []byte("v1"), []byte("v2"), created, retired); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.ListDeploymentKeys(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 3 || got[0].Name != "audit-chain" || string(got[0].Secret) != "v2" || got[1].Name != "audit-chain@1" ||
+	// The replaced key's creation time is the one given (a rewrap keeps it), not the replace's.
+	if len(got) != 3 || got[0].Name != "audit-chain" || string(got[0].Secret) != "v2" || !got[0].CreatedAt.Equal(created) || got[1].Name != "audit-chain@1" ||
 		string(got[1].Secret) != "v1-retired" || !got[1].CreatedAt.Equal(t0) || got[2].Name != "search-cursor" {
 		t.Fatalf("ListDeploymentKeys = %+v", got)
 	}

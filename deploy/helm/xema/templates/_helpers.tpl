@@ -94,7 +94,7 @@ app.kubernetes.io/component: gateway
 {{- fail (printf "config.%s is set by the chart; remove it from config" .) }}
 {{- end }}
 {{- end }}
-{{- $_ := required "config.issuer (your OIDC issuer) is required: without it every replica runs a development issuer of its own" .Values.config.issuer }}
+{{- $_ := required "config.issuer (your OIDC issuer) is required: its URL, the exact iss of its tokens, e.g. --set config.issuer=https://keycloak.example.com/realms/acme (without one every replica would run a development issuer of its own, whose tokens the others refuse)" .Values.config.issuer }}
 {{- $_ = required "config.audience (the audience your issuer's tokens carry for the gateway) is required with config.issuer" .Values.config.audience }}
 {{- $cfg := deepCopy .Values.config }}
 {{- $_ = set $cfg "addr" (printf "0.0.0.0:%d" (int .Values.service.port)) }}

@@ -241,7 +241,8 @@ function header(who) {
   if (may(who, V.Approvals)) pendingBadge(nav);
   nav.hidden = false;
   document.getElementById("signout").hidden = false;
-  document.getElementById("who").textContent = `${who.subject.ref} · org ${who.org}${who.orgRole ? " · " + who.orgRole : ""} · ${who.environment}`;
+  const acting = who.delegation ? ` for ${who.delegation.person.ref}` : "";
+  document.getElementById("who").textContent = `${who.subject.ref}${acting} · org ${who.org}${who.orgRole ? " · " + who.orgRole : ""} · ${who.environment}`;
 }
 
 // pendingBadge shows beside Approvals how many held calls wait for the viewer's decision (an
