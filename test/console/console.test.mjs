@@ -280,7 +280,7 @@ await step("the audit view leaves out people's console reads until asked", async
   await page.getByLabel("Include people's reads through the console").check();
   await page.getByRole("button", { name: "Search" }).click();
   await page.waitForURL(/reads=include/);
-  await table.waitFor();
+  await page.getByText("Every record, people's reads through the console included.").waitFor(); // the new page, not the old one
   expect((await reads()) > 0, "people's reads are not shown when asked for");
 });
 

@@ -21,7 +21,7 @@ func docBlock(t *testing.T, file, marker string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile("(?s)<!-- " + regexp.QuoteMeta(marker) + "(?: [^>]*)? -->\n```[a-z]*\n(.*?)```").FindSubmatch(doc)
+	m := regexp.MustCompile("(?s)<!-- " + regexp.QuoteMeta(marker) + "(?: [^>]*)?-->\n```[a-z]*\n(.*?)```").FindSubmatch(doc)
 	if m == nil {
 		t.Fatalf("docs/%s has no %s block", file, marker)
 	}

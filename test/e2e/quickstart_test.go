@@ -26,21 +26,6 @@ import (
 	"github.com/xemahq/xema/internal/testpg"
 )
 
-// docBlock returns the ```sh block of the doc (a path under docs/) that follows the line
-// <!-- MARK ... -->.
-func docBlock(t *testing.T, doc, mark string) string {
-	t.Helper()
-	text, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", doc))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile("(?s)<!-- " + regexp.QuoteMeta(mark) + "[ >][^>]*-->\n```sh\n(.*?)```").FindSubmatch(text)
-	if m == nil {
-		t.Fatalf("docs/%s has no %s block", doc, mark)
-	}
-	return string(m[1])
-}
-
 // quickStartBlock returns the block of docs/operations.md marked <!-- quickstart:NAME ... -->.
 func quickStartBlock(t *testing.T, name string) string {
 	t.Helper()
