@@ -44,6 +44,7 @@ func newBindingCmd() *cobra.Command {
 	f.StringVar(&spec.BaseURL, "base-url", "", "the provider's API base URL")
 	f.StringVar(&spec.CredentialID, "credential", "", "id of a stored credential (xema credential create)")
 	f.StringVar(&config, "config", "", `provider settings as JSON, e.g. '{"repository":"owner/name"}' or '{"chatId":"-100123"}'`)
+	f.StringVar(&spec.Replaces, "replaces", "", "id of a binding this one takes the place of, in one step (a change)")
 
 	var list adminFlags
 	listCmd := &cobra.Command{Use: "list", Short: "List the org's bindings", Args: cobra.NoArgs,

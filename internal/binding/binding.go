@@ -57,6 +57,9 @@ type Spec struct {
 	BaseURL      string          `json:"baseUrl"`
 	CredentialID string          `json:"credentialId"`
 	Config       json.RawMessage `json:"config"`
+	// Replaces is the id of a binding of the org this one takes the place of, in one
+	// transaction: a change that never leaves the refs unbound in between.
+	Replaces string `json:"replaces,omitempty"`
 }
 
 // View is a binding as answered: no secret, only the credential's id.
@@ -158,6 +161,15 @@ func (s *Service) Create(ctx context.Context, ec identity.ExecContext, spec Spec
 			bad("/credentialId", fmt.Sprintf("credential %s is for %s, not %s", spec.CredentialID, meta.Provider, p.Name))
 		}
 	}
+	if spec.Replaces != "" {
+		old, err := s.Store.GetBinding(ctx, spec.Replaces)
+		switch {
+		case errors.Is(err, store.ErrNotFound), err == nil && old.Org != org:
+			bad("/replaces", fmt.Sprintf("no binding %q in org %s", spec.Replaces, org))
+		case err != nil:
+			return View{}, err
+		}
+	}
 	if len(problems) > 0 {
 		return View{}, &fault.Error{Kind: fault.Invalid, Code: CodeInvalid, Violations: problems,
 			Message: fmt.Sprintf("the binding cannot be stored (%d problem(s)): %s %s", len(problems), problems[0].Path, problems[0].Message)}
@@ -165,7 +177,10 @@ func (s *Service) Create(ctx context.Context, ec identity.ExecContext, spec Spec
 	b := store.Binding{ID: newID(), Org: org, Project: spec.Project, Environment: spec.Environment, RefPattern: spec.RefPattern,
 		Conversation: spec.Conversation, Provider: spec.Provider, BaseURL: strings.TrimRight(spec.BaseURL, "/"),
 		CredentialID: spec.CredentialID, Config: spec.Config, CreatedBy: ec.Subject.Ref, CreatedAt: store.Stamp(time.Time{})}
-	if err := s.Store.PutBinding(ctx, b); err != nil {
+	if err := s.Store.PutBinding(ctx, b, spec.Replaces); err != nil {
+		if spec.Replaces != "" && errors.Is(err, store.ErrNotFound) { // removed since it was read
+			return View{}, fault.New(fault.NotFound, CodeNotFound, "no binding %q in org %s", spec.Replaces, org)
+		}
 		if errors.Is(err, store.ErrConflict) {
 			return View{}, fault.New(fault.Conflict, CodeExists,
 				"a binding for the same org, project, environment, ref pattern and conversation exists; delete it first")

@@ -56,8 +56,10 @@ type BindingStore interface {
 
 	// PutBinding stores a new binding: a stored ID, or another binding with the same org,
 	// project, environment, ref pattern and conversation, is ErrConflict; an unknown
-	// credential is ErrNotFound.
-	PutBinding(ctx context.Context, b Binding) error
+	// credential is ErrNotFound. A non-empty replaces is the id of a binding of b's org that
+	// b takes the place of in the same transaction (a change: the old one is gone only if b
+	// is stored); unknown, or another org's, is ErrNotFound.
+	PutBinding(ctx context.Context, b Binding, replaces string) error
 	GetBinding(ctx context.Context, id string) (Binding, error)
 	// ListBindings returns the bindings of org ("" = all), oldest first.
 	ListBindings(ctx context.Context, org string) ([]Binding, error)

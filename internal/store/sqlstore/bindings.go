@@ -124,17 +124,28 @@ func scanBinding(sc scanner) (store.Binding, error) {
 }
 
 // PutBinding implements store.BindingStore.
-func (s *Store) PutBinding(ctx context.Context, b store.Binding) error {
+func (s *Store) PutBinding(ctx context.Context, b store.Binding, replaces string) error {
 	op := fmt.Sprintf("put binding %q", b.ID)
 	if err := b.Validate(); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	if _, err := s.exec(ctx, s.db, `INSERT INTO bindings (`+bindingColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		b.ID, b.Org, b.Project, b.Environment, b.RefPattern, b.Conversation, b.Provider, b.BaseURL, b.CredentialID,
-		jsonArg(b.Config), b.CreatedBy, s.d.TimeArg(store.Stamp(b.CreatedAt))); err != nil {
-		return s.fail(op, err)
-	}
-	return nil
+	return s.inTx(ctx, op, func(tx *sql.Tx) error {
+		if replaces != "" {
+			n, err := s.exec(ctx, tx, `DELETE FROM bindings WHERE id = ? AND org = ?`, replaces, b.Org)
+			if err != nil {
+				return s.fail(op, err)
+			}
+			if n == 0 {
+				return fmt.Errorf("%s: replaces %q: %w", op, replaces, store.ErrNotFound)
+			}
+		}
+		if _, err := s.exec(ctx, tx, `INSERT INTO bindings (`+bindingColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			b.ID, b.Org, b.Project, b.Environment, b.RefPattern, b.Conversation, b.Provider, b.BaseURL, b.CredentialID,
+			jsonArg(b.Config), b.CreatedBy, s.d.TimeArg(store.Stamp(b.CreatedAt))); err != nil {
+			return s.fail(op, err)
+		}
+		return nil
+	})
 }
 
 // GetBinding implements store.BindingStore.

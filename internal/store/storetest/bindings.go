@@ -94,7 +94,7 @@ func testBindingRoundTrip(t *testing.T, s store.Store) {
 	chat.RefPattern, chat.Conversation, chat.Provider, chat.Environment = "connector:channel.*", "support", "telegram", ""
 	chat.Config = json.RawMessage(`{"chatId":"-100"}`)
 	for _, x := range []store.Binding{b, chat} {
-		if err := s.PutBinding(ctx, x); err != nil {
+		if err := s.PutBinding(ctx, x, ""); err != nil {
 			t.Fatalf("PutBinding(%s): %v", x.ID, err)
 		}
 	}
@@ -114,22 +114,47 @@ func testBindingRoundTrip(t *testing.T, s store.Store) {
 	}
 	equal(t, "bindings of another org", len(none), 0)
 
-	wantErr(t, "PutBinding same id", s.PutBinding(ctx, b), store.ErrConflict)
+	wantErr(t, "PutBinding same id", s.PutBinding(ctx, b, ""), store.ErrConflict)
 	bad := b
 	bad.ID, bad.Config = "bnd_3", json.RawMessage(`{`)
-	wantErr(t, "PutBinding bad config", s.PutBinding(ctx, bad), store.ErrInvalid)
+	wantErr(t, "PutBinding bad config", s.PutBinding(ctx, bad, ""), store.ErrInvalid)
 
-	if err := s.DeleteBinding(ctx, "bnd_1"); err != nil {
+	// A change replaces a binding in one transaction: another org's id, an unknown one, or a
+	// replacement that cannot be stored leaves the old binding in place.
+	changed := b
+	changed.ID, changed.BaseURL = "bnd_4", "https://scm.example.test/v2"
+	other := changed
+	other.Org = "other"
+	wantErr(t, "PutBinding replacing another org's", s.PutBinding(ctx, other, "bnd_1"), store.ErrNotFound)
+	wantErr(t, "PutBinding replacing an unknown one", s.PutBinding(ctx, changed, "bnd_none"), store.ErrNotFound)
+	wantErr(t, "PutBinding replacing with a bad config", s.PutBinding(ctx, bad, "bnd_1"), store.ErrInvalid)
+	sameKey := changed
+	sameKey.ID = "bnd_5"
+	wantErr(t, "PutBinding replacing, colliding with another binding", s.PutBinding(ctx, sameKey, "bnd_2"), store.ErrConflict)
+	if got, err := s.GetBinding(ctx, "bnd_1"); err != nil || got.BaseURL != b.BaseURL {
+		t.Fatalf("the old binding after failed changes: %+v, %v", got, err)
+	}
+	if err := s.PutBinding(ctx, changed, "bnd_1"); err != nil {
+		t.Fatalf("PutBinding replacing bnd_1: %v", err)
+	}
+	list, err = s.ListBindings(ctx, "acme")
+	if err != nil || len(list) != 2 || list[0].ID != "bnd_2" || list[1].ID != "bnd_4" {
+		t.Fatalf("bindings after the change: %+v, %v", list, err)
+	}
+	if err := s.DeleteBinding(ctx, "bnd_4"); err != nil {
 		t.Fatalf("DeleteBinding: %v", err)
 	}
-	_, err = s.GetBinding(ctx, "bnd_1")
+	if err := s.DeleteBinding(ctx, "bnd_1"); err == nil {
+		t.Fatal("DeleteBinding of the replaced binding succeeded")
+	}
+	_, err = s.GetBinding(ctx, "bnd_4")
 	wantErr(t, "GetBinding deleted", err, store.ErrNotFound)
-	wantErr(t, "DeleteBinding again", s.DeleteBinding(ctx, "bnd_1"), store.ErrNotFound)
+	wantErr(t, "DeleteBinding again", s.DeleteBinding(ctx, "bnd_4"), store.ErrNotFound)
 }
 
 func testBindingUnknownCredential(t *testing.T, s store.Store) {
 	ctx := context.Background()
-	wantErr(t, "PutBinding unknown credential", s.PutBinding(ctx, binding("bnd_1", "acme", "", "cred_none")), store.ErrNotFound)
+	wantErr(t, "PutBinding unknown credential", s.PutBinding(ctx, binding("bnd_1", "acme", "", "cred_none"), ""), store.ErrNotFound)
 	list, err := s.ListBindings(ctx, "")
 	if err != nil {
 		t.Fatalf("ListBindings: %v", err)
@@ -140,11 +165,11 @@ func testBindingUnknownCredential(t *testing.T, s store.Store) {
 func testBindingScopeUnique(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	mustPutCredential(t, s, credential("cred_1", "acme"))
-	if err := s.PutBinding(ctx, binding("bnd_1", "acme", "p1", "cred_1")); err != nil {
+	if err := s.PutBinding(ctx, binding("bnd_1", "acme", "p1", "cred_1"), ""); err != nil {
 		t.Fatalf("PutBinding: %v", err)
 	}
-	wantErr(t, "PutBinding same scope", s.PutBinding(ctx, binding("bnd_2", "acme", "p1", "cred_1")), store.ErrConflict)
-	if err := s.PutBinding(ctx, binding("bnd_3", "acme", "p2", "cred_1")); err != nil {
+	wantErr(t, "PutBinding same scope", s.PutBinding(ctx, binding("bnd_2", "acme", "p1", "cred_1"), ""), store.ErrConflict)
+	if err := s.PutBinding(ctx, binding("bnd_3", "acme", "p2", "cred_1"), ""); err != nil {
 		t.Fatalf("PutBinding other project: %v", err)
 	}
 }
@@ -152,7 +177,7 @@ func testBindingScopeUnique(t *testing.T, s store.Store) {
 func testCredentialInUse(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	mustPutCredential(t, s, credential("cred_1", "acme"))
-	if err := s.PutBinding(ctx, binding("bnd_1", "acme", "", "cred_1")); err != nil {
+	if err := s.PutBinding(ctx, binding("bnd_1", "acme", "", "cred_1"), ""); err != nil {
 		t.Fatalf("PutBinding: %v", err)
 	}
 	wantErr(t, "DeleteCredential in use", s.DeleteCredential(ctx, "cred_1"), store.ErrConflict)
