@@ -268,6 +268,77 @@ await step("providers list bindings and credentials, never a secret", async () =
   await shot("providers");
 });
 
+await step("providers: add a credential and a binding, change and remove them, register and sync an MCP server", async () => {
+  await nav("Providers").click();
+  await page.getByRole("heading", { name: "Bindings" }).waitFor();
+  // A credential: the secret goes in a password field and never comes back.
+  await page.getByRole("button", { name: "Add a credential" }).click();
+  const cf = page.getByRole("form", { name: "Add a credential" });
+  await cf.getByLabel("Name").fill("console-bot");
+  await cf.getByLabel("Provider").fill("gitea");
+  await cf.getByLabel("Secret (write-only)").fill("console-typed-secret");
+  await cf.getByRole("button", { name: "Save" }).click();
+  const creds = page.getByRole("table", { name: "Credentials" });
+  await creds.getByText("console-bot").waitFor();
+  expect(!(await page.content()).includes("console-typed-secret"), "the typed secret is on the page");
+  const credId = (await creds.locator("tr", { hasText: "console-bot" }).locator("td code").first().textContent()).trim();
+  // A binding with a bad base URL is refused, naming the field; nothing is added.
+  const before = await page.getByRole("table", { name: "Bindings" }).locator("tbody tr:not(.form-row)").count();
+  await page.getByRole("button", { name: "Add a binding" }).click();
+  const bf = page.getByRole("form", { name: "Add a binding" });
+  await bf.getByLabel("Refs (a ref pattern)").fill("connector:scm.*");
+  await bf.getByLabel("Credential").selectOption(credId);
+  await bf.getByLabel("Base URL").fill("ftp://nowhere");
+  await bf.getByLabel("Project").fill("console-project");
+  await bf.getByLabel("Provider settings (JSON)").fill('{"repository":"xema/console"}');
+  await bf.getByRole("button", { name: "Save" }).click();
+  const problems = await bf.getByRole("list", { name: "Problems" }).textContent();
+  expect(problems.includes("/baseUrl"), "the refusal names the field: " + problems);
+  expect((await page.getByRole("table", { name: "Bindings" }).locator("tbody tr:not(.form-row)").count()) === before, "a refused binding was added");
+  await bf.getByLabel("Base URL").fill(env("PROVIDER_URL"));
+  await bf.getByRole("button", { name: "Save" }).click();
+  const bindings = page.getByRole("table", { name: "Bindings" });
+  const row = bindings.locator("tr", { hasText: "console-project" });
+  await row.waitFor();
+  // Change: the new binding replaces the old one in one step.
+  const oldId = (await row.getByRole("button", { name: /^Change binding / }).getAttribute("aria-label")).replace("Change binding ", "");
+  await row.getByRole("button", { name: /^Change binding / }).click();
+  const chf = page.getByRole("form", { name: "Change binding " + oldId });
+  expect((await chf.getByLabel("Project").inputValue()) === "console-project", "the change form is not prefilled");
+  await chf.getByLabel("Base URL").fill(env("PROVIDER_URL") + "/v2");
+  await chf.getByRole("button", { name: "Save" }).click();
+  await bindings.getByText(env("PROVIDER_URL") + "/v2").waitFor();
+  expect((await bindings.locator("tr", { hasText: "console-project" }).count()) === 1, "the changed binding is not one row");
+  expect((await page.getByRole("button", { name: "Change binding " + oldId }).count()) === 0, "the replaced binding is still listed");
+  // The credential is in use: removing it is refused; remove the binding, then it.
+  await creds.locator("tr", { hasText: "console-bot" }).getByRole("button", { name: /^Remove credential / }).click();
+  await page.getByRole("button", { name: "Confirm removal" }).click();
+  await page.getByRole("alert").filter({ hasText: /in use|binding/ }).waitFor();
+  await page.reload();
+  await bindings.locator("tr", { hasText: "console-project" }).getByRole("button", { name: /^Remove binding / }).click();
+  await page.getByRole("button", { name: "Confirm removal" }).click();
+  await page.getByRole("status").filter({ hasText: /Binding .* removed/ }).waitFor();
+  expect((await bindings.locator("tr", { hasText: "console-project" }).count()) === 0, "the removed binding is listed");
+  await creds.locator("tr", { hasText: "console-bot" }).getByRole("button", { name: /^Remove credential / }).click();
+  await page.getByRole("button", { name: "Confirm removal" }).click();
+  await page.getByRole("status").filter({ hasText: /Credential .* removed/ }).waitFor();
+  expect((await creds.getByText("console-bot").count()) === 0, "the removed credential is listed");
+  // An MCP server: registered, its tools listed as seeded, synced.
+  await page.getByRole("button", { name: "Register an MCP server" }).click();
+  const mf = page.getByRole("form", { name: "Register an MCP server" });
+  await mf.getByLabel("Provider id").fill("console-tools");
+  await mf.getByLabel("URL (streamable HTTP)").fill(env("MCP_URL"));
+  await mf.getByRole("button", { name: "Save" }).click();
+  const card = page.getByRole("region", { name: "MCP server console-tools" });
+  await card.waitFor();
+  const tools = await card.getByRole("table", { name: "Tools of console-tools" }).textContent();
+  expect(tools.includes("console-tools:shout@1") && tools.includes("seeded"), "the registered server's tools: " + tools);
+  await page.getByRole("link", { name: "Review and grant its digest" }).waitFor();
+  await card.getByRole("button", { name: "Sync console-tools" }).click();
+  await card.getByText("Unchanged since the last sync.").waitFor();
+  await shot("providers-edit");
+});
+
 await step("the audit view leaves out people's console reads until asked", async () => {
   await nav("Audit").click();
   const table = page.getByRole("table", { name: "Audit records" });

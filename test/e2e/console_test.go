@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // TestConsole runs test/console/console.test.mjs, a headless Chromium driven by
@@ -53,6 +55,10 @@ func TestConsole(t *testing.T) {
 	const secret = "console-test-secret-never-shown"
 	connectorSetup(t, g, admin, map[string]any{"name": "scm-bot", "provider": "gitea", "secret": secret},
 		map[string]any{"refPattern": "connector:scm.*", "provider": "gitea", "baseUrl": prov.URL, "config": map[string]any{"repository": "xema/app"}})
+	// What the providers view registers: a real MCP server (the go-sdk's) with one tool.
+	tools := goMCPServer(t, func(s *mcp.Server) {
+		addRawTool(s, "shout", "Shouts", map[string]any{"type": "object", "properties": map[string]any{"text": map[string]any{"type": "string"}}})
+	})
 	acme := g.token("--subject", "user:bob", "--org-role", "org_admin", "--env", "org", "--org", "acme")
 	approver := g.token("--subject", "user:carol", "--org-role", "org_member", "--env", "project")
 	// A newer version, submitted and not yet granted: its digest shows the diff.
@@ -66,6 +72,7 @@ func TestConsole(t *testing.T) {
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "XEMA_URL="+g.URL, "XEMA_TOKEN="+admin, "HELD_APPROVE="+toApprove, "HELD_REJECT="+toReject,
 		"ACME_TOKEN="+acme, "AGENT_TOKEN="+bot, "APPROVER_TOKEN="+approver, "SECRET="+secret,
+		"PROVIDER_URL="+prov.URL, "MCP_URL="+tools.URL(),
 		"DENIED_REF=workflow:run.start@1", "DENIED_AUDIT="+str(den.Body, "auditId"), "DENIED_NEXT="+firstNext(t, den),
 		"BIOME_ID="+str(v2.Body, "biomeId"), "BIOME_VERSION="+str(v2.Body, "version"),
 		"SCREENSHOTS="+filepath.Join(repoRoot(t), "docs", "console"), "CHROMIUM="+chromium)

@@ -220,8 +220,8 @@ func search(t *testing.T, g *gateway, token string, req map[string]any) response
 func testSearch(t *testing.T, g *gateway, agent string) {
 	kbOnly := g.token("--subject", "agent:support-bot", "--env", "project", "--armed", "kb:*")
 	r := search(t, g, kbOnly, map[string]any{})
-	if refs := refsOf(r.Body, "capabilities"); !slices.Equal(refs, []string{"kb:page.read@1"}) || r.Body["consideredCount"] != 1.0 {
-		t.Errorf("armed kb:* sees %v (considered %v), want only kb:page.read@1", refs, r.Body["consideredCount"])
+	if refs := refsOf(r.Body, "capabilities"); !slices.Equal(refs, []string{"kb:page.publish@1", "kb:page.read@1"}) || r.Body["consideredCount"] != 2.0 {
+		t.Errorf("armed kb:* sees %v (considered %v), want only the demo's two kb capabilities", refs, r.Body["consideredCount"])
 	}
 	outside := g.token("--subject", "agent:support-bot", "--env", "public-session", "--armed", "kb:*")
 	r = search(t, g, outside, map[string]any{})

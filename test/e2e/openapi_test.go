@@ -165,7 +165,7 @@ func TestOpenAPI(t *testing.T) {
 
 		check("GET", "/metrics", g.get("/metrics", agent)) // 403: not a --metrics-reader
 		for _, p := range []string{"/healthz", "/readyz", "/metrics", "/openapi.json", "/.well-known/oauth-protected-resource",
-			"/.well-known/oauth-protected-resource/mcp", "/.well-known/jwks.json", "/console"} {
+			"/.well-known/oauth-protected-resource/mcp", "/.well-known/jwks.json", "/console", "/favicon.ico"} {
 			check("GET", p, g.get(p, ""))
 		}
 		check("GET", "/console/{path}", g.get("/console/audit", ""))

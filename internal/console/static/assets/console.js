@@ -1106,21 +1106,47 @@ async function viewCapability(ref) {
 async function viewProviders() {
   const part = (ref, path) => (mayOp(viewer, ref) ? api("GET", path).catch((err) => ({ error: err })) : Promise.resolve(null));
   const [bs, cs, ms] = await Promise.all([part("binding:list@1", "/v1/bindings"), part("credential:list@1", "/v1/credentials"), part("mcp-server:list@1", "/v1/mcp-servers")]);
-  const section = (title, res, render) => [h("h2", {}, title),
-    res === null ? h("p", { class: "muted" }, "Your token may not list these.") : res.error ? errorBox(res.error) : render(res)];
+  const creds = (cs && cs.credentials) || [];
+  const section = (title, res, render, adder) => [h("h2", {}, title),
+    res === null ? h("p", { class: "muted" }, "Your token may not list these.") : res.error ? errorBox(res.error) : [render(res), adder]];
   const table = (label, cols, rows) => rows.length ? h("table", { "aria-label": label },
     h("thead", {}, h("tr", {}, cols.map((x) => h("th", { scope: "col" }, x)))), h("tbody", {}, rows)) : h("p", {}, "None.");
+  // opener is a button that shows a form in box (once), or nothing when the token may not.
+  const opener = (ref, label, form) => {
+    if (!mayOp(viewer, ref)) return null;
+    const box = h("div", {});
+    return [h("button", { type: "button", onclick: () => box.replaceChildren(form(box)) }, label), box];
+  };
+  const rowBox = () => h("div", {});
+  const bindingRow = (b) => {
+    const box = rowBox();
+    return [h("tr", {}, h("td", {}, h("code", {}, b.refPattern)), h("td", {}, b.provider), h("td", {}, h("code", {}, b.baseUrl)),
+      h("td", {}, b.project || "any"), h("td", {}, b.environment || "any"), h("td", {}, h("code", {}, b.credentialId)),
+      h("td", {}, b.createdBy || "", " ", when(b.createdAt)),
+      h("td", { class: "row" },
+        mayOp(viewer, "binding:create@1") ? h("button", { type: "button", "aria-label": `Change binding ${b.id}`, onclick: () => box.replaceChildren(bindingForm(creds, box, b)) }, "Change") : null,
+        mayOp(viewer, "binding:delete@1") ? h("button", { type: "button", class: "danger", "aria-label": `Remove binding ${b.id}`, onclick: () => box.replaceChildren(removeForm(
+          `Removing binding ${b.id} leaves ${b.refPattern} unbound${b.project ? " in project " + b.project : ""}: calls to it are refused with MISSING_BINDING until another binding serves it.`,
+          "/v1/bindings/" + encodeURIComponent(b.id), `Binding ${b.id} removed`, box)) }, "Remove") : null)),
+    h("tr", { class: "form-row" }, h("td", { colspan: 8 }, box))];
+  };
+  const credentialRow = (c) => {
+    const box = rowBox();
+    return [h("tr", {}, h("td", {}, c.name || ""), h("td", {}, c.provider), h("td", {}, h("code", {}, c.id)),
+      h("td", {}, h("code", {}, c.keyId)),
+      h("td", {}, c.createdBy || "", " ", when(c.createdAt)),
+      h("td", { class: "rotated" }, c.rotatedAt ? when(c.rotatedAt) : h("span", { class: "muted", title: "xema credential rotate-key re-seals every secret under a new key" }, "never")),
+      h("td", {}, mayOp(viewer, "credential:delete@1") ? h("button", { type: "button", class: "danger", "aria-label": `Remove credential ${c.id}`, onclick: () => box.replaceChildren(removeForm(
+        `Removing credential ${c.id} destroys its secret; a credential a binding still uses cannot be removed (remove or change the binding first).`,
+        "/v1/credentials/" + encodeURIComponent(c.id), `Credential ${c.id} removed`, box)) }, "Remove") : null)),
+    h("tr", { class: "form-row" }, h("td", { colspan: 7 }, box))];
+  };
   show("Providers",
-    h("p", { class: "muted" }, "Read only: the CLI (xema binding, credential, mcp-server) changes them. Secrets are never shown: the gateway answers none."),
-    section("Bindings", bs, (r) => table("Bindings", ["Refs", "Provider", "Base URL", "Project", "Environment", "Credential", "Created"],
-      (r.bindings || []).map((b) => h("tr", {}, h("td", {}, h("code", {}, b.refPattern)), h("td", {}, b.provider), h("td", {}, h("code", {}, b.baseUrl)),
-        h("td", {}, b.project || "any"), h("td", {}, b.environment || "any"), h("td", {}, h("code", {}, b.credentialId)),
-        h("td", {}, b.createdBy || "", " ", when(b.createdAt)))))),
-    section("Credentials", cs, (r) => table("Credentials", ["Name", "Kind", "Id", "Sealed under key", "Created", "Last rotated"],
-      (r.credentials || []).map((c) => h("tr", {}, h("td", {}, c.name || ""), h("td", {}, c.provider), h("td", {}, h("code", {}, c.id)),
-        h("td", {}, h("code", {}, c.keyId)),
-        h("td", {}, c.createdBy || "", " ", when(c.createdAt)),
-        h("td", { class: "rotated" }, c.rotatedAt ? when(c.rotatedAt) : h("span", { class: "muted", title: "xema credential rotate-key re-seals every secret under a new key" }, "never")))))),
+    h("p", { class: "muted" }, "Secrets are write-only: the gateway stores them sealed and answers none, here or in the API. Every change here is a call of the same capability as the API's (binding:create@1, credential:create@1, mcp-server:register@1...), audited as yours."),
+    section("Bindings", bs, (r) => table("Bindings", ["Refs", "Provider", "Base URL", "Project", "Environment", "Credential", "Created", ""],
+      (r.bindings || []).map(bindingRow)), opener("binding:create@1", "Add a binding", (box) => bindingForm(creds, box))),
+    section("Credentials", cs, (r) => table("Credentials", ["Name", "Kind", "Id", "Sealed under key", "Created", "Last rotated", ""],
+      creds.map(credentialRow)), opener("credential:create@1", "Add a credential", credentialForm)),
     section("Federated MCP servers", ms, (r) => (r.servers || []).length ? (r.servers || []).map((sv) =>
       h("section", { class: "card", "aria-label": "MCP server " + sv.providerId },
         h("h3", {}, sv.providerId),
@@ -1128,9 +1154,140 @@ async function viewProviders() {
           h("dt", {}, "Server version"), h("dd", {}, sv.version || ""),
           h("dt", {}, "Registered"), h("dd", {}, sv.registeredBy || "", " ", when(sv.registeredAt)),
           h("dt", {}, "Last sync"), h("dd", {}, when(sv.syncedAt))),
+        mayOp(viewer, "mcp-server:sync@1") ? syncButton(sv.providerId) : null,
         table("Tools of " + sv.providerId, ["Capability", "Tool", "Lifecycle"], (sv.tools || []).map((tl) =>
           h("tr", {}, h("td", {}, refLink(tl.ref)), h("td", {}, tl.name), h("td", {}, tl.lifecycle))))))
-      : h("p", {}, "None.")));
+      : h("p", {}, "None."), opener("mcp-server:register@1", "Register an MCP server", registerForm)));
+}
+
+// providerForm is a form whose submit calls the API and shows the answer or the refusal in
+// place; done(result) says what happened and rerenders the view.
+function providerForm(label, fields, call, done, box) {
+  const out = h("div", { "aria-live": "polite" });
+  const submit = h("button", { type: "submit", class: "primary" }, "Save");
+  return h("form", { "aria-label": label, onsubmit: async (e) => {
+    e.preventDefault();
+    submit.disabled = true;
+    out.replaceChildren();
+    try {
+      const res = await call();
+      await done(res);
+    } catch (err) {
+      out.replaceChildren(errorBox(err), violationList(err));
+    } finally {
+      submit.disabled = false;
+    }
+  } }, fields, h("div", { class: "row" }, submit, h("button", { type: "button", onclick: () => box.replaceChildren() }, "Cancel")), out);
+}
+
+// violationList lists a refusal's problems, each with the field it names.
+function violationList(err) {
+  const v = (err && err.body && err.body.violations) || [];
+  return v.length ? h("ul", { "aria-label": "Problems" }, v.map((x) => h("li", {}, h("code", {}, x.path || "/"), " ", x.message))) : null;
+}
+
+// bindingForm adds a binding, or changes old: the new one replaces it in one step. The
+// provider is the chosen credential's (a binding's provider must be its credential's).
+function bindingForm(creds, box, old) {
+  const b = old || {};
+  const input = (name, value, attrs) => h("input", { name, value: value || "", ...(attrs || {}) });
+  const f = {
+    refPattern: input("refPattern", b.refPattern, { required: true, placeholder: "connector:scm.*" }),
+    credentialId: h("select", { name: "credentialId", required: true }, h("option", { value: "" }, "choose a credential"),
+      creds.map((c) => h("option", { value: c.id, selected: c.id === b.credentialId }, `${c.name || c.id} (${c.provider})`))),
+    baseUrl: input("baseUrl", b.baseUrl, { required: true, placeholder: "https://git.example.com" }),
+    project: input("project", b.project, { placeholder: "every project" }),
+    environment: input("environment", b.environment, { placeholder: "every environment" }),
+    conversation: input("conversation", b.conversation, { placeholder: "chat providers only" }),
+    config: h("textarea", { name: "config", spellcheck: "false" }, JSON.stringify(b.config || {}, null, 2)),
+  };
+  const body = () => {
+    let config;
+    try { config = JSON.parse(f.config.value || "{}"); } catch (_) { throw new Error("Settings: not JSON"); }
+    const c = creds.find((x) => x.id === f.credentialId.value);
+    const out = { refPattern: f.refPattern.value, provider: c ? c.provider : "", baseUrl: f.baseUrl.value, credentialId: f.credentialId.value, config };
+    for (const k of ["project", "environment", "conversation"]) if (f[k].value) out[k] = f[k].value;
+    if (old) out.replaces = old.id;
+    return out;
+  };
+  return providerForm(old ? `Change binding ${old.id}` : "Add a binding", [
+    old ? h("p", { class: "notice" }, `The new binding takes the place of ${old.id} in one step: its refs are never unbound in between, and a refused change leaves it as it is.`) : null,
+    field("Refs (a ref pattern)", f.refPattern), field("Credential", f.credentialId), field("Base URL", f.baseUrl),
+    field("Project", f.project), field("Environment", f.environment), field("Conversation", f.conversation),
+    field("Provider settings (JSON)", f.config)],
+  () => api("POST", "/v1/bindings", body()),
+  async (res) => { say(old ? `Binding ${res.id} replaces ${old.id}` : `Binding ${res.id} added`); await viewProviders(); }, box);
+}
+
+// credentialForm stores a secret: the field is a password field, emptied once sent, and the
+// answer carries only the new credential's id.
+function credentialForm(box) {
+  const name = h("input", { name: "name" });
+  const provider = h("input", { name: "provider", required: true, placeholder: "gitea, github, slack..." });
+  const secret = h("input", { name: "secret", type: "password", required: true, autocomplete: "off" });
+  return providerForm("Add a credential", [field("Name", name), field("Provider", provider), field("Secret (write-only)", secret)],
+    async () => {
+      const body = { provider: provider.value, secret: secret.value };
+      if (name.value) body.name = name.value;
+      try { return await api("POST", "/v1/credentials", body); } finally { secret.value = ""; }
+    },
+    async (res) => { say(`Credential ${res.id} added`); await viewProviders(); }, box);
+}
+
+// registerForm registers a remote MCP server (streamable HTTP); a stdio server runs a
+// command on the gateway's host and is registered with the CLI by its operator.
+function registerForm(box) {
+  const providerId = h("input", { name: "providerId", required: true, placeholder: "lowercase-with-dashes" });
+  const url = h("input", { name: "url", required: true, type: "url", placeholder: "https://mcp.example.com/mcp" });
+  const auth = h("input", { name: "auth", type: "checkbox" });
+  return providerForm("Register an MCP server", [
+    h("p", { class: "muted" }, "Its tools become capabilities of a biome of the same name, seeded: callable once an admin grants its digest. A stdio server runs a command on the gateway's host: its operator declares it there and registers it with xema mcp-server register."),
+    field("Provider id", providerId), field("URL (streamable HTTP)", url),
+    h("div", { class: "check" }, auth, h("label", { for: auth.id = "f-mcp-auth" }, "Send the gateway's service token"))],
+  () => {
+    const body = { providerId: providerId.value, transport: "streamable-http", url: url.value };
+    if (auth.checked) body.auth = { kind: "service-token" };
+    return api("POST", "/v1/mcp-servers", body);
+  },
+  async (res) => {
+    const sv = res.server || {};
+    say(`MCP server ${sv.providerId || providerId.value} registered`);
+    await viewProviders();
+    const id = sv.providerId || providerId.value;
+    main().append(h("p", { class: "notice", role: "status" }, `${id} ${sv.version || ""} is registered with ${(sv.tools || []).length} tools, seeded. `,
+      link(`/console/biomes/${encodeURIComponent(id)}/${encodeURIComponent(sv.version || "")}`, "Review and grant its digest")));
+  }, box);
+}
+
+// syncButton re-reads a server's tools now and says whether they changed.
+function syncButton(id) {
+  const out = h("span", { "aria-live": "polite" });
+  return h("div", { class: "row" }, h("button", { type: "button", "aria-label": `Sync ${id}`, onclick: async () => {
+    out.replaceChildren("Syncing...");
+    try {
+      const res = await api("POST", "/v1/mcp-servers/" + encodeURIComponent(id) + "/sync", {});
+      out.replaceChildren(res.changed ? `Its tools changed: version ${(res.server || {}).version || ""}, a new digest to review.` : "Unchanged since the last sync.");
+    } catch (err) {
+      out.replaceChildren(errorBox(err));
+    }
+  } }, "Sync now"), out);
+}
+
+// removeForm asks to confirm a removal (what it does, in words) and then deletes path.
+function removeForm(what, path, said, box) {
+  const out = h("div", { "aria-live": "polite" });
+  return h("div", { role: "group", "aria-label": "Confirm removal" }, h("p", { class: "notice" }, what), out,
+    h("div", { class: "row" },
+      h("button", { type: "button", class: "danger", onclick: async () => {
+        try {
+          await api("DELETE", path);
+          say(said);
+          await viewProviders();
+        } catch (err) {
+          out.replaceChildren(errorBox(err));
+        }
+      } }, "Confirm removal"),
+      h("button", { type: "button", onclick: () => box.replaceChildren() }, "Cancel")));
 }
 
 // ---- grants -----------------------------------------------------------------------------
