@@ -348,6 +348,7 @@ await step("the audit view leaves out people's console reads until asked", async
   const reads = () => table.locator("tbody tr", { hasText: "user:alice" }).filter({ hasText: /approval:list@1|store:biome\.(get|list)@1|audit:stats\.get@1|biome:grant\.list@1|binding:list@1|credential:list@1|mcp-server:list@1|catalog:capability\.get@1/ }).count();
   expect((await reads()) === 0, "people's console reads are shown by default");
   expect((await table.locator("tbody tr", { hasText: "agent:support-bot" }).count()) > 0, "the agents' calls are not shown");
+  expect((await table.locator("tbody tr", { hasText: "agent:support-bot for user:ann" }).count()) === 1, "the call made for user:ann does not name her");
   await page.getByLabel("Include people's reads through the console").check();
   await page.getByRole("button", { name: "Search" }).click();
   await page.waitForURL(/reads=include/);

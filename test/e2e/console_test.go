@@ -49,6 +49,9 @@ func TestConsole(t *testing.T) {
 		expect(t, g.post("/v1/capabilities/invoke", bot, map[string]any{"ref": "kb:page.read@1", "input": map[string]any{"pageId": "welcome"}}), http.StatusOK)
 	}
 	expect(t, g.post("/v1/capabilities/invoke", public, map[string]any{"ref": "workflow:run.start@1", "input": map[string]any{"workflowId": "offboarding"}}), http.StatusForbidden)
+	// An agent acting for a person: the audit view names both.
+	forAnn := g.token("--subject", "user:ann", "--org-role", "org_member", "--env", "project", "--act", "agent:support-bot")
+	expect(t, g.post("/v1/capabilities/invoke", forAnn, map[string]any{"ref": "kb:page.read@1", "input": map[string]any{"pageId": "welcome"}}), http.StatusOK)
 	expect(t, g.post("/v1/capabilities/invoke", bot, map[string]any{"ref": "kb:nothing.here@1", "input": map[string]any{}}), http.StatusNotFound)
 	expect(t, g.post("/v1/capabilities/invoke", bot, map[string]any{"ref": "kb:page.read@1", "input": map[string]any{"pageId": "NOT VALID"}}), http.StatusBadRequest)
 	// What the providers view lists: a credential (never its secret) and a binding.

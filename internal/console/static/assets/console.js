@@ -809,7 +809,7 @@ async function viewAudit() {
       h("td", { class: "time" }, when(r.time)), h("td", {}, link("/console/audit/" + encodeURIComponent(r.auditId), r.auditId)),
       h("td", {}, h("span", { class: "tag " + decisionClass(r.decision) }, r.decision)),
       h("td", {}, o ? link("/console/audit/" + encodeURIComponent(o.auditId), o.outcome || "recorded") : r.outcome || ""),
-      h("td", {}, r.subject.kind === "" ? h("code", {}, r.capability) : refLink(r.capability)), h("td", {}, r.subject.ref), h("td", {}, r.environment),
+      h("td", {}, r.subject.kind === "" ? h("code", {}, r.capability) : refLink(r.capability)), h("td", {}, r.subject.ref, r.onBehalfOf ? [" ", h("span", { class: "muted" }, `for ${r.onBehalfOf.person.ref}`)] : null), h("td", {}, r.environment),
       h("td", {}, (r.reasons || []).map((x) => x.code).join(", "))));
     const next = new URLSearchParams(q);
     next.set("cursor", page.nextCursor || "");
@@ -859,6 +859,7 @@ async function viewAuditRecord(id) {
       h("dt", {}, "Decision"), h("dd", {}, h("span", { class: "tag " + decisionClass(r.decision) }, r.decision)),
       h("dt", {}, "Capability"), h("dd", {}, refLink(r.capability)),
       h("dt", {}, "Subject"), h("dd", {}, `${r.subject.ref} (${r.subject.kind})`),
+      r.onBehalfOf ? [h("dt", {}, "On behalf of"), h("dd", {}, `${r.onBehalfOf.person.ref} (${r.onBehalfOf.person.kind}), through ${(r.onBehalfOf.actors || []).join(" → ")}`)] : null,
       h("dt", {}, "Environment"), h("dd", {}, r.environment),
       h("dt", {}, "Time"), h("dd", {}, when(r.time)),
       h("dt", {}, "Outcome"), h("dd", {}, r.outcome || ""),
