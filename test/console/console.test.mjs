@@ -317,11 +317,11 @@ await step("providers: add a credential and a binding, change and remove them, r
   await page.reload();
   await bindings.locator("tr", { hasText: "console-project" }).getByRole("button", { name: /^Remove binding / }).click();
   await page.getByRole("button", { name: "Confirm removal" }).click();
-  await page.getByRole("status").filter({ hasText: /Binding .* removed/ }).waitFor();
+  await page.getByRole("status").filter({ hasText: /Binding .* removed/ }).waitFor(); // said once the page is redrawn
   expect((await bindings.locator("tr", { hasText: "console-project" }).count()) === 0, "the removed binding is listed");
   await creds.locator("tr", { hasText: "console-bot" }).getByRole("button", { name: /^Remove credential / }).click();
   await page.getByRole("button", { name: "Confirm removal" }).click();
-  await page.getByRole("status").filter({ hasText: /Credential .* removed/ }).waitFor();
+  await page.getByRole("status").filter({ hasText: /Credential .* removed/ }).waitFor(); // said once the page is redrawn
   expect((await creds.getByText("console-bot").count()) === 0, "the removed credential is listed");
   // An MCP server: registered, its tools listed as seeded, synced.
   await page.getByRole("button", { name: "Register an MCP server" }).click();

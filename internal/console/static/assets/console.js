@@ -1217,7 +1217,7 @@ function bindingForm(creds, box, old) {
     field("Project", f.project), field("Environment", f.environment), field("Conversation", f.conversation),
     field("Provider settings (JSON)", f.config)],
   () => api("POST", "/v1/bindings", body()),
-  async (res) => { say(old ? `Binding ${res.id} replaces ${old.id}` : `Binding ${res.id} added`); await viewProviders(); }, box);
+  async (res) => { await viewProviders(); say(old ? `Binding ${res.id} replaces ${old.id}` : `Binding ${res.id} added`); }, box);
 }
 
 // credentialForm stores a secret: the field is a password field, emptied once sent, and the
@@ -1232,7 +1232,7 @@ function credentialForm(box) {
       if (name.value) body.name = name.value;
       try { return await api("POST", "/v1/credentials", body); } finally { secret.value = ""; }
     },
-    async (res) => { say(`Credential ${res.id} added`); await viewProviders(); }, box);
+    async (res) => { await viewProviders(); say(`Credential ${res.id} added`); }, box);
 }
 
 // registerForm registers a remote MCP server (streamable HTTP); a stdio server runs a
@@ -1252,10 +1252,10 @@ function registerForm(box) {
   },
   async (res) => {
     const sv = res.server || {};
-    say(`MCP server ${sv.providerId || providerId.value} registered`);
     await viewProviders();
+    say(`MCP server ${sv.providerId || providerId.value} registered`);
     const id = sv.providerId || providerId.value;
-    main().append(h("p", { class: "notice", role: "status" }, `${id} ${sv.version || ""} is registered with ${(sv.tools || []).length} tools, seeded. `,
+    main().append(h("p", { class: "notice", role: "status" }, `${id} ${sv.version || ""} is registered with ${plural((sv.tools || []).length, "tool")}, seeded. `,
       link(`/console/biomes/${encodeURIComponent(id)}/${encodeURIComponent(sv.version || "")}`, "Review and grant its digest")));
   }, box);
 }
@@ -1282,8 +1282,8 @@ function removeForm(what, path, said, box) {
       h("button", { type: "button", class: "danger", onclick: async () => {
         try {
           await api("DELETE", path);
+          await viewProviders(); // the page without it first, then the word that it is gone
           say(said);
-          await viewProviders();
         } catch (err) {
           out.replaceChildren(errorBox(err));
         }
