@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 )
@@ -15,7 +16,10 @@ type MCPServer struct {
 	URL        string
 	Command    string
 	Args       []string
-	Auth       string // "" or service-token
+	Auth       string // "", service-token or oauth
+	// OAuth is, for auth oauth, the server's authorization server and the gateway's client
+	// there, as internal/connection encodes it (a client secret only ever sealed); nil otherwise.
+	OAuth json.RawMessage
 	TimeoutMs  int
 	Tools      []MCPTool
 	// Generation is 1 at registration and grows by one with each sync that stored a change;
