@@ -19,9 +19,9 @@ type MCPServer struct {
 	Auth       string // "", service-token or oauth
 	// OAuth is, for auth oauth, the server's authorization server and the gateway's client
 	// there, as internal/connection encodes it (a client secret only ever sealed); nil otherwise.
-	OAuth json.RawMessage
-	TimeoutMs  int
-	Tools      []MCPTool
+	OAuth     json.RawMessage
+	TimeoutMs int
+	Tools     []MCPTool
 	// Generation is 1 at registration and grows by one with each sync that stored a change;
 	// the biome version of the server's tools is derived from it.
 	Generation int64
