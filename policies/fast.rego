@@ -3,7 +3,7 @@ package xema.authz
 # The allow path, written positively so the common call is cheap to decide.
 #
 # `clean` holds when no `deny` rule can fire: it is the conjunction of the negations of every
-# deny rule's body (checks.rego, grant.rego, baseline.rego, approval.rego, delegation.rego, authz.rego and the
+# deny rule's body (checks.rego, grant.rego, baseline.rego, approval.rego, delegation.rego, connection.rego, authz.rego and the
 # platform's data.xema.custom.deny), each written at least as strictly as the rule it
 # stands for. When it holds, the decision is clean_decision (authz.rego), which evaluates no
 # deny rule; when it does not, full_decision is computed. So `clean` may be stricter than
@@ -60,7 +60,24 @@ clean if {
 
 	# delegation.rego: an undelegated call, or one every delegation rule admits.
 	not delegation_denied
+
+	# connection.rego: no connection needed, or a connected one.
+	not connection_blocked
 }
+
+# Two bodies, each testing that a connection is present by a test partial evaluation keeps
+# (it drops a lone `_ = input.connection` from a negated single-body rule).
+connection_blocked if {
+	is_object(input.connection)
+	not connection_connected
+}
+
+connection_blocked if {
+	connection_needed
+	not is_object(input.connection)
+}
+
+connection_connected if input.connection.status == "connected"
 
 # The environments a clean call may name: env_kind is defined (ENVIRONMENT_NOT_ALLOWED),
 # the audience of its kind admits the output (AUDIENCE_INCOMPATIBLE) and the grant names it

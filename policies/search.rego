@@ -101,6 +101,7 @@ search_caller_clean if {
 	is_array(input.armed)
 	not approval_key
 	not delegated
+	not connection_blocked
 	not input.usage.rateExceeded == true
 	not input.usage.quotaExceeded == true
 	not search_names_resource

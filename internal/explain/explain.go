@@ -152,6 +152,12 @@ func Words(s policy.Suggestion) string {
 		return fmt.Sprintf("call %s instead", s.Capability)
 	case "establish-binding":
 		return fmt.Sprintf("establish binding %s first, with %s", s.Binding, s.Capability)
+	case "connect":
+		whose := "your own account"
+		if s.Owner == "org" {
+			whose = "the org's account (an org admin does)"
+		}
+		return fmt.Sprintf("connect %s to %s at %s, then call again", whose, s.Server, s.URL)
 	}
 	return fmt.Sprintf("%s %s", s.Kind, s.Capability)
 }

@@ -146,6 +146,14 @@ func cacheKey(in Input) string {
 	} else {
 		b.WriteByte('~')
 	}
+	if c := in.Connection; c != nil {
+		b.WriteString("c")
+		for _, v := range []string{c.Provider, c.Owner, c.Person, c.Status, c.ID, c.ConnectURL} {
+			s(v)
+		}
+	} else {
+		b.WriteByte('~')
+	}
 	if d := in.Delegation; d != nil {
 		b.WriteString("d")
 		s(d.Person.Kind)

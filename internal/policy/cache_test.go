@@ -149,6 +149,7 @@ func TestCacheKeyCoversEveryInputField(t *testing.T) {
 	base.InstanceRelations = map[string]bool{"r": false}
 	base.Delegation = &Delegation{Person: Subject{Kind: "user", Ref: "user:ann"}, OrgRole: "org_member",
 		Groups: []string{"g"}, Roles: []string{"r"}, Actors: []string{base.Subject.Ref}, MayAct: []string{base.Subject.Ref}}
+	base.Connection = &Connection{Provider: "slack", Owner: "user", Person: "user:ann", Status: "connected", ID: "con_1", ConnectURL: "https://x/console/#connections"}
 	checkKeyCoversFields(t, base) // every sub-field of the pointers
 }
 

@@ -72,7 +72,7 @@ func (d *Decision) field(key string, val *ast.Term) error {
 	case "suggestions":
 		return decodeList("decision.suggestions", val.Value, &d.Suggestions, func(i int, o ast.Object) (s Suggestion, err error) {
 			err = stringFields("decision.suggestions", i, o, suggestionKeys,
-				[]*string{&s.Kind, &s.Capability, &s.Environment, &s.From, &s.To, &s.Binding, &s.Subject})
+				[]*string{&s.Kind, &s.Capability, &s.Environment, &s.From, &s.To, &s.Binding, &s.Subject, &s.Server, &s.Owner, &s.URL})
 			return s, err
 		})
 	case "obligations":
@@ -99,7 +99,8 @@ var (
 		ast.StringTerm("obligations"), ast.StringTerm("revision")}
 	reasonKeys     = []*ast.Term{ast.StringTerm("code"), ast.StringTerm("detail")}
 	suggestionKeys = []*ast.Term{ast.StringTerm("kind"), ast.StringTerm("capability"), ast.StringTerm("environment"),
-		ast.StringTerm("from"), ast.StringTerm("to"), ast.StringTerm("binding"), ast.StringTerm("subject")}
+		ast.StringTerm("from"), ast.StringTerm("to"), ast.StringTerm("binding"), ast.StringTerm("subject"),
+		ast.StringTerm("server"), ast.StringTerm("owner"), ast.StringTerm("url")}
 	obligationKeys = []*ast.Term{ast.StringTerm("kind"), ast.StringTerm("per")}
 	kRequests      = ast.StringTerm("requests")
 )

@@ -49,6 +49,17 @@ var mutations = map[string]func(*Input){
 		in.Delegation = delegationFor(in.Subject.Ref, "user:ann", "", []string{"agent:other"})
 	},
 	"delegation broken": func(in *Input) { in.Delegation = &Delegation{} },
+	"org connected": func(in *Input) {
+		in.Connection = &Connection{Provider: "slack", Owner: "org", Status: "connected", ID: "con_1"}
+	},
+	"own connection missing": func(in *Input) {
+		in.Connection = &Connection{Provider: "slack", Owner: "user", Person: in.Subject.Ref, Status: "missing"}
+	},
+	"connection expired": func(in *Input) {
+		in.Connection = &Connection{Provider: "slack", Owner: "user", Person: "user:ann", Status: "needs-reconnect"}
+	},
+	"no person to connect": func(in *Input) { in.Connection = &Connection{Provider: "slack", Owner: "user", Status: "missing"} },
+	"connection broken":    func(in *Input) { in.Connection = &Connection{} },
 }
 
 // delegationFor is actor acting for person.
@@ -112,7 +123,7 @@ func TestDenyRulesAccountedFor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const mirrored = 34 // deny rules fast.rego's clean (and search.rego's search_clean) stands for
+	const mirrored = 36 // deny rules fast.rego's clean (and search.rego's search_clean) stands for
 	n := 0
 	authz := ast.MustParseRef("data.xema.authz")
 	for _, m := range e.modules {

@@ -14,6 +14,9 @@ var (
 	kApprovalOrg                       = ast.StringTerm("org")
 	kDelegation, kPerson, kOrgRole     = ast.StringTerm("delegation"), ast.StringTerm("person"), ast.StringTerm("orgRole")
 	kActors, kMayAct                   = ast.StringTerm("actors"), ast.StringTerm("mayAct")
+	kConnection, kProvider, kOwner     = ast.StringTerm("connection"), ast.StringTerm("provider"), ast.StringTerm("owner")
+	kStatus                            = ast.StringTerm("status")
+	connectionOptional                 = [...]*ast.Term{ast.StringTerm("person"), ast.StringTerm("id"), ast.StringTerm("connectUrl")}
 	optionalKeys                       = [...]*ast.Term{ast.StringTerm("biome"), ast.StringTerm("orgRole"), ast.StringTerm("org"),
 		ast.StringTerm("project"), ast.StringTerm("session"), ast.StringTerm("resource"), ast.StringTerm("resourceOwner")}
 )
@@ -64,6 +67,19 @@ func inputValue(in Input) ast.Value {
 	}
 	if d := in.Delegation; d != nil {
 		pairs = append(pairs, [2]*ast.Term{kDelegation, b.term(b.delegation(d))})
+	}
+	if c := in.Connection; c != nil {
+		pairs = append(pairs, [2]*ast.Term{kConnection, b.term(b.connection(c))})
+	}
+	return ast.NewObject(pairs...)
+}
+
+func (b *termSlab) connection(c *Connection) ast.Value {
+	pairs := [][2]*ast.Term{{kProvider, b.str(c.Provider)}, {kOwner, b.str(c.Owner)}, {kStatus, b.str(c.Status)}}
+	for i, v := range [...]string{c.Person, c.ID, c.ConnectURL} {
+		if v != "" {
+			pairs = append(pairs, [2]*ast.Term{connectionOptional[i], b.str(v)})
+		}
 	}
 	return ast.NewObject(pairs...)
 }

@@ -31,6 +31,28 @@ type Input struct {
 	Approval *Approval `json:"approval,omitempty"`
 	// Delegation is set when Subject acts for a person; nil otherwise.
 	Delegation *Delegation `json:"delegation,omitempty"`
+	// Connection is set when the capability is served through a connection (an
+	// OAuth-protected provider the gateway holds an org's or a person's tokens for); nil
+	// otherwise.
+	Connection *Connection `json:"connection,omitempty"`
+}
+
+// Connection is whose connection a call needs and whether it is connected
+// (policies/connection.rego): a call runs only through a connected one.
+type Connection struct {
+	// Provider is the provider (an MCP server's provider id) the connection is to.
+	Provider string `json:"provider"`
+	// Owner is "org" (the org's one account) or "user" (the person's own).
+	Owner string `json:"owner"`
+	// Person is the person whose own connection a "user" connection is: the caller, or the
+	// person a delegated call acts for; "" when the call has no person.
+	Person string `json:"person,omitempty"`
+	// Status is "connected", "missing" or "needs-reconnect".
+	Status string `json:"status"`
+	// ID is the connection's id when there is one (the audit record names it).
+	ID string `json:"id,omitempty"`
+	// ConnectURL is where the owner connects it (the console's Connections page).
+	ConnectURL string `json:"connectUrl,omitempty"`
 }
 
 // Delegation is the person a delegated call acts for (policies/delegation.rego): the
@@ -100,6 +122,11 @@ type Suggestion struct {
 	Role string `json:"role,omitempty"`
 	// Subject is whom a request-grant must name: a grant exists and does not cover the caller.
 	Subject string `json:"subject,omitempty"`
+	// Server, Owner and URL are a connect suggestion's: the provider to connect, whose
+	// account ("org" or "user") and the console page that connects it.
+	Server string `json:"server,omitempty"`
+	Owner  string `json:"owner,omitempty"`
+	URL    string `json:"url,omitempty"`
 }
 
 // Obligation kinds: approval, rate-limit and quota (with Requests per Per).
