@@ -82,7 +82,7 @@ func (s *Service) Complete(ctx context.Context, state, code, errCode, errDescrip
 		return View{}, &fault.Error{Kind: fault.Invalid, Code: CodeAuthorizationFailed, NotRun: true,
 			Message: "the callback carries neither a code nor an error"}
 	}
-	srv, err := s.server(ctx, st.Org, st.ProviderID)
+	srv, err := s.server(ctx, "", st.ProviderID)
 	if err != nil {
 		return View{}, err
 	}

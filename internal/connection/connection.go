@@ -68,6 +68,9 @@ type Store interface {
 	PutConnectionState(ctx context.Context, s store.ConnectionState) error
 	TakeConnectionState(ctx context.Context, state string, now time.Time) (store.ConnectionState, error)
 	GetMCPServer(ctx context.Context, providerID string) (store.MCPServer, error)
+	// BiomeOwners maps biome ids to their orgs: a server's org is the owner of the biome its
+	// provider id names.
+	BiomeOwners(ctx context.Context) (map[string]string, error)
 }
 
 // Owner is whose account a connection is: the org's (Kind store.OwnerOrg, Ref "") or a
@@ -257,15 +260,30 @@ func (s *Service) List(ctx context.Context, org string) ([]View, error) {
 	return out, nil
 }
 
-// server is org's MCP server providerID with auth oauth and what Discover stored of it.
+// server is the MCP server providerID with auth oauth and what Discover found of it. With
+// org, it must be org's: Start checks, and every later use follows from a request or a
+// connection Start allowed.
 func (s *Service) server(ctx context.Context, org, providerID string) (Server, error) {
+	unknown := fault.New(fault.NotFound, CodeUnknownProvider,
+		"no MCP server %q with OAuth connections is registered in this org", providerID)
 	m, err := s.store.GetMCPServer(ctx, providerID)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && (m.Org != org || m.Auth != "oauth" || len(m.OAuth) == 0)) {
-		return Server{}, fault.New(fault.NotFound, CodeUnknownProvider,
-			"no MCP server %q with OAuth connections is registered in this org", providerID)
+	if errors.Is(err, store.ErrNotFound) {
+		return Server{}, unknown
 	}
 	if err != nil {
 		return Server{}, fmt.Errorf("mcp server %s: %w", providerID, err)
+	}
+	if m.Auth != "oauth" || len(m.OAuth) == 0 {
+		return Server{}, unknown
+	}
+	if org != "" && m.Org != org {
+		owners, err := s.store.BiomeOwners(ctx)
+		if err != nil {
+			return Server{}, fmt.Errorf("owner of mcp server %s: %w", providerID, err)
+		}
+		if owners[providerID] != org {
+			return Server{}, unknown
+		}
 	}
 	var srv Server
 	if err := decodeServer(m.OAuth, &srv); err != nil {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ import (
 	"github.com/xemahq/xema/internal/identity/hydratest"
 	"github.com/xemahq/xema/internal/secretbox"
 	"github.com/xemahq/xema/internal/store"
+	"github.com/xemahq/xema/internal/store/sqlite"
 )
 
 const org = "acme"
@@ -97,7 +99,7 @@ func newService(t *testing.T, st connection.Store, kr *secretbox.Keyring, hc *ht
 type env struct {
 	hydra *hydratest.Server
 	mcp   *connectiontest.Server
-	st    *memStore
+	st    store.Store
 	kr    *secretbox.Keyring
 	svc   *connection.Service
 	clock *clock
@@ -130,8 +132,25 @@ func (e *env) register(t *testing.T, providerID string, srv connection.Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.st.putServer(store.MCPServer{ProviderID: providerID, Transport: "streamable-http", URL: srv.Resource, Auth: "oauth",
-		OAuth: raw, TimeoutMs: 5000, Generation: 1, Org: org, RegisteredBy: "user:admin", RegisteredAt: time.Now()})
+	// The server's biome (no tools) claims the provider id for the org, as a registration does.
+	bv := store.BiomeVersion{ID: providerID, Version: "1.0.1", Manifest: json.RawMessage(`{"id":"` + providerID + `"}`),
+		Contributions: json.RawMessage(`[]`), ContentHash: "sha256:" + providerID, CreatedAt: time.Now(), Owner: org}
+	if err := e.st.SaveMCPServer(t.Context(), store.MCPServer{ProviderID: providerID, Transport: "streamable-http", URL: srv.Resource,
+		Auth: "oauth", OAuth: raw, TimeoutMs: 5000, Generation: 1, Org: org, RegisteredBy: "user:admin", RegisteredAt: time.Now()},
+		bv, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// newStore is a real SQLite store in the test's temp dir.
+func newStore(t *testing.T) store.Store {
+	t.Helper()
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "x.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
 }
 
 // connect runs the whole flow as login's person and returns the connection.
@@ -203,7 +222,7 @@ var persons = map[string]hydratest.Person{
 // and a real protected MCP server whose tokens it issues.
 func TestWithHydra(t *testing.T) {
 	h := hydratest.StartWithLogin(t, persons, hydratest.DynamicRegistration()...)
-	e := &env{hydra: h, mcp: connectiontest.Start(t, h), st: newMemStore(), kr: newKeyring(t), clock: &clock{}}
+	e := &env{hydra: h, mcp: connectiontest.Start(t, h), st: newStore(t), kr: newKeyring(t), clock: &clock{}}
 	var hc *http.Client
 	hc, e.calls = client(egress.New(egress.Loopback()))
 	e.svc = newService(t, e.st, e.kr, hc, e.clock.now)
@@ -576,7 +595,7 @@ func TestDiscoverRefuses(t *testing.T) {
 				policy = egress.New(egress.Loopback())
 			}
 			hc, calls := client(policy)
-			st := newMemStore()
+			st := newStore(t)
 			svc := newService(t, st, newKeyring(t), hc, nil)
 			auth := c.auth
 			auth.Owner = store.OwnerUser
@@ -591,8 +610,8 @@ func TestDiscoverRefuses(t *testing.T) {
 			if n := calls.count("POST /register"); n != 0 {
 				t.Errorf("%d registrations", n)
 			}
-			if len(st.conns) != 0 || len(st.states) != 0 {
-				t.Error("something was stored")
+			if cs, err := st.ListConnections(t.Context(), org); err != nil || len(cs) != 0 {
+				t.Errorf("stored %d connections (%v)", len(cs), err)
 			}
 		})
 	}
@@ -600,7 +619,7 @@ func TestDiscoverRefuses(t *testing.T) {
 
 func TestDiscoverInvalidInput(t *testing.T) {
 	hc, _ := client(egress.New(egress.Loopback()))
-	svc := newService(t, newMemStore(), newKeyring(t), hc, nil)
+	svc := newService(t, newStore(t), newKeyring(t), hc, nil)
 	for _, c := range []struct {
 		name, url string
 		auth      connection.Auth

@@ -117,7 +117,7 @@ func (s *Service) refresh(ctx context.Context, org, providerID string, owner Own
 		}
 		return s.markExpired(ctx, c)
 	}
-	srv, err := s.server(ctx, org, providerID)
+	srv, err := s.server(ctx, "", providerID)
 	if err != nil {
 		return store.Connection{}, err
 	}
@@ -217,7 +217,7 @@ func (s *Service) Disconnect(ctx context.Context, org, id string) (View, error) 
 
 // revoke revokes c's tokens, reporting whether the server confirmed every revocation.
 func (s *Service) revoke(ctx context.Context, c store.Connection) bool {
-	srv, err := s.server(ctx, c.Org, c.ProviderID)
+	srv, err := s.server(ctx, "", c.ProviderID)
 	if err != nil || srv.RevocationEndpoint == "" {
 		return false
 	}
