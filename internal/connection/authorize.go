@@ -61,6 +61,14 @@ func (s *Service) Start(ctx context.Context, org, providerID string, owner Owner
 // redirect URI and the resource, and stores the tokens as the owner's connection (replacing
 // any previous one).
 func (s *Service) Complete(ctx context.Context, state, code, errCode, errDescription string) (View, error) {
+	return s.CompleteAs(ctx, "", state, code, errCode, errDescription)
+}
+
+// CompleteAs is Complete for a callback whose caller is known (by, as given to Start): a
+// request another started is refused as an invalid state, so no one can have a person
+// complete a connection that would be someone else's (the request is used up all the same).
+// by "" checks nothing.
+func (s *Service) CompleteAs(ctx context.Context, by, state, code, errCode, errDescription string) (View, error) {
 	if state == "" {
 		return View{}, invalidState()
 	}
@@ -70,6 +78,9 @@ func (s *Service) Complete(ctx context.Context, state, code, errCode, errDescrip
 	}
 	if err != nil {
 		return View{}, fmt.Errorf("take connection state: %w", err)
+	}
+	if by != "" && st.CreatedBy != by {
+		return View{}, invalidState()
 	}
 	if errCode != "" {
 		msg := "the authorization server refused the authorization: " + printable(errCode, 64)
@@ -130,7 +141,7 @@ func exchangeError(err error) error {
 		if what == "" && re.Response != nil {
 			what = re.Response.Status
 		}
-		if re.Response != nil && re.Response.StatusCode >= 500 {
+		if !refused(err) {
 			return fault.Wrap(errors.New(what), fault.Unavailable, CodeTokenUnavailable,
 				"the authorization server failed the code exchange (%s); start connecting again", what)
 		}

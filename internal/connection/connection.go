@@ -326,6 +326,20 @@ func Reseal(kr *secretbox.Keyring, c store.Connection) (access, refresh, keyID s
 	return access, refresh, kr.KeyID(), nil
 }
 
+// ResealServer seals srv's client secret (if any) again under kr's newest key: for the
+// servers' OAuth records at key rotation.
+func ResealServer(kr *secretbox.Keyring, srv Server) (Server, error) {
+	if srv.ClientSecretSealed == "" {
+		return srv, nil
+	}
+	sealed, err := reseal(kr, srv.ClientSecretSealed, clientSecretAAD(srv.Resource))
+	if err != nil {
+		return Server{}, fmt.Errorf("client secret of %s: %w", srv.Resource, err)
+	}
+	srv.ClientSecretSealed, srv.KeyID = sealed, kr.KeyID()
+	return srv, nil
+}
+
 func reseal(kr *secretbox.Keyring, sealed string, aad []byte) (string, error) {
 	pt, err := kr.Open(sealed, aad)
 	if err != nil {

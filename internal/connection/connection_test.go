@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/oauth2"
+
 	"github.com/xemahq/xema/internal/connection"
 	"github.com/xemahq/xema/internal/connection/connectiontest"
 	"github.com/xemahq/xema/internal/egress"
@@ -66,16 +68,23 @@ func (c *counter) count(key string) int {
 	return c.counts[key]
 }
 
-func newKeyring(t *testing.T) *secretbox.Keyring {
-	t.Helper()
+// keySpec is one fresh key named id, as a keyring spec entry.
+func keySpec(id string) string {
 	b := make([]byte, 32)
 	_, _ = rand.Read(b)
-	kr, err := secretbox.Parse("k1=" + base64.StdEncoding.EncodeToString(b))
+	return id + "=" + base64.StdEncoding.EncodeToString(b)
+}
+
+func parseKeyring(t *testing.T, spec string) *secretbox.Keyring {
+	t.Helper()
+	kr, err := secretbox.Parse(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return kr
 }
+
+func newKeyring(t *testing.T) *secretbox.Keyring { return parseKeyring(t, keySpec("k1")) }
 
 // client is the outbound client as the gateway makes it: through the egress policy, no
 // redirect followed, counted.
@@ -100,6 +109,7 @@ type env struct {
 	hydra *hydratest.Server
 	mcp   *connectiontest.Server
 	st    store.Store
+	spec  string // the keyring's
 	kr    *secretbox.Keyring
 	svc   *connection.Service
 	clock *clock
@@ -222,7 +232,8 @@ var persons = map[string]hydratest.Person{
 // and a real protected MCP server whose tokens it issues.
 func TestWithHydra(t *testing.T) {
 	h := hydratest.StartWithLogin(t, persons, hydratest.DynamicRegistration()...)
-	e := &env{hydra: h, mcp: connectiontest.Start(t, h), st: newStore(t), kr: newKeyring(t), clock: &clock{}}
+	e := &env{hydra: h, mcp: connectiontest.Start(t, h), st: newStore(t), spec: keySpec("k1"), clock: &clock{}}
+	e.kr = parseKeyring(t, e.spec)
 	var hc *http.Client
 	hc, e.calls = client(egress.New(egress.Loopback()))
 	e.svc = newService(t, e.st, e.kr, hc, e.clock.now)
@@ -398,7 +409,18 @@ func TestWithHydra(t *testing.T) {
 		wantCode(t, err, connection.CodeInvalidState) // replayed
 
 		_, err = e.svc.Complete(ctx, "made-up-state", q.Get("code"), "", "")
-		wantCode(t, err, connection.CodeInvalidState) // unknown, or another's
+		wantCode(t, err, connection.CodeInvalidState) // unknown
+
+		started, err = e.svc.Start(ctx, org, "tools", user("alice"), "user:alice")
+		if err != nil {
+			t.Fatal(err)
+		}
+		q = h.Authorize(t, started.URL, "bob").Query() // bob lured into completing alice's request
+		_, err = e.svc.CompleteAs(ctx, "user:bob", q.Get("state"), q.Get("code"), "", "")
+		wantCode(t, err, connection.CodeInvalidState) // another's
+		if _, _, c := e.held(t, user("alice"), "tools"); c.CreatedBy != "user:alice" {
+			t.Errorf("alice's connection changed: %+v", c)
+		}
 
 		started, err = e.svc.Start(ctx, org, "tools", user("alice"), "user:alice")
 		if err != nil {
@@ -502,6 +524,50 @@ func TestWithHydra(t *testing.T) {
 		}
 		_, _, err = e.svc.Token(ctx, org, "tools", user("erin"))
 		wantCode(t, err, connection.CodeExpired)
+	})
+
+	t.Run("no refresh token", func(t *testing.T) {
+		once := srv
+		once.Scopes = nil // no offline scope: hydra issues no refresh token
+		e.register(t, "oncetools", once)
+		e.connect(t, "oncetools", user("alice"), "alice")
+		if _, refresh, _ := e.held(t, user("alice"), "oncetools"); refresh != "" {
+			t.Fatal("hydra issued a refresh token without the offline scope")
+		}
+		e.clock.advance(time.Hour - 30*time.Second) // within the skew, not yet expired: still usable
+		if _, _, err := e.svc.Token(ctx, org, "oncetools", user("alice")); err != nil {
+			t.Errorf("a token not yet expired: %v", err)
+		}
+		e.clock.advance(time.Minute)
+		defer e.clock.advance(-time.Hour - 30*time.Second)
+		if st, _ := e.svc.Status(ctx, org, "oncetools", user("alice")); st != connection.StatusNeedsReconnect {
+			t.Errorf("status %q of an expired connection without a refresh token", st)
+		}
+		_, _, err := e.svc.Token(ctx, org, "oncetools", user("alice"))
+		wantCode(t, err, connection.CodeExpired)
+	})
+
+	t.Run("reseal", func(t *testing.T) {
+		rotated := parseKeyring(t, keySpec("k2")+","+e.spec)
+		n, err := e.st.ResealConnections(ctx, func(c store.Connection) (string, string, string, error) {
+			return connection.Reseal(rotated, c)
+		})
+		if err != nil || n == 0 {
+			t.Fatalf("resealed %d: %v", n, err)
+		}
+		e.kr = rotated
+		hc, _ := client(egress.New(egress.Loopback()))
+		e.svc = newService(t, e.st, rotated, hc, e.clock.now)
+		tok, _, err := e.svc.Token(ctx, org, "tools", user("alice"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if who, err := e.mcp.WhoAmI(ctx, tok.Reveal()); err != nil || who != "alice" {
+			t.Errorf("whoami after the rotation: %q, %v", who, err)
+		}
+		if _, _, c := e.held(t, user("alice"), "tools"); c.KeyID != "k2" {
+			t.Errorf("key id %q after the rotation", c.KeyID)
+		}
 	})
 
 	t.Run("disconnect", func(t *testing.T) {
@@ -636,5 +702,29 @@ func TestDiscoverInvalidInput(t *testing.T) {
 				t.Errorf("%v: violations %+v, want one at %s", err, fe.Violations, c.path)
 			}
 		})
+	}
+}
+
+func TestRefused(t *testing.T) {
+	answer := func(status int, code string) error {
+		return &oauth2.RetrieveError{Response: &http.Response{StatusCode: status, Status: http.StatusText(status)}, ErrorCode: code}
+	}
+	for _, c := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"invalid_grant", answer(400, "invalid_grant"), true},
+		{"invalid_client", answer(401, "invalid_client"), true},
+		{"400 without an error code", answer(400, ""), true},
+		{"server_error", answer(400, "server_error"), false},
+		{"temporarily_unavailable", answer(400, "temporarily_unavailable"), false},
+		{"503", answer(503, ""), false},
+		{"500 with an error code", answer(500, "invalid_grant"), false},
+		{"no answer", errors.New("dial tcp: connection refused"), false},
+	} {
+		if got := connection.Refused(c.err); got != c.want {
+			t.Errorf("%s: refused %v, want %v", c.name, got, c.want)
+		}
 	}
 }

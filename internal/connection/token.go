@@ -184,17 +184,18 @@ func (s *Service) markExpired(ctx context.Context, c store.Connection) (store.Co
 	return got, nil
 }
 
-// refused reports whether a refresh failed because the server refused it (an OAuth error
-// answer: the grant is gone), as opposed to not answering.
+// refused reports whether a token request failed because the server refused it (an RFC 6749
+// error answer, 400 or 401: the grant is gone or the client unknown), as opposed to not
+// answering or failing (a 5xx, or an error it says is its own and passing).
 func refused(err error) bool {
 	var re *oauth2.RetrieveError
-	if !errors.As(err, &re) {
+	if !errors.As(err, &re) || re.Response == nil {
 		return false
 	}
-	if re.ErrorCode != "" {
-		return true
+	if re.ErrorCode == "server_error" || re.ErrorCode == "temporarily_unavailable" {
+		return false
 	}
-	return re.Response != nil && (re.Response.StatusCode == http.StatusBadRequest || re.Response.StatusCode == http.StatusUnauthorized)
+	return re.Response.StatusCode == http.StatusBadRequest || re.Response.StatusCode == http.StatusUnauthorized
 }
 
 // Disconnect deletes org's connection id and revokes its tokens at the authorization server
