@@ -7,6 +7,7 @@ import (
 	"github.com/xemahq/xema/internal/binding"
 	"github.com/xemahq/xema/internal/capacity"
 	"github.com/xemahq/xema/internal/catalog"
+	"github.com/xemahq/xema/internal/connection"
 	"github.com/xemahq/xema/internal/connector"
 	"github.com/xemahq/xema/internal/credential"
 	"github.com/xemahq/xema/internal/egress"
@@ -37,6 +38,8 @@ var Codes = sorted(
 	capacity.CodeExceeded, capacity.CodeProviderBusy,
 	catalog.CodeDryRunBusy, catalog.CodeDryRunUnavailable, catalog.CodeGrantNotActive, catalog.CodeGrantNotFound,
 	catalog.CodeGrantUnchanged,
+	connection.CodeAuthorizationFailed, connection.CodeExpired, connection.CodeInvalidOAuthServer, connection.CodeInvalidState,
+	connection.CodeNotFound, connection.CodeRequired, connection.CodeTokenUnavailable, connection.CodeUnknownProvider,
 	connector.CodeBindingInvalid, connector.CodeBranchNotFound, connector.CodeChangeRequestExists,
 	connector.CodeConversationGone, connector.CodeCredentialForbidden, connector.CodeCredentialRejected,
 	connector.CodeNotFound, connector.CodeNotMergeable, connector.CodeRateLimited, connector.CodeRepositoryNotFound,

@@ -68,6 +68,9 @@ func (s MCPServer) Validate() error {
 	case s.Generation < 1:
 		return invalid(what, "Generation", "must be >= 1")
 	}
+	if err := jsonDocs(what, false, doc{"OAuth", s.OAuth}); err != nil {
+		return err
+	}
 	for i, t := range s.Tools {
 		if t.Ref == "" || t.Name == "" || t.Pin == "" {
 			return invalid(what, fmt.Sprintf("Tools[%d]", i), "needs Ref, Name and Pin")

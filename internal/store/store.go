@@ -472,6 +472,7 @@ type Store interface {
 	AuditPruneStore
 	KeyStore
 	FederationStore
+	ConnectionStore
 	BindingStore
 	ObligationStore
 	IdempotencyStore

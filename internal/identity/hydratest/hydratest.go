@@ -105,6 +105,10 @@ func (s *Server) TokenURL() string { return s.PublicURL + "/oauth2/token" }
 // JWKSURL is where hydra publishes its signing keys.
 func (s *Server) JWKSURL() string { return s.PublicURL + "/.well-known/jwks.json" }
 
+// PublicURLVar, in a value of Start's extraEnv, stands for the public URL, whose port is
+// picked only as hydra starts.
+const PublicURLVar = "{{public}}"
+
 // Start runs hydra in memory with JWT access tokens until the test ends. extraEnv adds
 // configuration (e.g. "TTL_ACCESS_TOKEN=5s"). Its ports are picked free just before hydra
 // binds them, so another process may take one in between: hydra then exits at once and is
@@ -144,7 +148,9 @@ func start(t testing.TB, bin string, extraEnv []string) (s *Server, logs string,
 		"URLS_SELF_ISSUER="+s.Issuer,
 		"LOG_LEVEL=warn",
 	)
-	cmd.Env = append(cmd.Env, extraEnv...)
+	for _, e := range extraEnv {
+		cmd.Env = append(cmd.Env, strings.ReplaceAll(e, PublicURLVar, s.PublicURL))
+	}
 	var out testnet.Output
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {

@@ -24,6 +24,9 @@ type Person struct {
 	Subject     string
 	AccessToken map[string]any
 	IDToken     map[string]any
+	// Refuse has the login app reject this person's login with access_denied, as a person
+	// declining would: hydra then redirects to the client with ?error=access_denied.
+	Refuse bool
 }
 
 // StartWithLogin runs hydra for the authorization code flow, with a login and consent app
@@ -52,6 +55,15 @@ func StartWithLogin(t testing.TB, persons map[string]Person, extraEnv ...string)
 		}
 		var ans struct {
 			RedirectTo string `json:"redirect_to"`
+		}
+		if p.Refuse {
+			if err := adminCall(http.MethodPut, adminURL+"/admin/oauth2/auth/requests/login/reject?login_challenge="+url.QueryEscape(ch),
+				map[string]any{"error": "access_denied", "error_description": "the person declined"}, &ans); err != nil {
+				http.Error(w, err.Error(), http.StatusBadGateway)
+				return
+			}
+			http.Redirect(w, r, ans.RedirectTo, http.StatusFound)
+			return
 		}
 		if err := adminCall(http.MethodPut, adminURL+"/admin/oauth2/auth/requests/login/accept?login_challenge="+url.QueryEscape(ch),
 			map[string]any{"subject": p.Subject, "remember": false}, &ans); err != nil {

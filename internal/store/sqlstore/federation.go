@@ -58,18 +58,18 @@ func (s *Store) SaveMCPServer(ctx context.Context, srv store.MCPServer, bv store
 func (s *Store) putMCPServer(ctx context.Context, tx *sql.Tx, op string, srv store.MCPServer, args, tools []byte) error {
 	if srv.Generation == 1 {
 		_, err := s.exec(ctx, tx, `INSERT INTO mcp_servers
-			(provider_id, transport, url, command, args, auth, timeout_ms, tools, generation, registered_by, registered_at, synced_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			srv.ProviderID, srv.Transport, srv.URL, srv.Command, string(args), srv.Auth, srv.TimeoutMs, string(tools),
+			(provider_id, transport, url, command, args, auth, oauth, timeout_ms, tools, generation, registered_by, registered_at, synced_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			srv.ProviderID, srv.Transport, srv.URL, srv.Command, string(args), srv.Auth, string(srv.OAuth), srv.TimeoutMs, string(tools),
 			srv.Generation, srv.RegisteredBy, s.d.TimeArg(srv.RegisteredAt), s.d.TimeArg(srv.SyncedAt))
 		if err != nil {
 			return s.fail(op, err)
 		}
 		return nil
 	}
-	n, err := s.exec(ctx, tx, `UPDATE mcp_servers SET transport = ?, url = ?, command = ?, args = ?, auth = ?,
+	n, err := s.exec(ctx, tx, `UPDATE mcp_servers SET transport = ?, url = ?, command = ?, args = ?, auth = ?, oauth = ?,
 		timeout_ms = ?, tools = ?, generation = ?, synced_at = ? WHERE provider_id = ? AND generation = ?`,
-		srv.Transport, srv.URL, srv.Command, string(args), srv.Auth, srv.TimeoutMs, string(tools), srv.Generation,
+		srv.Transport, srv.URL, srv.Command, string(args), srv.Auth, string(srv.OAuth), srv.TimeoutMs, string(tools), srv.Generation,
 		s.d.TimeArg(srv.SyncedAt), srv.ProviderID, srv.Generation-1)
 	if err != nil {
 		return s.fail(op, err)
@@ -94,16 +94,18 @@ func nonNilTools(t []store.MCPTool) []store.MCPTool {
 	return t
 }
 
-const mcpServerColumns = `provider_id, transport, url, command, args, auth, timeout_ms, tools, generation,
+// The oauth column holds the document as given, the empty string for none (read back as nil).
+const mcpServerColumns = `provider_id, transport, url, command, args, auth, oauth, timeout_ms, tools, generation,
 	registered_by, registered_at, synced_at`
 
 func scanMCPServer(sc scanner) (store.MCPServer, error) {
 	var srv store.MCPServer
-	var args, tools []byte
-	if err := sc.Scan(&srv.ProviderID, &srv.Transport, &srv.URL, &srv.Command, &args, &srv.Auth, &srv.TimeoutMs,
+	var args, oauth, tools []byte
+	if err := sc.Scan(&srv.ProviderID, &srv.Transport, &srv.URL, &srv.Command, &args, &srv.Auth, &oauth, &srv.TimeoutMs,
 		&tools, &srv.Generation, &srv.RegisteredBy, timeCol{&srv.RegisteredAt}, timeCol{&srv.SyncedAt}); err != nil {
 		return srv, err
 	}
+	srv.OAuth = jsonCol(oauth)
 	if err := json.Unmarshal(args, &srv.Args); err != nil {
 		return srv, fmt.Errorf("stored args: %w", err)
 	}

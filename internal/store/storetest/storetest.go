@@ -57,6 +57,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"BiomeOwners", testBiomeOwners},
 	})
 	t.Run("Bindings", func(t *testing.T) { runBindings(t, open) })
+	t.Run("Connections", func(t *testing.T) { runConnections(t, open) })
 	t.Run("Obligations", func(t *testing.T) { runObligations(t, open) })
 	t.Run("ApprovalNotify", func(t *testing.T) { runApprovalNotify(t, open) })
 	t.Run("CrashSafety", func(t *testing.T) { runCrashSafety(t, open) })
