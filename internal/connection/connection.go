@@ -231,20 +231,26 @@ func (s *Service) RedirectURI() string { return s.redirectURI }
 // StatusMissing or StatusNeedsReconnect (an expired token with no refresh token needs a
 // reconnect too). One store read.
 func (s *Service) Status(ctx context.Context, org, providerID string, owner Owner) (string, error) {
+	st, _, err := s.StatusOf(ctx, org, providerID, owner)
+	return st, err
+}
+
+// StatusOf is Status with the connection's id ("" when missing), which the audit record names.
+func (s *Service) StatusOf(ctx context.Context, org, providerID string, owner Owner) (status, id string, err error) {
 	if err := owner.validate(); err != nil {
-		return "", err
+		return "", "", err
 	}
 	c, err := s.store.GetConnection(ctx, org, providerID, owner.Kind, owner.Ref)
 	if errors.Is(err, store.ErrNotFound) {
-		return StatusMissing, nil
+		return StatusMissing, "", nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("connection status of %s: %w", providerID, err)
+		return "", "", fmt.Errorf("connection status of %s: %w", providerID, err)
 	}
 	if c.Status == store.ConnectionConnected && c.RefreshSealed == "" && !c.ExpiresAt.IsZero() && !s.now().Before(c.ExpiresAt) {
-		return StatusNeedsReconnect, nil
+		return StatusNeedsReconnect, c.ID, nil
 	}
-	return c.Status, nil
+	return c.Status, c.ID, nil
 }
 
 // List returns org's connections.
