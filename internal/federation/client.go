@@ -191,8 +191,8 @@ type pool struct {
 type pooled struct {
 	provider string
 	gen      int64
-	cs   *mcp.ClientSession
-	dead chan struct{}
+	cs       *mcp.ClientSession
+	dead     chan struct{}
 }
 
 // maxSessions bounds the pooled sessions: a server taking each person's own connection has

@@ -226,11 +226,11 @@ type Registration struct {
 	URL        string `json:"url,omitempty"`
 	// Command, Args and Env are refused: a stdio server is declared by the operator and
 	// registered by its id (ProviderID). They are decoded only to be named in the 400.
-	Command json.RawMessage `json:"command,omitempty"`
-	Args    json.RawMessage `json:"args,omitempty"`
-	Env     json.RawMessage `json:"env,omitempty"`
+	Command   json.RawMessage   `json:"command,omitempty"`
+	Args      json.RawMessage   `json:"args,omitempty"`
+	Env       json.RawMessage   `json:"env,omitempty"`
 	Auth      *RegistrationAuth `json:"auth,omitempty"`
-	TimeoutMs int `json:"timeoutMs,omitempty"`
+	TimeoutMs int               `json:"timeoutMs,omitempty"`
 }
 
 // RegistrationAuth is a registration's auth: service-token (the gateway's own token), or
