@@ -30,7 +30,7 @@ func newRootCmd() *cobra.Command {
 	root.SetErr(&terminalWriter{w: os.Stderr})
 	root.AddCommand(newServeCmd(), newDevCmd(), newBiomeCmd(), newGrantCmd(), newPolicyCmd(), newBundleCmd(),
 		newMigrateCmd(), newApprovalsCmd(), newAuditCmd(), newWhyDeniedCmd(), newBindingCmd(), newCredentialCmd(),
-		newMCPServerCmd(), newReplayCmd(), newVersionCmd(), newKeysCmd(), newBackupCmd(), newRestoreCmd())
+		newMCPServerCmd(), newConnectionCmd(), newReplayCmd(), newVersionCmd(), newKeysCmd(), newBackupCmd(), newRestoreCmd())
 	return root
 }
 

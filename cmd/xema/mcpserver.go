@@ -14,9 +14,11 @@ func newMCPServerCmd() *cobra.Command {
 	call := api.call
 
 	var reg struct {
-		URL, Auth string
-		Stdio     bool
-		TimeoutMs int
+		URL, Auth                        string
+		Owner, ClientID, ClientSecretRef string
+		Scopes                           []string
+		Stdio                            bool
+		TimeoutMs                        int
 	}
 	register := &cobra.Command{
 		Use:   "register PROVIDER-ID",
@@ -30,7 +32,16 @@ func newMCPServerCmd() *cobra.Command {
 				body["transport"], body["url"] = "streamable-http", reg.URL
 			}
 			if reg.Auth != "" {
-				body["auth"] = map[string]string{"kind": reg.Auth}
+				auth := map[string]any{"kind": reg.Auth}
+				for k, v := range map[string]string{"owner": reg.Owner, "clientId": reg.ClientID, "clientSecretRef": reg.ClientSecretRef} {
+					if v != "" {
+						auth[k] = v
+					}
+				}
+				if len(reg.Scopes) > 0 {
+					auth["scopes"] = reg.Scopes
+				}
+				body["auth"] = auth
 			}
 			if reg.TimeoutMs > 0 {
 				body["timeoutMs"] = reg.TimeoutMs
@@ -41,7 +52,11 @@ func newMCPServerCmd() *cobra.Command {
 	f := register.Flags()
 	f.StringVar(&reg.URL, "url", "", "streamable-HTTP endpoint, e.g. https://mcp.example.com/mcp")
 	f.BoolVar(&reg.Stdio, "stdio", false, "register the stdio server the operator declared under PROVIDER-ID (xema serve --mcp-stdio)")
-	f.StringVar(&reg.Auth, "auth", "", "auth kind: service-token (the gateway's outbound token)")
+	f.StringVar(&reg.Auth, "auth", "", "auth kind: service-token (the gateway's outbound token) or oauth (a connection's token: see xema connection)")
+	f.StringVar(&reg.Owner, "owner", "", "with --auth oauth: whose account calls use, org (one connection an org admin makes) or user (each person's own)")
+	f.StringVar(&reg.ClientID, "client-id", "", "with --auth oauth: a client pre-registered at the server's authorization server (default: the gateway registers itself)")
+	f.StringVar(&reg.ClientSecretRef, "client-secret-ref", "", "with --client-id: the id of the stored credential holding its secret (xema credential create)")
+	f.StringSliceVar(&reg.Scopes, "scope", nil, "with --auth oauth: a scope to ask for; repeatable (default: the server's scopes_supported)")
 	f.IntVar(&reg.TimeoutMs, "timeout-ms", 0, "timeout of tools/list and each tools/call (default 10000)")
 	register.MarkFlagsOneRequired("url", "stdio")
 	register.MarkFlagsMutuallyExclusive("url", "stdio")

@@ -95,6 +95,19 @@ type Record struct {
 	Aggregate *Aggregate `json:"aggregate,omitempty"`
 	// OnBehalfOf is set on the records of a delegated call: Subject is then its actor.
 	OnBehalfOf *OnBehalfOf `json:"onBehalfOf,omitempty"`
+	// Connection is set on the records of a call served through a connection: which one
+	// (never its token).
+	Connection *Connection `json:"connection,omitempty"`
+}
+
+// Connection is the connection a call needed: its provider, whose account, its status when
+// decided and, when there was one, its id.
+type Connection struct {
+	ID       string `json:"id,omitempty"`
+	Provider string `json:"provider"`
+	Owner    string `json:"owner"`
+	Person   string `json:"person,omitempty"`
+	Status   string `json:"status"`
 }
 
 // OnBehalfOf is the person a delegated call acted for and the chain of actors, the caller
@@ -104,10 +117,17 @@ type OnBehalfOf struct {
 	Actors []string `json:"actors"`
 }
 
-// DelegationDetail is the detail of a delegated call's records: the delegation as the
-// Execution Context's JSON writes it, so a record whose detail is that context reads the same.
-func DelegationDetail(person Subject, actors []string) json.RawMessage {
-	raw, _ := json.Marshal(map[string]OnBehalfOf{"delegation": {Person: person, Actors: actors}})
+// CallDetail is the detail of a call's records: the delegation (as the Execution Context's
+// JSON writes it, so a record whose detail is that context reads the same) and the
+// connection it went through; nil when neither.
+func CallDetail(d *OnBehalfOf, c *Connection) json.RawMessage {
+	if d == nil && c == nil {
+		return nil
+	}
+	raw, _ := json.Marshal(struct {
+		Delegation *OnBehalfOf `json:"delegation,omitempty"`
+		Connection *Connection `json:"connection,omitempty"`
+	}{d, c})
 	return raw
 }
 
@@ -123,6 +143,20 @@ func DelegationOf(r store.AuditRecord) *OnBehalfOf {
 		return nil
 	}
 	return d.Delegation
+}
+
+// ConnectionOf is the connection a record's detail names, or nil.
+func ConnectionOf(r store.AuditRecord) *Connection {
+	if len(r.Detail) == 0 {
+		return nil
+	}
+	var d struct {
+		Connection *Connection `json:"connection"`
+	}
+	if json.Unmarshal(r.Detail, &d) != nil || d.Connection == nil || d.Connection.Provider == "" {
+		return nil
+	}
+	return d.Connection
 }
 
 // Aggregate describes an aggregate record: the unauthenticated attempts of one (route,
@@ -185,7 +219,7 @@ func View(r store.AuditRecord) Record {
 		Reasons: orEmpty(r.Reasons), Suggestions: r.Suggestions, Obligations: r.Obligations,
 		BundleRevision: r.BundleRevision, InputHash: r.InputHash, Runner: r.Runner,
 		Outcome: r.Outcome, LatencyMicros: r.LatencyMicros, ParentID: r.ParentID,
-		Aggregate: AggregateOf(r), OnBehalfOf: DelegationOf(r),
+		Aggregate: AggregateOf(r), OnBehalfOf: DelegationOf(r), Connection: ConnectionOf(r),
 	}
 }
 

@@ -410,9 +410,11 @@ func (f *Federation) Sync(ctx context.Context, providerID, by string) (*SyncResu
 		return nil, fmt.Errorf("sync %s: %w", providerID, err)
 	}
 	lctx := ctx
-	if auth, ok, err := oauthOf(old); err != nil {
+	auth, oauth, err := oauthOf(old)
+	if err != nil {
 		return nil, err
-	} else if ok {
+	}
+	if oauth {
 		if lctx, err = f.token(ctx, owners[providerID], old, syncOwner(old, auth, by)); err != nil {
 			return nil, err
 		}
@@ -424,6 +426,14 @@ func (f *Federation) Sync(ctx context.Context, providerID, by string) (*SyncResu
 	tools, err := translate(providerID, listed)
 	if err != nil {
 		return nil, err
+	}
+	if oauth && auth.Owner == store.OwnerUser {
+		// Each call goes through the calling person's own account: an agent acting for a
+		// person may make it (policies/delegation.rego), as that person.
+		delegable := true
+		for i := range tools {
+			tools[i].Contribution.Manifest.Delegable = &delegable
+		}
 	}
 	caps, err := f.store.ListCapabilities(ctx)
 	if err != nil {

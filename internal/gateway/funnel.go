@@ -211,13 +211,23 @@ func (g *Gateway) begin(ec identity.ExecContext, req Request) *call {
 		SubjectKind: ec.Subject.Kind, SubjectRef: ec.Subject.Ref, Environment: ec.Environment,
 		InputHash: audit.InputHash(g.d.InputHashKey, req.Input), BundleRevision: g.d.Policy.Revision(),
 	}}
-	if ec.Delegation != nil {
-		// Every record of a delegated call, outcome records too, names the person and the
-		// actor chain: the subject columns hold the actor.
-		p := ec.Delegation.Person
-		c.rec.Detail = audit.DelegationDetail(audit.Subject{Kind: p.Kind, Ref: p.Ref}, ec.Delegation.Actors)
-	}
+	c.rec.Detail = c.detail(nil)
 	return c
+}
+
+// detail is the records' detail: every record of a delegated call, outcome records too,
+// names the person and the actor chain (the subject columns hold the actor), and of a call
+// served through a connection, that connection.
+func (c *call) detail(conn *policy.Connection) json.RawMessage {
+	var d *audit.OnBehalfOf
+	if del := c.exec.Delegation; del != nil {
+		d = &audit.OnBehalfOf{Person: audit.Subject{Kind: del.Person.Kind, Ref: del.Person.Ref}, Actors: del.Actors}
+	}
+	var used *audit.Connection
+	if conn != nil {
+		used = &audit.Connection{ID: conn.ID, Provider: conn.Provider, Owner: conn.Owner, Person: conn.Person, Status: conn.Status}
+	}
+	return audit.CallDetail(d, used)
 }
 
 // route finds the catalog entry; an unknown ref is a 404.
@@ -254,6 +264,9 @@ func (g *Gateway) authorize(ctx context.Context, c *call, entry *catalog.Entry, 
 		return policy.Decision{}, err
 	}
 	in.Connection = conn
+	if conn != nil {
+		c.rec.Detail = c.detail(conn)
+	}
 	d, err := g.d.Policy.Decide(ctx, in)
 	if err != nil {
 		step.End(CodePolicyUnavailable)
