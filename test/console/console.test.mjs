@@ -365,7 +365,7 @@ await step("connections: connect an account through the authorization server, se
   expect(before.includes("not connected") && before.includes("yours"), "the server before connecting: " + before);
   connecting = true;
   try {
-    await serverRow().getByRole("button", { name: `Connect ${connectServer}` }).click();
+    await serverRow().getByRole("button", { name: `Connect ${connectServer}`, exact: true }).click();
     // hydra, its login and consent app, then the gateway's callback page.
     await page.waitForURL(/\/v1\/connections\/callback\?/, { timeout: 30000 });
     const landed = await page.locator("body").textContent();
@@ -491,7 +491,7 @@ await step("an approver who is a member sees the queue they may decide, and a se
     // A member connects their own account; the org's table is an admin's.
     await nav("Connections").click();
     const row = serverRow();
-    await row.getByRole("button", { name: `Connect ${connectServer}` }).waitFor();
+    await row.getByRole("button", { name: `Connect ${connectServer}`, exact: true }).waitFor();
     expect((await row.textContent()).includes("not connected"), "the member's server: " + (await row.textContent()));
     expect((await page.getByRole("heading", { name: "Every connection of the org" }).count()) === 0, "a member sees the org's connections table");
   }

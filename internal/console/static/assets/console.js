@@ -1485,7 +1485,7 @@ async function viewConnections() {
     const box = h("div", { "aria-live": "polite" });
     const status = sv.status || (sv.connected ? "connected" : "missing");
     const actions = !mayAct(sv.owner)
-      ? h("span", { class: "muted" }, status === "connected" ? "" : "An org admin connects it for the org.")
+      ? h("span", { class: "muted" }, status === "connected" ? "" : status === "missing" ? "An org admin connects it for the org." : "An org admin reconnects it for the org.")
       : h("div", { class: "row" },
         status !== "connected" ? connectButton(sv, status === "missing" ? "Connect" : "Reconnect", box) : null,
         c ? disconnectButton(c, box) : null);
