@@ -179,20 +179,13 @@ const VIEWS = [
   { href: "/console/audit", name: "Audit", needs: [], what: "the audit log" },
   { href: "/console/catalog", name: "Catalog", needs: [], what: "the catalog" },
   { href: "/console/providers", name: "Providers", needs: ["binding:list@1", "credential:list@1", "mcp-server:list@1"], what: "the org's providers, credentials and MCP servers" },
-  // Every person connects their own accounts; an agent holds no connection of its own.
-  { href: "/console/connections", name: "Connections", needs: [], person: true, what: "connections to OAuth-protected MCP servers, which are people's and their org's" },
+  { href: "/console/connections", name: "Connections", needs: ["connection:list@1"], what: "the connections to OAuth-protected MCP servers, which are people's and their org's" },
 ];
 
 const V = Object.fromEntries(VIEWS.map((v) => [v.name, v]));
 
 function may(who, view) {
-  if (view.person && !isPerson(who)) return false;
   return view.needs.length === 0 || view.needs.some((r) => (who.operations || []).includes(r));
-}
-
-// isPerson: the caller is a person signed in as themselves (not an agent, nor acting for one).
-function isPerson(who) {
-  return !!who.subject && who.subject.kind === "user" && !who.delegation;
 }
 
 function isAdmin(who) {
@@ -1479,6 +1472,8 @@ async function viewConnections() {
   const admin = isAdmin(viewer);
   const mine = (c) => c.owner.kind === "user" && c.owner.ref === viewer.subject.ref;
   const standing = (sv) => conns.find((c) => c.providerId === sv.providerId && (sv.owner === "org" ? c.owner.kind === "org" : mine(c)));
+  const mayConnect = mayOp(viewer, "connection:connect@1");
+  const mayDisconnect = mayOp(viewer, "connection:disconnect@1");
   const mayAct = (owner) => owner === "user" || admin; // an org's connection is its admins' to make or end
   const serverRow = (sv) => {
     const c = standing(sv);
@@ -1487,8 +1482,8 @@ async function viewConnections() {
     const actions = !mayAct(sv.owner)
       ? h("span", { class: "muted" }, status === "connected" ? "" : status === "missing" ? "An org admin connects it for the org." : "An org admin reconnects it for the org.")
       : h("div", { class: "row" },
-        status !== "connected" ? connectButton(sv, status === "missing" ? "Connect" : "Reconnect", box) : null,
-        c ? disconnectButton(c, box) : null);
+        status !== "connected" && mayConnect ? connectButton(sv, status === "missing" ? "Connect" : "Reconnect", box) : null,
+        c && mayDisconnect ? disconnectButton(c, box) : null);
     return [h("tr", {},
       h("td", {}, h("strong", {}, sv.providerId), sv.url ? [h("br"), h("code", {}, sv.url)] : null),
       h("td", {}, sv.owner === "org" ? "the org's (one for everyone)" : "yours (each person their own)"),
@@ -1509,7 +1504,7 @@ async function viewConnections() {
       h("td", {}, c.createdBy || "", " ", when(c.createdAt)),
       h("td", {}, c.refreshedAt ? when(c.refreshedAt) : h("span", { class: "muted" }, "never")),
       h("td", {}, h("code", {}, c.id)),
-      h("td", {}, disconnectButton(c, box))),
+      h("td", {}, mayDisconnect ? disconnectButton(c, box) : null)),
     h("tr", { class: "form-row" }, h("td", { colspan: 9 }, box))];
   };
   show("Connections",
