@@ -77,6 +77,8 @@ func newServeCmd() *cobra.Command {
 			if cfg.Notify, err = notifyF.config(web.publicURL, addr, web.tlsCert != ""); err != nil {
 				return &exitError{code: 2, err: err}
 			}
+			// Connections' redirect URI and the console links share the notifications' base.
+			cfg.PublicURL = cfg.Notify.ConsoleURL
 			if err := startPprof(cmd.Context()); err != nil {
 				return err
 			}

@@ -28,6 +28,7 @@ import (
 	"github.com/xemahq/xema/internal/binding"
 	"github.com/xemahq/xema/internal/capacity"
 	"github.com/xemahq/xema/internal/catalog"
+	"github.com/xemahq/xema/internal/connection"
 	"github.com/xemahq/xema/internal/credential"
 	"github.com/xemahq/xema/internal/decisionlog"
 	"github.com/xemahq/xema/internal/demo"
@@ -95,6 +96,10 @@ type Config struct {
 	MaxPendingApprovals int
 	// Notify is who is told of held calls (--approval-webhook, --approval-chat).
 	Notify notify.Config
+	// PublicURL is the gateway's external base URL (--public-url, else its listen address):
+	// connections' redirect URI and the console page a connect suggestion names hang off
+	// it. "" leaves connections off: a registration with auth oauth is refused.
+	PublicURL string
 	// MCPResyncEvery is how often every external MCP server is synced; 0 is never (a pooled
 	// session's tools/list_changed still triggers a sync).
 	MCPResyncEvery time.Duration
@@ -160,6 +165,9 @@ type App struct {
 	Notify *notify.Deliverer
 	// Federation registers and runs external MCP servers (internal/federation).
 	Federation *federation.Federation
+	// Connections holds the org's and persons' connections to OAuth-protected MCP servers
+	// (internal/connection); nil without a PublicURL.
+	Connections *connection.Service
 	// Egress is the outbound policy every runner, connector and MCP client dials through;
 	// HTTP is the one outbound client built on it (no redirects followed).
 	Egress *egress.Policy
@@ -308,7 +316,19 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err := admin.Register(a.Kernel, a.Publisher); err != nil {
 		return nil, a.closeWith(err)
 	}
-	a.Federation = federation.New(st, a.Rebuild, cfg.Tokens, federation.Options{Egress: a.Egress, Stdio: stdio})
+	fedOpts := federation.Options{Egress: a.Egress, Stdio: stdio, Secrets: a.Bindings.Vault}
+	if cfg.PublicURL != "" {
+		if a.Connections, err = connection.New(connection.Config{Store: st, Keyring: a.Bindings.Vault.Keys.Current,
+			HTTP:      &http.Client{Transport: a.Egress.Transport(), CheckRedirect: egress.NoRedirect, Timeout: 15 * time.Second},
+			PublicURL: cfg.PublicURL}); err != nil {
+			return nil, a.closeWith(err)
+		}
+		if err := a.Connections.Register(a.Kernel); err != nil {
+			return nil, a.closeWith(err)
+		}
+		fedOpts.Connections, fedOpts.ConnectURL = a.Connections, strings.TrimSuffix(cfg.PublicURL, "/")+ConnectionsPage
+	}
+	a.Federation = federation.New(st, a.Rebuild, cfg.Tokens, fedOpts)
 	providerTokens, err := a.providerTokens(ctx, cfg)
 	if err != nil {
 		return nil, a.closeWith(err)
@@ -325,7 +345,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	a.unauth = &unauth.Aggregator{Audit: a.Audit, Revision: eng.Revision, Interval: cfg.UnauthAuditInterval}
 	if a.Gateway, err = gateway.New(gateway.Deps{Catalog: a.Catalog, Policy: eng, Audit: a.Audit, Kernel: a.Kernel,
 		Tokens: providerTokens, HTTP: a.HTTP, InputHashKey: keys.InputHash, TxnTokens: a.TxnTokens,
-		Resolvers: []gateway.Resolver{a.Bindings, a.Federation}, Limiter: limiter,
+		Resolvers: []gateway.Resolver{a.Bindings, a.Federation}, Connections: a.Federation, Limiter: limiter,
 		Approvals: &approval.Queue{Store: st, TTL: cfg.ApprovalTTL, Now: cfg.Now, Notify: notifier,
 			MaxPending: cfg.MaxPendingApprovals}, Outbound: capacity.NewSlots(cfg.MaxInflight),
 		PerProvider: capacity.NewProviderSlots(cfg.MaxPerProvider), Unauth: a.unauth, Spool: a.Spool, Outages: a.outages}); err != nil {
@@ -393,6 +413,9 @@ func openMaster(ctx context.Context, src masterkey.Source, st store.Store) (mast
 	}
 	return w, err
 }
+
+// ConnectionsPage is the console's Connections page below the public URL.
+const ConnectionsPage = "/console/#connections"
 
 // bindings opens the credential keyring (src, or a key file created under dataDir at first
 // start) and the binding service over st, calling providers with hc.

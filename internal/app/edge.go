@@ -41,6 +41,9 @@ func (a *App) Server(e Edge) (*server.Server, error) {
 	if e.Issuer != "" {
 		srv.AuthorizationServers = []string{e.Issuer}
 	}
+	if a.Connections != nil {
+		srv.Connector = a.Federation
+	}
 	for path, h := range e.Mounts {
 		srv.Mounts[path] = h
 	}

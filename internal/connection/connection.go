@@ -44,6 +44,10 @@ const (
 	// CodeTokenUnavailable: the authorization server could not be reached (or the keyring
 	// opened) to get a token usable now: transient, the connection is unchanged.
 	CodeTokenUnavailable = "CONNECTION_TOKEN_UNAVAILABLE"
+	// CodeOrgAdminOnly: an org connection is made and removed by an org administrator.
+	CodeOrgAdminOnly = "ORG_ADMIN_ONLY"
+	// CodePersonOnly: connections are a person's to make, as themselves.
+	CodePersonOnly = "PERSON_ONLY"
 )
 
 // Statuses of an owner's connection, as the policy reads them.
@@ -68,6 +72,7 @@ type Store interface {
 	PutConnectionState(ctx context.Context, s store.ConnectionState) error
 	TakeConnectionState(ctx context.Context, state string, now time.Time) (store.ConnectionState, error)
 	GetMCPServer(ctx context.Context, providerID string) (store.MCPServer, error)
+	ListMCPServers(ctx context.Context) ([]store.MCPServer, error)
 	// BiomeOwners maps biome ids to their orgs: a server's org is the owner of the biome its
 	// provider id names.
 	BiomeOwners(ctx context.Context) (map[string]string, error)

@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/xemahq/xema/internal/connection"
 	"github.com/xemahq/xema/internal/egress"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/kernel"
@@ -73,11 +74,17 @@ func (d *dialer) connect(ctx context.Context, srv store.MCPServer, listen bool) 
 			rt = egress.New(nil).Transport()
 		}
 		hc := &http.Client{Transport: rt, CheckRedirect: egress.NoRedirect}
+		switch srv.Auth {
+		case AuthServiceToken:
+			hc.Transport = bearer{tokens: d.Tokens, next: rt, audience: Audience(srv)}
+		case AuthOAuth:
+			// The token rides in each request's context (the call's connection): a
+			// standalone stream, opened with the session's context, would carry none.
+			hc.Transport = connectionBearer{next: rt, audience: Audience(srv)}
+			listen = false
+		}
 		if !listen {
 			hc.Timeout = time.Duration(srv.TimeoutMs) * time.Millisecond
-		}
-		if srv.Auth == AuthServiceToken {
-			hc.Transport = bearer{tokens: d.Tokens, next: rt, audience: Audience(srv)}
 		}
 		t = &mcp.StreamableClientTransport{Endpoint: srv.URL, HTTPClient: hc, MaxRetries: -1, DisableStandaloneSSE: !listen}
 	case TransportStdio:
@@ -182,15 +189,29 @@ type pool struct {
 }
 
 type pooled struct {
-	gen  int64
-	cs   *mcp.ClientSession
-	dead chan struct{}
+	provider string
+	gen      int64
+	cs       *mcp.ClientSession
+	dead     chan struct{}
 }
 
-func (p *pool) session(ctx context.Context, srv store.MCPServer) (*mcp.ClientSession, error) {
+// maxSessions bounds the pooled sessions: a server taking each person's own connection has
+// one session per person who called it.
+const maxSessions = 1024
+
+// sessionKey is the pooled session of a server and, for an oauth server, the connection's
+// owner: a server binds a session to the token it was opened with.
+func sessionKey(provider string, owner *connection.Owner) string {
+	if owner == nil {
+		return provider
+	}
+	return provider + "\x00" + owner.Kind + "\x00" + owner.Ref
+}
+
+func (p *pool) session(ctx context.Context, srv store.MCPServer, key string) (*mcp.ClientSession, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if e, ok := p.by[srv.ProviderID]; ok {
+	if e, ok := p.by[key]; ok {
 		select {
 		case <-e.dead:
 		default:
@@ -199,15 +220,22 @@ func (p *pool) session(ctx context.Context, srv store.MCPServer) (*mcp.ClientSes
 			}
 			_ = e.cs.Close()
 		}
-		delete(p.by, srv.ProviderID)
+		delete(p.by, key)
+	}
+	if len(p.by) >= maxSessions {
+		for k, e := range p.by { // any one: a closed session reconnects at its next call
+			_ = e.cs.Close()
+			delete(p.by, k)
+			break
+		}
 	}
 	cs, err := p.d.connect(ctx, srv, true)
 	if err != nil {
 		return nil, err
 	}
-	e := &pooled{gen: srv.Generation, cs: cs, dead: make(chan struct{})}
+	e := &pooled{provider: srv.ProviderID, gen: srv.Generation, cs: cs, dead: make(chan struct{})}
 	go func() { _ = cs.Wait(); close(e.dead) }()
-	p.by[srv.ProviderID] = e
+	p.by[key] = e
 	return cs, nil
 }
 
@@ -215,20 +243,20 @@ func (p *pool) session(ctx context.Context, srv store.MCPServer) (*mcp.ClientSes
 func (p *pool) provider(cs *mcp.ClientSession) (string, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for id, e := range p.by {
+	for _, e := range p.by {
 		if e.cs == cs {
-			return id, true
+			return e.provider, true
 		}
 	}
 	return "", false
 }
 
 // drop forgets cs so the next call reconnects.
-func (p *pool) drop(provider string, cs *mcp.ClientSession) {
+func (p *pool) drop(key string, cs *mcp.ClientSession) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if e, ok := p.by[provider]; ok && e.cs == cs {
-		delete(p.by, provider)
+	if e, ok := p.by[key]; ok && e.cs == cs {
+		delete(p.by, key)
 	}
 	_ = cs.Close()
 }
@@ -247,6 +275,10 @@ type toolRunner struct {
 	pool *pool
 	srv  store.MCPServer
 	name string
+	// connection and token are set for a server taking connections: whose connection the
+	// call goes through, and the context carrying its token.
+	connection *connection.Owner
+	token      func(ctx context.Context) (context.Context, error)
 }
 
 // Kind is "mcp-external".
@@ -255,7 +287,16 @@ func (toolRunner) Kind() string { return RunnerKind }
 // Run calls the tool with the validated input as arguments. The output is the result's
 // structuredContent when present, else its content array; an isError result is TOOL_ERROR.
 func (r toolRunner) Run(ctx context.Context, call kernel.Call) (json.RawMessage, error) {
-	cs, err := r.pool.session(ctx, r.srv)
+	if r.token != nil {
+		var err error
+		if ctx, err = r.token(ctx); err != nil {
+			fe := fault.Of(err)
+			fe.NotRun = true // refused before the server was asked anything
+			return nil, fe
+		}
+	}
+	key := sessionKey(r.srv.ProviderID, r.connection)
+	cs, err := r.pool.session(ctx, r.srv, key)
 	if err != nil {
 		return nil, err
 	}
@@ -265,7 +306,7 @@ func (r toolRunner) Run(ctx context.Context, call kernel.Call) (json.RawMessage,
 	if err != nil {
 		var je *jsonrpc.Error
 		if !errors.As(err, &je) {
-			r.pool.drop(r.srv.ProviderID, cs) // the session may be broken: reconnect next time
+			r.pool.drop(key, cs) // the session may be broken: reconnect next time
 		}
 		return nil, callError(ctx, r.srv.ProviderID, "tools/call "+r.name, err)
 	}

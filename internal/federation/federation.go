@@ -76,6 +76,11 @@ type Federation struct {
 	pool    *pool
 	egress  *egress.Policy
 	stdio   map[string]StdioServer
+	// conns holds the connections of oauth servers; secrets opens a registration's client
+	// secret; connectURL is the console page a denial sends the owner to (Options).
+	conns      Connections
+	secrets    Secrets
+	connectURL string
 
 	mu      sync.Mutex // serializes registrations and syncs of this replica
 	cacheMu sync.Mutex
@@ -105,6 +110,7 @@ func New(st Store, changed func(ctx context.Context) error, tokens runner.TokenS
 		opts.Egress = egress.New(nil)
 	}
 	f := &Federation{store: st, changed: changed, cache: map[string]store.MCPServer{}, egress: opts.Egress, stdio: opts.Stdio,
+		conns: opts.Connections, secrets: opts.Secrets, connectURL: opts.ConnectURL,
 		life: life, stop: stop, debounce: ListChangedDebounce, pending: map[string]*time.Timer{}}
 	f.dialer = newDialer(tokens, f.toolsChanged)
 	f.dialer.transport = opts.Egress.Transport()
@@ -220,13 +226,21 @@ type Registration struct {
 	URL        string `json:"url,omitempty"`
 	// Command, Args and Env are refused: a stdio server is declared by the operator and
 	// registered by its id (ProviderID). They are decoded only to be named in the 400.
-	Command json.RawMessage `json:"command,omitempty"`
-	Args    json.RawMessage `json:"args,omitempty"`
-	Env     json.RawMessage `json:"env,omitempty"`
-	Auth    *struct {
-		Kind string `json:"kind"`
-	} `json:"auth,omitempty"`
-	TimeoutMs int `json:"timeoutMs,omitempty"`
+	Command   json.RawMessage   `json:"command,omitempty"`
+	Args      json.RawMessage   `json:"args,omitempty"`
+	Env       json.RawMessage   `json:"env,omitempty"`
+	Auth      *RegistrationAuth `json:"auth,omitempty"`
+	TimeoutMs int               `json:"timeoutMs,omitempty"`
+}
+
+// RegistrationAuth is a registration's auth: service-token (the gateway's own token), or
+// oauth (a connection's: the org's one account, or each person's own).
+type RegistrationAuth struct {
+	Kind            string   `json:"kind"`
+	Owner           string   `json:"owner,omitempty"`
+	ClientID        string   `json:"clientId,omitempty"`
+	ClientSecretRef string   `json:"clientSecretRef,omitempty"`
+	Scopes          []string `json:"scopes,omitempty"`
 }
 
 // ToolView is one pinned tool with its capability's lifecycle.
@@ -300,7 +314,7 @@ func (f *Federation) server(r Registration, by string, now time.Time) (store.MCP
 		case u.User != nil:
 			return srv, bad("/url", "url must not carry credentials; use auth")
 		}
-		if msg := f.egress.CheckURL(r.URL, srv.Auth == AuthServiceToken); msg != "" {
+		if msg := f.egress.CheckURL(r.URL, srv.Auth == AuthServiceToken || srv.Auth == AuthOAuth); msg != "" {
 			return srv, bad("/url", "url "+msg)
 		}
 	case TransportStdio:
@@ -316,6 +330,9 @@ func (f *Federation) server(r Registration, by string, now time.Time) (store.MCP
 		}
 	default:
 		return srv, bad("/transport", "transport must be streamable-http or stdio")
+	}
+	if srv.Auth != AuthOAuth && r.Auth != nil && (r.Auth.Owner != "" || r.Auth.ClientID != "" || r.Auth.ClientSecretRef != "" || len(r.Auth.Scopes) > 0) {
+		return srv, bad("/auth", "owner, clientId, clientSecretRef and scopes are for auth kind oauth only")
 	}
 	return srv, nil
 }
@@ -345,6 +362,14 @@ func (f *Federation) RegisterServer(ctx context.Context, req Registration, org, 
 		return nil, fmt.Errorf("register %s: %w", srv.ProviderID, err)
 	} else if len(versions) > 0 {
 		return nil, fault.New(fault.Conflict, CodeProviderTaken, "provider id %q is already a biome id", srv.ProviderID)
+	}
+	if srv.Auth == AuthOAuth {
+		// No connection exists yet to list the tools with: the server is stored without
+		// them, and the first connection's sync seeds them (connect, then sync).
+		if err := f.discover(ctx, req, &srv); err != nil {
+			return nil, err
+		}
+		return f.save(ctx, srv, nil, nil, map[string]store.Capability{}, by)
 	}
 	listed, err := f.dialer.listTools(ctx, srv)
 	if err != nil {
@@ -380,7 +405,19 @@ func (f *Federation) Sync(ctx context.Context, providerID, by string) (*SyncResu
 	if err != nil {
 		return nil, fmt.Errorf("sync %s: %w", providerID, err)
 	}
-	listed, err := f.dialer.listTools(ctx, old)
+	owners, err := f.store.BiomeOwners(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sync %s: %w", providerID, err)
+	}
+	lctx := ctx
+	if auth, ok, err := oauthOf(old); err != nil {
+		return nil, err
+	} else if ok {
+		if lctx, err = f.token(ctx, owners[providerID], old, syncOwner(old, auth, by)); err != nil {
+			return nil, err
+		}
+	}
+	listed, err := f.dialer.listTools(lctx, old)
 	if err != nil {
 		return nil, err
 	}
@@ -395,10 +432,6 @@ func (f *Federation) Sync(ctx context.Context, providerID, by string) (*SyncResu
 	byRef := map[string]store.Capability{}
 	for _, c := range caps {
 		byRef[c.Ref] = c
-	}
-	owners, err := f.store.BiomeOwners(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("sync %s: %w", providerID, err)
 	}
 	next := old
 	next.Generation, next.SyncedAt, next.Org = old.Generation+1, time.Now().UTC(), owners[providerID]
@@ -595,26 +628,49 @@ func (f *Federation) remember(srv store.MCPServer) {
 // Resolve implements gateway.Resolver for capabilities of runner kind mcp-external: the
 // server is the one registered under the entry's biome id, at the generation the entry was
 // published with (re-read from the store when this replica's copy is older).
-func (f *Federation) Resolve(ctx context.Context, _ identity.ExecContext, entry *catalog.Entry) (runner.Runner, bool, error) {
+func (f *Federation) Resolve(ctx context.Context, ec identity.ExecContext, entry *catalog.Entry) (runner.Runner, bool, error) {
 	c := entry.Capability
 	if c.RunnerKind != RunnerKind {
 		return nil, false, nil
 	}
-	f.cacheMu.Lock()
-	srv, ok := f.cache[c.BiomeID]
-	f.cacheMu.Unlock()
-	if !ok || version(srv.Generation) != c.BiomeVersion {
-		var err error
-		if srv, err = f.store.GetMCPServer(ctx, c.BiomeID); err != nil {
-			slog.Error("mcp server unreadable", "ref", c.Ref, "provider", c.BiomeID, "err", err)
-			return nil, false, fault.New(fault.Provider, CodeUnknownServer, "%s: its MCP server %q cannot be read", c.Ref, c.BiomeID)
-		}
-		f.remember(srv)
+	srv, err := f.serverOf(ctx, c.BiomeID, c.BiomeVersion)
+	if err != nil {
+		return nil, false, err
 	}
 	for _, t := range srv.Tools {
 		if t.Ref == c.Ref {
-			return toolRunner{pool: f.pool, srv: srv, name: t.Name}, true, nil
+			r := toolRunner{pool: f.pool, srv: srv, name: t.Name}
+			auth, ok, err := oauthOf(srv)
+			if err != nil {
+				return nil, false, fault.Wrap(err, fault.Provider, CodeUnknownServer, "%s: its MCP server %q cannot be read", c.Ref, c.BiomeID)
+			}
+			if ok {
+				owner, _ := ownerFor(ec, auth.Owner)
+				r.connection = &owner
+				r.token = func(ctx context.Context) (context.Context, error) { return f.token(ctx, ec.Org, srv, owner) }
+			}
+			return r, true, nil
 		}
 	}
 	return nil, false, fault.New(fault.Provider, CodeUnknownServer, "%s is not a tool of MCP server %q at version %s", c.Ref, c.BiomeID, version(srv.Generation))
 }
+
+// serverOf is the server registered under provider at the generation of version: this
+// replica's copy, re-read from the store when older.
+func (f *Federation) serverOf(ctx context.Context, provider, version string) (store.MCPServer, error) {
+	f.cacheMu.Lock()
+	srv, ok := f.cache[provider]
+	f.cacheMu.Unlock()
+	if ok && versionOf(srv) == version {
+		return srv, nil
+	}
+	srv, err := f.store.GetMCPServer(ctx, provider)
+	if err != nil {
+		slog.Error("mcp server unreadable", "provider", provider, "err", err)
+		return store.MCPServer{}, fault.New(fault.Provider, CodeUnknownServer, "its MCP server %q cannot be read", provider)
+	}
+	f.remember(srv)
+	return srv, nil
+}
+
+func versionOf(srv store.MCPServer) string { return version(srv.Generation) }

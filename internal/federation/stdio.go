@@ -28,6 +28,13 @@ type Options struct {
 	Egress *egress.Policy
 	// Stdio are the operator-declared stdio servers by id.
 	Stdio map[string]StdioServer
+	// Connections holds the tokens of servers registered with auth oauth; nil refuses such
+	// registrations. Secrets opens a registration's clientSecretRef.
+	Connections Connections
+	Secrets     Secrets
+	// ConnectURL is the console page where an owner connects a server (a denial's
+	// suggestion).
+	ConnectURL string
 }
 
 var (

@@ -248,6 +248,12 @@ func (g *Gateway) authorize(ctx context.Context, c *call, entry *catalog.Entry, 
 	in := PolicyInput(c.exec, entry.Ref(), entry.Resource(c.req.Input))
 	in.Usage = usage
 	_, step := telemetry.Start(ctx, telemetry.StepAuthorize, telemetry.AttrRef.String(entry.Ref()))
+	conn, err := g.Connection(ctx, c.exec, entry)
+	if err != nil {
+		step.End(fault.CodeStoreUnavailable)
+		return policy.Decision{}, err
+	}
+	in.Connection = conn
 	d, err := g.d.Policy.Decide(ctx, in)
 	if err != nil {
 		step.End(CodePolicyUnavailable)
@@ -585,6 +591,24 @@ func (g *Gateway) RecordUnauthenticated(ctx context.Context, route, reason, sour
 		return "", g.auditUnavailable(err)
 	}
 	return rec.ID, nil
+}
+
+// Connection is input.connection of a call of ec to entry (nil for a capability served
+// through no connection). A store that cannot say is a typed 503 (fail closed).
+func (g *Gateway) Connection(ctx context.Context, ec identity.ExecContext, entry *catalog.Entry) (*policy.Connection, error) {
+	if g.d.Connections == nil {
+		return nil, nil
+	}
+	conn, err := g.d.Connections.Connection(ctx, ec, entry)
+	if err != nil {
+		var fe *fault.Error
+		if errors.As(err, &fe) {
+			return nil, fe
+		}
+		slog.WarnContext(ctx, "connection status unavailable", "ref", entry.Ref(), "err", err)
+		return nil, fault.New(fault.Unavailable, fault.CodeStoreUnavailable, "the connection of %s could not be read; the call was denied (fail closed)", entry.Ref())
+	}
+	return conn, nil
 }
 
 // PolicyInput is the call as the Rego sees it: only verified claims, never headers.

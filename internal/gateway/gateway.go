@@ -28,6 +28,12 @@ import (
 	"github.com/xemahq/xema/internal/unauth"
 )
 
+// Connections finds, for a capability served through a connection, whose connection a call
+// of ec needs and its status; nil for every other capability (federation.Federation).
+type Connections interface {
+	Connection(ctx context.Context, ec identity.ExecContext, entry *catalog.Entry) (*policy.Connection, error)
+}
+
 // Gateway is the funnel over its Deps, built once by New.
 type Gateway struct {
 	d        Deps
@@ -51,6 +57,9 @@ type Deps struct {
 	// (critical-operation-v1, server-envelope) sends its provider; nil sends none, and such
 	// a capability's calls are refused before they run.
 	TxnTokens *txntoken.Signer
+	// Connections says whose connection a capability served through one (an OAuth-protected
+	// MCP server) needs, and its status, for the policy (input.connection); nil: none is.
+	Connections Connections
 	// Resolvers serve refs that neither a declared invocation nor a kernel handler serves
 	// (org-level provider bindings, federated MCP servers). The first that claims a ref wins.
 	Resolvers []Resolver

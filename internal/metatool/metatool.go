@@ -51,6 +51,8 @@ type Decider interface {
 // Runners finds the runner serving an entry for a caller (gateway.Gateway).
 type Runners interface {
 	Resolve(ctx context.Context, ec identity.ExecContext, entry *catalog.Entry) (runner.Runner, error)
+	// Connection is input.connection of a call to entry (gateway.Gateway.Connection).
+	Connection(ctx context.Context, ec identity.ExecContext, entry *catalog.Entry) (*policy.Connection, error)
 }
 
 // New builds the meta-tools over d; a part missing is an error, never a nil deref on the
@@ -122,7 +124,13 @@ func (m *Tools) decide(ctx context.Context, ec identity.ExecContext, ref string)
 	if !ok {
 		return nil, policy.Decision{}, gateway.UnknownCapability(ref)
 	}
-	d, err := m.d.Policy.Decide(ctx, gateway.PolicyInput(ec, e.Ref(), ""))
+	in := gateway.PolicyInput(ec, e.Ref(), "")
+	conn, err := m.d.Runners.Connection(ctx, ec, e)
+	if err != nil {
+		return nil, policy.Decision{}, err
+	}
+	in.Connection = conn
+	d, err := m.d.Policy.Decide(ctx, in)
 	if err != nil {
 		return nil, policy.Decision{}, m.policyUnavailable(err)
 	}

@@ -40,6 +40,7 @@ var Codes = sorted(
 	catalog.CodeGrantUnchanged,
 	connection.CodeAuthorizationFailed, connection.CodeExpired, connection.CodeInvalidOAuthServer, connection.CodeInvalidState,
 	connection.CodeNotFound, connection.CodeRequired, connection.CodeTokenUnavailable, connection.CodeUnknownProvider,
+	connection.CodeOrgAdminOnly, connection.CodePersonOnly,
 	connector.CodeBindingInvalid, connector.CodeBranchNotFound, connector.CodeChangeRequestExists,
 	connector.CodeConversationGone, connector.CodeCredentialForbidden, connector.CodeCredentialRejected,
 	connector.CodeNotFound, connector.CodeNotMergeable, connector.CodeRateLimited, connector.CodeRepositoryNotFound,

@@ -23,6 +23,7 @@ import (
 	"github.com/xemahq/xema/internal/approval"
 	"github.com/xemahq/xema/internal/audit"
 	"github.com/xemahq/xema/internal/binding"
+	"github.com/xemahq/xema/internal/connection"
 	"github.com/xemahq/xema/internal/explain"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/federation"
@@ -268,6 +269,18 @@ func Operations() []Operation {
 		kernel("GET", "/v1/mcp-servers", "The org's registered MCP servers", "mcp-servers", federation.RefList, 200, false),
 		with(kernel("POST", "/v1/mcp-servers/{id}/sync", "Sync an MCP server's tools now", "mcp-servers", federation.RefSync, 200, false, pathParam("id", "the server's providerId")), 422, 502, 504),
 
+		kernel("GET", "/v1/connections", "The org's OAuth-protected servers the caller can connect, and the connections the caller may see (never a token)", "connections", connection.RefList, 200, false),
+		kernel("POST", "/v1/connections", "Start connecting the caller's own account (or, for an org admin, the org's) to an OAuth-protected MCP server: answers the authorization URL to open", "connections", connection.RefConnect, 200, true),
+		with(kernel("DELETE", "/v1/connections/{id}", "Disconnect: delete the connection and revoke its tokens at the authorization server", "connections", connection.RefDisconnect, 200, false, pathParam("id", "connection id")), 502),
+		{Method: "GET", Path: "/v1/connections/callback", Summary: "The authorization server's redirect after a person consented (or refused): stores the connection and answers a page saying so", Tag: "connections",
+			Params: []Param{{Name: "state", In: "query", Description: "the authorization request's state", Schema: str},
+				{Name: "code", In: "query", Description: "the authorization code", Schema: str},
+				{Name: "error", In: "query", Description: "the authorization server's error code, when it refused", Schema: str}},
+			Responses: map[int]Response{
+				200: {Description: "an HTML page: the account is connected", MediaType: "text/html", Schema: str},
+				400: {Description: "an HTML page: the state is unknown, used, expired or the authorization was refused (INVALID_CONNECTION_STATE, AUTHORIZATION_FAILED)", MediaType: "text/html", Schema: str},
+				502: {Description: "an HTML page: the authorization server refused the code exchange (AUTHORIZATION_FAILED)", MediaType: "text/html", Schema: str}}},
+
 		{Method: "GET", Path: "/v1/bundles/xema.tar.gz", Summary: "The policy bundle in OPA's format, for a stock OPA (only the --bundle-reader subjects)", Tag: "operations",
 			Params: []Param{{Name: "If-None-Match", In: "header", Description: "the ETag of the bundle held", Schema: str}},
 			Responses: merge(errorsOf(authed...), map[int]Response{
@@ -450,7 +463,7 @@ func componentName(s string) string {
 // schemas, as the gateway validates them.
 func kernelCapabilitySchemas() (map[string]any, error) {
 	out := map[string]any{}
-	for _, fsys := range []fs.FS{admin.Contributions, binding.Contributions, federation.Contributions, approval.Contributions, insight.Contributions} {
+	for _, fsys := range []fs.FS{admin.Contributions, binding.Contributions, federation.Contributions, approval.Contributions, insight.Contributions, connection.Contributions} {
 		files, err := fs.Glob(fsys, "contributions/*.json")
 		if err != nil {
 			return nil, err

@@ -22,6 +22,7 @@ import (
 
 	"github.com/xemahq/xema/internal/answer"
 	"github.com/xemahq/xema/internal/approval"
+	"github.com/xemahq/xema/internal/connection"
 	"github.com/xemahq/xema/internal/console"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/gateway"
@@ -94,6 +95,9 @@ type Server struct {
 	// ConsoleOIDC is the console's production sign-in (xema serve --console-client-id); nil
 	// offers only the pasted token.
 	ConsoleOIDC *console.OIDC
+	// Connector finishes connections at GET /v1/connections/callback; nil answers that
+	// connections are not configured.
+	Connector Connector
 }
 
 // errorBody is every error answer: a code and a human message.
@@ -125,12 +129,15 @@ func (s *Server) router() *echo.Echo {
 	e.GET("/console/*", con)
 	e.POST(console.TokenPath, con)
 	e.GET(console.FaviconPath, con)
+	// The authorization server's redirect carries no gateway token: its state is its check.
+	e.GET(connection.CallbackPath, s.connectionCallback)
 	v1 := e.Group("/v1", s.authenticate)
 	v1.POST("/capabilities/invoke", s.invoke)
 	s.metaRoutes(v1)
 	s.adminRoutes(v1)
 	s.bindingRoutes(v1)
 	s.mcpServerRoutes(v1)
+	s.connectionRoutes(v1)
 	s.auditRoutes(v1)
 	s.approvalRoutes(v1)
 	s.insightRoutes(v1)
