@@ -18,7 +18,7 @@ func get(t *testing.T, path string) *httptest.ResponseRecorder {
 // the gateway's own script and no framing, never cached.
 func TestDeepLinksServeThePage(t *testing.T) {
 	for _, p := range []string{"/console/", "/console/login", "/console/audit/deny_x", "/console/biomes/ticketing/1.0.0", "/console/approvals",
-		"/console/capabilities/kb%3Apage.read%401", "/console/providers"} {
+		"/console/capabilities/kb%3Apage.read%401", "/console/providers", "/console/connections"} {
 		w := get(t, p)
 		if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `<script src="/console/assets/console.js"`) {
 			t.Fatalf("%s: %d %q", p, w.Code, w.Body.String())

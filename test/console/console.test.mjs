@@ -14,6 +14,9 @@
 //   APPROVER_TOKEN  a member of the org (not an administrator) whom the grant lets decide held calls
 //   SCREENSHOTS     directory for the screenshots of docs/console.md
 //   CHROMIUM        the browser (default /usr/bin/chromium)
+//   CONNECT_SERVER  (optional) provider id of an OAuth-protected MCP server of user connections
+//   ISSUER_URL, LOGIN_URL  its authorization server (hydra) and hydra's login and consent app,
+//                   which the browser may reach by navigation only, while connecting
 // It prints one "ok - NAME" line per step and closes with "N passed, N failed".
 import { join } from "node:path";
 import { env, expect, openBrowser } from "./harness.mjs";
@@ -23,11 +26,17 @@ const token = env("XEMA_TOKEN");
 
 const { page, shots, step, finish } = await openBrowser("xema-console", "failed-");
 
-// Every request the console makes goes to the gateway, and no URL carries the token.
+// Every request the console makes goes to the gateway, and no URL carries the token; only
+// while an account is being connected may the browser navigate (never script) to the
+// authorization server and its login app.
 const foreign = [];
+const connectServer = process.env.CONNECT_SERVER || "";
+const authOrigins = [process.env.ISSUER_URL, process.env.LOGIN_URL].filter(Boolean).map((x) => new URL(x).origin);
+let connecting = false;
 page.on("request", (req) => {
   const u = new URL(req.url());
-  if (u.origin !== new URL(base).origin && u.protocol !== "data:") foreign.push(req.url());
+  const away = connecting && req.isNavigationRequest() && authOrigins.includes(u.origin);
+  if (u.origin !== new URL(base).origin && u.protocol !== "data:" && !away) foreign.push(req.url());
   if (req.url().includes(token)) foreign.push("token in URL: " + req.url().slice(0, 60));
 });
 const pageErrors = [];
@@ -339,6 +348,58 @@ await step("providers: add a credential and a binding, change and remove them, r
   await shot("providers-edit");
 });
 
+// Connections: the link a CONNECTION_REQUIRED denial suggests (/console/#connections) opens
+// the page; Connect goes through the authorization server (hydra, its login app accepting
+// alice) to the gateway's callback page and back; Disconnect ends it.
+const serverRow = () => page.getByRole("table", { name: "Servers to connect" }).locator("tr", { hasText: connectServer }).first();
+await step("connections: connect an account through the authorization server, see it, disconnect it", async () => {
+  if (!connectServer) {
+    console.log("skip - no CONNECT_SERVER (no hydra): the connect flow did not run");
+    return;
+  }
+  await page.goto(`${base}/console/#connections`);
+  await page.waitForURL(`${base}/console/connections`);
+  await page.getByRole("heading", { name: "Connections", level: 1 }).waitFor();
+  await nav("Connections").waitFor();
+  const before = await serverRow().textContent();
+  expect(before.includes("not connected") && before.includes("yours"), "the server before connecting: " + before);
+  connecting = true;
+  try {
+    await serverRow().getByRole("button", { name: `Connect ${connectServer}`, exact: true }).click();
+    // hydra, its login and consent app, then the gateway's callback page.
+    await page.waitForURL(/\/v1\/connections\/callback\?/, { timeout: 30000 });
+    const landed = await page.locator("body").textContent();
+    expect(/connected/i.test(landed) && landed.includes(connectServer), "the callback page: " + landed);
+    await shot("connections-callback");
+    await page.getByRole("link", { name: /console|connections/i }).first().click();
+  } finally {
+    connecting = false;
+  }
+  await page.waitForURL(`${base}/console/connections`);
+  const row = serverRow();
+  await row.locator(".connection-status").getByText("connected", { exact: true }).waitFor();
+  const after = await row.textContent();
+  expect(/in \d+|minute|hour|day/.test(after), "the connection's expiry: " + after);
+  // The org admin's table lists it as alice's own, with its id; the API agrees.
+  const all = await page.getByRole("table", { name: "Connections of the org" }).textContent();
+  const api = await apiGet("/v1/connections");
+  const con = (api.connections || []).find((c) => c.providerId === connectServer && c.owner.kind === "user" && c.owner.ref === "user:alice");
+  expect(con && con.status === "connected" && all.includes(con.id) && all.includes("yours"), "the org's connections: " + all + " / API: " + JSON.stringify(api));
+  const srv = (api.servers || []).find((x) => x.providerId === connectServer);
+  expect(srv && srv.connected === true && srv.status === "connected", "the API's server: " + JSON.stringify(srv));
+  // No token on the page: the API answers none (a JWT would start eyJ).
+  expect(!/eyJ[A-Za-z0-9_-]{10,}/.test(await page.content()), "a token on the Connections page");
+  await shot("connections");
+  // Disconnect, after a sentence saying what it does.
+  await row.getByRole("button", { name: `Disconnect ${connectServer} (your account)` }).click();
+  await page.getByRole("group", { name: "Confirm disconnect" }).getByText(/CONNECTION_REQUIRED/).waitFor();
+  await page.getByRole("button", { name: "Confirm disconnect" }).click();
+  await page.getByRole("status").filter({ hasText: `Disconnected ${connectServer}` }).waitFor(); // said once the page is redrawn
+  await serverRow().locator(".connection-status").getByText("not connected", { exact: true }).waitFor();
+  expect((await page.getByRole("table", { name: "Connections of the org" }).count()) === 0, "the disconnected connection is listed");
+  expect(((await apiGet("/v1/connections")).connections || []).length === 0, "the API still lists a connection");
+});
+
 await step("the audit view leaves out people's console reads until asked", async () => {
   await nav("Audit").click();
   const table = page.getByRole("table", { name: "Audit records" });
@@ -421,11 +482,19 @@ await step("an approver who is a member sees the queue they may decide, and a se
   await page.waitForURL(`${base}/console/approvals`); // the first view they may use
   await page.locator("#who").filter({ hasText: "user:carol" }).waitFor();
   const links = await page.getByRole("navigation", { name: "Console" }).getByRole("link").allTextContents();
-  expect(JSON.stringify(links) === JSON.stringify(["Approvals", "Audit", "Catalog"]), "the approver's navigation: " + links);
+  expect(JSON.stringify(links) === JSON.stringify(["Approvals", "Audit", "Catalog", "Connections"]), "the approver's navigation: " + links);
   await page.getByRole("heading", { name: "Held calls" }).waitFor();
   const queue = await page.locator("main").textContent();
   expect(queue.includes("The calls you may decide") && !queue.includes("DENIED") && !queue.includes("HUMAN_BASELINE"), "the approver's queue: " + queue);
   await shot("approver");
+  if (connectServer) {
+    // A member connects their own account; the org's table is an admin's.
+    await nav("Connections").click();
+    const row = serverRow();
+    await row.getByRole("button", { name: `Connect ${connectServer}`, exact: true }).waitFor();
+    expect((await row.textContent()).includes("not connected"), "the member's server: " + (await row.textContent()));
+    expect((await page.getByRole("heading", { name: "Every connection of the org" }).count()) === 0, "a member sees the org's connections table");
+  }
   for (const path of ["/console/grants", "/console/providers", "/console/biomes"]) {
     await page.goto(base + path);
     const note = await page.getByRole("note").textContent();

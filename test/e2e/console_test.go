@@ -9,11 +9,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/xemahq/xema/internal/connection/connectiontest"
+	"github.com/xemahq/xema/internal/identity/hydratest"
 )
 
 // TestConsole runs test/console/console.test.mjs, a headless Chromium driven by
@@ -26,7 +30,18 @@ import (
 func TestConsole(t *testing.T) {
 	node, chromium, dir := consoleBrowser(t, "the console's browser test")
 
-	g := startGateway(t, "")
+	// The Connections page connects to a real OAuth-protected MCP server whose authorization
+	// server is a real hydra; without hydra those steps are skipped (visibly).
+	var hydra *hydratest.Server
+	var protected *connectiontest.Server
+	if haveHydra(t, "the console's Connections steps") {
+		hydra = hydratest.StartWithLogin(t, map[string]hydratest.Person{
+			"": {Subject: "user:alice"}, "user:alice": {Subject: "user:alice"}}, hydratest.DynamicRegistration()...)
+		protected = connectiontest.Start(t, hydra)
+	}
+	// The callback's redirect URI is under --public-url; the development issuer lets outbound
+	// calls reach loopback (hydra, the protected server).
+	g := startGateway(t, "", "--public-url", urlVar)
 	prov := newProvider(t)
 	admin := g.adminToken()
 	bot := g.token("--subject", "agent:support-bot", "--env", "project")
@@ -68,6 +83,14 @@ func TestConsole(t *testing.T) {
 	v2 := g.post("/v1/biomes", admin, submission(t, biomeDir(t, "ticketing-v2", prov.URL)))
 	expect(t, v2, http.StatusCreated)
 
+	// A server of user connections (each person connects their own account).
+	connectEnv := []string{}
+	if protected != nil {
+		expect(t, g.post("/v1/mcp-servers", admin, map[string]any{"providerId": "tools", "transport": "streamable-http", "url": protected.URL,
+			"auth": map[string]any{"kind": "oauth", "owner": "user"}}), http.StatusCreated)
+		connectEnv = []string{"CONNECT_SERVER=tools", "ISSUER_URL=" + hydra.PublicURL, "LOGIN_URL=" + hydra.LoginURL}
+	}
+
 	// Generous: the script's ~20 steps take 1-2 minutes, and several times that on a loaded CI machine.
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
@@ -79,10 +102,22 @@ func TestConsole(t *testing.T) {
 		"DENIED_REF=workflow:run.start@1", "DENIED_AUDIT="+str(den.Body, "auditId"), "DENIED_NEXT="+firstNext(t, den),
 		"BIOME_ID="+str(v2.Body, "biomeId"), "BIOME_VERSION="+str(v2.Body, "version"),
 		"SCREENSHOTS="+filepath.Join(repoRoot(t), "docs", "console"), "CHROMIUM="+chromium)
+	cmd.Env = append(cmd.Env, connectEnv...)
 	out, err := cmd.CombinedOutput()
 	t.Logf("console.test.mjs:\n%s", out)
 	if err != nil {
 		t.Fatalf("the browser test failed: %v", err)
+	}
+	if protected != nil {
+		// The browser connected alice's account and disconnected it: the gateway holds none.
+		cs := g.get("/v1/connections", admin)
+		expect(t, cs, http.StatusOK)
+		if list, _ := cs.Body["connections"].([]any); len(list) != 0 {
+			t.Errorf("connections left after the browser disconnected: %s", cs.Raw)
+		}
+		if regexp.MustCompile(`eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}`).MatchString(g.logs.String()) {
+			t.Error("the gateway's log holds a JWT")
+		}
 	}
 
 	// What the browser did, as the API sees it.
@@ -229,6 +264,21 @@ func auditRecords(t *testing.T, g *gateway, token string, q url.Values) []map[st
 	}
 	t.Fatal("the audit search does not end")
 	return nil
+}
+
+// haveHydra is whether the hydra binary is there (built and cached when missing); without
+// it, what depends on it is skipped with a visible message, unless XEMA_TEST_REQUIRE_HYDRA=1
+// makes that a failure.
+func haveHydra(t *testing.T, what string) bool {
+	t.Helper()
+	if _, err := hydratest.BuildBinary(t.Logf); err != nil {
+		if os.Getenv("XEMA_TEST_REQUIRE_HYDRA") == "1" {
+			t.Fatalf("no hydra (XEMA_TEST_REQUIRE_HYDRA=1): %s cannot run: %v", what, err)
+		}
+		t.Logf("SKIP: no hydra (%v): %s did not run", err, what)
+		return false
+	}
+	return true
 }
 
 // consoleBrowser finds what test/console's scripts need (node, Chromium, npm ci's

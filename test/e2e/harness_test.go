@@ -92,6 +92,9 @@ func forEachEngine(t *testing.T, fn func(t *testing.T, e engineCase)) {
 	}
 }
 
+// urlVar, in an argument of startGateway, stands for the gateway's own URL.
+const urlVar = "{{url}}"
+
 // startGateway runs `xema serve` with the repo's biomes and the demo dev grant, plus args.
 func startGateway(t testing.TB, storeDSN string, args ...string) *gateway {
 	t.Helper()
@@ -124,7 +127,11 @@ func (g *gateway) startOnce(args ...string) bool {
 	if g.Store != "" {
 		full = append(full, "--store", g.Store)
 	}
-	full = append(full, args...)
+	for _, a := range args {
+		// "{{url}}" stands for the gateway's own URL, known only once its port is picked
+		// (e.g. --public-url {{url}}).
+		full = append(full, strings.ReplaceAll(a, urlVar, g.URL))
+	}
 	g.cmd = exec.Command(g.bin, full...)
 	g.cmd.Stdout, g.cmd.Stderr = g.logs, g.logs
 	logStart := len(g.logs.String())

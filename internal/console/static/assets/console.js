@@ -179,12 +179,17 @@ const VIEWS = [
   { href: "/console/audit", name: "Audit", needs: [], what: "the audit log" },
   { href: "/console/catalog", name: "Catalog", needs: [], what: "the catalog" },
   { href: "/console/providers", name: "Providers", needs: ["binding:list@1", "credential:list@1", "mcp-server:list@1"], what: "the org's providers, credentials and MCP servers" },
+  { href: "/console/connections", name: "Connections", needs: ["connection:list@1"], what: "the connections to OAuth-protected MCP servers, which are people's and their org's" },
 ];
 
 const V = Object.fromEntries(VIEWS.map((v) => [v.name, v]));
 
 function may(who, view) {
   return view.needs.length === 0 || view.needs.some((r) => (who.operations || []).includes(r));
+}
+
+function isAdmin(who) {
+  return who.orgRole === "org_admin" || who.orgRole === "org_owner";
 }
 
 function mayOp(who, ref) {
@@ -218,7 +223,17 @@ const routes = [
   [/^\/console\/capabilities\/([^/]+)$/, viewCapability, { name: "Capability", needs: ["catalog:capability.get@1"], what: "a capability's page with the grants that cover it" }],
   [/^\/console\/providers$/, viewProviders, V.Providers],
   [/^\/console\/grants$/, viewGrants, V.Grants],
+  [/^\/console\/connections$/, viewConnections, V.Connections],
 ];
+
+// hashView is the view a fragment names, e.g. /console/#connections (the link a
+// CONNECTION_REQUIRED denial suggests), or null: such links are kept as /console/<name>.
+function hashView() {
+  const name = location.hash.replace(/^#/, "");
+  if (!/^[a-z]+$/.test(name)) return null;
+  const v = VIEWS.find((x) => x.href === "/console/" + name);
+  return v ? v.href : null;
+}
 
 function go(url, replace) {
   if (replace) history.replaceState(null, "", url);
@@ -262,6 +277,8 @@ async function pendingBadge(nav) {
 }
 
 async function render() {
+  const named = hashView();
+  if (named) history.replaceState(null, "", named);
   const path = location.pathname.replace(/\/+$/, "");
   const signedIn = !!token();
   if (!signedIn) {
@@ -308,6 +325,7 @@ document.addEventListener("click", (e) => {
   go(url.pathname + url.search);
 });
 window.addEventListener("popstate", render);
+window.addEventListener("hashchange", () => { if (hashView()) render(); });
 
 // ---- login ------------------------------------------------------------------------------
 
@@ -1419,6 +1437,138 @@ function revokeForm(g, box) {
     h("div", { class: "row" }, confirm, h("button", { type: "button", onclick: () => box.replaceChildren() }, "Cancel")));
   review();
   return group;
+}
+
+// ---- connections -----------------------------------------------------------------------
+
+// CONNECTION_STATUS are a connection's statuses in words, with their tag's class.
+const CONNECTION_STATUS = {
+  connected: ["connected", "ok"],
+  "needs-reconnect": ["needs reconnect", "bad"],
+  missing: ["not connected", "warn"],
+};
+
+function connectionStatus(status) {
+  const [words, cls] = CONNECTION_STATUS[status] || [status || "?", "warn"];
+  return h("span", { class: "tag " + cls }, words);
+}
+
+// ownerWords is whose account a connection or server is, as the viewer reads it.
+function ownerWords(kind, ref) {
+  if (kind === "org") return "the org's";
+  if (!ref || ref === viewer.subject.ref) return "yours";
+  return ref;
+}
+
+// viewConnections lists the org's OAuth-protected MCP servers with the viewer's standing to
+// each (their own connection for a server of user connections, the org's otherwise), and for
+// an org admin every connection of the org. Connect sends the browser to the authorization
+// server; it comes back through the gateway's callback page, which links here. No token is
+// ever in an answer of the API, so none can be shown.
+async function viewConnections() {
+  const res = await api("GET", "/v1/connections");
+  const servers = res.servers || [];
+  const conns = res.connections || [];
+  const admin = isAdmin(viewer);
+  const mine = (c) => c.owner.kind === "user" && c.owner.ref === viewer.subject.ref;
+  const standing = (sv) => conns.find((c) => c.providerId === sv.providerId && (sv.owner === "org" ? c.owner.kind === "org" : mine(c)));
+  const mayConnect = mayOp(viewer, "connection:connect@1");
+  const mayDisconnect = mayOp(viewer, "connection:disconnect@1");
+  const mayAct = (owner) => owner === "user" || admin; // an org's connection is its admins' to make or end
+  const serverRow = (sv) => {
+    const c = standing(sv);
+    const box = h("div", { "aria-live": "polite" });
+    const status = sv.status || (sv.connected ? "connected" : "missing");
+    const actions = !mayAct(sv.owner)
+      ? h("span", { class: "muted" }, status === "connected" ? "" : status === "missing" ? "An org admin connects it for the org." : "An org admin reconnects it for the org.")
+      : h("div", { class: "row" },
+        status !== "connected" && mayConnect ? connectButton(sv, status === "missing" ? "Connect" : "Reconnect", box) : null,
+        c && mayDisconnect ? disconnectButton(c, box) : null);
+    return [h("tr", {},
+      h("td", {}, h("strong", {}, sv.providerId), sv.url ? [h("br"), h("code", {}, sv.url)] : null),
+      h("td", {}, sv.owner === "org" ? "the org's (one for everyone)" : "yours (each person their own)"),
+      h("td", { class: "connection-status" }, connectionStatus(status)),
+      h("td", {}, c && c.expiresAt ? when(c.expiresAt) : ""),
+      h("td", {}, c ? scopeList(c.scopes) : ""),
+      h("td", {}, actions)),
+    h("tr", { class: "form-row" }, h("td", { colspan: 6 }, box))];
+  };
+  const connectionRow = (c) => {
+    const box = h("div", { "aria-live": "polite" });
+    return [h("tr", {},
+      h("td", {}, h("strong", {}, c.providerId)),
+      h("td", {}, ownerWords(c.owner.kind, c.owner.ref)),
+      h("td", {}, connectionStatus(c.status)),
+      h("td", {}, c.expiresAt ? when(c.expiresAt) : ""),
+      h("td", {}, scopeList(c.scopes)),
+      h("td", {}, c.createdBy || "", " ", when(c.createdAt)),
+      h("td", {}, c.refreshedAt ? when(c.refreshedAt) : h("span", { class: "muted" }, "never")),
+      h("td", {}, h("code", {}, c.id)),
+      h("td", {}, mayDisconnect ? disconnectButton(c, box) : null)),
+    h("tr", { class: "form-row" }, h("td", { colspan: 9 }, box))];
+  };
+  show("Connections",
+    h("p", { class: "muted" }, "Some MCP servers act for an account of yours or of your org, authorized at their own sign-in (OAuth). ",
+      "Connect once: the gateway keeps the tokens, sealed, refreshes them and uses them only to call that server for you. ",
+      "No agent and no page ever receives a token. Until a server is connected, calls through it are refused with CONNECTION_REQUIRED."),
+    h("h2", {}, "Servers"),
+    servers.length ? table2("Servers to connect", ["Server", "Whose account", "Status", "Expires", "Scopes", ""], servers.map(serverRow))
+      : h("p", {}, "No MCP server of the org needs a connection.", admin ? " Register one with auth kind oauth (POST /v1/mcp-servers)." : ""),
+    admin ? [h("h2", {}, "Every connection of the org"),
+      h("p", { class: "muted" }, "As an org admin you see every person's connections as well as the org's, and may end any of them (its owner then connects again)."),
+      conns.length ? table2("Connections of the org", ["Server", "Whose account", "Status", "Expires", "Scopes", "Connected by", "Last refreshed", "Id", ""], conns.map(connectionRow))
+        : h("p", {}, "None yet.")] : null);
+}
+
+// scopeList is a connection's scopes, or a muted word when it has none.
+function scopeList(scopes) {
+  return (scopes || []).length ? scopes.map((x, i) => [i ? " " : "", h("code", {}, x)]) : h("span", { class: "muted" }, "none");
+}
+
+// connectButton starts a connection and sends the browser to the authorization server the
+// answer names; the gateway's callback page links back here.
+function connectButton(sv, label, box) {
+  const name = `${label} ${sv.providerId}`;
+  const button = h("button", { type: "button", class: "primary", "aria-label": name, onclick: async () => {
+    button.disabled = true;
+    box.replaceChildren(h("p", { class: "muted" }, `Asking the gateway to start a connection to ${sv.providerId}...`));
+    try {
+      const res = await api("POST", "/v1/connections", { providerId: sv.providerId, owner: sv.owner });
+      const u = new URL(res.url);
+      if (u.protocol !== "https:" && u.protocol !== "http:") throw new Error("The gateway answered an authorization URL that is not http(s).");
+      box.replaceChildren(h("p", { class: "muted" }, `Opening ${u.origin} to authorize ${sv.providerId}: you come back here once it is done.`));
+      location.assign(u.toString());
+    } catch (err) {
+      box.replaceChildren(errorBox(err), violationList(err));
+      button.disabled = false;
+    }
+  } }, label);
+  return button;
+}
+
+// disconnectButton ends connection c after a sentence saying what that does.
+function disconnectButton(c, box) {
+  const whose = ownerWords(c.owner.kind, c.owner.ref);
+  const name = `Disconnect ${c.providerId} (${whose === "yours" ? "your account" : whose === "the org's" ? "the org's account" : whose})`;
+  return h("button", { type: "button", class: "danger", "aria-label": name, onclick: () => {
+    const out = h("div", { "aria-live": "polite" });
+    const confirm = h("button", { type: "button", class: "danger", onclick: async () => {
+      confirm.disabled = true;
+      try {
+        const v = await api("DELETE", "/v1/connections/" + encodeURIComponent(c.id));
+        await viewConnections(); // the page without it first, then the word that it is gone
+        say(`Disconnected ${c.providerId} (${whose}): ` + (v && v.revoked ? "the authorization server revoked its tokens." : "the gateway forgot its tokens; the authorization server did not confirm revoking them."));
+      } catch (err) {
+        out.replaceChildren(errorBox(err));
+        confirm.disabled = false;
+      }
+    } }, "Confirm disconnect");
+    box.replaceChildren(h("div", { role: "group", "aria-label": "Confirm disconnect" },
+      h("p", { class: "notice" }, `Disconnecting ${c.providerId} (${whose}) forgets its tokens and asks the authorization server to revoke them: `,
+        `calls through ${c.providerId} ${c.owner.kind === "org" ? "for the org" : "for " + (whose === "yours" ? "you" : whose)} are refused with CONNECTION_REQUIRED until it is connected again.`),
+      out, h("div", { class: "row" }, confirm, h("button", { type: "button", onclick: () => box.replaceChildren() }, "Cancel"))));
+    confirm.focus();
+  } }, "Disconnect");
 }
 
 // table2 is a labelled table of cols and rows.
