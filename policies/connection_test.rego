@@ -4,7 +4,7 @@ package xematest.authz
 
 with_connection(conn) := object.union(agent, {"connection": conn})
 
-connect_url := "https://gw.example/console/#/connections"
+connect_url := "https://gw.example/console/connections"
 
 test_connected_org_account_allowed if {
 	dec := decide(with_connection({"provider": "slack", "owner": "org", "status": "connected", "id": "con_1"}))

@@ -415,7 +415,7 @@ func openMaster(ctx context.Context, src masterkey.Source, st store.Store) (mast
 }
 
 // ConnectionsPage is the console's Connections page below the public URL.
-const ConnectionsPage = "/console/#connections"
+const ConnectionsPage = "/console/connections"
 
 // bindings opens the credential keyring (src, or a key file created under dataDir at first
 // start) and the binding service over st, calling providers with hc.

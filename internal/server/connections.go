@@ -36,7 +36,7 @@ var callbackPage = template.Must(template.New("callback").Parse(`<!doctype html>
 <p role="status">{{.Message}}</p>
 {{if .Code}}<p>Code: <code>{{.Code}}</code></p>{{end}}
 {{if .Next}}<p>{{.Next}}</p>{{end}}
-<p><a href="/console/#connections">Back to your connections</a>. You can close this window.</p>
+<p><a href="/console/connections">Back to your connections</a>. You can close this window.</p>
 </main></body></html>
 `))
 

@@ -114,7 +114,7 @@ func TestConnections(t *testing.T) {
 		// Bob has no connection: denied before anything runs, told where to connect.
 		den := g.post("/v1/capabilities/invoke", bob, whoami)
 		if den.Status != http.StatusForbidden || !strings.Contains(string(den.Raw), "CONNECTION_REQUIRED") ||
-			!strings.Contains(string(den.Raw), `"kind":"connect"`) || !strings.Contains(string(den.Raw), "/console/#connections") {
+			!strings.Contains(string(den.Raw), `"kind":"connect"`) || !strings.Contains(string(den.Raw), "/console/connections") {
 			t.Fatalf("bob without a connection: %d %s", den.Status, den.Raw)
 		}
 		why := g.get("/v1/audit/"+str(den.Body, "auditId")+"/why-denied", bob)
