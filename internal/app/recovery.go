@@ -72,6 +72,10 @@ func (a *App) Maintain(ctx context.Context, every time.Duration) {
 		if _, err := a.Store.PruneIdempotency(ctx, now, 1000); err != nil && ctx.Err() == nil {
 			slog.Warn("idempotency key prune failed; retrying next tick", "err", err)
 		}
+		// Authorization requests nobody finished: their state is useless once expired.
+		if _, err := a.Store.PruneConnectionStates(ctx, now); err != nil && ctx.Err() == nil {
+			slog.Warn("connection state prune failed; retrying next tick", "err", err)
+		}
 		if n, err := a.Approvals.ExpireDue(ctx); err != nil && ctx.Err() == nil {
 			slog.Warn("approval expiry sweep failed; retrying next tick", "err", err)
 		} else if n > 0 {
