@@ -34,6 +34,7 @@ func (s *Server) MCPHandler() http.Handler {
 		Capabilities: &mcp.ServerCapabilities{Logging: &mcp.LoggingCapabilities{}, //nolint:staticcheck // deprecated in 2026-07-28, still in the protocol versions clients speak
 			Extensions: map[string]any{TasksExtension: map[string]any{}}}})
 	s.addTasks(srv)
+	srv.AddReceivingMiddleware(s.elicitMiddleware)
 	tools := s.Tools
 	addTool(srv, "xema_capabilities_search", "Find the capabilities you are armed and authorized to invoke. All arguments are optional; anchor with resourceType (or a resource noun in query); page with cursor from nextCursor.", searchSchema, tools.Search)
 	addTool(srv, "xema_capabilities_describe", "Full input/output schemas, examples and side effects of up to 50 refs.", describeSchema,
@@ -56,6 +57,7 @@ func (s *Server) MCPHandler() http.Handler {
 			if ans.Held() {
 				s.offerTask(ctx, ec, ans)
 			}
+			offerConnect(ctx, ans)
 			if !ans.Ran() {
 				return nil, answerError{ans}
 			}

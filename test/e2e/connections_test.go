@@ -1,10 +1,16 @@
 package e2e
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/xemahq/xema/internal/connection/connectiontest"
 	"github.com/xemahq/xema/internal/identity/hydratest"
@@ -21,6 +27,24 @@ func callback(t *testing.T, landed string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// elicitingSession is an MCP session of a client that declares URL-mode elicitation.
+func elicitingSession(t *testing.T, g *gateway, token string) *mcp.ClientSession {
+	t.Helper()
+	client := mcp.NewClient(&mcp.Implementation{Name: "e2e-eliciting", Version: "1"}, &mcp.ClientOptions{
+		Capabilities: &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{URL: &mcp.URLElicitationCapabilities{}}},
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			return &mcp.ElicitResult{Action: "accept"}, nil
+		}})
+	tr := &mcp.StreamableClientTransport{Endpoint: g.URL + "/mcp", MaxRetries: -1, DisableStandaloneSSE: true,
+		HTTPClient: &http.Client{Transport: bearer{token: token, next: http.DefaultTransport}}}
+	s, err := client.Connect(context.Background(), tr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
 }
 
 // TestConnections registers a real OAuth-protected MCP server (the official go-sdk's bearer
@@ -125,10 +149,36 @@ func TestConnections(t *testing.T) {
 		if !strings.Contains(string(pre.Raw), "CONNECTION_REQUIRED") {
 			t.Fatalf("preflight: %s", pre.Raw)
 		}
+		// Over MCP: a client declaring URL elicitation is asked to open the connect page; one
+		// that does not gets the denial.
+		elicit := elicitingSession(t, g, bob)
+		_, err := elicit.CallTool(context.Background(), &mcp.CallToolParams{Name: "xema_capabilities_invoke", Arguments: whoami})
+		var rpcErr *jsonrpc.Error
+		if !errors.As(err, &rpcErr) || rpcErr.Code != mcp.CodeURLElicitationRequired ||
+			!strings.Contains(string(rpcErr.Data), `"mode":"url"`) || !strings.Contains(string(rpcErr.Data), "/console/connections") {
+			t.Fatalf("an eliciting client: %v; want URLElicitationRequired naming the connect page", err)
+		}
+		plain, err := mcpSession(t, g, bob)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if body, isErr := callTool(t, plain, "xema_capabilities_invoke", whoami); !isErr || !strings.Contains(fmt.Sprint(body), "CONNECTION_REQUIRED") {
+			t.Fatalf("a client without URL elicitation: %v (isError %v)", body, isErr)
+		}
+		// Bob connects (as the page would have him); the eliciting client's retry runs.
+		start = g.post("/v1/connections", bob, map[string]any{"providerId": "tools"})
+		expect(t, start, http.StatusOK)
+		if status, page := callback(t, hydra.Authorize(t, str(start.Body, "url"), "bob").String()); status != http.StatusOK {
+			t.Fatalf("bob's callback: %d %s", status, page)
+		}
+		res, err := elicit.CallTool(context.Background(), &mcp.CallToolParams{Name: "xema_capabilities_invoke", Arguments: whoami})
+		if err != nil || res.IsError || !strings.Contains(fmt.Sprint(res.StructuredContent), "bob@tools") {
+			t.Fatalf("the retry once connected: %v %v", res, err)
+		}
 		if den := g.post("/v1/capabilities/invoke", agent, whoami); !strings.Contains(string(den.Raw), "no person") {
 			t.Fatalf("an agent acting for no one: %d %s", den.Status, den.Raw)
 		}
-		if n := len(srv.Calls()); n != 2 {
+		if n := len(srv.Calls()); n != 3 {
 			t.Fatalf("the server answered %d calls; the denied ones must not reach it", n)
 		}
 
