@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"os"
 
@@ -31,13 +32,7 @@ func (f *adminFlags) addTo(fs *pflag.FlagSet) {
 
 // client checks the flags and returns the gateway client; bad flags are a usage error.
 func (f *adminFlags) client() (*client.Client, error) {
-	server, token := f.server, f.token
-	if server == "" {
-		server = os.Getenv(envServer)
-	}
-	if server == "" {
-		server = defaultServer
-	}
+	server, token := f.serverURL(), f.token
 	if token == "" {
 		token = os.Getenv(envToken)
 	}
@@ -46,6 +41,11 @@ func (f *adminFlags) client() (*client.Client, error) {
 		return nil, &exitError{code: 2, err: err}
 	}
 	return c, nil
+}
+
+// serverURL is --server, else $XEMA_SERVER, else the default.
+func (f *adminFlags) serverURL() string {
+	return cmp.Or(f.server, os.Getenv(envServer), defaultServer)
 }
 
 // call sends one request and prints the answer as indented JSON.

@@ -2,8 +2,13 @@ package server
 
 import (
 	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"fmt"
 	"html/template"
 	"net/http"
+	"net/url"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -11,6 +16,7 @@ import (
 	"github.com/xemahq/xema/internal/connection"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/federation"
+	"github.com/xemahq/xema/internal/gateway"
 )
 
 // Connector finishes a connection at the callback (federation.Federation).
@@ -22,8 +28,41 @@ type Connector interface {
 // through the whole funnel.
 func (s *Server) connectionRoutes(g *echo.Group) {
 	g.GET("/connections", s.invokeAs(connection.RefList, http.StatusOK, noID))
-	g.POST("/connections", s.kernelRouteStatus(connection.RefConnect, http.StatusOK))
+	g.POST("/connections", s.connect)
 	g.DELETE("/connections/:id", s.invokeAs(connection.RefDisconnect, http.StatusOK, pathID))
+}
+
+// connectCookie binds an authorization request to the browser that started it: the
+// callback finishes only a request whose state this browser holds. Without it, anyone could
+// start a connection of their own and have another person complete it with that person's
+// account (a login CSRF): the connection would be the starter's, the account the victim's.
+const connectCookie = "xema_connect"
+
+// connect is POST /v1/connections: connection:connect@1, then the cookie that lets this
+// browser, and only it, finish the request at the callback.
+func (s *Server) connect(c echo.Context) error {
+	var input json.RawMessage
+	if err := bind(c, &input); err != nil {
+		return err
+	}
+	res, err := s.Gateway.Invoke(c.Request().Context(), execOf(c), gateway.Request{Ref: connection.RefConnect, Input: input})
+	if err != nil || res.Denial != nil || res.Held != nil {
+		ans, _ := answerOf(res, err)
+		return writeAnswer(c, ans)
+	}
+	var started connection.Started
+	if err := json.Unmarshal(res.Output, &started); err != nil {
+		return fmt.Errorf("connect: decode output: %w", err)
+	}
+	u, err := url.Parse(started.URL)
+	if err != nil || u.Query().Get("state") == "" {
+		return fmt.Errorf("connect: the authorization URL carries no state")
+	}
+	c.SetCookie(&http.Cookie{Name: connectCookie, Value: u.Query().Get("state"), Path: connection.CallbackPath,
+		Expires: started.ExpiresAt, HttpOnly: true, SameSite: http.SameSiteLaxMode,
+		Secure: c.Scheme() == "https" || strings.HasPrefix(s.PublicURL, "https://")})
+	c.Response().Header().Set("X-Xema-Audit-Id", res.AuditID)
+	return c.JSON(http.StatusOK, res.Output)
 }
 
 // callbackPage is the page the person's browser lands on after the authorization server.
@@ -52,11 +91,19 @@ func (s *Server) connectionCallback(c echo.Context) error {
 	if s.Connector == nil {
 		return s.callbackAnswer(c, fault.New(fault.NotImplemented, connection.CodeInvalidState, "this gateway has no connections configured"), federation.Connected{})
 	}
+	// The request is left untouched when this browser did not start it: its starter may
+	// still finish it.
+	ck, err := c.Cookie(connectCookie)
+	if err != nil || q.Get("state") == "" || subtle.ConstantTimeCompare([]byte(ck.Value), []byte(q.Get("state"))) != 1 {
+		return s.callbackAnswer(c, fault.New(fault.Invalid, connection.CodeInvalidState,
+			"this authorization was not started in this browser: a connection is finished in the browser that started it (the console's Connections page)"), federation.Connected{})
+	}
 	done, err := s.Connector.Complete(c.Request().Context(), q.Get("state"), q.Get("code"), q.Get("error"), q.Get("error_description"))
 	return s.callbackAnswer(c, err, done)
 }
 
 func (s *Server) callbackAnswer(c echo.Context, err error, done federation.Connected) error {
+	c.SetCookie(&http.Cookie{Name: connectCookie, Path: connection.CallbackPath, MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteLaxMode})
 	c.Response().Header().Set("Cache-Control", "no-store")
 	c.Response().Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'")
 	c.Response().Header().Set("Referrer-Policy", "no-referrer")

@@ -17,10 +17,15 @@ import (
 )
 
 // callback follows the authorization server's redirect to the gateway's callback, as the
-// person's browser would (no gateway token), and returns its status and page.
-func callback(t *testing.T, landed string) (int, string) {
+// person's browser would (no gateway token; the cookies POST /v1/connections set, from
+// started's headers, unless nil), and returns its status and page.
+func callback(t *testing.T, landed string, started http.Header) (int, string) {
 	t.Helper()
-	resp, err := http.Get(landed)
+	req, _ := http.NewRequest(http.MethodGet, landed, nil)
+	for _, c := range (&http.Response{Header: started}).Cookies() {
+		req.AddCookie(c)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,15 +100,27 @@ func TestConnections(t *testing.T) {
 			t.Fatalf("ann's connections before connecting: %s", mine.Raw)
 		}
 
+		if out, err := g.run("connection", "connect", "tools", "--server", g.URL, "--token", ann); err != nil || !strings.Contains(out, g.URL+"/console/connections") {
+			t.Fatalf("xema connection connect: %v %s", err, out)
+		}
+		if out, err := g.run("connection", "connect", "nosuch", "--server", g.URL, "--token", ann); err == nil || !strings.Contains(out, "no OAuth-protected server") {
+			t.Fatalf("xema connection connect of an unknown server: %v %s", err, out)
+		}
+
 		// Ann connects through hydra's login and consent; the callback lists the tools.
 		start := g.post("/v1/connections", ann, map[string]any{"providerId": "tools"})
 		expect(t, start, http.StatusOK)
 		landed := hydra.Authorize(t, str(start.Body, "url"), "ann")
-		status, page := callback(t, landed.String())
+		// Another browser (a person sent the link by whoever started it) cannot finish it,
+		// and leaves it to its starter.
+		if status, page := callback(t, landed.String(), nil); status != http.StatusBadRequest || !strings.Contains(page, "not started in this browser") {
+			t.Fatalf("a callback from another browser: %d %s", status, page)
+		}
+		status, page := callback(t, landed.String(), start.Header)
 		if status != http.StatusOK || !strings.Contains(page, "Connected your account to tools") {
 			t.Fatalf("callback: %d %s", status, page)
 		}
-		if status, page := callback(t, landed.String()); status != http.StatusBadRequest || !strings.Contains(page, "INVALID_CONNECTION_STATE") {
+		if status, page := callback(t, landed.String(), start.Header); status != http.StatusBadRequest || !strings.Contains(page, "INVALID_CONNECTION_STATE") {
 			t.Fatalf("a replayed callback: %d %s", status, page)
 		}
 		servers := g.get("/v1/mcp-servers", admin)
@@ -168,7 +185,7 @@ func TestConnections(t *testing.T) {
 		// Bob connects (as the page would have him); the eliciting client's retry runs.
 		start = g.post("/v1/connections", bob, map[string]any{"providerId": "tools"})
 		expect(t, start, http.StatusOK)
-		if status, page := callback(t, hydra.Authorize(t, str(start.Body, "url"), "bob").String()); status != http.StatusOK {
+		if status, page := callback(t, hydra.Authorize(t, str(start.Body, "url"), "bob").String(), start.Header); status != http.StatusOK {
 			t.Fatalf("bob's callback: %d %s", status, page)
 		}
 		res, err := elicit.CallTool(context.Background(), &mcp.CallToolParams{Name: "xema_capabilities_invoke", Arguments: whoami})

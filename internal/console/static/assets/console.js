@@ -138,11 +138,13 @@ class APIError extends Error {
 }
 
 // api calls the gateway with the person's token. A 401 (expired or revoked token) forgets
-// the token and goes to the login page, unless quiet (the login page's own check).
-async function api(method, path, body, quiet) {
+// the token and goes to the login page, unless quiet (the login page's own check). Cookies
+// are neither sent nor kept, but for keepCookie: starting a connection sets the one cookie
+// (scoped to the callback's path) that lets this browser finish it.
+async function api(method, path, body, quiet, keepCookie) {
   const headers = { Authorization: "Bearer " + token() };
   if (body !== undefined) headers["Content-Type"] = "application/json";
-  const res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), cache: "no-store", credentials: "omit" });
+  const res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), cache: "no-store", credentials: keepCookie ? "same-origin" : "omit" });
   let data = null;
   try { data = await res.json(); } catch (_) { /* no JSON body */ }
   if (res.status === 401 && !quiet) {
@@ -1533,7 +1535,7 @@ function connectButton(sv, label, box) {
     button.disabled = true;
     box.replaceChildren(h("p", { class: "muted" }, `Asking the gateway to start a connection to ${sv.providerId}...`));
     try {
-      const res = await api("POST", "/v1/connections", { providerId: sv.providerId, owner: sv.owner });
+      const res = await api("POST", "/v1/connections", { providerId: sv.providerId, owner: sv.owner }, false, true);
       const u = new URL(res.url);
       if (u.protocol !== "https:" && u.protocol !== "http:") throw new Error("The gateway answered an authorization URL that is not http(s).");
       box.replaceChildren(h("p", { class: "muted" }, `Opening ${u.origin} to authorize ${sv.providerId}: you come back here once it is done.`));
