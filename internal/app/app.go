@@ -327,6 +327,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			return nil, a.closeWith(err)
 		}
 		fedOpts.Connections, fedOpts.ConnectURL = a.Connections, strings.TrimSuffix(cfg.PublicURL, "/")+ConnectionsPage
+		a.Bindings.Connections, a.Bindings.ConnectURL = a.Connections, fedOpts.ConnectURL
 	}
 	a.Federation = federation.New(st, a.Rebuild, cfg.Tokens, fedOpts)
 	providerTokens, err := a.providerTokens(ctx, cfg)
@@ -345,7 +346,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	a.unauth = &unauth.Aggregator{Audit: a.Audit, Revision: eng.Revision, Interval: cfg.UnauthAuditInterval}
 	if a.Gateway, err = gateway.New(gateway.Deps{Catalog: a.Catalog, Policy: eng, Audit: a.Audit, Kernel: a.Kernel,
 		Tokens: providerTokens, HTTP: a.HTTP, InputHashKey: keys.InputHash, TxnTokens: a.TxnTokens,
-		Resolvers: []gateway.Resolver{a.Bindings, a.Federation}, Connections: a.Federation, Limiter: limiter,
+		Resolvers: []gateway.Resolver{a.Bindings, a.Federation}, Connections: gateway.ConnectionSources{a.Bindings, a.Federation}, Limiter: limiter,
 		Approvals: &approval.Queue{Store: st, TTL: cfg.ApprovalTTL, Now: cfg.Now, Notify: notifier,
 			MaxPending: cfg.MaxPendingApprovals}, Outbound: capacity.NewSlots(cfg.MaxInflight),
 		PerProvider: capacity.NewProviderSlots(cfg.MaxPerProvider), Unauth: a.unauth, Spool: a.Spool, Outages: a.outages}); err != nil {

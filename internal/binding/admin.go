@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"strings"
 
+	"github.com/xemahq/xema/internal/connection"
 	"github.com/xemahq/xema/internal/credential"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/inputschema"
@@ -64,12 +65,27 @@ func Register(reg *kernel.Registry, s *Service) error {
 		},
 		"contributions/credential-create.json": func(ctx context.Context, call kernel.Call) (any, error) {
 			var in struct {
-				Name     string `json:"name"`
-				Provider string `json:"provider"`
-				Secret   string `json:"secret"`
+				Name     string             `json:"name"`
+				Provider string             `json:"provider"`
+				Secret   string             `json:"secret"`
+				OAuth    *connection.Client `json:"oauth"`
 			}
 			if err := json.Unmarshal(call.Input, &in); err != nil {
 				return nil, fmt.Errorf("decode validated input")
+			}
+			var oauth json.RawMessage
+			if in.OAuth != nil {
+				var err error
+				if oauth, err = connection.CheckClient(*in.OAuth); err != nil {
+					return nil, err
+				}
+				for path, u := range map[string]string{"/oauth/authorizationEndpoint": in.OAuth.AuthorizationEndpoint,
+					"/oauth/tokenEndpoint": in.OAuth.TokenEndpoint, "/oauth/revocationEndpoint": in.OAuth.RevocationEndpoint} {
+					if msg := s.checkURL(u); u != "" && msg != "" {
+						return nil, &fault.Error{Kind: fault.Invalid, Code: credential.CodeInvalid, Message: path + ": " + msg,
+							Violations: []inputschema.Violation{{Path: path, Message: msg}}}
+					}
+				}
 			}
 			if _, ok := s.Providers[in.Provider]; !ok {
 				return nil, &fault.Error{Kind: fault.Invalid, Code: credential.CodeInvalid,
@@ -77,7 +93,7 @@ func Register(reg *kernel.Registry, s *Service) error {
 					Violations: []inputschema.Violation{{Path: "/provider", Message: "unknown provider"}}}
 			}
 			return s.Vault.Create(ctx, credential.New{Org: OrgOf(call.Exec), Name: in.Name, Provider: in.Provider,
-				Secret: credential.NewSecret(in.Secret)}, call.Exec.Subject.Ref)
+				Secret: credential.NewSecret(in.Secret), OAuth: oauth}, call.Exec.Subject.Ref)
 		},
 		"contributions/credential-list.json": func(ctx context.Context, call kernel.Call) (any, error) {
 			cs, err := s.Vault.List(ctx, OrgOf(call.Exec))

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/xemahq/xema/internal/connector"
+	"github.com/xemahq/xema/internal/connection"
 	"github.com/xemahq/xema/internal/credential"
 	"github.com/xemahq/xema/internal/egress"
 	"github.com/xemahq/xema/internal/fault"
@@ -94,6 +95,17 @@ type Service struct {
 	// anything but an allowed loopback address (the URL receives the credential), is a 400.
 	// nil checks nothing more than the URL's form.
 	Egress *egress.Policy
+	// Connections hands out the tokens of OAuth credentials' connections (the org's or the
+	// calling person's) and their status; nil refuses every call through an OAuth credential.
+	Connections Connections
+	// ConnectURL is the console page where an owner connects (a denial's suggestion).
+	ConnectURL string
+}
+
+// Connections is what bindings need of the connections (connection.Service).
+type Connections interface {
+	StatusOf(ctx context.Context, org, providerID string, owner connection.Owner) (status, id string, err error)
+	Token(ctx context.Context, org, providerID string, owner connection.Owner) (credential.Secret, connection.View, error)
 }
 
 var (
@@ -299,4 +311,12 @@ func newID() string {
 	var b [10]byte
 	_, _ = rand.Read(b[:])
 	return "bnd_" + hex.EncodeToString(b[:])
+}
+
+// checkURL is why the egress policy refuses u, which receives a credential ("" when it may).
+func (s *Service) checkURL(u string) string {
+	if s.Egress == nil {
+		return ""
+	}
+	return s.Egress.CheckURL(u, true)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/xemahq/xema/internal/catalog"
+	"github.com/xemahq/xema/internal/connection"
 	"github.com/xemahq/xema/internal/connector"
 	"github.com/xemahq/xema/internal/connector/chat"
 	"github.com/xemahq/xema/internal/credential"
@@ -14,6 +15,7 @@ import (
 	"github.com/xemahq/xema/internal/gateway"
 	"github.com/xemahq/xema/internal/identity"
 	"github.com/xemahq/xema/internal/kernel"
+	"github.com/xemahq/xema/internal/policy"
 	"github.com/xemahq/xema/internal/runner"
 	"github.com/xemahq/xema/internal/store"
 )
@@ -118,13 +120,10 @@ func (r *Runner) Run(ctx context.Context, call kernel.Call) (json.RawMessage, er
 	if !ok {
 		return nil, fault.New(fault.Provider, connector.CodeBindingInvalid, "binding %s: provider %s does not serve %s", b.ID, b.Provider, r.ref)
 	}
-	token, err := r.svc.Vault.Open(ctx, b.CredentialID)
+	token, err := r.svc.token(ctx, call.Exec, *b)
 	if err != nil {
 		var re *fault.Error
-		if errors.As(err, &re) && re.Code == credential.CodeNotFound {
-			return nil, fault.New(fault.Provider, credential.CodeMissingCredential, "binding %s names credential %s, which does not exist", b.ID, b.CredentialID)
-		}
-		if re != nil {
+		if errors.As(err, &re) {
 			re.NotRun = true // the provider was never called
 		}
 		return nil, err
@@ -133,6 +132,82 @@ func (r *Runner) Run(ctx context.Context, call kernel.Call) (json.RawMessage, er
 		return h(ctx, connector.Target{BaseURL: b.BaseURL, Config: b.Config, Token: token, HTTP: r.svc.HTTP}, call)
 	}}.Run(ctx, call)
 	return out, err
+}
+
+// token is what the provider of b receives: a static credential's secret, or the token of
+// the connection an OAuth credential's call needs (the org's, or the calling person's).
+func (s *Service) token(ctx context.Context, ec identity.ExecContext, b store.Binding) (credential.Secret, error) {
+	c, err := s.Store.GetCredential(ctx, b.CredentialID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return credential.Secret{}, fault.New(fault.Provider, credential.CodeMissingCredential, "binding %s names credential %s, which does not exist", b.ID, b.CredentialID)
+	case err != nil:
+		return credential.Secret{}, fault.New(fault.Unavailable, fault.CodeStoreUnavailable, "credentials unavailable; the call was denied (fail closed)")
+	}
+	if len(c.OAuth) == 0 {
+		kr, err := s.Vault.Keys.Current()
+		if err != nil {
+			return credential.Secret{}, fault.Wrap(err, fault.Unavailable, credential.CodeUnavailable, "the credential keyring is unavailable")
+		}
+		return credential.Unseal(kr, c)
+	}
+	owner, ok, err := oauthOwner(ec, c)
+	switch {
+	case err != nil:
+		return credential.Secret{}, err
+	case !ok || s.Connections == nil:
+		return credential.Secret{}, fault.New(fault.Denied, connection.CodeRequired, "%s needs a person's own connection to %s, and the call has no person", b.RefPattern, c.ID)
+	}
+	tok, _, err := s.Connections.Token(ctx, OrgOf(ec), c.ID, owner)
+	return tok, err
+}
+
+// oauthOwner is whose connection a call of ec through OAuth credential c needs.
+func oauthOwner(ec identity.ExecContext, c store.Credential) (connection.Owner, bool, error) {
+	var cl connection.Client
+	if err := json.Unmarshal(c.OAuth, &cl); err != nil {
+		return connection.Owner{}, false, fault.Wrap(err, fault.Provider, connector.CodeBindingInvalid, "credential %s: its OAuth client cannot be read", c.ID)
+	}
+	owner, ok := connection.OwnerFor(ec, cl.Owner)
+	return owner, ok, nil
+}
+
+// Connection implements gateway.Connections: for a ref a binding to an OAuth credential
+// serves, whose connection the call needs and its status (nil for others; a chat ref's
+// binding is chosen from its input at run time, where a missing connection refuses it too).
+func (s *Service) Connection(ctx context.Context, ec identity.ExecContext, entry *catalog.Entry) (*policy.Connection, error) {
+	ref := entry.Ref()
+	if !s.Serves(ref) || s.conversational(ref) {
+		return nil, nil
+	}
+	bs, err := s.Store.ListBindings(ctx, OrgOf(ec))
+	if err != nil {
+		return nil, fmt.Errorf("bindings of %s: %w", OrgOf(ec), err)
+	}
+	b, ok := Select(bs, ec, ref, "")
+	if !ok {
+		return nil, nil
+	}
+	c, err := s.Store.GetCredential(ctx, b.CredentialID)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && len(c.OAuth) == 0) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("credential %s: %w", b.CredentialID, err)
+	}
+	owner, ok, err := oauthOwner(ec, c)
+	if err != nil {
+		return nil, err
+	}
+	in := &policy.Connection{Provider: c.ID, Owner: owner.Kind, Status: connection.StatusMissing, ConnectURL: s.ConnectURL}
+	if !ok || s.Connections == nil {
+		return in, nil
+	}
+	in.Person = owner.Ref
+	if in.Status, in.ID, err = s.Connections.StatusOf(ctx, OrgOf(ec), c.ID, owner); err != nil {
+		return nil, err
+	}
+	return in, nil
 }
 
 // SendMessage sends text to an org's conversation through its connector:channel.send-message@1

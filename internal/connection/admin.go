@@ -39,9 +39,12 @@ func (s *Service) Register(reg *kernel.Registry) error {
 // ServerView is a server the caller can connect: whose account it takes and the status of
 // the one that serves the caller (the org's, or the caller's own).
 type ServerView struct {
+	// ProviderID is an MCP server's provider id, or an OAuth credential's id.
 	ProviderID string `json:"providerId"`
-	Owner      string `json:"owner"`
-	URL        string `json:"url"`
+	// Name is an OAuth credential's name and provider (e.g. "acme GitHub (github)").
+	Name  string `json:"name,omitempty"`
+	Owner string `json:"owner"`
+	URL   string `json:"url"`
 	Status     string `json:"status"`
 	Connected  bool   `json:"connected"`
 }
@@ -86,17 +89,17 @@ func (s *Service) list(ctx context.Context, call kernel.Call) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		views = append(views, ServerView{ProviderID: srv.id, Owner: srv.auth.Owner, URL: srv.url, Status: status, Connected: status == StatusConnected})
+		views = append(views, ServerView{ProviderID: srv.id, Name: srv.name, Owner: srv.auth.Owner, URL: srv.url, Status: status, Connected: status == StatusConnected})
 	}
 	return map[string]any{"connections": conns, "servers": views}, nil
 }
 
 type oauthServer struct {
-	id, url string
-	auth    Server
+	id, name, url string
+	auth          Server
 }
 
-// servers are org's MCP servers registered with auth oauth.
+// servers are org's MCP servers registered with auth oauth, then its OAuth credentials.
 func (s *Service) servers(ctx context.Context, org string) ([]oauthServer, error) {
 	all, err := s.store.ListMCPServers(ctx)
 	if err != nil {
@@ -116,6 +119,24 @@ func (s *Service) servers(ctx context.Context, org string) ([]oauthServer, error
 			return nil, fmt.Errorf("mcp server %s: oauth: %w", m.ProviderID, err)
 		}
 		out = append(out, oauthServer{id: m.ProviderID, url: m.URL, auth: srv})
+	}
+	creds, err := s.store.ListCredentials(ctx, org)
+	if err != nil {
+		return nil, fmt.Errorf("list credentials: %w", err)
+	}
+	for _, c := range creds {
+		if len(c.OAuth) == 0 {
+			continue
+		}
+		var cl Client
+		if err := json.Unmarshal(c.OAuth, &cl); err != nil {
+			return nil, fmt.Errorf("credential %s: oauth: %w", c.ID, err)
+		}
+		name := c.Provider
+		if c.Name != "" {
+			name = c.Name + " (" + c.Provider + ")"
+		}
+		out = append(out, oauthServer{id: c.ID, name: name, url: cl.AuthorizationEndpoint, auth: Server{Owner: cl.Owner}})
 	}
 	return out, nil
 }

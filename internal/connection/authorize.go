@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/oauth2"
 
+	"github.com/xemahq/xema/internal/credential"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/secretbox"
 	"github.com/xemahq/xema/internal/store"
@@ -51,8 +52,7 @@ func (s *Service) Start(ctx context.Context, org, providerID string, owner Owner
 	if err := s.store.PutConnectionState(ctx, st); err != nil {
 		return Started{}, fmt.Errorf("store connection state: %w", err)
 	}
-	authURL := s.oauthConfig(srv, "").AuthCodeURL(state, oauth2.S256ChallengeOption(verifier),
-		oauth2.SetAuthURLParam("resource", srv.Resource))
+	authURL := s.oauthConfig(srv, "").AuthCodeURL(state, append(resourceOption(srv), oauth2.S256ChallengeOption(verifier))...)
 	return Started{URL: authURL, ExpiresAt: st.ExpiresAt}, nil
 }
 
@@ -109,8 +109,7 @@ func (s *Service) CompleteAs(ctx context.Context, by, state, code, errCode, errD
 	if err != nil {
 		return View{}, err
 	}
-	tok, err := conf.Exchange(s.oauthContext(ctx), code, oauth2.VerifierOption(string(verifier)),
-		oauth2.SetAuthURLParam("resource", srv.Resource))
+	tok, err := conf.Exchange(s.oauthContext(ctx), code, append(resourceOption(srv), oauth2.VerifierOption(string(verifier)))...)
 	if err != nil {
 		return View{}, exchangeError(err)
 	}
@@ -175,6 +174,13 @@ func (s *Service) clientConfig(kr *secretbox.Keyring, srv Server) (*oauth2.Confi
 }
 
 func clientSecret(kr *secretbox.Keyring, srv Server) (string, error) {
+	if srv.credential != nil {
+		sec, err := credential.Unseal(kr, *srv.credential)
+		if err != nil {
+			return "", fault.Wrap(err, fault.Unavailable, CodeTokenUnavailable, "the client secret could not be opened")
+		}
+		return sec.Reveal(), nil
+	}
 	if srv.ClientSecretSealed == "" {
 		return "", nil
 	}
@@ -183,6 +189,15 @@ func clientSecret(kr *secretbox.Keyring, srv Server) (string, error) {
 		return "", fault.Wrap(err, fault.Unavailable, CodeTokenUnavailable, "the client secret could not be opened")
 	}
 	return string(b), nil
+}
+
+// resourceOption is the RFC 8707 resource indicator of an MCP server (an OAuth credential's
+// provider names none).
+func resourceOption(srv Server) []oauth2.AuthCodeOption {
+	if srv.Resource == "" {
+		return nil
+	}
+	return []oauth2.AuthCodeOption{oauth2.SetAuthURLParam("resource", srv.Resource)}
 }
 
 // oauthContext has x/oauth2 make its requests with the service's client.

@@ -73,6 +73,8 @@ type Store interface {
 	TakeConnectionState(ctx context.Context, state string, now time.Time) (store.ConnectionState, error)
 	GetMCPServer(ctx context.Context, providerID string) (store.MCPServer, error)
 	ListMCPServers(ctx context.Context) ([]store.MCPServer, error)
+	GetCredential(ctx context.Context, id string) (store.Credential, error)
+	ListCredentials(ctx context.Context, org string) ([]store.Credential, error)
 	// BiomeOwners maps biome ids to their orgs: a server's org is the owner of the biome its
 	// provider id names.
 	BiomeOwners(ctx context.Context) (map[string]string, error)
@@ -129,6 +131,9 @@ type Server struct {
 	// TokenAuthMethod is how the client authenticates at the token and revocation
 	// endpoints: none, client_secret_basic or client_secret_post.
 	TokenAuthMethod string `json:"tokenAuthMethod"`
+	// credential is set for an OAuth credential's client: its sealed secret is the client
+	// secret (never encoded).
+	credential *store.Credential
 }
 
 // Started is an authorization request under way: the URL to send the person to.
@@ -275,6 +280,9 @@ func (s *Service) List(ctx context.Context, org string) ([]View, error) {
 // org, it must be org's: Start checks, and every later use follows from a request or a
 // connection Start allowed.
 func (s *Service) server(ctx context.Context, org, providerID string) (Server, error) {
+	if isCredential(providerID) {
+		return s.credentialServer(ctx, org, providerID)
+	}
 	unknown := fault.New(fault.NotFound, CodeUnknownProvider,
 		"no MCP server %q with OAuth connections is registered in this org", providerID)
 	m, err := s.store.GetMCPServer(ctx, providerID)

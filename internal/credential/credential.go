@@ -6,6 +6,7 @@ package credential
 
 import (
 	"context"
+	"encoding/json"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/xemahq/xema/internal/fault"
+	"github.com/xemahq/xema/internal/secretbox"
 	"github.com/xemahq/xema/internal/store"
 )
 
@@ -61,11 +63,19 @@ type Metadata struct {
 	// RotatedAt is when the secret was last sealed under a new key (xema credential
 	// rotate-key); absent when never.
 	RotatedAt string `json:"rotatedAt,omitempty"`
+	// Kind is "static" (the secret is the provider's token) or "oauth" (the secret is an
+	// OAuth client's; each call uses a connection's token, the org's or the person's).
+	Kind string `json:"kind"`
+	// OAuth is an OAuth credential's authorization server and client (no secret).
+	OAuth json.RawMessage `json:"oauth,omitempty"`
 }
 
 func metadataOf(c store.Credential) Metadata {
 	m := Metadata{ID: c.ID, Org: c.Org, Name: c.Name, Provider: c.Provider, KeyID: c.KeyID,
-		CreatedBy: c.CreatedBy, CreatedAt: c.CreatedAt.Format(time.RFC3339)}
+		CreatedBy: c.CreatedBy, CreatedAt: c.CreatedAt.Format(time.RFC3339), Kind: "static", OAuth: c.OAuth}
+	if len(c.OAuth) > 0 {
+		m.Kind = "oauth"
+	}
 	if !c.RotatedAt.IsZero() {
 		m.RotatedAt = c.RotatedAt.Format(time.RFC3339)
 	}
@@ -84,6 +94,9 @@ type New struct {
 	Name     string
 	Provider string
 	Secret   Secret
+	// OAuth makes it an OAuth credential (internal/connection's client description, no
+	// secret in it): Secret is then the client secret, and the tokens are connections'.
+	OAuth json.RawMessage
 }
 
 // NewSecret wraps a plaintext received from an admin.
@@ -111,12 +124,12 @@ func (v *Vault) Create(ctx context.Context, in New, createdBy string) (Metadata,
 		return Metadata{}, unavailable(err)
 	}
 	c := store.Credential{ID: id, Org: in.Org, Name: in.Name, Provider: in.Provider, Sealed: sealed,
-		KeyID: kr.KeyID(), CreatedBy: createdBy, CreatedAt: time.Now().UTC()}
+		KeyID: kr.KeyID(), CreatedBy: createdBy, CreatedAt: time.Now().UTC(), OAuth: in.OAuth}
 	if err := v.Store.PutCredential(ctx, c); err != nil {
 		return Metadata{}, fmt.Errorf("store credential %s: %w", id, err)
 	}
 	return metadataOf(store.Credential{ID: id, Org: c.Org, Name: c.Name, Provider: c.Provider, KeyID: c.KeyID,
-		CreatedBy: c.CreatedBy, CreatedAt: store.Stamp(c.CreatedAt)}), nil
+		CreatedBy: c.CreatedBy, CreatedAt: store.Stamp(c.CreatedAt), OAuth: c.OAuth}), nil
 }
 
 // Get returns a credential's metadata; ErrNotFound-wrapping typed error when unknown.
@@ -164,6 +177,16 @@ func (v *Vault) Open(ctx context.Context, id string) (Secret, error) {
 		return Secret{}, unavailable(err)
 	}
 	pt, err := kr.Open(c.Sealed, aad(id))
+	if err != nil {
+		return Secret{}, unavailable(err)
+	}
+	return Secret{v: string(pt)}, nil
+}
+
+// Unseal opens c's sealed secret with kr (an OAuth credential's client secret, for
+// internal/connection, which reads the credential itself).
+func Unseal(kr *secretbox.Keyring, c store.Credential) (Secret, error) {
+	pt, err := kr.Open(c.Sealed, aad(c.ID))
 	if err != nil {
 		return Secret{}, unavailable(err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/xemahq/xema/internal/catalog"
+	"github.com/xemahq/xema/internal/connection"
 	"github.com/xemahq/xema/internal/egress"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/grant"
@@ -655,7 +656,7 @@ func (f *Federation) Resolve(ctx context.Context, ec identity.ExecContext, entry
 				return nil, false, fault.Wrap(err, fault.Provider, CodeUnknownServer, "%s: its MCP server %q cannot be read", c.Ref, c.BiomeID)
 			}
 			if ok {
-				owner, _ := ownerFor(ec, auth.Owner)
+				owner, _ := connection.OwnerFor(ec, auth.Owner)
 				r.connection = &owner
 				r.token = func(ctx context.Context) (context.Context, error) { return f.token(ctx, ec.Org, srv, owner) }
 			}

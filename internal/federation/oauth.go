@@ -81,22 +81,6 @@ func oauthOf(srv store.MCPServer) (connection.Server, bool, error) {
 	return s, true, nil
 }
 
-// ownerFor is whose connection a call of ec through a server taking owner's needs: the
-// org's, or the person's own (the caller, or the person a delegated call acts for). ok is
-// false when the call has no person for a user connection.
-func ownerFor(ec identity.ExecContext, owner string) (connection.Owner, bool) {
-	if owner == store.OwnerOrg {
-		return connection.Owner{Kind: store.OwnerOrg}, true
-	}
-	if d := ec.Delegation; d != nil && d.Person.Kind == "user" {
-		return connection.Owner{Kind: store.OwnerUser, Ref: d.Person.Ref}, true
-	}
-	if ec.Subject.Kind == "user" && ec.Delegation == nil {
-		return connection.Owner{Kind: store.OwnerUser, Ref: ec.Subject.Ref}, true
-	}
-	return connection.Owner{Kind: store.OwnerUser}, false
-}
-
 // Connection implements gateway.Connections: for a tool of a server registered with auth
 // oauth, whose connection the call needs and its status (nil for every other capability).
 func (f *Federation) Connection(ctx context.Context, ec identity.ExecContext, entry *catalog.Entry) (*policy.Connection, error) {
@@ -113,7 +97,7 @@ func (f *Federation) Connection(ctx context.Context, ec identity.ExecContext, en
 		return nil, err
 	}
 	in := &policy.Connection{Provider: srv.ProviderID, Owner: auth.Owner, Status: connection.StatusMissing, ConnectURL: f.connectURL}
-	owner, ok := ownerFor(ec, auth.Owner)
+	owner, ok := connection.OwnerFor(ec, auth.Owner)
 	if !ok || f.conns == nil {
 		return in, nil
 	}

@@ -34,6 +34,19 @@ type Connections interface {
 	Connection(ctx context.Context, ec identity.ExecContext, entry *catalog.Entry) (*policy.Connection, error)
 }
 
+// ConnectionSources asks each source in turn: the first that names a connection answers.
+type ConnectionSources []Connections
+
+// Connection implements Connections.
+func (cs ConnectionSources) Connection(ctx context.Context, ec identity.ExecContext, entry *catalog.Entry) (*policy.Connection, error) {
+	for _, c := range cs {
+		if conn, err := c.Connection(ctx, ec, entry); err != nil || conn != nil {
+			return conn, err
+		}
+	}
+	return nil, nil
+}
+
 // Gateway is the funnel over its Deps, built once by New.
 type Gateway struct {
 	d        Deps

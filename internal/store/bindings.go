@@ -19,6 +19,10 @@ type Credential struct {
 	CreatedAt time.Time
 	// RotatedAt is when Sealed was last sealed under another key (zero: never).
 	RotatedAt time.Time
+	// OAuth is, for an OAuth credential, its authorization server and client as
+	// internal/connection encodes them (Sealed is then the client secret, and the tokens are
+	// the connections'); nil for a static credential (Sealed is the provider's token).
+	OAuth json.RawMessage
 }
 
 // Binding is an org-level provider binding: the provider, base URL and credential that
@@ -69,8 +73,11 @@ type BindingStore interface {
 
 // Validate checks the fields the store itself requires.
 func (c Credential) Validate() error {
-	return required("credential", field{"ID", c.ID}, field{"Org", c.Org}, field{"Provider", c.Provider},
-		field{"Sealed", c.Sealed}, field{"KeyID", c.KeyID})
+	if err := required("credential", field{"ID", c.ID}, field{"Org", c.Org}, field{"Provider", c.Provider},
+		field{"Sealed", c.Sealed}, field{"KeyID", c.KeyID}); err != nil {
+		return err
+	}
+	return jsonDocs("credential", false, doc{"OAuth", c.OAuth})
 }
 
 // Validate checks the fields the store itself requires.

@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -11,11 +12,15 @@ import (
 
 var _ store.BindingStore = (*Store)(nil)
 
-const credentialColumns = `id, org, name, provider, sealed, key_id, created_by, created_at, rotated_at`
+const credentialColumns = `id, org, name, provider, sealed, key_id, created_by, created_at, rotated_at, oauth`
 
 func scanCredential(sc scanner) (store.Credential, error) {
 	var c store.Credential
-	err := sc.Scan(&c.ID, &c.Org, &c.Name, &c.Provider, &c.Sealed, &c.KeyID, &c.CreatedBy, timeCol{&c.CreatedAt}, nullTimeCol{&c.RotatedAt})
+	var oauth string
+	err := sc.Scan(&c.ID, &c.Org, &c.Name, &c.Provider, &c.Sealed, &c.KeyID, &c.CreatedBy, timeCol{&c.CreatedAt}, nullTimeCol{&c.RotatedAt}, &oauth)
+	if oauth != "" {
+		c.OAuth = json.RawMessage(oauth)
+	}
 	return c, err
 }
 
@@ -25,8 +30,8 @@ func (s *Store) PutCredential(ctx context.Context, c store.Credential) error {
 	if err := c.Validate(); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	if _, err := s.exec(ctx, s.db, `INSERT INTO credentials (`+credentialColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL)`,
-		c.ID, c.Org, c.Name, c.Provider, c.Sealed, c.KeyID, c.CreatedBy, s.d.TimeArg(store.Stamp(c.CreatedAt))); err != nil {
+	if _, err := s.exec(ctx, s.db, `INSERT INTO credentials (`+credentialColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)`,
+		c.ID, c.Org, c.Name, c.Provider, c.Sealed, c.KeyID, c.CreatedBy, s.d.TimeArg(store.Stamp(c.CreatedAt)), string(c.OAuth)); err != nil {
 		return s.fail(op, err)
 	}
 	return nil

@@ -66,6 +66,17 @@ func testCredentialRoundTrip(t *testing.T, s store.Store) {
 	bad := c
 	bad.ID, bad.Sealed = "cred_3", ""
 	wantErr(t, "PutCredential without Sealed", s.PutCredential(ctx, bad), store.ErrInvalid)
+	bad = c
+	bad.ID, bad.OAuth = "cred_4", json.RawMessage(`{"owner":`)
+	wantErr(t, "PutCredential with OAuth not JSON", s.PutCredential(ctx, bad), store.ErrInvalid)
+
+	// An OAuth credential keeps its authorization server byte for byte.
+	o := credential("cred_oauth", "elsewhere")
+	o.OAuth = json.RawMessage(`{"owner":"user","tokenEndpoint":"https://as.example/token"}`)
+	mustPutCredential(t, s, o)
+	if got, err := s.GetCredential(ctx, o.ID); err != nil || string(got.OAuth) != string(o.OAuth) {
+		t.Fatalf("GetCredential of an OAuth credential: %+v, %v", got, err)
+	}
 
 	acme, err := s.ListCredentials(ctx, "acme")
 	if err != nil {
@@ -76,7 +87,7 @@ func testCredentialRoundTrip(t *testing.T, s store.Store) {
 	if err != nil {
 		t.Fatalf("ListCredentials all: %v", err)
 	}
-	equal(t, "count of all credentials", len(all), 2)
+	equal(t, "count of all credentials", len(all), 3)
 
 	wantErr(t, "DeleteCredential unknown", s.DeleteCredential(ctx, "cred_none"), store.ErrNotFound)
 	if err := s.DeleteCredential(ctx, "cred_2"); err != nil {
