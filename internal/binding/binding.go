@@ -20,8 +20,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/xemahq/xema/internal/connector"
 	"github.com/xemahq/xema/internal/connection"
+	"github.com/xemahq/xema/internal/connector"
 	"github.com/xemahq/xema/internal/credential"
 	"github.com/xemahq/xema/internal/egress"
 	"github.com/xemahq/xema/internal/fault"

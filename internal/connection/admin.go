@@ -42,11 +42,11 @@ type ServerView struct {
 	// ProviderID is an MCP server's provider id, or an OAuth credential's id.
 	ProviderID string `json:"providerId"`
 	// Name is an OAuth credential's name and provider (e.g. "acme GitHub (github)").
-	Name  string `json:"name,omitempty"`
-	Owner string `json:"owner"`
-	URL   string `json:"url"`
-	Status     string `json:"status"`
-	Connected  bool   `json:"connected"`
+	Name      string `json:"name,omitempty"`
+	Owner     string `json:"owner"`
+	URL       string `json:"url"`
+	Status    string `json:"status"`
+	Connected bool   `json:"connected"`
 }
 
 // person is the caller as the owner of a user connection: only a person has one.
