@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
 	"net/url"
 
 	"github.com/spf13/cobra"
@@ -28,7 +30,26 @@ func newConnectionCmd() *cobra.Command {
 			if owner != "" {
 				body["owner"] = owner
 			}
-			return call(cmd, "POST", "/v1/connections", body)
+			cl, err := api.client()
+			if err != nil {
+				return err
+			}
+			var started struct {
+				URL       string `json:"url"`
+				ExpiresAt string `json:"expiresAt"`
+			}
+			if err := cl.Do(cmd.Context(), "POST", "/v1/connections", body, &started); err != nil {
+				return err
+			}
+			// The URL is to be opened as printed: not HTML-escaped (& as \u0026), as writeJSON
+			// would print it.
+			enc := json.NewEncoder(cmd.OutOrStdout())
+			enc.SetEscapeHTML(false)
+			enc.SetIndent("", "  ")
+			if err := enc.Encode(started); err != nil {
+				return fmt.Errorf("write JSON: %w", err)
+			}
+			return nil
 		},
 	}
 	connect.Flags().StringVar(&owner, "owner", "", "org (the org's account; org admins only) or user (your own); default: the one the server takes")
