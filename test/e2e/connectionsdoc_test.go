@@ -67,19 +67,22 @@ func TestConnectionsDoc(t *testing.T) {
 		t.Logf("connections:%s printed:\n%s", name, out)
 		return out
 	}
-	// browse opens the url the CLI printed, as printed (copied into a browser), as the
-	// person's browser would: hydra's login and consent as who, then the gateway's callback.
-	authURL := regexp.MustCompile(`"url": "(` + regexp.QuoteMeta(hydra.PublicURL+"/oauth2/auth?") + `[^"\s]*)"`)
-	browse := func(out, who string) string {
+	// browse follows the page the CLI printed as the person would: in the console, signed in
+	// as them, Connect (POST /v1/connections, the cookie kept, as the console does), then
+	// hydra's login and consent as who, then the gateway's callback in the same browser.
+	consolePage := "Open " + g.URL + "/console/connections and press Connect on tools"
+	browse := func(out, subject, role, env, who string) string {
 		t.Helper()
-		m := authURL.FindStringSubmatch(out)
-		if m == nil {
-			t.Fatalf("no authorization URL to open in:\n%s", out)
+		if !strings.Contains(out, consolePage) {
+			t.Fatalf("the CLI did not name the console page to connect at:\n%s", out)
 		}
-		if strings.Contains(m[1], `\u0026`) || !strings.Contains(m[1], "&code_challenge_method=S256&") {
-			t.Fatalf("the URL printed is not one to open as printed: %s", m[1])
+		start := g.post("/v1/connections", g.token("--subject", subject, "--org-role", role, "--env", env), map[string]any{"providerId": "tools"})
+		expect(t, start, http.StatusOK)
+		u := str(start.Body, "url")
+		if !strings.HasPrefix(u, hydra.PublicURL+"/oauth2/auth?") || !strings.Contains(u, "&code_challenge_method=S256&") {
+			t.Fatalf("the authorization request: %s", u)
 		}
-		status, page := callback(t, hydra.Authorize(t, m[1], who).String())
+		status, page := callback(t, hydra.Authorize(t, u, who).String(), start.Header)
 		if status != http.StatusOK || !strings.Contains(page, "Connected your account to tools.") {
 			t.Fatalf("the callback for %s: %d %s", who, status, page)
 		}
@@ -95,8 +98,8 @@ func TestConnectionsDoc(t *testing.T) {
 	}
 
 	out := run("register")
-	has("register", out, `"auth": "oauth"`, `"version": "1.0.1"`, `"tools": []`, `"url": "`+hydra.PublicURL+"/oauth2/auth?")
-	if page := browse(out, "alice"); !strings.Contains(page, "Its tools were listed") || !strings.Contains(page, "tools 1.0.2") {
+	has("register", out, `"auth": "oauth"`, `"version": "1.0.1"`, `"tools": []`)
+	if page := browse(out, "user:alice", "org_admin", "org", "alice"); !strings.Contains(page, "Its tools were listed") || !strings.Contains(page, "tools 1.0.2") {
 		t.Fatalf("the first connection's page does not say the tools were listed for 1.0.2: %s", page)
 	}
 
@@ -104,12 +107,11 @@ func TestConnectionsDoc(t *testing.T) {
 	has("approve", out, `"ref": "tools:whoami@1"`, `"ref": "tools:echo@1"`, "grant ", "tools@1.0.2")
 
 	out = run("agent")
-	has("agent", out, `"code":"CONNECTION_REQUIRED"`, `"kind":"connect"`, `"url":"`+g.URL+`/console/connections"`,
-		`"url": "`+hydra.PublicURL+"/oauth2/auth?")
+	has("agent", out, `"code":"CONNECTION_REQUIRED"`, `"kind":"connect"`, `"url":"`+g.URL+`/console/connections"`)
 	if n := len(srv.Calls()); n != 0 {
 		t.Fatalf("the denied call reached the server (%d calls)", n)
 	}
-	browse(out, "bob")
+	browse(out, "user:bob", "org_member", "project", "bob")
 
 	out = run("retry")
 	has("retry", out, `"subject":"bob@tools"`, `"status": "connected"`)
