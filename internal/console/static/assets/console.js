@@ -1487,7 +1487,7 @@ async function viewConnections() {
         status !== "connected" && mayConnect ? connectButton(sv, status === "missing" ? "Connect" : "Reconnect", box) : null,
         c && mayDisconnect ? disconnectButton(c, box) : null);
     return [h("tr", {},
-      h("td", {}, h("strong", {}, sv.providerId), sv.url ? [h("br"), h("code", {}, sv.url)] : null),
+      h("td", {}, h("strong", {}, sv.name || sv.providerId), sv.name ? [h("br"), h("code", {}, sv.providerId)] : null, sv.url ? [h("br"), h("code", {}, sv.url)] : null),
       h("td", {}, sv.owner === "org" ? "the org's (one for everyone)" : "yours (each person their own)"),
       h("td", { class: "connection-status" }, connectionStatus(status)),
       h("td", {}, c && c.expiresAt ? when(c.expiresAt) : ""),
