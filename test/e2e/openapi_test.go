@@ -252,6 +252,10 @@ func TestOpenAPI(t *testing.T) {
 		check("POST", "/v1/mcp-servers", g.post("/v1/mcp-servers", agent, map[string]any{"providerId": "x", "transport": "stdio", "command": "/bin/true"}))
 		check("GET", "/v1/mcp-servers", g.get("/v1/mcp-servers", admin))
 		check("POST", "/v1/mcp-servers/{id}/sync", g.post("/v1/mcp-servers/nothing/sync", admin, map[string]any{}))
+		check("GET", "/v1/connections", g.get("/v1/connections", admin))
+		check("POST", "/v1/connections", g.post("/v1/connections", admin, map[string]any{"providerId": "nothing"}))
+		check("DELETE", "/v1/connections/{id}", g.send("DELETE", "/v1/connections/conn_nothing", admin, nil))
+		check("GET", "/v1/connections/callback", g.get("/v1/connections/callback?state=s&code=c", ""))
 
 		// The bundle: only --bundle-reader subjects.
 		check("GET", "/v1/bundles/xema.tar.gz", g.get("/v1/bundles/xema.tar.gz", admin))
