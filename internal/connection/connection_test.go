@@ -363,7 +363,7 @@ func TestWithHydra(t *testing.T) {
 		}
 		_, _, err = e.svc.Token(ctx, org, "tools", user("nobody"))
 		e.show(t, nil, err)
-		wantCode(t, err, connection.CodeRequired)
+		_ = wantCode(t, err, connection.CodeRequired)
 		list, err := e.svc.List(ctx, org)
 		e.show(t, list, err)
 		if err != nil || len(list) != 3 {
@@ -389,7 +389,7 @@ func TestWithHydra(t *testing.T) {
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				_, err := e.svc.Start(ctx, c.org, c.provider, c.owner, "user:alice")
-				wantCode(t, err, c.code)
+				_ = wantCode(t, err, c.code)
 			})
 		}
 	})
@@ -406,10 +406,10 @@ func TestWithHydra(t *testing.T) {
 		e.held(t, user("alice"), "tools")
 		_, err = e.svc.Complete(ctx, q.Get("state"), q.Get("code"), "", "")
 		e.show(t, nil, err)
-		wantCode(t, err, connection.CodeInvalidState) // replayed
+		_ = wantCode(t, err, connection.CodeInvalidState) // replayed
 
 		_, err = e.svc.Complete(ctx, "made-up-state", q.Get("code"), "", "")
-		wantCode(t, err, connection.CodeInvalidState) // unknown
+		_ = wantCode(t, err, connection.CodeInvalidState) // unknown
 
 		started, err = e.svc.Start(ctx, org, "tools", user("alice"), "user:alice")
 		if err != nil {
@@ -417,7 +417,7 @@ func TestWithHydra(t *testing.T) {
 		}
 		q = h.Authorize(t, started.URL, "bob").Query() // bob lured into completing alice's request
 		_, err = e.svc.CompleteAs(ctx, "user:bob", q.Get("state"), q.Get("code"), "", "")
-		wantCode(t, err, connection.CodeInvalidState) // another's
+		_ = wantCode(t, err, connection.CodeInvalidState) // another's
 		if _, _, c := e.held(t, user("alice"), "tools"); c.CreatedBy != "user:alice" {
 			t.Errorf("alice's connection changed: %+v", c)
 		}
@@ -430,7 +430,7 @@ func TestWithHydra(t *testing.T) {
 		e.clock.advance(11 * time.Minute)
 		_, err = e.svc.Complete(ctx, q.Get("state"), q.Get("code"), "", "")
 		e.clock.advance(-11 * time.Minute)
-		wantCode(t, err, connection.CodeInvalidState) // expired
+		_ = wantCode(t, err, connection.CodeInvalidState) // expired
 	})
 
 	t.Run("refused authorization", func(t *testing.T) {
@@ -505,7 +505,7 @@ func TestWithHydra(t *testing.T) {
 		defer e.clock.advance(-2 * time.Hour)
 		_, v, err := other.Token(ctx, org, "tools", user("dave"))
 		e.show(t, v, err)
-		wantCode(t, err, connection.CodeTokenUnavailable)
+		_ = wantCode(t, err, connection.CodeTokenUnavailable)
 		if _, _, after := e.held(t, user("dave"), "tools"); after.Version != before.Version || after.Status != store.ConnectionConnected {
 			t.Errorf("the connection changed: %+v", after)
 		}
@@ -518,12 +518,12 @@ func TestWithHydra(t *testing.T) {
 		defer e.clock.advance(-time.Hour)
 		_, v, err := e.svc.Token(ctx, org, "tools", user("erin"))
 		e.show(t, v, err)
-		wantCode(t, err, connection.CodeExpired)
+		_ = wantCode(t, err, connection.CodeExpired)
 		if st, _ := e.svc.Status(ctx, org, "tools", user("erin")); st != connection.StatusNeedsReconnect {
 			t.Errorf("status %q, want needs-reconnect", st)
 		}
 		_, _, err = e.svc.Token(ctx, org, "tools", user("erin"))
-		wantCode(t, err, connection.CodeExpired)
+		_ = wantCode(t, err, connection.CodeExpired)
 	})
 
 	t.Run("no refresh token", func(t *testing.T) {
@@ -544,7 +544,7 @@ func TestWithHydra(t *testing.T) {
 			t.Errorf("status %q of an expired connection without a refresh token", st)
 		}
 		_, _, err := e.svc.Token(ctx, org, "oncetools", user("alice"))
-		wantCode(t, err, connection.CodeExpired)
+		_ = wantCode(t, err, connection.CodeExpired)
 	})
 
 	t.Run("reseal", func(t *testing.T) {
@@ -591,9 +591,9 @@ func TestWithHydra(t *testing.T) {
 			t.Error("the access token is still active at hydra")
 		}
 		_, _, err = e.svc.Token(ctx, org, "tools", user("frank"))
-		wantCode(t, err, connection.CodeRequired)
+		_ = wantCode(t, err, connection.CodeRequired)
 		_, err = e.svc.Disconnect(ctx, org, v.ID)
-		wantCode(t, err, connection.CodeNotFound)
+		_ = wantCode(t, err, connection.CodeNotFound)
 	})
 
 	t.Run("nothing shown holds a token", func(t *testing.T) {
