@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/xemahq/xema/internal/connection"
 	"github.com/xemahq/xema/internal/credential"
 	"github.com/xemahq/xema/internal/secretbox"
 	"github.com/xemahq/xema/internal/store/engine"
@@ -60,12 +61,14 @@ func newCredentialCmd() *cobra.Command {
 	var mf masterFlags
 	rotateCmd := &cobra.Command{
 		Use:   "rotate-key",
-		Short: "Put a new key first in the credential keyring and reseal every credential under it",
+		Short: "Put a new key first in the credential keyring and reseal every credential, connection and client secret under it",
 		Long: `With the keyring file (DATA_DIR/secret.key or XEMA_SECRET_KEY_FILE), rotate-key adds a new key
-first, keeps the old ones so running gateways still open everything, and reseals every credential
-under the new key in one transaction; --prune then drops the old keys. Running gateways re-read
-the file when it changes. With XEMA_SECRET_KEY, list the new key first there and run rotate-key
-to reseal; remove the old key afterwards.`,
+first, keeps the old ones so running gateways still open everything, and reseals under the new
+key every credential, every connection's tokens and every OAuth MCP server's client secret, each
+kind in one transaction; --prune then drops the old keys, only once every kind is resealed (a
+kind that fails is left as it was, the old keys kept: run rotate-key again). Running gateways
+re-read the file when it changes. With XEMA_SECRET_KEY, list the new key first there and run
+rotate-key to reseal; remove the old key afterwards.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			st, err := engine.Open(cmd.Context(), storeDSN(dsn), dataDir)
@@ -82,11 +85,11 @@ to reseal; remove the old key afterwards.`,
 				return &exitError{code: 2, err: err}
 			}
 			v := &credential.Vault{Store: st, Keys: keys}
-			kid, n, err := v.Rotate(cmd.Context(), prune)
+			rot, err := v.Rotate(cmd.Context(), prune, connection.Resealers(st)...)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "resealed %d credential(s) under key %s\n", n, kid)
+			fmt.Fprintf(cmd.OutOrStdout(), "resealed %s under key %s\n", rot, rot.KeyID)
 			return nil
 		},
 	}

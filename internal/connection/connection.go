@@ -9,6 +9,7 @@ package connection
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 
 	"golang.org/x/sync/singleflight"
 
+	"github.com/xemahq/xema/internal/credential"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/inputschema"
 	"github.com/xemahq/xema/internal/secretbox"
@@ -349,6 +351,40 @@ func ResealServer(kr *secretbox.Keyring, srv Server) (Server, error) {
 	}
 	srv.ClientSecretSealed, srv.KeyID = sealed, kr.KeyID()
 	return srv, nil
+}
+
+// RotationStore is what key rotation needs of the store: the connections' tokens and the
+// servers' OAuth documents, each kind resealed in one transaction.
+type RotationStore interface {
+	ResealConnections(ctx context.Context, reseal func(store.Connection) (access, refresh, keyID string, err error)) (int, error)
+	ResealMCPServerOAuth(ctx context.Context, reseal func(store.MCPServer) (json.RawMessage, error)) (int, error)
+}
+
+// Resealers are what credential.Vault.Rotate reseals besides the credentials: every
+// connection's tokens, and every OAuth server's client secret (a server without one, a
+// public client, is left as it is and not counted).
+func Resealers(st RotationStore) []credential.Resealer {
+	return []credential.Resealer{
+		{Kind: "connection(s)", Reseal: func(ctx context.Context, kr *secretbox.Keyring) (int, error) {
+			return st.ResealConnections(ctx, func(c store.Connection) (string, string, string, error) { return Reseal(kr, c) })
+		}},
+		{Kind: "server client secret(s)", Reseal: func(ctx context.Context, kr *secretbox.Keyring) (int, error) {
+			return st.ResealMCPServerOAuth(ctx, func(m store.MCPServer) (json.RawMessage, error) {
+				var srv Server
+				if err := json.Unmarshal(m.OAuth, &srv); err != nil {
+					return nil, fmt.Errorf("mcp server %s: oauth: %w", m.ProviderID, err)
+				}
+				if srv.ClientSecretSealed == "" {
+					return nil, nil
+				}
+				next, err := ResealServer(kr, srv)
+				if err != nil {
+					return nil, fmt.Errorf("mcp server %s: %w", m.ProviderID, err)
+				}
+				return json.Marshal(next)
+			})
+		}},
+	}
 }
 
 func reseal(kr *secretbox.Keyring, sealed string, aad []byte) (string, error) {

@@ -138,6 +138,12 @@ func (e *env) show(t *testing.T, v any, err error) {
 
 func (e *env) register(t *testing.T, providerID string, srv connection.Server) {
 	t.Helper()
+	saveServer(t, e.st, providerID, srv)
+}
+
+// saveServer stores an MCP server of org with auth oauth and srv as what discovery found.
+func saveServer(t *testing.T, st store.Store, providerID string, srv connection.Server) {
+	t.Helper()
 	raw, err := json.Marshal(srv)
 	if err != nil {
 		t.Fatal(err)
@@ -145,7 +151,7 @@ func (e *env) register(t *testing.T, providerID string, srv connection.Server) {
 	// The server's biome (no tools) claims the provider id for the org, as a registration does.
 	bv := store.BiomeVersion{ID: providerID, Version: "1.0.1", Manifest: json.RawMessage(`{"id":"` + providerID + `"}`),
 		Contributions: json.RawMessage(`[]`), ContentHash: "sha256:" + providerID, CreatedAt: time.Now(), Owner: org}
-	if err := e.st.SaveMCPServer(t.Context(), store.MCPServer{ProviderID: providerID, Transport: "streamable-http", URL: srv.Resource,
+	if err := st.SaveMCPServer(t.Context(), store.MCPServer{ProviderID: providerID, Transport: "streamable-http", URL: srv.Resource,
 		Auth: "oauth", OAuth: raw, TimeoutMs: 5000, Generation: 1, Org: org, RegisteredBy: "user:admin", RegisteredAt: time.Now()},
 		bv, nil, nil); err != nil {
 		t.Fatal(err)

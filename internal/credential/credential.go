@@ -12,9 +12,11 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/xemahq/xema/internal/fault"
+	"github.com/xemahq/xema/internal/secretbox"
 	"github.com/xemahq/xema/internal/store"
 )
 
@@ -170,38 +172,86 @@ func (v *Vault) Open(ctx context.Context, id string) (Secret, error) {
 	return Secret{v: string(pt)}, nil
 }
 
+// Resealer reseals, at key rotation, one kind of value other than credentials sealed with the
+// credential keyring (connections' tokens, servers' client secrets): it opens each with kr
+// and seals it again under kr's newest key, all or none, and says how many it resealed.
+type Resealer struct {
+	// Kind names what it reseals, as counted: "connection(s)".
+	Kind   string
+	Reseal func(ctx context.Context, kr *secretbox.Keyring) (int, error)
+}
+
+// Resealed is how many values of one kind a rotation resealed.
+type Resealed struct {
+	Kind string
+	N    int
+}
+
+// Rotation is what Rotate did: the new key, and the count of each kind resealed under it,
+// the credentials first.
+type Rotation struct {
+	KeyID    string
+	Resealed []Resealed
+}
+
 // Rotate puts a new key first in the keyring file (keeping the old ones so values sealed
-// under them still open), reseals every credential under it in one transaction, and, when
-// prune is set, then drops the old keys. With a keyring from XEMA_SECRET_KEY the operator
-// lists the new key first there; Rotate then only reseals. It returns the new key id and the
-// number of credentials resealed.
-func (v *Vault) Rotate(ctx context.Context, prune bool) (string, int, error) {
+// under them still open), reseals every credential under it in one transaction, then each
+// kind of more in a transaction of its own, and, when prune is set and every kind was
+// resealed, drops the old keys. With a keyring from XEMA_SECRET_KEY the operator lists the
+// new key first there; Rotate then only reseals. A kind that fails is left as it was (and
+// the kinds before it stay resealed under the new key): the old keys are kept, whatever
+// prune says, and running Rotate again finishes the rotation.
+func (v *Vault) Rotate(ctx context.Context, prune bool, more ...Resealer) (Rotation, error) {
 	if v.Keys.path != "" {
 		if err := v.Keys.prependKey(); err != nil {
-			return "", 0, err
+			return Rotation{}, err
 		}
 	}
 	kr, err := v.Keys.Current()
 	if err != nil {
-		return "", 0, err
+		return Rotation{}, err
 	}
-	n, err := v.Store.ResealCredentials(ctx, time.Now(), func(c store.Credential) (string, string, error) {
-		pt, err := kr.Open(c.Sealed, aad(c.ID))
+	all := append([]Resealer{{Kind: "credential(s)", Reseal: func(ctx context.Context, kr *secretbox.Keyring) (int, error) {
+		return v.Store.ResealCredentials(ctx, time.Now(), func(c store.Credential) (string, string, error) {
+			pt, err := kr.Open(c.Sealed, aad(c.ID))
+			if err != nil {
+				return "", "", err
+			}
+			sealed, err := kr.Seal(pt, aad(c.ID))
+			return sealed, kr.KeyID(), err
+		})
+	}}}, more...)
+	rot := Rotation{KeyID: kr.KeyID()}
+	for _, r := range all {
+		n, err := r.Reseal(ctx, kr)
 		if err != nil {
-			return "", "", err
+			return rot, fmt.Errorf("rotate: %s: %w (%s; the old keys are kept)", r.Kind, err, rot.done())
 		}
-		sealed, err := kr.Seal(pt, aad(c.ID))
-		return sealed, kr.KeyID(), err
-	})
-	if err != nil {
-		return "", 0, fmt.Errorf("rotate: %w", err)
+		rot.Resealed = append(rot.Resealed, Resealed{Kind: r.Kind, N: n})
 	}
 	if prune && v.Keys.path != "" {
 		if err := v.Keys.keepNewest(); err != nil {
-			return "", 0, err
+			return rot, err
 		}
 	}
-	return kr.KeyID(), n, nil
+	return rot, nil
+}
+
+// String is what a rotation resealed: "3 credential(s), 2 connection(s)".
+func (r Rotation) String() string {
+	parts := make([]string, 0, len(r.Resealed))
+	for _, x := range r.Resealed {
+		parts = append(parts, fmt.Sprintf("%d %s", x.N, x.Kind))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// done says what a failed rotation had resealed before failing.
+func (r Rotation) done() string {
+	if len(r.Resealed) == 0 {
+		return "nothing was resealed"
+	}
+	return "resealed under key " + r.KeyID + " before the failure: " + r.String()
 }
 
 // aad binds a sealed value to its credential id: a sealed value copied onto another

@@ -113,10 +113,11 @@ func TestRotate(t *testing.T) {
 		t.Fatalf("a credential never rotated says rotated at %q (%v)", m.RotatedAt, err)
 	}
 	oldKey, _ := os.ReadFile(filepath.Join(dir, credential.KeyFileName))
-	kid, n, err := v.Rotate(ctx, true)
-	if err != nil || n != 3 {
-		t.Fatalf("Rotate = %s, %d, %v", kid, n, err)
+	rot, err := v.Rotate(ctx, true)
+	if err != nil || rot.String() != "3 credential(s)" {
+		t.Fatalf("Rotate = %+v, %v", rot, err)
 	}
+	kid := rot.KeyID
 	newKey, _ := os.ReadFile(filepath.Join(dir, credential.KeyFileName))
 	if bytes.Contains(newKey, bytes.TrimSpace(oldKey)) || strings.Count(strings.TrimSpace(string(newKey)), "\n") != 0 {
 		t.Fatalf("pruned key file still holds the old key or more than one: %q", newKey)

@@ -63,7 +63,7 @@ func TestKeyFileWrappedByMasterKey(t *testing.T) {
 	if s, err := v.Open(ctx, meta.ID); err != nil || s.Reveal() != secret {
 		t.Fatalf("open after wrapping: %v", err)
 	}
-	if _, _, err := v.Rotate(ctx, true); err != nil {
+	if _, err := v.Rotate(ctx, true); err != nil {
 		t.Fatal(err)
 	}
 	if b, _ := os.ReadFile(path); !masterkey.IsWrapped(b) {

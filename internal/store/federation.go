@@ -52,6 +52,13 @@ type FederationStore interface {
 	GetMCPServer(ctx context.Context, providerID string) (MCPServer, error)
 	// ListMCPServers returns every registered server ordered by provider id.
 	ListMCPServers(ctx context.Context) ([]MCPServer, error)
+	// ResealMCPServerOAuth passes every server with an OAuth document to reseal (key
+	// rotation: the document holds a client secret sealed with the credential keyring) and
+	// stores the document it returns in place of the old one, in one transaction: all or
+	// none. A nil document leaves that server as it is. A server changed meanwhile (a sync)
+	// fails the whole reseal with ErrConflict; the generation is kept. It returns how many
+	// documents it replaced.
+	ResealMCPServerOAuth(ctx context.Context, reseal func(MCPServer) (json.RawMessage, error)) (int, error)
 }
 
 // Validate checks what the store itself requires of a server record.

@@ -128,3 +128,46 @@ func (s *Store) GetMCPServer(ctx context.Context, providerID string) (store.MCPS
 func (s *Store) ListMCPServers(ctx context.Context) ([]store.MCPServer, error) {
 	return list(ctx, s, "list mcp servers", scanMCPServer, `SELECT `+mcpServerColumns+` FROM mcp_servers ORDER BY provider_id`)
 }
+
+// ResealMCPServerOAuth implements store.FederationStore. Each document is rewritten only at
+// the generation it was read at: a sync committed meanwhile fails the whole reseal
+// (ErrConflict, nothing changed; run it again) rather than be overwritten.
+func (s *Store) ResealMCPServerOAuth(ctx context.Context, reseal func(store.MCPServer) (json.RawMessage, error)) (int, error) {
+	const op = "reseal mcp servers' oauth"
+	n := 0
+	err := s.inTx(ctx, op, func(tx *sql.Tx) error {
+		srvs, err := listOn(ctx, s, tx, op, scanMCPServer, `SELECT `+mcpServerColumns+` FROM mcp_servers ORDER BY provider_id`)
+		if err != nil {
+			return err
+		}
+		for _, srv := range srvs {
+			if len(srv.OAuth) == 0 {
+				continue
+			}
+			doc, err := reseal(srv)
+			if err != nil {
+				return fmt.Errorf("%s: mcp server %q: %w", op, srv.ProviderID, err)
+			}
+			if doc == nil {
+				continue
+			}
+			if !json.Valid(doc) {
+				return fmt.Errorf("%s: mcp server %q: %w: the resealed OAuth document is not valid JSON", op, srv.ProviderID, store.ErrInvalid)
+			}
+			m, err := s.exec(ctx, tx, `UPDATE mcp_servers SET oauth = ? WHERE provider_id = ? AND generation = ?`,
+				string(doc), srv.ProviderID, srv.Generation)
+			if err != nil {
+				return s.fail(op, err)
+			}
+			if m == 0 {
+				return fmt.Errorf("%s: mcp server %q: %w: changed while resealing", op, srv.ProviderID, store.ErrConflict)
+			}
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}

@@ -28,6 +28,7 @@ func runConnections(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ConcurrentTakesOneWins", testConnectionStateTakeConcurrent},
 		{"StatePrune", testConnectionStatePrune},
 		{"MCPServerOAuth", testMCPServerOAuth},
+		{"MCPServerOAuthResealIsAtomic", testMCPServerOAuthReseal},
 	})
 }
 
@@ -554,4 +555,79 @@ func testMCPServerOAuth(t *testing.T, s store.Store) {
 	wantErr(t, "SaveMCPServer with OAuth not JSON", s.SaveMCPServer(ctx, bad, biome("bad", "1.0.1", "hb"), nil, nil), store.ErrInvalid)
 	_, err = s.GetMCPServer(ctx, "bad")
 	wantErr(t, "the refused server", err, store.ErrNotFound)
+}
+
+// testMCPServerOAuthReseal: key rotation replaces the servers' OAuth documents all or none,
+// passes only servers that have one, and keeps their generation.
+func testMCPServerOAuthReseal(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	tool := store.MCPTool{Ref: "gh:issues@1", Name: "issues", Pin: "sha256:1"}
+	withSecret := mcpServer("gh", 1, tool)
+	withSecret.Auth, withSecret.OAuth = "oauth", json.RawMessage(`{"clientId":"xema", "clientSecretSealed":"sb1.k1.s"}`)
+	public := mcpServer("linear", 1, tool)
+	public.Auth, public.OAuth = "oauth", json.RawMessage(`{"clientId":"pub"}`)
+	plain := mcpServer("plain", 1, tool)
+	for i, srv := range []store.MCPServer{withSecret, public, plain} {
+		if err := s.SaveMCPServer(ctx, srv, biome(srv.ProviderID, "1.0.1", fmt.Sprint("h", i)), nil, nil); err != nil {
+			t.Fatalf("SaveMCPServer %s: %v", srv.ProviderID, err)
+		}
+	}
+	unchanged := func(what string) {
+		t.Helper()
+		list, err := s.ListMCPServers(ctx)
+		if err != nil {
+			t.Fatalf("ListMCPServers: %v", err)
+		}
+		equal(t, what, list, []store.MCPServer{withSecret, public, plain})
+	}
+
+	// An error on the second leaves the first unchanged; so does a document not JSON.
+	boom := errors.New("boom")
+	var passed []string
+	_, err := s.ResealMCPServerOAuth(ctx, func(srv store.MCPServer) (json.RawMessage, error) {
+		passed = append(passed, srv.ProviderID)
+		if len(passed) == 2 {
+			return nil, boom
+		}
+		return json.RawMessage(`{"clientSecretSealed":"sb1.k2.s"}`), nil
+	})
+	wantErr(t, "ResealMCPServerOAuth failing on the second", err, boom)
+	unchanged("after the failed reseal")
+	equal(t, "servers passed", passed, []string{"gh", "linear"})
+	_, err = s.ResealMCPServerOAuth(ctx, func(srv store.MCPServer) (json.RawMessage, error) {
+		if srv.ProviderID == "linear" {
+			return json.RawMessage(`{"clientId":`), nil
+		}
+		return json.RawMessage(`{"clientSecretSealed":"sb1.k2.s"}`), nil
+	})
+	wantErr(t, "ResealMCPServerOAuth with a document not JSON", err, store.ErrInvalid)
+	unchanged("after the refused reseal")
+
+	// A nil document leaves its server as it is, uncounted.
+	resealed := json.RawMessage(`{"clientId":"xema","clientSecretSealed":"sb1.k2.s2","keyId":"k2"}`)
+	n, err := s.ResealMCPServerOAuth(ctx, func(srv store.MCPServer) (json.RawMessage, error) {
+		if srv.ProviderID == "gh" {
+			return resealed, nil
+		}
+		return nil, nil
+	})
+	if err != nil || n != 1 {
+		t.Fatalf("ResealMCPServerOAuth = %d, %v; want 1", n, err)
+	}
+	want := withSecret
+	want.OAuth = resealed
+	got, err := s.GetMCPServer(ctx, "gh")
+	if err != nil {
+		t.Fatalf("GetMCPServer: %v", err)
+	}
+	equal(t, "resealed", got, want)
+	if got, err := s.GetMCPServer(ctx, "linear"); err != nil || string(got.OAuth) != string(public.OAuth) {
+		t.Fatalf("the server left as it was: %s, %v", got.OAuth, err)
+	}
+	// The generation is kept: the next sync still applies.
+	next := mcpServer("gh", 2, tool)
+	next.Auth, next.OAuth = "oauth", resealed
+	if err := s.SaveMCPServer(ctx, next, biome("gh", "1.0.2", "h9"), nil, nil); err != nil {
+		t.Fatalf("SaveMCPServer after the reseal: %v", err)
+	}
 }
