@@ -83,14 +83,16 @@ OPA := bin/opa-$(shell $(GO) list -m -f '{{.Version}}' github.com/open-policy-ag
 $(OPA):
 	$(GO) build -o $@ github.com/open-policy-agent/opa
 
-# The go benchmarks of the funnel's steps (a fixed count each, so the whole stays short),
+# The go benchmarks of the funnel's steps (a fixed count each, so the whole stays short; with
+# BenchmarkConnectionCall, a federated call with the gateway's static token and through a
+# connection, side by side in one process),
 # then the load harness on both engines (test/load: the funnel, cached and cache-defeating,
 # against the direct no-op provider, the bare proxy, the audited floor, the bare proxy on the
 # gateway's audit log and stock OPA; CPU per call of each process, the gateway's RSS and
 # profile, and the funnel ÷ floor ratios of RPS, CPU per call and p99, then their ranges over
 # 3 more alternating rounds of the floor and the funnel). ~5 minutes.
-BENCH := BenchmarkDecision|BenchmarkTake|BenchmarkAppend|BenchmarkVerify|BenchmarkBoundBody|BenchmarkValidate$$|BenchmarkLinkHash|BenchmarkSign|BenchmarkCachedToken
-BENCH_PKGS := ./internal/policy ./internal/ratelimit ./internal/audit ./internal/identity ./internal/server ./internal/inputschema ./internal/txntoken ./internal/exchange
+BENCH := BenchmarkDecision|BenchmarkTake|BenchmarkAppend|BenchmarkVerify|BenchmarkBoundBody|BenchmarkValidate$$|BenchmarkLinkHash|BenchmarkSign|BenchmarkCachedToken|BenchmarkConnectionCall
+BENCH_PKGS := ./internal/policy ./internal/ratelimit ./internal/audit ./internal/identity ./internal/server ./internal/inputschema ./internal/txntoken ./internal/exchange ./internal/app
 bench: build $(OPA) ## the Go benchmarks of the funnel's steps, then the load harness on both engines (~5 min)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime 200x -benchmem $(BENCH_PKGS)
 	$(GO) test -run '^$$' -bench 'BenchmarkSearch$$|BenchmarkDescribe|BenchmarkSearchable' -benchtime 5x ./internal/metatool ./internal/policy

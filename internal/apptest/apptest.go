@@ -95,6 +95,8 @@ type Options struct {
 	Classification string
 	// MaxPending bounds each subject's pending held calls; 0 is the gateway's default.
 	MaxPending int
+	// PublicURL turns connections on (app.Config.PublicURL); "" leaves them off.
+	PublicURL string
 }
 
 // CopyRef is the ref of the i-th copy of the comment capability (Options.Copies).
@@ -117,8 +119,9 @@ func New(t testing.TB, o Options) *Fixture {
 	t.Cleanup(prov.Close)
 	now := time.Now()
 	a, err := app.New(ctx, app.Config{DataDir: t.TempDir(), ApprovalTTL: time.Hour, EgressAllow: egress.Loopback(),
-		OperatorOrg: identity.DefaultOrg, Tokens: staticToken("test-service-token"), Notify: o.Notify, MaxPendingApprovals: o.MaxPending,
-		Now: func() time.Time { return now }})
+		OperatorOrg: identity.DefaultOrg, Tokens: staticToken(ServiceToken), Notify: o.Notify, MaxPendingApprovals: o.MaxPending,
+		PublicURL: o.PublicURL,
+		Now:       func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +208,11 @@ func writeCopies(dir string, n int) error {
 	return os.WriteFile(filepath.Join(dir, "biome.json"), raw, 0o644)
 }
 
-// staticToken is the gateway's outbound token in these tests; providers ignore it.
+// ServiceToken is the gateway's outbound service token in these tests (auth kind
+// service-token); the biome's provider ignores it.
+const ServiceToken = "test-service-token"
+
+// staticToken is the gateway's outbound token in these tests.
 type staticToken string
 
 func (s staticToken) Token(context.Context, string) (string, error) { return string(s), nil }

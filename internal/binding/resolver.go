@@ -175,39 +175,40 @@ func oauthOwner(ec identity.ExecContext, c store.Credential) (connection.Owner, 
 // Connection implements gateway.Connections: for a ref a binding to an OAuth credential
 // serves, whose connection the call needs and its status (nil for others; a chat ref's
 // binding is chosen from its input at run time, where a missing connection refuses it too).
-func (s *Service) Connection(ctx context.Context, ec identity.ExecContext, entry *catalog.Entry) (*policy.Connection, error) {
+// It carries no read to the run: the run reads the connection's token itself.
+func (s *Service) Connection(ctx context.Context, ec identity.ExecContext, entry *catalog.Entry) (*policy.Connection, any, error) {
 	ref := entry.Ref()
 	if !s.Serves(ref) || s.conversational(ref) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	bs, err := s.Store.ListBindings(ctx, OrgOf(ec))
 	if err != nil {
-		return nil, fmt.Errorf("bindings of %s: %w", OrgOf(ec), err)
+		return nil, nil, fmt.Errorf("bindings of %s: %w", OrgOf(ec), err)
 	}
 	b, ok := Select(bs, ec, ref, "")
 	if !ok {
-		return nil, nil
+		return nil, nil, nil
 	}
 	c, err := s.Store.GetCredential(ctx, b.CredentialID)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && len(c.OAuth) == 0) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("credential %s: %w", b.CredentialID, err)
+		return nil, nil, fmt.Errorf("credential %s: %w", b.CredentialID, err)
 	}
 	owner, ok, err := oauthOwner(ec, c)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	in := &policy.Connection{Provider: c.ID, Owner: owner.Kind, Status: connection.StatusMissing, ConnectURL: s.ConnectURL}
 	if !ok || s.Connections == nil {
-		return in, nil
+		return in, nil, nil
 	}
 	in.Person = owner.Ref
 	if in.Status, in.ID, err = s.Connections.StatusOf(ctx, OrgOf(ec), c.ID, owner); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return in, nil
+	return in, nil, nil
 }
 
 // SendMessage sends text to an org's conversation through its connector:channel.send-message@1

@@ -249,20 +249,45 @@ func (s *Service) Status(ctx context.Context, org, providerID string, owner Owne
 
 // StatusOf is Status with the connection's id ("" when missing), which the audit record names.
 func (s *Service) StatusOf(ctx context.Context, org, providerID string, owner Owner) (status, id string, err error) {
-	if err := owner.validate(); err != nil {
+	r, err := s.Look(ctx, org, providerID, owner)
+	if err != nil {
 		return "", "", err
 	}
+	return r.Status, r.ID, nil
+}
+
+// Read is owner's connection to org's provider as one store read found it: its status and id
+// for a call's decision, and the record itself, whose token the run of the same call opens
+// (TokenFor) rather than read the store a second time.
+type Read struct {
+	Status string
+	ID     string
+
+	org, providerID string
+	owner           Owner
+	c               store.Connection // zero when missing
+}
+
+// Look reads owner's connection to org's providerID: its status for the policy
+// (StatusConnected, StatusMissing or StatusNeedsReconnect, an expired token with no refresh
+// token needing a reconnect too) and the record, for TokenFor. One store read.
+func (s *Service) Look(ctx context.Context, org, providerID string, owner Owner) (*Read, error) {
+	if err := owner.validate(); err != nil {
+		return nil, err
+	}
+	r := &Read{Status: StatusMissing, org: org, providerID: providerID, owner: owner}
 	c, err := s.store.GetConnection(ctx, org, providerID, owner.Kind, owner.Ref)
 	if errors.Is(err, store.ErrNotFound) {
-		return StatusMissing, "", nil
+		return r, nil
 	}
 	if err != nil {
-		return "", "", fmt.Errorf("connection status of %s: %w", providerID, err)
+		return nil, fmt.Errorf("connection status of %s: %w", providerID, err)
 	}
+	r.Status, r.ID, r.c = c.Status, c.ID, c
 	if c.Status == store.ConnectionConnected && c.RefreshSealed == "" && !c.ExpiresAt.IsZero() && !s.now().Before(c.ExpiresAt) {
-		return StatusNeedsReconnect, c.ID, nil
+		r.Status = StatusNeedsReconnect
 	}
-	return c.Status, c.ID, nil
+	return r, nil
 }
 
 // List returns org's connections.

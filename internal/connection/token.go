@@ -27,8 +27,22 @@ const refreshTimeout = 30 * time.Second
 // needs-reconnect (CONNECTION_EXPIRED); a server that cannot be reached changes nothing
 // (CodeTokenUnavailable, fail closed).
 func (s *Service) Token(ctx context.Context, org, providerID string, owner Owner) (credential.Secret, View, error) {
+	return s.TokenFor(ctx, org, providerID, owner, nil)
+}
+
+// TokenFor is Token for a call whose decision read the connection (read, from Look): when
+// that read is of this owner's connection to org's providerID, connected, and its token
+// usable with RefreshSkew to spare, the token is opened from it without reading the store
+// again; otherwise (no read, another connection, a token to refresh) it is Token. The call
+// thus runs on the connection its decision saw, as read within that call: a disconnect
+// committed after the decision's read stops the calls decided after it, not that one.
+func (s *Service) TokenFor(ctx context.Context, org, providerID string, owner Owner, read *Read) (credential.Secret, View, error) {
 	if err := owner.validate(); err != nil {
 		return credential.Secret{}, View{}, err
+	}
+	if read != nil && read.org == org && read.providerID == providerID && read.owner == owner &&
+		read.c.Status == store.ConnectionConnected && s.fresh(read.c) {
+		return s.open(read.c)
 	}
 	c, err := s.get(ctx, org, providerID, owner)
 	if err != nil {

@@ -85,7 +85,7 @@ type Federation struct {
 
 	mu      sync.Mutex // serializes registrations and syncs of this replica
 	cacheMu sync.Mutex
-	cache   map[string]store.MCPServer // by provider id, the last server record read
+	cache   map[string]known // by provider id, the last server record read
 
 	// Re-syncs a server's list_changed asks for run under life, debounce after the last one.
 	life      context.Context
@@ -110,7 +110,7 @@ func New(st Store, changed func(ctx context.Context) error, tokens runner.TokenS
 	if opts.Egress == nil {
 		opts.Egress = egress.New(nil)
 	}
-	f := &Federation{store: st, changed: changed, cache: map[string]store.MCPServer{}, egress: opts.Egress, stdio: opts.Stdio,
+	f := &Federation{store: st, changed: changed, cache: map[string]known{}, egress: opts.Egress, stdio: opts.Stdio,
 		conns: opts.Connections, secrets: opts.Secrets, connectURL: opts.ConnectURL,
 		life: life, stop: stop, debounce: ListChangedDebounce, pending: map[string]*time.Timer{}}
 	f.dialer = newDialer(tokens, f.toolsChanged)
@@ -630,10 +630,22 @@ func (f *Federation) view(s store.MCPServer, caps map[string]store.Capability) S
 	return v
 }
 
-func (f *Federation) remember(srv store.MCPServer) {
+// known is a server record as this replica last read it, its OAuth document decoded once
+// (not at every call).
+type known struct {
+	srv   store.MCPServer
+	auth  connection.Server // what discovery found, for auth oauth
+	oauth bool              // auth oauth
+	err   error             // the OAuth document did not decode
+}
+
+func (f *Federation) remember(srv store.MCPServer) known {
+	k := known{srv: srv}
+	k.auth, k.oauth, k.err = oauthOf(srv)
 	f.cacheMu.Lock()
 	defer f.cacheMu.Unlock()
-	f.cache[srv.ProviderID] = srv
+	f.cache[srv.ProviderID] = k
+	return k
 }
 
 // Resolve implements gateway.Resolver for capabilities of runner kind mcp-external: the
@@ -644,19 +656,19 @@ func (f *Federation) Resolve(ctx context.Context, ec identity.ExecContext, entry
 	if c.RunnerKind != RunnerKind {
 		return nil, false, nil
 	}
-	srv, err := f.serverOf(ctx, c.BiomeID, c.BiomeVersion)
+	k, err := f.serverOf(ctx, c.BiomeID, c.BiomeVersion)
 	if err != nil {
 		return nil, false, err
 	}
+	srv := k.srv
 	for _, t := range srv.Tools {
 		if t.Ref == c.Ref {
 			r := toolRunner{pool: f.pool, srv: srv, name: t.Name}
-			auth, ok, err := oauthOf(srv)
-			if err != nil {
-				return nil, false, fault.Wrap(err, fault.Provider, CodeUnknownServer, "%s: its MCP server %q cannot be read", c.Ref, c.BiomeID)
+			if k.err != nil {
+				return nil, false, fault.Wrap(k.err, fault.Provider, CodeUnknownServer, "%s: its MCP server %q cannot be read", c.Ref, c.BiomeID)
 			}
-			if ok {
-				owner, _ := connection.OwnerFor(ec, auth.Owner)
+			if k.oauth {
+				owner, _ := connection.OwnerFor(ec, k.auth.Owner)
 				r.connection = &owner
 				r.token = func(ctx context.Context) (context.Context, error) { return f.token(ctx, ec.Org, srv, owner) }
 			}
@@ -668,20 +680,19 @@ func (f *Federation) Resolve(ctx context.Context, ec identity.ExecContext, entry
 
 // serverOf is the server registered under provider at the generation of version: this
 // replica's copy, re-read from the store when older.
-func (f *Federation) serverOf(ctx context.Context, provider, version string) (store.MCPServer, error) {
+func (f *Federation) serverOf(ctx context.Context, provider, version string) (known, error) {
 	f.cacheMu.Lock()
-	srv, ok := f.cache[provider]
+	k, ok := f.cache[provider]
 	f.cacheMu.Unlock()
-	if ok && versionOf(srv) == version {
-		return srv, nil
+	if ok && versionOf(k.srv) == version {
+		return k, nil
 	}
 	srv, err := f.store.GetMCPServer(ctx, provider)
 	if err != nil {
 		slog.Error("mcp server unreadable", "provider", provider, "err", err)
-		return store.MCPServer{}, fault.New(fault.Provider, CodeUnknownServer, "its MCP server %q cannot be read", provider)
+		return known{}, fault.New(fault.Provider, CodeUnknownServer, "its MCP server %q cannot be read", provider)
 	}
-	f.remember(srv)
-	return srv, nil
+	return f.remember(srv), nil
 }
 
 func versionOf(srv store.MCPServer) string { return version(srv.Generation) }

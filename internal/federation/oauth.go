@@ -25,8 +25,9 @@ const AuthOAuth = "oauth"
 // Connections is what the federation needs of the connections (connection.Service).
 type Connections interface {
 	Discover(ctx context.Context, serverURL string, a connection.Auth) (connection.Server, error)
-	StatusOf(ctx context.Context, org, providerID string, owner connection.Owner) (status, id string, err error)
+	Look(ctx context.Context, org, providerID string, owner connection.Owner) (*connection.Read, error)
 	Token(ctx context.Context, org, providerID string, owner connection.Owner) (credential.Secret, connection.View, error)
+	TokenFor(ctx context.Context, org, providerID string, owner connection.Owner, read *connection.Read) (credential.Secret, connection.View, error)
 	Complete(ctx context.Context, state, code, errCode, errDescription string) (connection.View, error)
 }
 
@@ -82,30 +83,34 @@ func oauthOf(srv store.MCPServer) (connection.Server, bool, error) {
 }
 
 // Connection implements gateway.Connections: for a tool of a server registered with auth
-// oauth, whose connection the call needs and its status (nil for every other capability).
-func (f *Federation) Connection(ctx context.Context, ec identity.ExecContext, entry *catalog.Entry) (*policy.Connection, error) {
+// oauth, whose connection the call needs and its status (nil for every other capability),
+// and the connection as read (a *connection.Read), which the call's run takes back
+// (runner.Decided) rather than read it again.
+func (f *Federation) Connection(ctx context.Context, ec identity.ExecContext, entry *catalog.Entry) (*policy.Connection, any, error) {
 	c := entry.Capability
 	if c.RunnerKind != RunnerKind {
-		return nil, nil
+		return nil, nil, nil
 	}
-	srv, err := f.serverOf(ctx, c.BiomeID, c.BiomeVersion)
+	k, err := f.serverOf(ctx, c.BiomeID, c.BiomeVersion)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	auth, ok, err := oauthOf(srv)
-	if err != nil || !ok {
-		return nil, err
+	if k.err != nil || !k.oauth {
+		return nil, nil, k.err
 	}
+	srv, auth := k.srv, k.auth
 	in := &policy.Connection{Provider: srv.ProviderID, Owner: auth.Owner, Status: connection.StatusMissing, ConnectURL: f.connectURL}
 	owner, ok := connection.OwnerFor(ec, auth.Owner)
 	if !ok || f.conns == nil {
-		return in, nil
+		return in, nil, nil
 	}
 	in.Person = owner.Ref
-	if in.Status, in.ID, err = f.conns.StatusOf(ctx, ec.Org, srv.ProviderID, owner); err != nil {
-		return nil, err
+	read, err := f.conns.Look(ctx, ec.Org, srv.ProviderID, owner)
+	if err != nil {
+		return nil, nil, err
 	}
-	return in, nil
+	in.Status, in.ID = read.Status, read.ID
+	return in, read, nil
 }
 
 // discover checks an oauth registration and finds the server's authorization server,
@@ -209,7 +214,9 @@ func (f *Federation) token(ctx context.Context, org string, srv store.MCPServer,
 	if f.conns == nil {
 		return ctx, fault.New(fault.Unavailable, connection.CodeTokenUnavailable, "this gateway has no connections configured")
 	}
-	tok, _, err := f.conns.Token(ctx, org, srv.ProviderID, owner)
+	// A call's run takes the connection its decision read (Connection); a sync has none.
+	read, _ := runner.Decided(ctx).(*connection.Read)
+	tok, _, err := f.conns.TokenFor(ctx, org, srv.ProviderID, owner, read)
 	if err != nil {
 		return ctx, err
 	}

@@ -40,6 +40,9 @@ type call struct {
 	decision policy.Decision
 	// dispatching is RunApproved's hook between the decision record and the run.
 	dispatching func(ctx context.Context) error
+	// read is what the decision read of the call's connection (input.connection), carried
+	// to the run.
+	read any
 	// reason is the first reason code of a denying decision (the metrics' reason label).
 	reason string
 	// dispatched is set as the call is handed to its runner: from then on it may have run.
@@ -198,6 +201,10 @@ func (g *Gateway) dispatch(ctx context.Context, c *call) (*Result, error) {
 			return nil, err
 		}
 	}
+	if c.read != nil {
+		// The runner uses the connection as the decision read it, not a second read.
+		ctx = runner.WithDecided(ctx, c.read)
+	}
 	out, err := g.run(ctx, c, entry, run)
 	if err != nil && !ranUnrecorded(err) {
 		return nil, err
@@ -258,12 +265,12 @@ func (g *Gateway) authorize(ctx context.Context, c *call, entry *catalog.Entry, 
 	in := PolicyInput(c.exec, entry.Ref(), entry.Resource(c.req.Input))
 	in.Usage = usage
 	_, step := telemetry.Start(ctx, telemetry.StepAuthorize, telemetry.AttrRef.String(entry.Ref()))
-	conn, err := g.Connection(ctx, c.exec, entry)
+	conn, read, err := g.connection(ctx, c.exec, entry)
 	if err != nil {
 		step.End(fault.CodeStoreUnavailable)
 		return policy.Decision{}, err
 	}
-	in.Connection = conn
+	in.Connection, c.read = conn, read
 	if conn != nil {
 		c.rec.Detail = c.detail(conn)
 	}
@@ -609,19 +616,25 @@ func (g *Gateway) RecordUnauthenticated(ctx context.Context, route, reason, sour
 // Connection is input.connection of a call of ec to entry (nil for a capability served
 // through no connection). A store that cannot say is a typed 503 (fail closed).
 func (g *Gateway) Connection(ctx context.Context, ec identity.ExecContext, entry *catalog.Entry) (*policy.Connection, error) {
+	conn, _, err := g.connection(ctx, ec, entry)
+	return conn, err
+}
+
+// connection is Connection with what it was read from, for the run of the same call.
+func (g *Gateway) connection(ctx context.Context, ec identity.ExecContext, entry *catalog.Entry) (*policy.Connection, any, error) {
 	if g.d.Connections == nil {
-		return nil, nil
+		return nil, nil, nil
 	}
-	conn, err := g.d.Connections.Connection(ctx, ec, entry)
+	conn, read, err := g.d.Connections.Connection(ctx, ec, entry)
 	if err != nil {
 		var fe *fault.Error
 		if errors.As(err, &fe) {
-			return nil, fe
+			return nil, nil, fe
 		}
 		slog.WarnContext(ctx, "connection status unavailable", "ref", entry.Ref(), "err", err)
-		return nil, fault.New(fault.Unavailable, fault.CodeStoreUnavailable, "the connection of %s could not be read; the call was denied (fail closed)", entry.Ref())
+		return nil, nil, fault.New(fault.Unavailable, fault.CodeStoreUnavailable, "the connection of %s could not be read; the call was denied (fail closed)", entry.Ref())
 	}
-	return conn, nil
+	return conn, read, nil
 }
 
 // PolicyInput is the call as the Rego sees it: only verified claims, never headers.

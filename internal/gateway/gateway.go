@@ -29,22 +29,24 @@ import (
 )
 
 // Connections finds, for a capability served through a connection, whose connection a call
-// of ec needs and its status; nil for every other capability (federation.Federation).
+// of ec needs and its status; nil for every other capability (federation.Federation). read is
+// what the status was read from, opaque to the gateway: it carries it to the run of the same
+// call (runner.WithDecided), whose runner then need not read the connection again.
 type Connections interface {
-	Connection(ctx context.Context, ec identity.ExecContext, entry *catalog.Entry) (*policy.Connection, error)
+	Connection(ctx context.Context, ec identity.ExecContext, entry *catalog.Entry) (conn *policy.Connection, read any, err error)
 }
 
 // ConnectionSources asks each source in turn: the first that names a connection answers.
 type ConnectionSources []Connections
 
 // Connection implements Connections.
-func (cs ConnectionSources) Connection(ctx context.Context, ec identity.ExecContext, entry *catalog.Entry) (*policy.Connection, error) {
+func (cs ConnectionSources) Connection(ctx context.Context, ec identity.ExecContext, entry *catalog.Entry) (*policy.Connection, any, error) {
 	for _, c := range cs {
-		if conn, err := c.Connection(ctx, ec, entry); err != nil || conn != nil {
-			return conn, err
+		if conn, read, err := c.Connection(ctx, ec, entry); err != nil || conn != nil {
+			return conn, read, err
 		}
 	}
-	return nil, nil
+	return nil, nil, nil
 }
 
 // Gateway is the funnel over its Deps, built once by New.

@@ -43,6 +43,18 @@ func TransportError(what string, err error) *fault.Error {
 // MessageHandlerFailed is all a caller learns of a kernel handler's untyped error.
 const MessageHandlerFailed = "the capability's handler failed; the operator's log has the detail under this call's auditId"
 
+type decidedKey struct{}
+
+// WithDecided carries what a call's decision read of the connection the call goes through
+// (opaque here: gateway.Connections gives it, internal/federation's runner takes it back) to
+// the call's run, so that the run does not read it again.
+func WithDecided(ctx context.Context, read any) context.Context {
+	return context.WithValue(ctx, decidedKey{}, read)
+}
+
+// Decided is what WithDecided carried to the call running in ctx; nil when nothing.
+func Decided(ctx context.Context) any { return ctx.Value(decidedKey{}) }
+
 // Runner runs one call.
 type Runner interface {
 	Kind() string

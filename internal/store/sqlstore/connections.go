@@ -74,10 +74,11 @@ func (s *Store) PutConnection(ctx context.Context, c store.Connection) error {
 	return nil
 }
 
-// GetConnection implements store.ConnectionStore.
+// GetConnection implements store.ConnectionStore: a read on every call through a connection,
+// so its statement is prepared once (callRow).
 func (s *Store) GetConnection(ctx context.Context, org, providerID, ownerKind, ownerRef string) (store.Connection, error) {
-	c, err := scanConnection(s.db.QueryRowContext(ctx, s.d.bind(`SELECT `+connectionColumns+` FROM connections
-		WHERE org = ? AND provider_id = ? AND owner_kind = ? AND owner_ref = ?`), org, providerID, ownerKind, ownerRef))
+	c, err := scanConnection(s.callRow(ctx, `SELECT `+connectionColumns+` FROM connections
+		WHERE org = ? AND provider_id = ? AND owner_kind = ? AND owner_ref = ?`, org, providerID, ownerKind, ownerRef))
 	if err != nil {
 		return store.Connection{}, s.fail(fmt.Sprintf("get %s connection %q to %q of org %q", ownerKind, ownerRef, providerID, org), err)
 	}

@@ -26,9 +26,10 @@ type Dialect struct {
 	// MigrationLock, when set, runs first in each migration transaction so that replicas
 	// starting together apply each migration once.
 	MigrationLock string
-	// PrepareBatches runs the audit batch's statements prepared once (see Store.prepared):
-	// for a driver that parses a query's text on every Exec (SQLite's), not for one that
-	// caches statements itself (pgx: an explicit Prepare there only adds round trips).
+	// PrepareBatches runs the audit batch's statements, and the reads made on every call
+	// (Store.callRow), prepared once (see Store.prepared): for a driver that parses a query's
+	// text on every Exec (SQLite's), not for one that caches statements itself (pgx: an
+	// explicit Prepare there only adds round trips).
 	PrepareBatches bool
 	// ReasonCodeMatch is a boolean SQL expression with one '?' (a reason code), true when
 	// one element of the audit_log row's reasons array has that code.

@@ -97,6 +97,20 @@ func (s *Store) prepared(ctx context.Context, q string) (*sql.Stmt, error) {
 	return st, nil
 }
 
+// callRow is QueryRowContext, outside a transaction, for a read made on every call of the
+// funnel (GetConnection): prepared once (prepared) where the driver parses the query's text
+// on every use (Dialect.PrepareBatches), else as is. A statement that fails to prepare is
+// run as is, and the query reports the error.
+func (s *Store) callRow(ctx context.Context, q string, args ...any) *sql.Row {
+	q = s.d.bind(q)
+	if s.d.PrepareBatches {
+		if st, err := s.prepared(ctx, q); err == nil {
+			return st.QueryRowContext(ctx, args...)
+		}
+	}
+	return s.db.QueryRowContext(ctx, q, args...)
+}
+
 func (s *Store) exec(ctx context.Context, c conn, q string, args ...any) (int64, error) {
 	res, err := c.ExecContext(ctx, s.d.bind(q), args...)
 	if err != nil {
