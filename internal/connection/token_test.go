@@ -137,9 +137,9 @@ func TestTokenForTakesOnlyItsOwnRead(t *testing.T) {
 		t.Errorf("another provider's read: %v", err)
 	}
 	_, _, err = svc.TokenFor(ctx, org, "tools", user("alice"), read)
-	wantCode(t, err, connection.CodeRequired)
+	_ = wantCode(t, err, connection.CodeRequired)
 	_, _, err = svc.TokenFor(ctx, "globex", "tools", orgOwner, read)
-	wantCode(t, err, connection.CodeRequired)
+	_ = wantCode(t, err, connection.CodeRequired)
 
 	// Disconnected after the read: the call decided on the read runs on it; a call with no
 	// read (or a later decision's) finds it gone.
@@ -150,13 +150,13 @@ func TestTokenForTakesOnlyItsOwnRead(t *testing.T) {
 		t.Errorf("the decided call's read: %v", err)
 	}
 	_, _, err = svc.TokenFor(ctx, org, "tools", orgOwner, nil)
-	wantCode(t, err, connection.CodeRequired)
+	_ = wantCode(t, err, connection.CodeRequired)
 	again, err := svc.Look(ctx, org, "tools", orgOwner)
 	if err != nil || again.Status != connection.StatusMissing {
 		t.Fatalf("a later decision's read: %+v, %v", again, err)
 	}
 	_, _, err = svc.TokenFor(ctx, org, "tools", orgOwner, again)
-	wantCode(t, err, connection.CodeRequired)
+	_ = wantCode(t, err, connection.CodeRequired)
 
 	// A read whose token is about to expire is not taken: the store's connection is refreshed.
 	putConnection(t, st, kr, "tools", "tools-access", "tools-refresh", clk.now().Add(time.Hour))
