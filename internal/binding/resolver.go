@@ -35,27 +35,64 @@ func (s *Service) Resolve(ctx context.Context, ec identity.ExecContext, entry *c
 	if !s.Serves(ref) {
 		return nil, false, nil
 	}
-	bs, err := s.Store.ListBindings(ctx, OrgOf(ec))
-	if err != nil {
-		return nil, false, fault.New(fault.Unavailable, fault.CodeStoreUnavailable, "bindings unavailable; the call was denied (fail closed)")
+	d, ok := runner.Decided(ctx).(*decided)
+	if !ok || d.ref != ref || d.org != OrgOf(ec) {
+		var err error
+		if d, err = s.read(ctx, ec, ref); err != nil {
+			return nil, false, err
+		}
 	}
 	if s.conversational(ref) {
-		if !anyConversation(bs, ec, ref) {
+		if !anyConversation(d.bindings, ec, ref) {
 			return nil, false, missingBinding(ec, ref)
 		}
-		return &Runner{svc: s, bindings: bs, ref: ref}, true, nil
+		return &Runner{svc: s, bindings: d.bindings, ref: ref}, true, nil
+	}
+	switch {
+	case d.chosen == nil:
+		return nil, false, missingBinding(ec, ref)
+	case d.cred == nil:
+		b := d.chosen
+		return nil, false, fault.New(fault.Provider, credential.CodeMissingCredential, "binding %s of %s names credential %s, which does not exist; an admin must store it", b.ID, ref, b.CredentialID)
+	}
+	return &Runner{svc: s, bindings: d.bindings, ref: ref, chosen: d.chosen, cred: d.cred}, true, nil
+}
+
+// decided is what a connector call's decision read (Connection), carried to its resolve and
+// run (runner.WithDecided) so that neither reads the bindings or the credential again.
+type decided struct {
+	ref, org string
+	bindings []store.Binding
+	chosen   *store.Binding    // nil: no binding serves the ref for the caller (or a chat ref)
+	cred     *store.Credential // nil: the chosen binding's credential does not exist
+}
+
+// read reads the org's bindings and, for a ref that is not a chat ref, the chosen binding's
+// credential. A store that cannot answer is a typed 503 (fail closed).
+func (s *Service) read(ctx context.Context, ec identity.ExecContext, ref string) (*decided, error) {
+	d := &decided{ref: ref, org: OrgOf(ec)}
+	bs, err := s.Store.ListBindings(ctx, d.org)
+	if err != nil {
+		return nil, fault.New(fault.Unavailable, fault.CodeStoreUnavailable, "bindings unavailable; the call was denied (fail closed)")
+	}
+	d.bindings = bs
+	if s.conversational(ref) {
+		return d, nil
 	}
 	b, ok := Select(bs, ec, ref, "")
 	if !ok {
-		return nil, false, missingBinding(ec, ref)
+		return d, nil
 	}
-	if _, err := s.Store.GetCredential(ctx, b.CredentialID); err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, false, fault.New(fault.Provider, credential.CodeMissingCredential, "binding %s of %s names credential %s, which does not exist; an admin must store it", b.ID, ref, b.CredentialID)
-		}
-		return nil, false, fault.New(fault.Unavailable, fault.CodeStoreUnavailable, "credentials unavailable; the call was denied (fail closed)")
+	d.chosen = &b
+	c, err := s.Store.GetCredential(ctx, b.CredentialID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		return nil, fault.New(fault.Unavailable, fault.CodeStoreUnavailable, "credentials unavailable; the call was denied (fail closed)")
+	default:
+		d.cred = &c
 	}
-	return &Runner{svc: s, bindings: bs, ref: ref, chosen: &b}, true, nil
+	return d, nil
 }
 
 func (s *Service) conversational(ref string) bool {
@@ -91,7 +128,8 @@ type Runner struct {
 	svc      *Service
 	bindings []store.Binding
 	ref      string
-	chosen   *store.Binding // nil for chat: chosen from the input's conversation
+	chosen   *store.Binding    // nil for chat: chosen from the input's conversation
+	cred     *store.Credential // the chosen binding's, as resolved; nil for chat
 }
 
 // Kind is "connector".
@@ -120,7 +158,7 @@ func (r *Runner) Run(ctx context.Context, call kernel.Call) (json.RawMessage, er
 	if !ok {
 		return nil, fault.New(fault.Provider, connector.CodeBindingInvalid, "binding %s: provider %s does not serve %s", b.ID, b.Provider, r.ref)
 	}
-	token, err := r.svc.token(ctx, call.Exec, *b)
+	token, err := r.token(ctx, call.Exec, *b)
 	if err != nil {
 		var re *fault.Error
 		if errors.As(err, &re) {
@@ -134,16 +172,35 @@ func (r *Runner) Run(ctx context.Context, call kernel.Call) (json.RawMessage, er
 	return out, err
 }
 
-// token is what the provider of b receives: a static credential's secret, or the token of
-// the connection an OAuth credential's call needs (the org's, or the calling person's).
-func (s *Service) token(ctx context.Context, ec identity.ExecContext, b store.Binding) (credential.Secret, error) {
+// token is b's provider's token, from the credential the call resolved (a chat call's
+// binding, chosen now, has its credential read now).
+func (r *Runner) token(ctx context.Context, ec identity.ExecContext, b store.Binding) (credential.Secret, error) {
+	c := r.cred
+	if c == nil || c.ID != b.CredentialID {
+		read, err := r.svc.credential(ctx, b)
+		if err != nil {
+			return credential.Secret{}, err
+		}
+		c = &read
+	}
+	return r.svc.token(ctx, ec, *c)
+}
+
+// credential reads the credential binding b names.
+func (s *Service) credential(ctx context.Context, b store.Binding) (store.Credential, error) {
 	c, err := s.Store.GetCredential(ctx, b.CredentialID)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return credential.Secret{}, fault.New(fault.Provider, credential.CodeMissingCredential, "binding %s names credential %s, which does not exist", b.ID, b.CredentialID)
+		return store.Credential{}, fault.New(fault.Provider, credential.CodeMissingCredential, "binding %s names credential %s, which does not exist", b.ID, b.CredentialID)
 	case err != nil:
-		return credential.Secret{}, fault.New(fault.Unavailable, fault.CodeStoreUnavailable, "credentials unavailable; the call was denied (fail closed)")
+		return store.Credential{}, fault.New(fault.Unavailable, fault.CodeStoreUnavailable, "credentials unavailable; the call was denied (fail closed)")
 	}
+	return c, nil
+}
+
+// token is what the provider receives: a static credential's secret, or the token of the
+// connection an OAuth credential's call needs (the org's, or the calling person's).
+func (s *Service) token(ctx context.Context, ec identity.ExecContext, c store.Credential) (credential.Secret, error) {
 	if len(c.OAuth) == 0 {
 		kr, err := s.Vault.Keys.Current()
 		if err != nil {
@@ -156,7 +213,7 @@ func (s *Service) token(ctx context.Context, ec identity.ExecContext, b store.Bi
 	case err != nil:
 		return credential.Secret{}, err
 	case !ok || s.Connections == nil:
-		return credential.Secret{}, fault.New(fault.Denied, connection.CodeRequired, "%s needs a person's own connection to %s, and the call has no person", b.RefPattern, c.ID)
+		return credential.Secret{}, fault.New(fault.Denied, connection.CodeRequired, "this call needs a person's own connection to %s, and it has no person", c.ID)
 	}
 	tok, _, err := s.Connections.Token(ctx, OrgOf(ec), c.ID, owner)
 	return tok, err
@@ -175,40 +232,30 @@ func oauthOwner(ec identity.ExecContext, c store.Credential) (connection.Owner, 
 // Connection implements gateway.Connections: for a ref a binding to an OAuth credential
 // serves, whose connection the call needs and its status (nil for others; a chat ref's
 // binding is chosen from its input at run time, where a missing connection refuses it too).
-// It carries no read to the run: the run reads the connection's token itself.
+// What it read of the bindings and the credential goes to the call's resolve and run.
 func (s *Service) Connection(ctx context.Context, ec identity.ExecContext, entry *catalog.Entry) (*policy.Connection, any, error) {
 	ref := entry.Ref()
-	if !s.Serves(ref) || s.conversational(ref) {
+	if !s.Serves(ref) {
 		return nil, nil, nil
 	}
-	bs, err := s.Store.ListBindings(ctx, OrgOf(ec))
-	if err != nil {
-		return nil, nil, fmt.Errorf("bindings of %s: %w", OrgOf(ec), err)
+	d, err := s.read(ctx, ec, ref)
+	if err != nil || d.cred == nil || len(d.cred.OAuth) == 0 {
+		return nil, d, err
 	}
-	b, ok := Select(bs, ec, ref, "")
-	if !ok {
-		return nil, nil, nil
-	}
-	c, err := s.Store.GetCredential(ctx, b.CredentialID)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && len(c.OAuth) == 0) {
-		return nil, nil, nil
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("credential %s: %w", b.CredentialID, err)
-	}
-	owner, ok, err := oauthOwner(ec, c)
+	c := d.cred
+	owner, ok, err := oauthOwner(ec, *c)
 	if err != nil {
 		return nil, nil, err
 	}
 	in := &policy.Connection{Provider: c.ID, Owner: owner.Kind, Status: connection.StatusMissing, ConnectURL: s.ConnectURL}
 	if !ok || s.Connections == nil {
-		return in, nil, nil
+		return in, d, nil
 	}
 	in.Person = owner.Ref
 	if in.Status, in.ID, err = s.Connections.StatusOf(ctx, OrgOf(ec), c.ID, owner); err != nil {
 		return nil, nil, err
 	}
-	return in, nil, nil
+	return in, d, nil
 }
 
 // SendMessage sends text to an org's conversation through its connector:channel.send-message@1

@@ -171,6 +171,11 @@ func (g *Gateway) admit(ctx context.Context, c *call) (*Result, error) {
 // dispatch is resolve → run, with the decision recorded before the run.
 func (g *Gateway) dispatch(ctx context.Context, c *call) (*Result, error) {
 	entry := c.entry
+	if c.read != nil {
+		// Resolve and the runner use what the decision read (the connection, the binding),
+		// not a second read.
+		ctx = runner.WithDecided(ctx, c.read)
+	}
 	rctx, step := telemetry.Start(ctx, telemetry.StepResolve, telemetry.AttrRef.String(entry.Ref()))
 	run, err := g.Resolve(rctx, c.exec, entry)
 	if err != nil {
@@ -200,10 +205,6 @@ func (g *Gateway) dispatch(ctx context.Context, c *call) (*Result, error) {
 			g.closeUndispatched(ctx, c, run.Kind())
 			return nil, err
 		}
-	}
-	if c.read != nil {
-		// The runner uses the connection as the decision read it, not a second read.
-		ctx = runner.WithDecided(ctx, c.read)
 	}
 	out, err := g.run(ctx, c, entry, run)
 	if err != nil && !ranUnrecorded(err) {

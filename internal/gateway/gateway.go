@@ -36,13 +36,14 @@ type Connections interface {
 	Connection(ctx context.Context, ec identity.ExecContext, entry *catalog.Entry) (conn *policy.Connection, read any, err error)
 }
 
-// ConnectionSources asks each source in turn: the first that names a connection answers.
+// ConnectionSources asks each source in turn: the first that names a connection, or read
+// something for the call's run, answers.
 type ConnectionSources []Connections
 
 // Connection implements Connections.
 func (cs ConnectionSources) Connection(ctx context.Context, ec identity.ExecContext, entry *catalog.Entry) (*policy.Connection, any, error) {
 	for _, c := range cs {
-		if conn, read, err := c.Connection(ctx, ec, entry); err != nil || conn != nil {
+		if conn, read, err := c.Connection(ctx, ec, entry); err != nil || conn != nil || read != nil {
 			return conn, read, err
 		}
 	}
