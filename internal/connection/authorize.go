@@ -83,11 +83,10 @@ func (s *Service) CompleteAs(ctx context.Context, by, state, code, errCode, errD
 		return View{}, invalidState()
 	}
 	if errCode != "" {
-		msg := "the authorization server refused the authorization: " + printable(errCode, 64)
-		if d := printable(errDescription, 200); d != "" {
-			msg += fmt.Sprintf(" (%q)", d)
-		}
-		return View{}, &fault.Error{Kind: fault.Denied, Code: CodeAuthorizationFailed, Message: msg, NotRun: true}
+		// Its error code only: the description is the authorization server's own text, which
+		// the gateway's page would otherwise show as its own.
+		return View{}, &fault.Error{Kind: fault.Denied, Code: CodeAuthorizationFailed, NotRun: true,
+			Message: "the authorization server refused the authorization: " + printable(errCode, 64)}
 	}
 	if code == "" {
 		return View{}, &fault.Error{Kind: fault.Invalid, Code: CodeAuthorizationFailed, NotRun: true,
@@ -112,6 +111,9 @@ func (s *Service) CompleteAs(ctx context.Context, by, state, code, errCode, errD
 	tok, err := conf.Exchange(s.oauthContext(ctx), code, append(resourceOption(srv), oauth2.VerifierOption(string(verifier)))...)
 	if err != nil {
 		return View{}, exchangeError(err)
+	}
+	if err := checkToken(tok); err != nil {
+		return View{}, err
 	}
 	now := s.now().UTC()
 	c := store.Connection{ID: newID(), Org: st.Org, ProviderID: st.ProviderID, OwnerKind: st.OwnerKind, OwnerRef: st.OwnerRef,
@@ -150,7 +152,7 @@ func exchangeError(err error) error {
 	if strings.Contains(err.Error(), "missing access_token") {
 		return fault.New(fault.Provider, CodeAuthorizationFailed, "the authorization server's token answer has no access_token")
 	}
-	return fault.Wrap(err, fault.Unavailable, CodeTokenUnavailable,
+	return fault.Wrap(errors.New(failure(err)), fault.Unavailable, CodeTokenUnavailable,
 		"the authorization server could not be reached for the code exchange; start connecting again")
 }
 
@@ -221,13 +223,36 @@ func sealTokens(kr *secretbox.Keyring, c *store.Connection, tok *oauth2.Token) e
 	return nil
 }
 
-// expiry is when tok expires by the service's clock (x/oauth2 computes Expiry by the wall
-// clock): zero when the server declared no expiry.
+// maxLifetime caps what a token answer may claim: a larger expires_in is taken as this.
+const maxLifetime = 366 * 24 * time.Hour
+
+// expiry is when tok expires by the service's clock: zero when the server declared no
+// expiry. A JSON answer's expires_in is in ExpiresIn; x/oauth2 reads a form-encoded answer's
+// (GitHub's) into Expiry only, by the wall clock, which is turned into a lifetime here.
 func expiry(tok *oauth2.Token, now time.Time) time.Time {
-	if tok.ExpiresIn > 0 {
-		return now.Add(time.Duration(tok.ExpiresIn) * time.Second)
+	life := time.Duration(tok.ExpiresIn) * time.Second
+	if tok.ExpiresIn == 0 && !tok.Expiry.IsZero() {
+		life = time.Until(tok.Expiry)
 	}
-	return time.Time{}
+	switch {
+	case tok.ExpiresIn == 0 && tok.Expiry.IsZero():
+		return time.Time{}
+	case life > maxLifetime:
+		life = maxLifetime
+	}
+	return now.Add(life)
+}
+
+// checkToken refuses a token answer the gateway cannot use as a bearer token: another token
+// type, or a negative lifetime.
+func checkToken(tok *oauth2.Token) error {
+	switch {
+	case !strings.EqualFold(tok.Type(), "bearer"):
+		return fault.New(fault.Provider, CodeAuthorizationFailed, "the authorization server issued a %q token, not a bearer token", printable(tok.Type(), 32))
+	case tok.ExpiresIn < 0:
+		return fault.New(fault.Provider, CodeAuthorizationFailed, "the authorization server's token answer has a negative expires_in")
+	}
+	return nil
 }
 
 // grantedScopes are the scopes the token answer says were granted, else those asked for.

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/xemahq/xema/internal/credential"
+	"github.com/xemahq/xema/internal/egress"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/inputschema"
 	"github.com/xemahq/xema/internal/secretbox"
@@ -209,6 +210,9 @@ type Service struct {
 	refreshes   singleflight.Group
 }
 
+// requestTimeout bounds one request to an authorization server when the client given sets none.
+const requestTimeout = 15 * time.Second
+
 // New checks cfg and builds the service.
 func New(cfg Config) (*Service, error) {
 	switch {
@@ -221,7 +225,14 @@ func New(cfg Config) (*Service, error) {
 	case cfg.PublicURL == "":
 		return nil, errors.New("connection: no public URL (the redirect URI is derived from it)")
 	}
-	s := &Service{store: cfg.Store, keyring: cfg.Keyring, http: cfg.HTTP,
+	// A redirect would re-send a refresh token or a client secret wherever it points: none
+	// is followed, whatever client is given, and none waits forever.
+	hc := *cfg.HTTP
+	hc.CheckRedirect = egress.NoRedirect
+	if hc.Timeout == 0 {
+		hc.Timeout = requestTimeout
+	}
+	s := &Service{store: cfg.Store, keyring: cfg.Keyring, http: &hc,
 		redirectURI: strings.TrimSuffix(cfg.PublicURL, "/") + CallbackPath,
 		stateTTL:    cfg.StateTTL, skew: cfg.RefreshSkew, now: cfg.Now}
 	if s.stateTTL <= 0 {

@@ -155,8 +155,13 @@ func (s *Service) refresh(ctx context.Context, org, providerID string, owner Own
 		if refused(err) {
 			return s.markExpired(ctx, c)
 		}
-		return store.Connection{}, fault.Wrap(err, fault.Unavailable, CodeTokenUnavailable,
+		// Not err itself: an x/oauth2 RetrieveError carries the answer's whole body, which
+		// may echo what was sent (the refresh token, the client secret).
+		return store.Connection{}, fault.Wrap(errors.New(failure(err)), fault.Unavailable, CodeTokenUnavailable,
 			"the authorization server of %s could not be reached to refresh the connection's token; try again", providerID)
+	}
+	if err := checkToken(tok); err != nil {
+		return store.Connection{}, err
 	}
 	now := s.now().UTC()
 	next := c
@@ -196,6 +201,23 @@ func (s *Service) markExpired(ctx context.Context, c store.Connection) (store.Co
 		return store.Connection{}, expired(c.ProviderID)
 	}
 	return got, nil
+}
+
+// failure says why a token request failed without quoting the answer: its status and its
+// error code, or that the server was not reached.
+func failure(err error) string {
+	var re *oauth2.RetrieveError
+	if !errors.As(err, &re) {
+		return "the token endpoint was not reached or its answer was not a token answer"
+	}
+	what := "the token endpoint answered an error"
+	if re.Response != nil {
+		what = "the token endpoint answered " + re.Response.Status
+	}
+	if c := printable(re.ErrorCode, 64); c != "" {
+		what += " " + c
+	}
+	return what
 }
 
 // refused reports whether a token request failed because the server refused it (an RFC 6749

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -166,5 +167,60 @@ func TestTokenForTakesOnlyItsOwnRead(t *testing.T) {
 	clk.advance(time.Hour - 30*time.Second)
 	if tok, _, err := svc.TokenFor(ctx, org, "tools", orgOwner, read); err != nil || tok.Reveal() != "access-1" {
 		t.Errorf("a read about to expire: %v (refreshes %d)", err, te.refreshes.Load())
+	}
+}
+
+// TestRefreshAnswers: a refresh answer is taken as its wire format says (GitHub's
+// form-encoded expires_in too), one the gateway cannot use is refused with a typed error, and
+// a failed one never quotes the answer, which may echo the refresh token or the secret.
+func TestRefreshAnswers(t *testing.T) {
+	for _, tc := range []struct {
+		name, contentType, body string
+		status                  int
+		code                    string        // "" when the refresh succeeds
+		life                    time.Duration // the stored token's lifetime when it does
+	}{
+		{"json", "application/json", `{"access_token":"a1","token_type":"bearer","expires_in":3600}`, 200, "", time.Hour},
+		{"form-encoded", "application/x-www-form-urlencoded", "access_token=a1&token_type=bearer&expires_in=28800", 200, "", 8 * time.Hour},
+		{"a lifetime past a year", "application/json", `{"access_token":"a1","token_type":"bearer","expires_in":99999999999}`, 200, "", 366 * 24 * time.Hour},
+		{"not a bearer token", "application/json", `{"access_token":"a1","token_type":"mac","expires_in":3600}`, 200, connection.CodeAuthorizationFailed, 0},
+		{"a negative lifetime", "application/json", `{"access_token":"a1","token_type":"bearer","expires_in":-5}`, 200, connection.CodeAuthorizationFailed, 0},
+		{"a 500 echoing what was sent", "application/json", `{"error":"server_error","error_description":"refresh_token=refresh-0&client_secret=s3cret"}`, 500, connection.CodeTokenUnavailable, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", tc.contentType)
+				w.WriteHeader(tc.status)
+				_, _ = w.Write([]byte(tc.body))
+			}))
+			t.Cleanup(ts.Close)
+			st, kr, clk := newStore(t), newKeyring(t), &clock{}
+			saveServer(t, st, "tools", connection.Server{Owner: store.OwnerOrg, Resource: "https://mcp.example/mcp", Issuer: ts.URL,
+				AuthorizationEndpoint: ts.URL + "/authorize", TokenEndpoint: ts.URL + "/token", ClientID: "xema", TokenAuthMethod: "none"})
+			putConnection(t, st, kr, "tools", "access-0", "refresh-0", clk.now().Add(10*time.Second)) // within the skew: refreshes
+			hc, _ := client(egress.New(egress.Loopback()))
+			svc := newService(t, st, kr, hc, clk.now)
+			tok, _, err := svc.Token(ctx, org, "tools", connection.Owner{Kind: store.OwnerOrg})
+			if tc.code != "" {
+				fe := wantCode(t, err, tc.code)
+				for _, s := range []string{"refresh-0", "s3cret", tc.body} {
+					if strings.Contains(fe.Error(), s) || (fe.Err != nil && strings.Contains(fe.Err.Error(), s)) {
+						t.Fatalf("the error quotes %q: %v / %v", s, fe, fe.Err)
+					}
+				}
+				return
+			}
+			if err != nil || tok.Reveal() != "a1" {
+				t.Fatalf("refresh: %q, %v", tok.Reveal(), err)
+			}
+			c, err := st.GetConnection(ctx, org, "tools", store.OwnerOrg, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.ExpiresAt.Sub(clk.now()); got < tc.life-time.Minute || got > tc.life+time.Minute {
+				t.Fatalf("stored lifetime %v, want %v", got, tc.life)
+			}
+		})
 	}
 }
