@@ -2,10 +2,15 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html/template"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
@@ -32,11 +37,26 @@ func (s *Server) connectionRoutes(g *echo.Group) {
 	g.DELETE("/connections/:id", s.invokeAs(connection.RefDisconnect, http.StatusOK, pathID))
 }
 
-// connectCookie binds an authorization request to the browser that started it: the
-// callback finishes only a request whose state this browser holds. Without it, anyone could
-// start a connection of their own and have another person complete it with that person's
-// account (a login CSRF): the connection would be the starter's, the account the victim's.
-const connectCookie = "xema_connect"
+// connectCookie names the cookie that binds an authorization request to the browser that
+// started it: the callback finishes only a request whose state this browser holds. Without
+// it, anyone could start a connection of their own and have another person complete it with
+// that person's account (a login CSRF): the connection would be the starter's, the account
+// the victim's. One cookie per request (named by its state's hash), so a second Connect in
+// another tab keeps the first, and a callback for another state clears none but its own.
+func connectCookie(state string) string {
+	sum := sha256.Sum256([]byte(state))
+	return "xema_connect_" + hex.EncodeToString(sum[:8])
+}
+
+// wellFormedState says state looks like one the gateway issues (32 random bytes,
+// base64url): anything else is refused before the store is asked.
+func wellFormedState(state string) bool {
+	if len(state) != 43 {
+		return false
+	}
+	_, err := base64.RawURLEncoding.DecodeString(state)
+	return err == nil
+}
 
 // connect is POST /v1/connections: connection:connect@1, then the cookie that lets this
 // browser, and only it, finish the request at the callback.
@@ -58,7 +78,8 @@ func (s *Server) connect(c echo.Context) error {
 	if err != nil || u.Query().Get("state") == "" {
 		return fmt.Errorf("connect: the authorization URL carries no state")
 	}
-	c.SetCookie(&http.Cookie{Name: connectCookie, Value: u.Query().Get("state"), Path: connection.CallbackPath,
+	state := u.Query().Get("state")
+	c.SetCookie(&http.Cookie{Name: connectCookie(state), Value: state, Path: connection.CallbackPath,
 		Expires: started.ExpiresAt, HttpOnly: true, SameSite: http.SameSiteLaxMode,
 		Secure: c.Scheme() == "https" || strings.HasPrefix(s.PublicURL, "https://")})
 	c.Response().Header().Set("X-Xema-Audit-Id", res.AuditID)
@@ -93,22 +114,32 @@ func (s *Server) connectionCallback(c echo.Context) error {
 	}
 	// The request is left untouched when this browser did not start it: its starter may
 	// still finish it.
-	ck, err := c.Cookie(connectCookie)
-	if err != nil || q.Get("state") == "" || subtle.ConstantTimeCompare([]byte(ck.Value), []byte(q.Get("state"))) != 1 {
+	state := q.Get("state")
+	if !wellFormedState(state) {
+		return s.callbackAnswer(c, fault.New(fault.Invalid, connection.CodeInvalidState,
+			"the callback's state is not one this gateway issues: start connecting again from the console's Connections page"), federation.Connected{})
+	}
+	ck, err := c.Cookie(connectCookie(state))
+	if err != nil || subtle.ConstantTimeCompare([]byte(ck.Value), []byte(state)) != 1 {
 		return s.callbackAnswer(c, fault.New(fault.Invalid, connection.CodeInvalidState,
 			"this authorization was not started in this browser: a connection is finished in the browser that started it (the console's Connections page)"), federation.Connected{})
 	}
-	done, err := s.Connector.Complete(c.Request().Context(), q.Get("state"), q.Get("code"), q.Get("error"), q.Get("error_description"))
+	// The request is used up now, whatever the outcome: its cookie goes with it.
+	c.SetCookie(&http.Cookie{Name: connectCookie(state), Path: connection.CallbackPath, MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteLaxMode})
+	done, err := s.Connector.Complete(c.Request().Context(), state, q.Get("code"), q.Get("error"), q.Get("error_description"))
 	return s.callbackAnswer(c, err, done)
 }
 
 func (s *Server) callbackAnswer(c echo.Context, err error, done federation.Connected) error {
-	c.SetCookie(&http.Cookie{Name: connectCookie, Path: connection.CallbackPath, MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteLaxMode})
 	c.Response().Header().Set("Cache-Control", "no-store")
 	c.Response().Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'")
 	c.Response().Header().Set("Referrer-Policy", "no-referrer")
 	c.Response().Header().Set(echo.HeaderContentType, echo.MIMETextHTMLCharsetUTF8)
 	if err != nil {
+		var typed *fault.Error
+		if !errors.As(err, &typed) {
+			slog.ErrorContext(c.Request().Context(), "connection callback failed", "err", err)
+		}
 		fe := fault.Of(err)
 		c.Response().WriteHeader(answer.Status(fe.Kind))
 		return callbackPage.Execute(c.Response(), callbackView{Title: "Not connected", Message: fe.Message, Code: fe.Code,

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -116,8 +118,31 @@ func TestConnections(t *testing.T) {
 		if status, page := callback(t, landed.String(), nil); status != http.StatusBadRequest || !strings.Contains(page, "not started in this browser") {
 			t.Fatalf("a callback from another browser: %d %s", status, page)
 		}
-		status, page := callback(t, landed.String(), start.Header)
-		if status != http.StatusOK || !strings.Contains(page, "Connected your account to tools") {
+		// Ann's browser, as a cookie jar: a second Connect in another tab, then a link to a
+		// callback of another (well-formed) state someone sent her, leave the first
+		// request's cookie in place, so it still finishes.
+		jar, _ := cookiejar.New(nil)
+		gw, _ := url.Parse(g.URL)
+		jar.SetCookies(gw, (&http.Response{Header: start.Header}).Cookies())
+		second := g.post("/v1/connections", ann, map[string]any{"providerId": "tools"})
+		expect(t, second, http.StatusOK)
+		jar.SetCookies(gw, (&http.Response{Header: second.Header}).Cookies())
+		browser := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		stray, err := browser.Get(g.URL + "/v1/connections/callback?code=x&state=" + strings.Repeat("A", 43))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stray.Body.Close()
+		if stray.StatusCode != http.StatusBadRequest {
+			t.Fatalf("a callback of a state this browser did not start: %d", stray.StatusCode)
+		}
+		resp, err := browser.Get(landed.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if status, page := resp.StatusCode, string(b); status != http.StatusOK || !strings.Contains(page, "Connected your account to tools") {
 			t.Fatalf("callback: %d %s", status, page)
 		}
 		if status, page := callback(t, landed.String(), start.Header); status != http.StatusBadRequest || !strings.Contains(page, "INVALID_CONNECTION_STATE") {
@@ -169,7 +194,7 @@ func TestConnections(t *testing.T) {
 		// Over MCP: a client declaring URL elicitation is asked to open the connect page; one
 		// that does not gets the denial.
 		elicit := elicitingSession(t, g, bob)
-		_, err := elicit.CallTool(context.Background(), &mcp.CallToolParams{Name: "xema_capabilities_invoke", Arguments: whoami})
+		_, err = elicit.CallTool(context.Background(), &mcp.CallToolParams{Name: "xema_capabilities_invoke", Arguments: whoami})
 		var rpcErr *jsonrpc.Error
 		if !errors.As(err, &rpcErr) || rpcErr.Code != mcp.CodeURLElicitationRequired ||
 			!strings.Contains(string(rpcErr.Data), `"mode":"url"`) || !strings.Contains(string(rpcErr.Data), "/console/connections") {
