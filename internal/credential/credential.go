@@ -7,6 +7,7 @@ package credential
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -120,7 +121,7 @@ func (v *Vault) Create(ctx context.Context, in New, createdBy string) (Metadata,
 		return Metadata{}, unavailable(err)
 	}
 	id := newID()
-	sealed, err := kr.Seal([]byte(in.Secret.v), aad(id))
+	sealed, err := kr.Seal([]byte(in.Secret.v), aad(store.Credential{ID: id, OAuth: in.OAuth}))
 	if err != nil {
 		return Metadata{}, unavailable(err)
 	}
@@ -159,7 +160,7 @@ func (v *Vault) List(ctx context.Context, org string) ([]Metadata, error) {
 func (v *Vault) Delete(ctx context.Context, id string) error {
 	err := v.Store.DeleteCredential(ctx, id)
 	if errors.Is(err, store.ErrConflict) {
-		return fault.New(fault.Conflict, CodeInUse, "credential %s is used by a binding; delete the binding first", id)
+		return fault.New(fault.Conflict, CodeInUse, "credential %s is used by a binding, or its connections are still connected: delete the binding, or disconnect them, first", id)
 	}
 	if err != nil {
 		return lookupError(id, err)
@@ -177,17 +178,13 @@ func (v *Vault) Open(ctx context.Context, id string) (Secret, error) {
 	if err != nil {
 		return Secret{}, unavailable(err)
 	}
-	pt, err := kr.Open(c.Sealed, aad(id))
-	if err != nil {
-		return Secret{}, unavailable(err)
-	}
-	return Secret{v: string(pt)}, nil
+	return Unseal(kr, c)
 }
 
 // Unseal opens c's sealed secret with kr (an OAuth credential's client secret, for
 // internal/connection, which reads the credential itself).
 func Unseal(kr *secretbox.Keyring, c store.Credential) (Secret, error) {
-	pt, err := kr.Open(c.Sealed, aad(c.ID))
+	pt, err := kr.Open(c.Sealed, aad(c))
 	if err != nil {
 		return Secret{}, unavailable(err)
 	}
@@ -235,11 +232,11 @@ func (v *Vault) Rotate(ctx context.Context, prune bool, more ...Resealer) (Rotat
 	}
 	all := append([]Resealer{{Kind: "credential(s)", Reseal: func(ctx context.Context, kr *secretbox.Keyring) (int, error) {
 		return v.Store.ResealCredentials(ctx, time.Now(), func(c store.Credential) (string, string, error) {
-			pt, err := kr.Open(c.Sealed, aad(c.ID))
+			pt, err := kr.Open(c.Sealed, aad(c))
 			if err != nil {
 				return "", "", err
 			}
-			sealed, err := kr.Seal(pt, aad(c.ID))
+			sealed, err := kr.Seal(pt, aad(c))
 			return sealed, kr.KeyID(), err
 		})
 	}}}, more...)
@@ -276,9 +273,18 @@ func (r Rotation) done() string {
 	return "resealed under key " + r.KeyID + " before the failure: " + r.String()
 }
 
-// aad binds a sealed value to its credential id: a sealed value copied onto another
-// credential does not open.
-func aad(id string) []byte { return []byte("credential:" + id) }
+// aad binds a sealed value to its credential: a sealed value copied onto another credential
+// does not open. An OAuth credential's client secret is bound to its OAuth description too,
+// under another purpose: a replica of a release before OAuth credentials, which would send
+// the secret to the provider as a token, cannot open it (it fails closed), and a description
+// changed in the database no longer opens it.
+func aad(c store.Credential) []byte {
+	if len(c.OAuth) == 0 {
+		return []byte("credential:" + c.ID)
+	}
+	sum := sha256.Sum256(c.OAuth)
+	return []byte("credential/oauth-client:" + c.ID + "\x00" + hex.EncodeToString(sum[:]))
+}
 
 func newID() string {
 	var b [10]byte

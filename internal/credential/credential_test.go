@@ -133,3 +133,34 @@ func TestRotate(t *testing.T) {
 		}
 	}
 }
+
+// TestOAuthClientSecretSealedApart: an OAuth credential's client secret opens only as what
+// it is: not as a static credential's token (what a replica of the previous release would
+// open it as, then send to the provider), nor once its OAuth description is changed.
+func TestOAuthClientSecretSealedApart(t *testing.T) {
+	ctx := context.Background()
+	v, _ := vault(t)
+	oauth := json.RawMessage(`{"owner":"org","clientId":"x","authorizationEndpoint":"https://gh.example/a","tokenEndpoint":"https://gh.example/t"}`)
+	m, err := v.Create(ctx, credential.New{Org: "acme", Provider: "github", Secret: credential.NewSecret("client-s3cret"), OAuth: oauth}, "user:alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := v.Open(ctx, m.ID); err != nil || got.Reveal() != "client-s3cret" {
+		t.Fatalf("Open: %v", err)
+	}
+	c, err := v.Store.GetCredential(ctx, m.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kr, err := v.Keys.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kr.Open(c.Sealed, []byte("credential:"+m.ID)); err == nil {
+		t.Fatal("the client secret opens as a static credential's token")
+	}
+	c.OAuth = json.RawMessage(`{"owner":"org","clientId":"x","authorizationEndpoint":"https://evil.example/a","tokenEndpoint":"https://evil.example/t"}`)
+	if _, err := credential.Unseal(kr, c); err == nil {
+		t.Fatal("the client secret opens under another OAuth description")
+	}
+}

@@ -51,7 +51,7 @@ type BindingStore interface {
 	// ListCredentials returns the credentials of org ("" = all), oldest first.
 	ListCredentials(ctx context.Context, org string) ([]Credential, error)
 	// DeleteCredential removes a credential: ErrNotFound when unknown, ErrConflict while a
-	// binding uses it.
+	// binding or (an OAuth credential's) connection uses it.
 	DeleteCredential(ctx context.Context, id string) error
 	// ResealCredentials replaces every credential's sealed value with reseal's result in one
 	// transaction (key rotation): either all are resealed or none is.

@@ -19,6 +19,8 @@ type MCPServer struct {
 	Auth       string // "", service-token or oauth
 	// OAuth is, for auth oauth, the server's authorization server and the gateway's client
 	// there, as internal/connection encodes it (a client secret only ever sealed); nil otherwise.
+	// It is stored at registration (Generation 1) and changed only by ResealMCPServerOAuth:
+	// a later generation's save leaves it as stored.
 	OAuth     json.RawMessage
 	TimeoutMs int
 	Tools     []MCPTool

@@ -63,6 +63,13 @@ func (s *Store) DeleteCredential(ctx context.Context, id string) error {
 		if used > 0 {
 			return fmt.Errorf("%s: %w: %d binding(s) use it", op, store.ErrConflict, used)
 		}
+		// An OAuth credential's connections would be left with tokens nobody can revoke.
+		if err := tx.QueryRowContext(ctx, s.d.bind(`SELECT COUNT(*) FROM connections WHERE provider_id = ?`), id).Scan(&used); err != nil {
+			return s.fail(op, err)
+		}
+		if used > 0 {
+			return fmt.Errorf("%s: %w: %d connection(s) use it", op, store.ErrConflict, used)
+		}
 		n, err := s.exec(ctx, tx, `DELETE FROM credentials WHERE id = ?`, id)
 		if err != nil {
 			return s.fail(op, err)

@@ -67,9 +67,11 @@ func (s *Store) putMCPServer(ctx context.Context, tx *sql.Tx, op string, srv sto
 		}
 		return nil
 	}
-	n, err := s.exec(ctx, tx, `UPDATE mcp_servers SET transport = ?, url = ?, command = ?, args = ?, auth = ?, oauth = ?,
+	// oauth is not written here: a sync carries the document it read, and a key rotation
+	// (ResealMCPServerOAuth, which keeps the generation) may have resealed it meanwhile.
+	n, err := s.exec(ctx, tx, `UPDATE mcp_servers SET transport = ?, url = ?, command = ?, args = ?, auth = ?,
 		timeout_ms = ?, tools = ?, generation = ?, synced_at = ? WHERE provider_id = ? AND generation = ?`,
-		srv.Transport, srv.URL, srv.Command, string(args), srv.Auth, string(srv.OAuth), srv.TimeoutMs, string(tools), srv.Generation,
+		srv.Transport, srv.URL, srv.Command, string(args), srv.Auth, srv.TimeoutMs, string(tools), srv.Generation,
 		s.d.TimeArg(srv.SyncedAt), srv.ProviderID, srv.Generation-1)
 	if err != nil {
 		return s.fail(op, err)

@@ -29,6 +29,7 @@ func runConnections(t *testing.T, open func(t *testing.T) store.Store) {
 		{"StatePrune", testConnectionStatePrune},
 		{"MCPServerOAuth", testMCPServerOAuth},
 		{"MCPServerOAuthResealIsAtomic", testMCPServerOAuthReseal},
+		{"CredentialWithConnectionsKept", testCredentialWithConnections},
 	})
 }
 
@@ -526,7 +527,9 @@ func testMCPServerOAuth(t *testing.T, s store.Store) {
 		t.Fatalf("server without OAuth: %s, %v; want nil", got.OAuth, err)
 	}
 
-	// A sync changes the document, or drops it.
+	// A later generation's save leaves the document as stored, whatever it carries: a sync
+	// holds the one it read, which a key rotation (ResealMCPServerOAuth) may have resealed
+	// meanwhile. (Until this, a sync could put the old key's document back.)
 	srv2 := mcpServer("gh", 2)
 	srv2.Auth, srv2.OAuth = "oauth", json.RawMessage(`{"issuer":"https://auth2.example.test"}`)
 	if err := s.SaveMCPServer(ctx, srv2, biome("gh", "1.0.2", "h2"), nil, nil); err != nil {
@@ -541,13 +544,15 @@ func testMCPServerOAuth(t *testing.T, s store.Store) {
 	if err != nil {
 		t.Fatalf("ListMCPServers: %v", err)
 	}
-	equal(t, "servers", list, []store.MCPServer{srv2, plain2})
+	kept, plainKept := srv2, plain2
+	kept.OAuth, plainKept.OAuth = srv.OAuth, nil
+	equal(t, "servers", list, []store.MCPServer{kept, plainKept})
 	srv3 := mcpServer("gh", 3)
 	if err := s.SaveMCPServer(ctx, srv3, biome("gh", "1.0.3", "h3"), nil, nil); err != nil {
 		t.Fatalf("SaveMCPServer gen 3: %v", err)
 	}
-	if got, err := s.GetMCPServer(ctx, "gh"); err != nil || got.OAuth != nil {
-		t.Fatalf("server after dropping OAuth: %s, %v; want nil", got.OAuth, err)
+	if got, err := s.GetMCPServer(ctx, "gh"); err != nil || string(got.OAuth) != string(srv.OAuth) {
+		t.Fatalf("server after a save carrying no OAuth: %s, %v; want the stored document", got.OAuth, err)
 	}
 
 	bad := mcpServer("bad", 1)
@@ -629,5 +634,25 @@ func testMCPServerOAuthReseal(t *testing.T, s store.Store) {
 	next.Auth, next.OAuth = "oauth", resealed
 	if err := s.SaveMCPServer(ctx, next, biome("gh", "1.0.2", "h9"), nil, nil); err != nil {
 		t.Fatalf("SaveMCPServer after the reseal: %v", err)
+	}
+}
+
+// testCredentialWithConnections: an OAuth credential is not deleted while a connection to it
+// holds tokens (nobody could revoke them then); once disconnected, it is.
+func testCredentialWithConnections(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	c := credential("cred_gh", "acme")
+	c.OAuth = json.RawMessage(`{"owner":"user","clientId":"x"}`)
+	mustPutCredential(t, s, c)
+	mustPutConnection(t, s, connection("con_1", "acme", c.ID, store.OwnerUser, "user:alice"))
+	wantErr(t, "DeleteCredential with a connection", s.DeleteCredential(ctx, c.ID), store.ErrConflict)
+	if _, err := s.GetCredential(ctx, c.ID); err != nil {
+		t.Fatalf("the refused delete removed the credential: %v", err)
+	}
+	if _, err := s.DeleteConnection(ctx, "acme", "con_1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteCredential(ctx, c.ID); err != nil {
+		t.Fatalf("DeleteCredential once disconnected: %v", err)
 	}
 }
