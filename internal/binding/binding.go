@@ -104,8 +104,8 @@ type Service struct {
 
 // Connections is what bindings need of the connections (connection.Service).
 type Connections interface {
-	StatusOf(ctx context.Context, org, providerID string, owner connection.Owner) (status, id string, err error)
-	Token(ctx context.Context, org, providerID string, owner connection.Owner) (credential.Secret, connection.View, error)
+	Look(ctx context.Context, org, providerID string, owner connection.Owner) (*connection.Read, error)
+	TokenFor(ctx context.Context, org, providerID string, owner connection.Owner, read *connection.Read) (credential.Secret, connection.View, error)
 }
 
 var (

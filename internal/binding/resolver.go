@@ -36,7 +36,7 @@ func (s *Service) Resolve(ctx context.Context, ec identity.ExecContext, entry *c
 		return nil, false, nil
 	}
 	d, ok := runner.Decided(ctx).(*decided)
-	if !ok || d.ref != ref || d.org != OrgOf(ec) {
+	if !ok || d.ref != ref || d.org != OrgOf(ec) || d.project != ec.Project || d.environment != ec.Environment {
 		var err error
 		if d, err = s.read(ctx, ec, ref); err != nil {
 			return nil, false, err
@@ -55,22 +55,25 @@ func (s *Service) Resolve(ctx context.Context, ec identity.ExecContext, entry *c
 		b := d.chosen
 		return nil, false, fault.New(fault.Provider, credential.CodeMissingCredential, "binding %s of %s names credential %s, which does not exist; an admin must store it", b.ID, ref, b.CredentialID)
 	}
-	return &Runner{svc: s, bindings: d.bindings, ref: ref, chosen: d.chosen, cred: d.cred}, true, nil
+	return &Runner{svc: s, bindings: d.bindings, ref: ref, chosen: d.chosen, cred: d.cred, conn: d.conn}, true, nil
 }
 
 // decided is what a connector call's decision read (Connection), carried to its resolve and
 // run (runner.WithDecided) so that neither reads the bindings or the credential again.
 type decided struct {
-	ref, org string
-	bindings []store.Binding
-	chosen   *store.Binding    // nil: no binding serves the ref for the caller (or a chat ref)
-	cred     *store.Credential // nil: the chosen binding's credential does not exist
+	// The binding chosen depends on the ref and the caller's org, project and environment:
+	// a read is taken only for those it was made for.
+	ref, org, project, environment string
+	bindings                       []store.Binding
+	chosen                         *store.Binding    // nil: no binding serves the ref for the caller (or a chat ref)
+	cred                           *store.Credential // nil: the chosen binding's credential does not exist
+	conn                           *connection.Read  // an OAuth credential's connection, as the decision read it
 }
 
 // read reads the org's bindings and, for a ref that is not a chat ref, the chosen binding's
 // credential. A store that cannot answer is a typed 503 (fail closed).
 func (s *Service) read(ctx context.Context, ec identity.ExecContext, ref string) (*decided, error) {
-	d := &decided{ref: ref, org: OrgOf(ec)}
+	d := &decided{ref: ref, org: OrgOf(ec), project: ec.Project, environment: ec.Environment}
 	bs, err := s.Store.ListBindings(ctx, d.org)
 	if err != nil {
 		return nil, fault.New(fault.Unavailable, fault.CodeStoreUnavailable, "bindings unavailable; the call was denied (fail closed)")
@@ -89,7 +92,7 @@ func (s *Service) read(ctx context.Context, ec identity.ExecContext, ref string)
 	case errors.Is(err, store.ErrNotFound):
 	case err != nil:
 		return nil, fault.New(fault.Unavailable, fault.CodeStoreUnavailable, "credentials unavailable; the call was denied (fail closed)")
-	default:
+	case c.Org == d.org: // another org's credential is no credential of this call's
 		d.cred = &c
 	}
 	return d, nil
@@ -130,6 +133,7 @@ type Runner struct {
 	ref      string
 	chosen   *store.Binding    // nil for chat: chosen from the input's conversation
 	cred     *store.Credential // the chosen binding's, as resolved; nil for chat
+	conn     *connection.Read  // its connection as the decision read it; nil when none
 }
 
 // Kind is "connector".
@@ -183,7 +187,7 @@ func (r *Runner) token(ctx context.Context, ec identity.ExecContext, b store.Bin
 		}
 		c = &read
 	}
-	return r.svc.token(ctx, ec, *c)
+	return r.svc.token(ctx, ec, *c, r.conn)
 }
 
 // credential reads the credential binding b names.
@@ -200,7 +204,7 @@ func (s *Service) credential(ctx context.Context, b store.Binding) (store.Creden
 
 // token is what the provider receives: a static credential's secret, or the token of the
 // connection an OAuth credential's call needs (the org's, or the calling person's).
-func (s *Service) token(ctx context.Context, ec identity.ExecContext, c store.Credential) (credential.Secret, error) {
+func (s *Service) token(ctx context.Context, ec identity.ExecContext, c store.Credential, read *connection.Read) (credential.Secret, error) {
 	if len(c.OAuth) == 0 {
 		kr, err := s.Vault.Keys.Current()
 		if err != nil {
@@ -215,7 +219,7 @@ func (s *Service) token(ctx context.Context, ec identity.ExecContext, c store.Cr
 	case !ok || s.Connections == nil:
 		return credential.Secret{}, fault.New(fault.Denied, connection.CodeRequired, "this call needs a person's own connection to %s, and it has no person", c.ID)
 	}
-	tok, _, err := s.Connections.Token(ctx, OrgOf(ec), c.ID, owner)
+	tok, _, err := s.Connections.TokenFor(ctx, OrgOf(ec), c.ID, owner, read)
 	return tok, err
 }
 
@@ -252,9 +256,10 @@ func (s *Service) Connection(ctx context.Context, ec identity.ExecContext, entry
 		return in, d, nil
 	}
 	in.Person = owner.Ref
-	if in.Status, in.ID, err = s.Connections.StatusOf(ctx, OrgOf(ec), c.ID, owner); err != nil {
+	if d.conn, err = s.Connections.Look(ctx, OrgOf(ec), c.ID, owner); err != nil {
 		return nil, nil, err
 	}
+	in.Status, in.ID = d.conn.Status, d.conn.ID
 	return in, d, nil
 }
 
