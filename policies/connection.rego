@@ -60,4 +60,14 @@ suggestion contains {"kind": "connect", "server": connection_provider, "owner": 
 	denied(code)
 	is_string(input.connection.owner)
 	non_empty_string(input.connection.connectUrl)
+	connection_someone_can_connect
+}
+
+# Connecting helps only when there is someone whose account it is: the org (its admins), or
+# the person the call is for. An agent acting for no one is told why, not where to connect.
+connection_someone_can_connect if input.connection.owner == "org"
+
+connection_someone_can_connect if {
+	input.connection.owner == "user"
+	non_empty_string(object.get(input.connection, "person", null))
 }

@@ -34,6 +34,11 @@ test_user_connection_without_a_person if {
 	contains(r.detail, "no person")
 }
 
+test_no_connect_suggestion_without_a_person if {
+	dec := decide(with_connection({"provider": "slack", "owner": "user", "status": "missing", "connectUrl": connect_url}))
+	not "connect" in {s.kind | some s in dec.suggestions}
+}
+
 # Fail closed: whatever is not a connected connection denies, a malformed one too.
 test_malformed_connections_deny if {
 	every conn in [{}, {"status": "CONNECTED"}, {"owner": "team", "status": "unknown"}, "connected", true, []] {

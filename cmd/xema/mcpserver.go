@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"net/url"
 
 	"github.com/spf13/cobra"
@@ -25,6 +26,9 @@ func newMCPServerCmd() *cobra.Command {
 		Short: "Register a server (--url for streamable HTTP, --stdio for one the operator declared) and print its tools and digest",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if reg.Auth != "oauth" && (reg.Owner != "" || reg.ClientID != "" || reg.ClientSecretRef != "" || len(reg.Scopes) > 0) {
+				return &exitError{code: 2, err: errors.New("--owner, --client-id, --client-secret-ref and --scope go with --auth oauth only")}
+			}
 			body := map[string]any{"providerId": args[0]}
 			if reg.Stdio {
 				body["transport"] = "stdio"

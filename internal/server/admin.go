@@ -147,16 +147,11 @@ func pathParam(c echo.Context, name string) (string, error) {
 }
 
 func (s *Server) kernelRoute(ref string) echo.HandlerFunc {
-	return s.kernelRouteStatus(ref, http.StatusCreated)
-}
-
-// kernelRouteStatus is kernelRoute answering status.
-func (s *Server) kernelRouteStatus(ref string, status int) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		var input json.RawMessage
 		if err := bind(c, &input); err != nil {
 			return err
 		}
-		return s.kernelCall(c, ref, input, status)
+		return s.kernelCall(c, ref, input, http.StatusCreated)
 	}
 }

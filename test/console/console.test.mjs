@@ -352,7 +352,7 @@ await step("providers: add a credential and a binding, change and remove them, r
   await shot("providers-edit");
 });
 
-// Connections: the link a CONNECTION_REQUIRED denial suggests (/console/#connections) opens
+// Connections: /console/#connections (the fragment form of the page a CONNECTION_REQUIRED denial suggests) opens
 // the page; Connect goes through the authorization server (hydra, its login app accepting
 // alice) to the gateway's callback page and back; Disconnect ends it.
 const serverRow = () => page.getByRole("table", { name: "Servers to connect" }).locator("tr", { hasText: connectServer }).first();
