@@ -15,7 +15,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/xemahq/xema/internal/connection"
 	"github.com/xemahq/xema/internal/egress"
 	"github.com/xemahq/xema/internal/fault"
 	"github.com/xemahq/xema/internal/kernel"
@@ -199,13 +198,14 @@ type pooled struct {
 // one session per person who called it.
 const maxSessions = 1024
 
-// sessionKey is the pooled session of a server and, for an oauth server, the connection's
-// owner: a server binds a session to the token it was opened with.
-func sessionKey(provider string, owner *connection.Owner) string {
-	if owner == nil {
+// sessionKey is the pooled session of a server and, for an oauth server, the connection the
+// call goes through: a server binds a session to the account of the token it was opened
+// with, and a reconnect (a new connection, perhaps another account) opens a new session.
+func sessionKey(provider, connectionID string) string {
+	if connectionID == "" {
 		return provider
 	}
-	return provider + "\x00" + owner.Kind + "\x00" + owner.Ref
+	return provider + "\x00" + connectionID
 }
 
 func (p *pool) session(ctx context.Context, srv store.MCPServer, key string) (*mcp.ClientSession, error) {
@@ -275,10 +275,9 @@ type toolRunner struct {
 	pool *pool
 	srv  store.MCPServer
 	name string
-	// connection and token are set for a server taking connections: whose connection the
-	// call goes through, and the context carrying its token.
-	connection *connection.Owner
-	token      func(ctx context.Context) (context.Context, error)
+	// token is set for a server taking connections: the context carrying the token of the
+	// connection the call goes through, and that connection's id.
+	token func(ctx context.Context) (context.Context, string, error)
 }
 
 // Kind is "mcp-external".
@@ -287,15 +286,16 @@ func (toolRunner) Kind() string { return RunnerKind }
 // Run calls the tool with the validated input as arguments. The output is the result's
 // structuredContent when present, else its content array; an isError result is TOOL_ERROR.
 func (r toolRunner) Run(ctx context.Context, call kernel.Call) (json.RawMessage, error) {
+	var connID string
 	if r.token != nil {
 		var err error
-		if ctx, err = r.token(ctx); err != nil {
+		if ctx, connID, err = r.token(ctx); err != nil {
 			fe := fault.Of(err)
 			fe.NotRun = true // refused before the server was asked anything
 			return nil, fe
 		}
 	}
-	key := sessionKey(r.srv.ProviderID, r.connection)
+	key := sessionKey(r.srv.ProviderID, connID)
 	cs, err := r.pool.session(ctx, r.srv, key)
 	if err != nil {
 		return nil, err

@@ -416,7 +416,7 @@ func (f *Federation) Sync(ctx context.Context, providerID, by string) (*SyncResu
 		return nil, err
 	}
 	if oauth {
-		if lctx, err = f.token(ctx, owners[providerID], old, syncOwner(old, auth, by)); err != nil {
+		if lctx, _, err = f.token(ctx, owners[providerID], old, syncOwner(old, auth, by)); err != nil {
 			return nil, err
 		}
 	}
@@ -669,8 +669,7 @@ func (f *Federation) Resolve(ctx context.Context, ec identity.ExecContext, entry
 			}
 			if k.oauth {
 				owner, _ := connection.OwnerFor(ec, k.auth.Owner)
-				r.connection = &owner
-				r.token = func(ctx context.Context) (context.Context, error) { return f.token(ctx, ec.Org, srv, owner) }
+				r.token = func(ctx context.Context) (context.Context, string, error) { return f.token(ctx, ec.Org, srv, owner) }
 			}
 			return r, true, nil
 		}

@@ -210,15 +210,15 @@ func (b connectionBearer) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // token is the token of owner's connection to srv, for a request of ctx: an error, typed
 // and never holding the token, says the call did not run.
-func (f *Federation) token(ctx context.Context, org string, srv store.MCPServer, owner connection.Owner) (context.Context, error) {
+func (f *Federation) token(ctx context.Context, org string, srv store.MCPServer, owner connection.Owner) (context.Context, string, error) {
 	if f.conns == nil {
-		return ctx, fault.New(fault.Unavailable, connection.CodeTokenUnavailable, "this gateway has no connections configured")
+		return ctx, "", fault.New(fault.Unavailable, connection.CodeTokenUnavailable, "this gateway has no connections configured")
 	}
 	// A call's run takes the connection its decision read (Connection); a sync has none.
 	read, _ := runner.Decided(ctx).(*connection.Read)
-	tok, _, err := f.conns.TokenFor(ctx, org, srv.ProviderID, owner, read)
+	tok, v, err := f.conns.TokenFor(ctx, org, srv.ProviderID, owner, read)
 	if err != nil {
-		return ctx, err
+		return ctx, "", err
 	}
-	return withToken(ctx, tok), nil
+	return withToken(ctx, tok), v.ID, nil
 }

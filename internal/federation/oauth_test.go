@@ -81,10 +81,10 @@ func TestRunTakesTheDecisionsRead(t *testing.T) {
 		t.Fatalf("Resolve: %v %v", ok, err)
 	}
 	tr := r.(toolRunner)
-	if _, err := tr.token(runner.WithDecided(ctx, read)); err != nil {
+	if _, _, err := tr.token(runner.WithDecided(ctx, read)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tr.token(ctx); err != nil {
+	if _, _, err := tr.token(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if conns.looks != 1 || len(conns.reads) != 2 || conns.reads[0] != read.(*connection.Read) || conns.reads[1] != nil {

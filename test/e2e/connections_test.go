@@ -245,8 +245,24 @@ func TestConnections(t *testing.T) {
 		if r := g.post("/v1/capabilities/invoke", ann, whoami); !strings.Contains(string(r.Raw), "CONNECTION_REQUIRED") {
 			t.Fatalf("after disconnecting: %d %s", r.Status, r.Raw)
 		}
-		if strings.Contains(g.logs.String(), "eyJhbGci") {
-			t.Fatal("the gateway logged a token")
+		// Ann connects again, signing in with another account at the server's authorization
+		// server: her calls now carry that account's token, in a session of their own (a
+		// server binds a session to the account it was opened with).
+		again := g.post("/v1/connections", ann, map[string]any{"providerId": "tools"})
+		expect(t, again, http.StatusOK)
+		if status, page := callback(t, hydra.Authorize(t, str(again.Body, "url"), "bob").String(), again.Header); status != http.StatusOK {
+			t.Fatalf("ann's reconnect: %d %s", status, page)
+		}
+		r = g.post("/v1/capabilities/invoke", ann, whoami)
+		expect(t, r, http.StatusOK)
+		if !strings.Contains(string(r.Raw), "bob@tools") {
+			t.Fatalf("after reconnecting with another account the call ran as %s", r.Raw)
+		}
+		// hydra's tokens: JWT access tokens, and opaque codes and refresh tokens.
+		for _, prefix := range []string{"eyJhbGci", "ory_rt_", "ory_ac_", "ory_at_"} {
+			if strings.Contains(g.logs.String(), prefix) {
+				t.Fatalf("the gateway logged a token (%s…)", prefix)
+			}
 		}
 	})
 }
